@@ -1,0 +1,76 @@
+"""The controller's pure core: who is master of each broker replica group.
+
+RocketMQ 5's controller mode (RIP-44) keeps, per broker group, its replicas,
+its master with ``master_epoch`` and its SyncStateSet with
+``sync_state_set_epoch``, in a state machine replicated by Raft. This
+package is that state machine and its inputs, with no trio, clock or I/O:
+
+- ``codes``: request and response codes (RocketMQ's numbers).
+- ``group``: ``BrokerGroup`` / ``BrokerMember``, the state of one group.
+- ``events``: the five state-machine events and their log-entry encoding.
+- ``replicas_info``: ``ReplicasInfoManager``, request validation -> ``ControllerResult``
+  (code, remark, events, payload) and ``apply(event)``; ``snapshot`` / ``restore``.
+- ``transitions``: how each committed event changes the state.
+- ``results``: ``ControllerResult`` and the response payloads.
+- ``election``: the election policy interface, ``BrokerLiveInfo`` and
+  ``default_election_policy`` (RocketMQ's).
+- ``heartbeat``: ``BrokerHeartbeatTable``, the active controller's live-info
+  table; time is an argument.
+- ``snapshot``: the snapshot encoding and the state's invariants.
+
+The controller service (``plugins/controller_dledger``) wraps it: on the Raft
+leader it calls a request method, proposes ``encode_event(e)`` for each
+returned event and replies once they are committed; on every controller it
+applies ``decode_event(entry)`` for each committed entry, and it installs
+``snapshot()`` / ``restore()`` for log compaction.
+"""
+
+from framework.controller.codes import RequestCode, ResponseCode
+from framework.controller.election import (
+    BrokerLiveInfo,
+    ElectionPolicy,
+    LiveInfoLookup,
+    default_election_policy,
+)
+from framework.controller.events import (
+    AlterSyncStateSetEvent,
+    ApplyBrokerIdEvent,
+    CleanBrokerDataEvent,
+    ElectMasterEvent,
+    Event,
+    EventDecodeError,
+    UpdateBrokerAddressEvent,
+    decode_event,
+    encode_event,
+)
+from framework.controller.group import FIRST_BROKER_ID, BrokerGroup, BrokerMember
+from framework.controller.heartbeat import BrokerHeartbeat, BrokerHeartbeatTable
+from framework.controller.replicas_info import ReplicasInfoManager
+from framework.controller.results import ControllerResult
+from framework.controller.snapshot import SnapshotError
+
+__all__ = [
+    "FIRST_BROKER_ID",
+    "AlterSyncStateSetEvent",
+    "ApplyBrokerIdEvent",
+    "BrokerGroup",
+    "BrokerHeartbeat",
+    "BrokerHeartbeatTable",
+    "BrokerLiveInfo",
+    "BrokerMember",
+    "CleanBrokerDataEvent",
+    "ControllerResult",
+    "ElectMasterEvent",
+    "ElectionPolicy",
+    "Event",
+    "EventDecodeError",
+    "LiveInfoLookup",
+    "ReplicasInfoManager",
+    "RequestCode",
+    "ResponseCode",
+    "SnapshotError",
+    "UpdateBrokerAddressEvent",
+    "decode_event",
+    "default_election_policy",
+    "encode_event",
+]

@@ -1,0 +1,152 @@
+"""The plugin contract: every hook a triomq plugin may implement.
+
+triomq uses pluggy with the project name ``"triomq"``. A plugin is any
+module or object whose functions are decorated with ``framework.hookimpl``
+and named after the specs below. In-tree plugins and third-party ones are
+found the same way: an entry point in group ``triomq`` naming the module::
+
+    [project.entry-points.triomq]
+    my_transport = "my_package.transport"
+
+A host may also register plugin objects directly and disable discovered
+plugins by name (``framework.plugins.PluginManager``).
+
+Provider hooks (``triomq_transport``, ``triomq_log_store``,
+``triomq_election_policy``, ``triomq_escape_bridge``) return a mapping from
+the name they provide to a factory. All implementations are collected; when
+two plugins provide the same name, the one registered last wins, so a host
+that registers its own plugin overrides an in-tree one. Asking for a name no
+plugin provides raises ``PluginError`` listing the names that exist.
+
+Lifecycle hooks are called by ``framework.runtime`` for every node; they
+receive the ``Node`` so a plugin can look at its config, role and services.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    import argparse
+
+    from framework.runtime import Node
+    from framework.transport import Transport
+
+PROJECT = "triomq"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+#: A factory building a transport from its options (the ``[transport]``
+#: table of the node's config, e.g. TLS files). Called once per node.
+TransportFactory = Callable[[Mapping[str, Any]], "Transport"]
+
+#: A factory opening a store at a directory with its options; it runs the
+#: store's recovery before returning. Blocking: drivers call it in a thread.
+StoreFactory = Callable[[str, Mapping[str, Any]], Any]
+
+#: A service is an async function run in the node's nursery until the node
+#: stops. It receives the node and ``task_status``; it calls
+#: ``task_status.started()`` once it is ready to serve.
+Service = Callable[..., Awaitable[None]]
+
+
+# --------------------------------------------------------------------------
+# Provider hooks: the four seams named by the design.
+# --------------------------------------------------------------------------
+
+
+@hookspec
+def triomq_transport() -> Mapping[str, TransportFactory]:
+    """Return the transports this plugin provides, by address scheme.
+
+    Example: ``{"tcp": TcpTransport.from_options}``. A factory receives the
+    node's transport options and returns an object satisfying
+    ``framework.transport.Transport``; its ``scheme`` equals the key.
+    """
+
+
+@hookspec
+def triomq_log_store() -> Mapping[tuple[str, str], StoreFactory]:
+    """Return the stores this plugin provides, by ``(kind, scheme)``.
+
+    ``kind`` is one of ``framework.store.STORE_KINDS``: ``"commitlog"``
+    (a ``CommitLog``), ``"entrylog"`` (a Raft ``EntryLog``) or ``"meta"``
+    (a ``MetaStore``). ``scheme`` names the implementation (``"mmap"``,
+    ``"lmdb"``). The factory takes ``(directory, options)``.
+    """
+
+
+@hookspec
+def triomq_election_policy() -> Mapping[str, Callable[..., Any]]:
+    """Return the master-election policies this plugin provides, by name.
+
+    The controller looks its policy up by the ``election_policy`` config key
+    (default ``"default"``, RocketMQ's policy). A policy is a pure callable
+    ``policy(group, live_info, designated_broker_id, enable_elect_unclean_master)``
+    returning the broker id to elect or ``None``; the contract is
+    ``framework.controller.election.ElectionPolicy``. Whatever a policy
+    answers, the controller never elects an unregistered broker, nor one
+    outside the SyncStateSet unless unclean election is enabled.
+    """
+
+
+@hookspec
+def triomq_escape_bridge() -> Mapping[str, Callable[..., Any]]:
+    """Return the escape bridges this plugin provides, by name.
+
+    An acting master (a slave serving for an absent master) must not write
+    its own commit log; the secondary-message services hand their output to
+    an escape bridge, which puts it on a master (local or remote). The
+    factory takes the node and returns the bridge.
+    """
+
+
+# --------------------------------------------------------------------------
+# Lifecycle hooks.
+# --------------------------------------------------------------------------
+
+
+@hookspec
+def triomq_node_services(node: Node) -> Mapping[str, Service] | None:
+    """Return the services this plugin wants run in ``node``'s nursery, by name.
+
+    Called once when the node starts, after the node's own role services.
+    Return ``None`` (or an empty mapping) when the plugin has nothing to run
+    for this node, e.g. because of its role. A service that raises stops the
+    whole node with ``ServiceCrashed`` naming it.
+    """
+
+
+@hookspec
+def triomq_node_started(node: Node) -> None:
+    """Called once every service of ``node`` has reported it is ready."""
+
+
+@hookspec
+def triomq_node_stopping(node: Node) -> None:
+    """Called when ``node`` begins a graceful stop, before services are cancelled."""
+
+
+@hookspec
+def triomq_role_changed(node: Node, broker_name: str, broker_id: int, role: str,
+                        master_epoch: int) -> None:
+    """Called after a broker replica changed role (``"master"`` or ``"slave"``).
+
+    ``master_epoch`` is the epoch of the master the broker now serves or
+    follows. Synchronous; a plugin that needs to do I/O starts it from one of
+    its services.
+    """
+
+
+@hookspec
+def triomq_add_cli_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add sub-commands to the ``triomq`` command line.
+
+    Each sub-command sets ``func`` with ``parser.set_defaults(func=...)``;
+    ``func(args)`` returns the process exit code. This is how store plugins
+    add ``triomq store ...`` and the Spark plugin ``triomq export ...``.
+    """

@@ -1,0 +1,169 @@
+"""A node: services under one trio nursery, plugin lifecycle hooks, graceful stop.
+
+Hosts embed a node in their own trio program::
+
+    async with framework.open_node(config) as node:
+        ...  # the node serves until this block ends
+
+Processes use ``triomq <role> --config FILE`` (``run_node``), which stops
+gracefully on SIGINT or SIGTERM. When any service raises, every other
+service is cancelled and ``open_node`` raises ``ServiceCrashed`` naming the
+service, instead of leaving a half-alive node behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from framework.config import NodeConfig
+from framework.errors import PluginError, ServiceCrashed
+from framework.hookspecs import Service
+from framework.plugins import PluginManager
+from framework.transport import Listener, Transport, split_address
+
+
+class Node:
+    """A running node. Built by ``open_node``; do not construct it directly."""
+
+    def __init__(self, config: NodeConfig, plugins: PluginManager,
+                 nursery: trio.Nursery) -> None:
+        self.config = config
+        self.plugins = plugins
+        self.log = logging.getLogger(f"triomq.{config.name}")
+        self.log.setLevel(config.log_level)
+        self._nursery = nursery
+        self._transports: dict[str, Transport] = {}
+        self._services: dict[str, trio.CancelScope] = {}
+        self._stopping = False
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def role(self) -> str:
+        return self.config.role
+
+    @property
+    def services(self) -> list[str]:
+        """Names of the services started so far."""
+        return list(self._services)
+
+    @property
+    def stopping(self) -> bool:
+        """True once ``stop`` was called."""
+        return self._stopping
+
+    # -- transports ---------------------------------------------------------
+
+    def transport(self, scheme: str) -> Transport:
+        """The transport for ``scheme``, built once from ``[transport.options.<scheme>]``."""
+        if scheme not in self._transports:
+            options = self.config.transport.options.get(scheme, {})
+            self._transports[scheme] = self.plugins.transport(scheme, options)
+        return self._transports[scheme]
+
+    async def connect(self, address: str) -> trio.abc.Stream:
+        """Open a byte stream to ``address`` with the transport its scheme names."""
+        return await self.transport(split_address(address)[0]).connect(address)
+
+    async def listen(self, address: str) -> Listener:
+        """Listen on ``address`` with the transport its scheme names."""
+        return await self.transport(split_address(address)[0]).listen(address)
+
+    # -- services -----------------------------------------------------------
+
+    async def start_service(self, name: str, service: Service) -> Any:
+        """Run ``service(node, task_status=...)`` in the node's nursery.
+
+        Returns once the service called ``task_status.started(value)``, with
+        that value. A service that raises stops the node with ServiceCrashed.
+        """
+        if name in self._services:
+            raise PluginError(f"node {self.name!r} already runs a service named {name!r}")
+        scope = trio.CancelScope()
+        self._services[name] = scope
+        return await self._nursery.start(self._run_service, name, service, scope)
+
+    async def _run_service(self, name: str, service: Service, scope: trio.CancelScope,
+                           task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        with scope:
+            try:
+                await service(self, task_status=task_status)
+            except Exception as exc:
+                self.log.error("service %r crashed: %s: %s", name, type(exc).__name__, exc)
+                raise ServiceCrashed(name, exc) from exc
+        self.log.debug("service %r ended", name)
+
+    def stop(self) -> None:
+        """Begin a graceful stop: call ``triomq_node_stopping``, then cancel every service."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self.log.info("node %r stopping", self.name)
+        self.plugins.hook.triomq_node_stopping(node=self)
+        self._nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def open_node(config: NodeConfig, *, plugins: PluginManager | None = None,
+                    services: Mapping[str, Service] | None = None) -> AsyncIterator[Node]:
+    """Start a node for ``config`` and stop it when the block ends.
+
+    ``plugins`` defaults to every plugin found by entry point, less
+    ``config.plugins.disable``. ``services`` are extra services the host wants
+    run in the node's nursery, started before the plugins' ones.
+    """
+    pm = plugins if plugins is not None else PluginManager.discover(config.plugins.disable)
+    try:
+        async with trio.open_nursery() as nursery:
+            node = Node(config, pm, nursery)
+            await _start(node, services or {})
+            try:
+                yield node
+            finally:
+                node.stop()
+    except BaseExceptionGroup as group:
+        # A crashed service explains everything else that was cancelled; an
+        # error of the host's own block comes back to the host unwrapped.
+        crashed = group.subgroup(ServiceCrashed)
+        leaves = _leaves(crashed if crashed is not None else group)
+        if crashed is None and len(leaves) != 1:
+            raise
+        raise leaves[0] from (group if crashed is not None else None)
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return found
+
+
+async def _start(node: Node, host_services: Mapping[str, Service]) -> None:
+    plugin_services: dict[str, Service] = {}
+    for provided in node.plugins.hook.triomq_node_services(node=node):
+        plugin_services.update(provided or {})
+    if node.role != "standalone" and not plugin_services:
+        raise PluginError(
+            f"node {node.name!r}: no plugin runs role {node.role!r} "
+            f"(plugins: {', '.join(p.name for p in node.plugins.plugins()) or 'none'})")
+    for name, service in {**host_services, **plugin_services}.items():
+        await node.start_service(name, service)
+    node.log.info("node %r started (%s): %s", node.name, node.role, ", ".join(node.services))
+    node.plugins.hook.triomq_node_started(node=node)
+
+
+async def run_node(config: NodeConfig, *, plugins: PluginManager | None = None) -> None:
+    """Run a node until SIGINT or SIGTERM, then stop it gracefully (the CLI's entry)."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with open_node(config, plugins=plugins) as node:
+            async for signum in signals:
+                node.log.info("received %s", signal.Signals(signum).name)
+                break

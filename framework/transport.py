@@ -1,0 +1,55 @@
+"""The transport contract: a transport is a factory of trio byte streams.
+
+A transport plugin turns an address into a connected ``trio.abc.Stream``
+(``connect``) or into a listener that accepts them (``listen``). Everything
+above it (RPC, HA replication, Raft) only sees bytes, so swapping the
+in-process transport for TCP changes nothing else.
+
+Addresses are strings ``scheme://rest``: ``tcp://127.0.0.1:9876``,
+``inproc://controller-1``. The scheme picks the plugin (see
+``framework.hookspecs.triomq_transport``); the rest is the plugin's business.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import trio
+
+from framework.errors import ConfigError
+
+
+class TransportError(OSError):
+    """Connecting or listening failed; the message names the address."""
+
+
+@runtime_checkable
+class Listener(Protocol):
+    """A bound listener. ``address`` is the address peers dial (port 0 resolved)."""
+
+    address: str
+
+    async def accept(self) -> trio.abc.Stream: ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """What a transport plugin provides for its scheme."""
+
+    scheme: str
+
+    async def connect(self, address: str) -> trio.abc.Stream:
+        """Open a stream to ``address``; raise TransportError on failure."""
+
+    async def listen(self, address: str) -> Listener:
+        """Bind ``address`` and return a listener; raise TransportError on failure."""
+
+
+def split_address(address: str) -> tuple[str, str]:
+    """``"tcp://h:1"`` -> ``("tcp", "h:1")``; a missing scheme is a ConfigError."""
+    scheme, sep, rest = address.partition("://")
+    if not sep or not scheme or not rest:
+        raise ConfigError(f"address {address!r}: expected 'scheme://location'")
+    return scheme, rest
