@@ -6,7 +6,12 @@ Hosts embed a node in their own trio program::
         ...  # the node serves until this block ends
 
 Processes use ``triomq <role> --config FILE`` (``run_node``), which stops
-gracefully on SIGINT or SIGTERM. When any service raises, every other
+gracefully on SIGINT or SIGTERM.
+
+Every node has an RPC client (``node.rpc``: ``await node.rpc.invoke(address,
+code, ...)`` over whichever transport the address names) and an RPC server
+(``node.rpc_server``), which accepts connections on ``config.listen`` once
+every service has started, so services register their handlers first. When any service raises, every other
 service is cancelled and ``open_node`` raises ``ServiceCrashed`` naming the
 service, instead of leaving a half-alive node behind.
 """
@@ -25,6 +30,7 @@ from framework.config import NodeConfig
 from framework.errors import PluginError, ServiceCrashed
 from framework.hookspecs import Service
 from framework.plugins import PluginManager
+from framework.rpc import RpcClient, RpcServer, open_rpc_client
 from framework.transport import Listener, Transport, split_address
 
 
@@ -35,6 +41,12 @@ class Node:
                  nursery: trio.Nursery) -> None:
         self.config = config
         self.plugins = plugins
+        #: Calls other nodes by address (set by ``open_node``).
+        self.rpc: RpcClient
+        #: Answers requests on ``config.listen``; register handlers by request code.
+        self.rpc_server = RpcServer()
+        #: The address peers dial (``config.listen`` with port 0 resolved), or "".
+        self.address = ""
         self.log = logging.getLogger(f"triomq.{config.name}")
         self.log.setLevel(config.log_level)
         self._nursery = nursery
@@ -124,11 +136,12 @@ async def open_node(config: NodeConfig, *, plugins: PluginManager | None = None,
     try:
         async with trio.open_nursery() as nursery:
             node = Node(config, pm, nursery)
-            await _start(node, services or {})
-            try:
-                yield node
-            finally:
-                node.stop()
+            async with open_rpc_client(node.connect) as node.rpc:
+                await _start(node, services or {})
+                try:
+                    yield node
+                finally:
+                    node.stop()
     except BaseExceptionGroup as group:
         # A crashed service explains everything else that was cancelled; an
         # error of the host's own block comes back to the host unwrapped.
@@ -147,6 +160,23 @@ def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
 
 
 async def _start(node: Node, host_services: Mapping[str, Service]) -> None:
+    if not node.config.listen:
+        await _start_services(node, host_services)
+    else:
+        listener = await node.listen(node.config.listen)
+        node.address = listener.address
+        try:
+            await _start_services(node, host_services)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await listener.aclose()
+            raise
+        await node.start_service("rpc", _serve_rpc(listener))
+    node.log.info("node %r started (%s): %s", node.name, node.role, ", ".join(node.services))
+    node.plugins.hook.triomq_node_started(node=node)
+
+
+async def _start_services(node: Node, host_services: Mapping[str, Service]) -> None:
     plugin_services: dict[str, Service] = {}
     for provided in node.plugins.hook.triomq_node_services(node=node):
         plugin_services.update(provided or {})
@@ -156,8 +186,13 @@ async def _start(node: Node, host_services: Mapping[str, Service]) -> None:
             f"(plugins: {', '.join(p.name for p in node.plugins.plugins()) or 'none'})")
     for name, service in {**host_services, **plugin_services}.items():
         await node.start_service(name, service)
-    node.log.info("node %r started (%s): %s", node.name, node.role, ", ".join(node.services))
-    node.plugins.hook.triomq_node_started(node=node)
+
+
+def _serve_rpc(listener: Listener) -> Service:
+    async def serve(node: Node, task_status: trio.TaskStatus[str]) -> None:
+        await node.rpc_server.serve(listener, task_status=task_status)
+
+    return serve
 
 
 async def run_node(config: NodeConfig, *, plugins: PluginManager | None = None) -> None:

@@ -156,3 +156,25 @@ def test_process_stops_gracefully_on_signal(tmp_path, signum):
         proc.kill()
     assert proc.returncode == 0, err
     assert "stopping" in err
+
+
+async def test_nodes_call_each_other_by_address():
+    """A service registers a handler; another node calls it over inproc."""
+    from framework.protocol.remoting import RemotingCommand
+
+    async def echo(request, peer):
+        return RemotingCommand(code=0, body=request.body[::-1])
+
+    async def echo_service(node, task_status):
+        node.rpc_server.register(1234, echo)
+        task_status.started()
+        await trio.sleep_forever()
+
+    pm = PluginManager.discover()
+    server_config = NodeConfig(name="echo", listen="inproc://runtime-test-echo")
+    async with open_node(server_config, plugins=pm, services={"echo": echo_service}) as server:
+        assert server.address == "inproc://runtime-test-echo"
+        assert server.services == ["echo", "rpc"]
+        async with open_node(NodeConfig(name="caller"), plugins=pm) as caller:
+            response = await caller.rpc.invoke(server.address, 1234, body=b"abc")
+    assert response.body == b"cba"

@@ -1,0 +1,453 @@
+"""Thin trio drivers for the HA state machines.
+
+``HAMaster`` serves slave connections (any ``trio.abc.Stream``: the caller
+accepts them from a transport listener and calls ``serve``), keeps the
+replica group's SyncStateSet bookkeeping and completes synchronous puts.
+``HASlave`` connects to a master, replicates, and reconnects with backoff
+after an error; cancelling it (a role change) stops it cleanly.
+
+Both work on any commit log with the ``ReplicaLog`` subset of
+``framework.store.CommitLog``. Time is ``trio.current_time()`` in ms, so
+tests run under a mock clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, Protocol
+
+import attrs
+import trio
+
+from framework.ha.epoch import EpochCache
+from framework.ha.errors import HAProtocolError
+from framework.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
+from framework.ha.slave import (
+    RecordEpoch,
+    SlaveAction,
+    SlaveConnection,
+    SlaveLog,
+    Truncate,
+    WriteAt,
+)
+from framework.ha.slave import Send as SlaveSend
+from framework.ha.sync_replication import PutResult, ReplicationStatus, SyncReplication
+from framework.ha.sync_state import SyncStateTracker
+from framework.protocol.ha import HAConnectionState, HAFrameError
+
+__all__ = [
+    "ApproveLocally",
+    "EpochStore",
+    "HAMaster",
+    "HAMasterConfig",
+    "HASlave",
+    "HASlaveConfig",
+    "Offload",
+    "ReplicaLog",
+    "SyncStateSetReporter",
+]
+
+logger = logging.getLogger("triomq.ha")
+
+_RECEIVE_SIZE = 256 * 1024
+#: Errors that end one connection; the service keeps running.
+_CONNECTION_ERRORS = (
+    HAProtocolError,
+    HAFrameError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    OSError,
+)
+
+
+class ReplicaLog(Protocol):
+    """What replication needs of a commit log (a subset of ``framework.store.CommitLog``).
+
+    ``append_raw`` on an empty log must accept an offset past ``max_offset``
+    (the log then starts there: a slave syncing from the master's last
+    segment); otherwise the offset must equal ``max_offset``.
+    """
+
+    segment_size: int
+
+    @property
+    def min_offset(self) -> int: ...
+
+    @property
+    def max_offset(self) -> int: ...
+
+    def read(self, offset: int, size: int) -> bytes: ...
+
+    def append_raw(self, offset: int, data: bytes) -> int: ...
+
+    def truncate(self, offset: int) -> None: ...
+
+
+class EpochStore(Protocol):
+    """Where a replica keeps its epoch cache (``framework.ha.checkpoint.EpochCheckpointFile``)."""
+
+    def load(self) -> EpochCache: ...
+
+    def save(self, cache: EpochCache) -> None: ...
+
+
+class SyncStateSetReporter(Protocol):
+    """Asks the controller to change the SyncStateSet (the controller client implements it)."""
+
+    async def alter_sync_state_set(self, proposal: frozenset[str]) -> frozenset[str] | None:
+        """The set the controller applied, or None if it refused or did not answer."""
+
+
+class ApproveLocally:
+    """The reporter for static roles (no controller): every proposal is applied as is."""
+
+    async def alter_sync_state_set(self, proposal: frozenset[str]) -> frozenset[str] | None:
+        """Approve ``proposal``."""
+        return proposal
+
+
+#: Runs a blocking call without blocking trio (``trio.to_thread.run_sync``).
+Offload = Callable[..., Awaitable[Any]]
+
+
+def _now_ms() -> int:
+    # Rounded, not floored: after sleep_until(t / 1000) the time reads t.
+    return round(trio.current_time() * 1000)
+
+
+@attrs.frozen
+class HAMasterConfig:
+    """Master-side settings: RocketMQ's names in snake_case, times in ms.
+
+    Defaults aim at a LAN and sub-second failover (RocketMQ's in brackets):
+    heartbeat 200 (5000), a slave out of sync after 2000 without catching
+    up (15000), SyncStateSet checked every 500 (5000); batch 32 KiB.
+    """
+
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_send_heartbeat_interval: int = 200
+    ha_max_time_slave_not_catchup: int = 2000
+    check_sync_state_set_period: int = 500
+    all_ack_in_sync_state_set: bool = False
+    min_in_sync_replicas: int = 1
+
+
+class HAMaster:
+    """A master's HA service for one term (epoch).
+
+    Run ``run`` in a nursery (SyncStateSet checks and reports), hand every
+    accepted slave stream to ``serve``, call ``appended`` after local
+    appends, and ``wait_replicated`` for synchronous puts.
+    """
+
+    def __init__(
+        self,
+        *,
+        log: ReplicaLog,
+        epochs: EpochCache,
+        address: str,
+        sync_state_set: frozenset[str],
+        confirm_offset: int,
+        reporter: SyncStateSetReporter,
+        config: HAMasterConfig | None = None,
+    ) -> None:
+        if epochs.last is None:
+            raise ValueError("a master needs its epoch recorded before serving")
+        self.log = log
+        self.epochs = epochs
+        self.config = config or HAMasterConfig()
+        self.reporter = reporter
+        self.tracker = SyncStateTracker(
+            master=address,
+            sync_state_set=sync_state_set,
+            epoch_start_offset=epochs.last.start_offset,
+            confirm_offset=confirm_offset,
+            started_ms=_now_ms(),
+            max_time_slave_not_catchup_ms=self.config.ha_max_time_slave_not_catchup,
+        )
+        self.puts = SyncReplication(
+            all_ack_in_sync_state_set=self.config.all_ack_in_sync_state_set,
+            min_in_sync_replicas=self.config.min_in_sync_replicas,
+        )
+        self._waiters: dict[Hashable, tuple[trio.Event, list[ReplicationStatus]]] = {}
+        self._changed = trio.Event()
+        self._proposals_in, self._proposals_out = trio.open_memory_channel[frozenset[str]](math.inf)
+
+    @property
+    def confirm_offset(self) -> int:
+        """Min ack over the effective SyncStateSet."""
+        return self.tracker.confirm_offset(self.log.max_offset)
+
+    def appended(self) -> None:
+        """New local bytes: wake the connections and recheck pending puts."""
+        self._update_puts()
+        self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def _view(self) -> MasterLog:
+        max_offset = self.log.max_offset
+        return MasterLog(
+            max_offset=max_offset,
+            min_offset=self.log.min_offset,
+            epochs=self.epochs,
+            confirm_offset=self.tracker.confirm_offset(max_offset),
+            last_segment_start=max_offset - max_offset % self.log.segment_size,
+        )
+
+    # -- SyncStateSet and synchronous puts -------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Check for shrink/expand periodically and report proposals, until cancelled."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._report_proposals)
+            task_status.started()
+            while True:
+                self._propose(self.tracker.maybe_shrink(_now_ms()))
+                for address in list(self.tracker.slaves):
+                    self._propose(self.tracker.maybe_expand(address, self.log.max_offset))
+                await trio.sleep(self.config.check_sync_state_set_period / 1000)
+
+    def _propose(self, proposal: frozenset[str] | None) -> None:
+        if proposal is not None:
+            self._proposals_in.send_nowait(proposal)
+
+    async def _report_proposals(self) -> None:
+        async for proposal in self._proposals_out:
+            logger.info("proposing SyncStateSet %s", sorted(proposal))
+            applied = await self.reporter.alter_sync_state_set(proposal)
+            if applied is None:
+                logger.warning("SyncStateSet proposal %s was not applied", sorted(proposal))
+                self.tracker.proposal_failed()
+            else:
+                self.tracker.apply(applied)
+            self._update_puts()
+
+    async def wait_replicated(self, next_offset: int, timeout_ms: int) -> ReplicationStatus:
+        """Wait until enough replicas hold the bytes before ``next_offset``."""
+        waiter = object()
+        deadline_ms = _now_ms() + timeout_ms
+        failed = self.puts.add(
+            waiter, next_offset, deadline_ms, self.tracker.effective_sync_state_set
+        )
+        if failed is not None:
+            return failed.status
+        event, result = trio.Event(), []
+        self._waiters[waiter] = (event, result)
+        try:
+            self._update_puts()
+            with trio.move_on_at(deadline_ms / 1000):
+                await event.wait()
+            if not result:
+                self._deliver(self.puts.expire(deadline_ms))
+            return result[0]
+        finally:
+            self._waiters.pop(waiter, None)
+            self.puts.discard(waiter)
+
+    def _update_puts(self) -> None:
+        members = self.tracker.effective_sync_state_set
+        max_offset = self.log.max_offset
+        acks = {m: self.tracker.ack_offset(m, max_offset) for m in members}
+        self._deliver(self.puts.update(acks, members))
+
+    def _deliver(self, results: list[PutResult]) -> None:
+        for outcome in results:
+            event, result = self._waiters[outcome.waiter]
+            result.append(outcome.status)
+            event.set()
+
+    # -- connections -----------------------------------------------------------
+
+    async def serve(self, stream: trio.abc.Stream) -> None:
+        """Serve one slave until it disconnects or breaks the protocol; closes ``stream``."""
+        conn = MasterConnection(
+            now_ms=_now_ms(),
+            transfer_batch_size=self.config.ha_transfer_batch_size,
+            heartbeat_interval_ms=self.config.ha_send_heartbeat_interval,
+        )
+        outbox: deque[bytes] = deque()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_loop, stream, conn, outbox)
+                await self._read_loop(stream, conn, outbox)
+                nursery.cancel_scope.cancel()
+        except* _CONNECTION_ERRORS as group:
+            logger.warning("closing HA connection to %s: %s", conn.peer, _describe(group))
+        finally:
+            if conn.slave is not None:
+                self.tracker.slave_disconnected(conn.slave.address)
+            await trio.aclose_forcefully(stream)
+
+    async def _read_loop(
+        self, stream: trio.abc.Stream, conn: MasterConnection, outbox: deque[bytes]
+    ) -> None:
+        while data := await stream.receive_some(_RECEIVE_SIZE):
+            for out in conn.receive_data(data, self._view(), _now_ms()):
+                if isinstance(out, Send):
+                    outbox.append(out.data)
+                elif isinstance(out, SlaveJoined):
+                    self.tracker.slave_connected(
+                        out.handshake.address,
+                        is_async_learner=out.handshake.is_async_learner,
+                        now_ms=_now_ms(),
+                    )
+                elif isinstance(out, SlaveAcked):
+                    self.tracker.slave_acked(
+                        out.address, out.ack_offset, out.last_caught_up_time_ms
+                    )
+                    self._propose(self.tracker.maybe_expand(out.address, self.log.max_offset))
+            self._update_puts()
+            self._notify()
+
+    async def _write_loop(
+        self, stream: trio.abc.Stream, conn: MasterConnection, outbox: deque[bytes]
+    ) -> None:
+        while True:
+            while outbox:
+                await stream.send_all(outbox.popleft())
+            changed = self._changed
+            now = _now_ms()
+            plan = conn.poll_transfer(self._view(), now)
+            if plan is not None:
+                body = self.log.read(plan.offset, plan.max_size) if plan.max_size else b""
+                await stream.send_all(conn.build_transfer(plan, body, now))
+                continue
+            if conn.next_transfer_from < 0:
+                await changed.wait()
+            else:
+                with trio.move_on_at(conn.heartbeat_due_ms() / 1000):
+                    await changed.wait()
+
+
+@attrs.frozen
+class HASlaveConfig:
+    """Slave-side settings, times in ms.
+
+    The slave acks at least every ``ha_send_heartbeat_interval``; after an
+    error it reconnects with backoff doubling from ``reconnect_min`` to
+    ``reconnect_max``. ``max_body_size`` bounds one master frame's body.
+    """
+
+    is_sync_from_last_file: bool = False
+    is_async_learner: bool = False
+    ha_send_heartbeat_interval: int = 200
+    max_body_size: int = 64 * 1024 * 1024
+    reconnect_min: int = 100
+    reconnect_max: int = 5000
+
+
+class HASlave:
+    """A slave's HA client: connect, handshake, replicate; reconnect after errors.
+
+    ``connect`` opens a new stream to the master (e.g. a transport's
+    ``connect`` bound to the master's HA address). ``offload`` runs the
+    blocking store calls (truncate, epoch file); by default in a thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        log: ReplicaLog,
+        epoch_store: EpochStore,
+        address: str,
+        connect: Callable[[], Awaitable[trio.abc.Stream]],
+        config: HASlaveConfig | None = None,
+        offload: Offload = trio.to_thread.run_sync,
+    ) -> None:
+        self.log = log
+        self.offload = offload
+        self.epoch_store = epoch_store
+        self.address = address
+        self.connect = connect
+        self.config = config or HASlaveConfig()
+        self.epochs = EpochCache()
+        self.confirm_offset = -1
+        self.connections = 0
+        self.last_error: BaseException | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Replicate until cancelled, reconnecting with exponential backoff."""
+        self.epochs = await self.offload(self.epoch_store.load)
+        task_status.started()
+        backoff = self.config.reconnect_min
+        while True:
+            handshook = False
+            try:
+                stream = await self.connect()
+                self.connections += 1
+                async with stream:
+                    handshook = await self.run_connection(stream)
+            except* _CONNECTION_ERRORS as group:
+                self.last_error = group.exceptions[0]
+                logger.warning("HA connection to master failed: %s", _describe(group))
+            if handshook:
+                backoff = self.config.reconnect_min
+            await trio.sleep(backoff / 1000)
+            backoff = min(backoff * 2, self.config.reconnect_max)
+
+    async def run_connection(self, stream: trio.abc.Stream) -> bool:
+        """Replicate over one stream until it closes; True if the handshake completed.
+
+        Raises on a protocol error; the stream is left to the caller to close.
+        """
+        conn = SlaveConnection(
+            address=self.address,
+            now_ms=_now_ms(),
+            is_sync_from_last_file=self.config.is_sync_from_last_file,
+            is_async_learner=self.config.is_async_learner,
+            ack_interval_ms=self.config.ha_send_heartbeat_interval,
+            max_body_size=self.config.max_body_size,
+        )
+        # Held while one receive's actions are applied: a periodic ack reports
+        # the state machine's max offset, which counts actions not yet applied.
+        lock = trio.Lock()
+        await stream.send_all(conn.start())
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._ack_loop, stream, conn, lock)
+            while data := await stream.receive_some(_RECEIVE_SIZE):
+                view = SlaveLog(self.log.max_offset, self.log.min_offset, self.epochs)
+                async with lock:
+                    for action in conn.receive_data(data, view, _now_ms()):
+                        await self._perform(action, stream)
+                self.confirm_offset = conn.confirm_offset
+            nursery.cancel_scope.cancel()
+        return conn.max_offset >= 0
+
+    async def _perform(self, action: SlaveAction, stream: trio.abc.Stream) -> None:
+        # In order, each durable before the next (see framework.ha.slave).
+        if isinstance(action, Truncate):
+            logger.info("truncating the commit log at %d", action.offset)
+            await self.offload(self.log.truncate, action.offset)
+            await self._save_epochs(action.epochs)
+        elif isinstance(action, RecordEpoch):
+            await self._save_epochs(action.epochs)
+        elif isinstance(action, WriteAt):
+            self.log.append_raw(action.offset, action.data)
+        elif isinstance(action, SlaveSend):
+            await stream.send_all(action.data)
+
+    async def _save_epochs(self, epochs: EpochCache) -> None:
+        await self.offload(self.epoch_store.save, epochs)
+        self.epochs = epochs
+
+    async def _ack_loop(
+        self, stream: trio.abc.Stream, conn: SlaveConnection, lock: trio.Lock
+    ) -> None:
+        while True:
+            await trio.sleep_until(conn.ack_due_ms() / 1000)
+            async with lock:
+                ack = conn.poll(_now_ms())
+                if ack is not None:
+                    await stream.send_all(ack)
+            if ack is None and conn.state != HAConnectionState.TRANSFER:
+                await trio.sleep(self.config.ha_send_heartbeat_interval / 1000)
+
+
+def _describe(group: BaseExceptionGroup) -> str:
+    return "; ".join(f"{type(e).__name__}: {e}" for e in group.exceptions)

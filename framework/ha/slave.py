@@ -1,0 +1,261 @@
+"""The slave's side of an HA connection, sans-I/O.
+
+READY -> HANDSHAKE: ``start`` returns the handshake to send.
+HANDSHAKE -> TRANSFER: the master's answer arrives; the slave compares the
+master's epochs with its own (``find_consistent_point``), truncates its
+commit log and epoch cache there and acks the resulting max offset.
+TRANSFER: each batch must start exactly where the local log ends (a gap or
+an overlap is a protocol error, never written); a new epoch in a header is
+recorded before its bytes; every batch is acked, and ``poll`` acks
+periodically.
+
+The object reads the local log once, at the handshake (a ``SlaveLog``
+snapshot); afterwards it tracks the max offset and epoch cache itself from
+the actions it emitted. The driver must perform the actions in order, each
+durably before the next, and only then send the ack that follows them:
+
+- ``Truncate``: cut the commit log at ``offset``, then save ``epochs``.
+  Log first: a crash in between leaves epochs that still cover the cut log,
+  whereas cutting the epoch file first would attribute the stale tail to an
+  older epoch and move the next consistent point past it.
+- ``RecordEpoch``: save ``epochs`` before writing any byte of the new epoch,
+  so no byte is ever attributed to the previous epoch after a crash.
+- ``WriteAt``: append ``data`` at ``offset`` (on an empty log this sets the
+  log's start, e.g. when syncing from the master's last segment).
+- ``Send``: bytes for the master.
+
+``poll``'s periodic ack reports the max offset after every action emitted
+so far; the driver must not send it while actions are still being applied.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from framework.ha.epoch import EpochCache, find_consistent_point
+from framework.ha.errors import EpochError, HAProtocolError, NoConsistentPoint
+from framework.protocol.ha import (
+    DEFAULT_MAX_BODY_SIZE,
+    Ack,
+    HAConnectionState,
+    MasterFrameDecoder,
+    MasterHandshake,
+    SlaveHandshake,
+    Transfer,
+    encode,
+)
+
+__all__ = [
+    "DEFAULT_ACK_INTERVAL_MS",
+    "RecordEpoch",
+    "Send",
+    "SlaveAction",
+    "SlaveConnection",
+    "SlaveLog",
+    "Truncate",
+    "WriteAt",
+]
+
+DEFAULT_ACK_INTERVAL_MS = 1000
+
+
+@attrs.frozen
+class SlaveLog:
+    """The slave's commit log and epoch cache at the time of the handshake."""
+
+    max_offset: int
+    min_offset: int
+    epochs: EpochCache
+
+
+@attrs.frozen
+class Truncate:
+    """Cut the commit log at ``offset``, then save ``epochs`` as the epoch cache."""
+
+    offset: int
+    epochs: EpochCache
+
+
+@attrs.frozen
+class RecordEpoch:
+    """Save ``epochs`` (it gained ``epoch`` starting at ``start_offset``)."""
+
+    epoch: int
+    start_offset: int
+    epochs: EpochCache
+
+
+@attrs.frozen
+class WriteAt:
+    """Write ``data`` to the commit log at ``offset`` (its current end)."""
+
+    offset: int
+    data: bytes
+
+
+@attrs.frozen
+class Send:
+    """Bytes for the master."""
+
+    data: bytes
+
+
+SlaveAction = Truncate | RecordEpoch | WriteAt | Send
+
+
+class SlaveConnection:
+    """State of a slave's connection to its master."""
+
+    def __init__(
+        self,
+        *,
+        address: str,
+        now_ms: int,
+        is_sync_from_last_file: bool = False,
+        is_async_learner: bool = False,
+        ack_interval_ms: int = DEFAULT_ACK_INTERVAL_MS,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+    ) -> None:
+        self.handshake = SlaveHandshake(address, is_sync_from_last_file, is_async_learner)
+        encode(self.handshake)  # refuse an address the frame cannot carry, now
+        self.ack_interval_ms = ack_interval_ms
+        self.state = HAConnectionState.READY
+        self.master_epoch = -1
+        self.confirm_offset = -1
+        self.epochs = EpochCache()
+        self.max_offset = -1
+        self._log_empty = True
+        self._last_ack_ms = now_ms
+        self._decoder = MasterFrameDecoder(max_body_size)
+
+    def start(self) -> bytes:
+        """Leave READY: the handshake to send to the master."""
+        if self.state != HAConnectionState.READY:
+            raise ValueError(f"start() in state {self.state.name}")
+        self.state = HAConnectionState.HANDSHAKE
+        return encode(self.handshake)
+
+    def receive_data(self, data: bytes, log: SlaveLog, now_ms: int) -> list[SlaveAction]:
+        """Handle bytes from the master; raises ``HAProtocolError`` / ``HAFrameError``.
+
+        ``log`` is read only when the master's handshake arrives. After an
+        error, close the connection and drop this object: the actions of the
+        failing call are not returned, and the next connection's handshake
+        starts again from the log as it is.
+        """
+        actions: list[SlaveAction] = []
+        for frame in self._decoder.feed(data):
+            if isinstance(frame, MasterHandshake):
+                actions += self._on_handshake(frame, log)
+            else:
+                actions += self._on_transfer(frame)
+            self._last_ack_ms = now_ms
+        return actions
+
+    def poll(self, now_ms: int) -> bytes | None:
+        """A periodic ack when one is due, else None."""
+        if self.state != HAConnectionState.TRANSFER or now_ms < self.ack_due_ms():
+            return None
+        self._last_ack_ms = now_ms
+        return encode(Ack(self.max_offset))
+
+    def ack_due_ms(self) -> int:
+        """When the next periodic ack is due."""
+        return self._last_ack_ms + self.ack_interval_ms
+
+    def _on_handshake(self, frame: MasterHandshake, log: SlaveLog) -> list[SlaveAction]:
+        if self.state != HAConnectionState.HANDSHAKE:
+            raise HAProtocolError(f"master handshake in state {self.state.name}", "master")
+        master = self._master_epochs(frame)
+        if len(log.epochs) == 0:
+            # Bytes no epoch vouches for cannot be checked against the master.
+            point = log.min_offset
+        else:
+            point = find_consistent_point(
+                log.epochs.entries(log.max_offset), master.entries(frame.max_offset)
+            )
+            if point is None:
+                raise NoConsistentPoint(
+                    f"no shared epoch: local {list(log.epochs)}, master {list(master)}", "master"
+                )
+        self.epochs = log.epochs.truncate_suffix(point)
+        self.max_offset = point
+        self._log_empty = point <= log.min_offset
+        self.master_epoch = frame.epoch
+        self.state = HAConnectionState.TRANSFER
+        actions: list[SlaveAction] = []
+        if point < log.max_offset or self.epochs != log.epochs:
+            actions.append(Truncate(point, self.epochs))
+        actions.append(Send(encode(Ack(point))))
+        return actions
+
+    def _master_epochs(self, frame: MasterHandshake) -> EpochCache:
+        try:
+            master = EpochCache(frame.epochs)
+        except EpochError as exc:
+            raise HAProtocolError(f"bad epoch list: {exc}", "master") from None
+        last = master.last
+        if last is None or last.epoch != frame.epoch or last.start_offset > frame.max_offset:
+            raise HAProtocolError(
+                f"epoch list {list(master)} does not end with epoch {frame.epoch}"
+                f" starting at or before max offset {frame.max_offset}",
+                "master",
+            )
+        return master
+
+    def _on_transfer(self, frame: Transfer) -> list[SlaveAction]:
+        if self.state != HAConnectionState.TRANSFER:
+            raise HAProtocolError(f"transfer in state {self.state.name}", "master")
+        self._check_position(frame)
+        actions: list[SlaveAction] = []
+        record = self._epoch_change(frame)
+        if record is not None:
+            self.epochs = record.epochs
+            actions.append(record)
+        if frame.body:
+            actions.append(WriteAt(frame.offset, frame.body))
+            self.max_offset = frame.offset + len(frame.body)
+            self._log_empty = False
+        self.master_epoch = max(self.master_epoch, frame.epoch)
+        self.confirm_offset = max(self.confirm_offset, min(frame.confirm_offset, self.max_offset))
+        actions.append(Send(encode(Ack(self.max_offset))))
+        return actions
+
+    def _check_position(self, frame: Transfer) -> None:
+        if frame.offset == self.max_offset:
+            return
+        # An empty log may start anywhere ahead (the master's last segment or
+        # its min offset); anything else would leave a gap or an overlap.
+        if not (self._log_empty and frame.offset > self.max_offset):
+            raise HAProtocolError(
+                f"transfer at {frame.offset} is not contiguous with the local max offset"
+                f" {self.max_offset}",
+                "master",
+            )
+
+    def _epoch_change(self, frame: Transfer) -> RecordEpoch | None:
+        last = self.epochs.last
+        if last is not None and frame.epoch == last.epoch:
+            if frame.epoch_start_offset != last.start_offset:
+                raise HAProtocolError(
+                    f"epoch {frame.epoch} starts at {frame.epoch_start_offset},"
+                    f" locally at {last.start_offset}",
+                    "master",
+                )
+            return None
+        if last is not None and frame.epoch < last.epoch:
+            raise HAProtocolError(f"epoch went back from {last.epoch} to {frame.epoch}", "master")
+        # A new epoch: on a non-empty log it starts exactly where the log ends
+        # (a master never lets a batch cross an epoch boundary).
+        start = frame.epoch_start_offset
+        if start > frame.offset or (not self._log_empty and start != frame.offset):
+            raise HAProtocolError(
+                f"new epoch {frame.epoch} starts at {start}, batch at {frame.offset},"
+                f" local max offset {self.max_offset}",
+                "master",
+            )
+        try:
+            epochs = self.epochs.append(frame.epoch, start)
+        except EpochError as exc:
+            raise HAProtocolError(str(exc), "master") from None
+        return RecordEpoch(frame.epoch, start, epochs)

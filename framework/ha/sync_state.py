@@ -1,0 +1,180 @@
+"""The master's view of its replica group: acks, confirmOffset, SyncStateSet changes.
+
+Pure: time comes in as ``now_ms``. One tracker per master term.
+
+The SyncStateSet is owned by the controller. The master proposes changes
+(shrink a slave that stopped catching up, expand one that caught up) and a
+change takes effect when the controller confirms it (``apply``).
+
+The expand race (RocketMQ issue 5663): A is master with SyncStateSet {A};
+B catches up and A proposes {A, B}. Until the controller's answer arrives,
+a put acked by A alone would complete; if the controller did apply {A, B}
+but its answer is lost and A dies, B may be elected without that put. So,
+while a proposal is in flight, the *effective* set that acks and
+confirmOffset are computed over is the union of the confirmed set and the
+proposal: an expand counts the new member at once, a shrink only after it
+is confirmed. Only one proposal is in flight at a time, and an expand is
+decided on a fresh view: the slave's ack is at least the confirmOffset of
+the effective set (it holds everything any put may have been acked for)
+and at least the start of this master's epoch (it has truncated against
+this master, so its bytes are this term's bytes, not a stale tail).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+__all__ = ["SlaveProgress", "SyncStateTracker"]
+
+
+@attrs.frozen
+class SlaveProgress:
+    """What the master knows of one slave in this term."""
+
+    ack_offset: int = -1
+    last_caught_up_time_ms: int = 0
+    is_async_learner: bool = False
+    connections: int = 0
+
+    @property
+    def connected(self) -> bool:
+        """At least one connection is open (a reconnect may overlap the old one)."""
+        return self.connections > 0
+
+
+class SyncStateTracker:
+    """SyncStateSet bookkeeping on the master.
+
+    ``master`` is the master's own address (always a member; its ack is its
+    own max offset). ``started_ms`` is when this term's tracking began: a
+    member that has not connected yet is given until
+    ``started_ms + max_time_slave_not_catchup_ms`` before it is shrunk, so a
+    master restart does not empty the set before slaves reconnect.
+    """
+
+    def __init__(
+        self,
+        *,
+        master: str,
+        sync_state_set: Iterable[str],
+        epoch_start_offset: int,
+        confirm_offset: int,
+        started_ms: int,
+        max_time_slave_not_catchup_ms: int,
+    ) -> None:
+        self.master = master
+        self.sync_state_set = frozenset(sync_state_set) | {master}
+        self.pending: frozenset[str] | None = None
+        self.epoch_start_offset = epoch_start_offset
+        self.max_time_slave_not_catchup_ms = max_time_slave_not_catchup_ms
+        self.slaves: dict[str, SlaveProgress] = {}
+        self._started_ms = started_ms
+        self._confirm_offset = confirm_offset
+
+    # -- inputs ----------------------------------------------------------------
+
+    def slave_connected(self, address: str, *, is_async_learner: bool, now_ms: int) -> None:
+        """A slave completed its handshake.
+
+        Its ack is unknown again until it acks on this connection: it may have
+        restarted and lost bytes it had acked but not flushed.
+        """
+        old = self.slaves.get(address)
+        self.slaves[address] = SlaveProgress(
+            ack_offset=-1,
+            last_caught_up_time_ms=old.last_caught_up_time_ms if old else self._started_ms,
+            is_async_learner=is_async_learner,
+            connections=(old.connections if old else 0) + 1,
+        )
+
+    def slave_disconnected(self, address: str) -> None:
+        """One of the slave's connections closed; its caught-up time keeps ageing."""
+        old = self.slaves.get(address)
+        if old is not None:
+            self.slaves[address] = attrs.evolve(old, connections=max(0, old.connections - 1))
+
+    def slave_acked(self, address: str, ack_offset: int, last_caught_up_time_ms: int) -> None:
+        """Record a slave's ack and caught-up time (from its ``MasterConnection``)."""
+        old = self.slaves.get(address, SlaveProgress(connections=1))
+        self.slaves[address] = attrs.evolve(
+            old,
+            ack_offset=max(old.ack_offset, ack_offset),
+            last_caught_up_time_ms=max(old.last_caught_up_time_ms, last_caught_up_time_ms),
+        )
+
+    def apply(self, sync_state_set: Iterable[str]) -> None:
+        """The controller confirmed (or imposed) this SyncStateSet; it ends any proposal."""
+        self.sync_state_set = frozenset(sync_state_set) | {self.master}
+        self.pending = None
+
+    def proposal_failed(self) -> None:
+        """The controller refused the proposal or did not answer: forget it."""
+        self.pending = None
+
+    # -- derived ---------------------------------------------------------------
+
+    @property
+    def effective_sync_state_set(self) -> frozenset[str]:
+        """The members acks are counted over: confirmed plus in-flight (see module doc)."""
+        members = self.sync_state_set | (self.pending or frozenset())
+        return frozenset(m for m in members if not self._is_learner(m))
+
+    def ack_offset(self, member: str, master_max_offset: int) -> int:
+        """A member's acked offset; the master's is its own max offset; -1 if unknown."""
+        if member == self.master:
+            return master_max_offset
+        progress = self.slaves.get(member)
+        return progress.ack_offset if progress else -1
+
+    def confirm_offset(self, master_max_offset: int) -> int:
+        """Min ack over the effective SyncStateSet; never goes back.
+
+        While a member has not acked in this term the value holds (RocketMQ
+        issue 6662): its log may be anywhere.
+        """
+        acks = [self.ack_offset(m, master_max_offset) for m in self.effective_sync_state_set]
+        if min(acks) >= 0:
+            self._confirm_offset = max(self._confirm_offset, min(acks))
+        return self._confirm_offset
+
+    # -- decisions -------------------------------------------------------------
+
+    def maybe_shrink(self, now_ms: int) -> frozenset[str] | None:
+        """A proposal without the members that did not catch up in time, or None.
+
+        Async learners found in the set are removed too: they never count.
+        """
+        if self.pending is not None:
+            return None
+        keep = {self.master}
+        for member in self.sync_state_set - {self.master}:
+            progress = self.slaves.get(member)
+            caught_up = progress.last_caught_up_time_ms if progress else self._started_ms
+            lagging = now_ms - caught_up > self.max_time_slave_not_catchup_ms
+            if not lagging and not self._is_learner(member):
+                keep.add(member)
+        return self._propose(frozenset(keep))
+
+    def maybe_expand(self, address: str, master_max_offset: int) -> frozenset[str] | None:
+        """A proposal adding ``address`` if it has caught up (see module doc), or None."""
+        if self.pending is not None or address in self.sync_state_set:
+            return None
+        progress = self.slaves.get(address)
+        if progress is None or not progress.connected or progress.is_async_learner:
+            return None
+        ack = progress.ack_offset
+        if ack < self.epoch_start_offset or ack < self.confirm_offset(master_max_offset):
+            return None
+        return self._propose(self.sync_state_set | {address})
+
+    def _propose(self, proposal: frozenset[str]) -> frozenset[str] | None:
+        if proposal == self.sync_state_set:
+            return None
+        self.pending = proposal
+        return proposal
+
+    def _is_learner(self, member: str) -> bool:
+        progress = self.slaves.get(member)
+        return bool(progress and progress.is_async_learner)

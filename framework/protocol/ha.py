@@ -1,0 +1,383 @@
+"""AutoSwitch HA frames: the wire codec between a master and its slaves.
+
+Sans-I/O: encoders turn frame values into bytes; two incremental decoders
+turn bytes, fed in any chunking, back into frames. All integers are
+big-endian and signed, as Java writes them.
+
+Frames (DESIGN.md, "AutoSwitch HA frames")::
+
+    slave -> master  handshake  state:4 | isSyncFromLastFile:2 | isAsyncLearner:2
+                                | addressLength:4 | address:50 (UTF-8, zero padded)
+    slave -> master  ack        state:4 | maxOffset:8
+    master -> slave  handshake  state:4 | bodySize:4 | maxOffset:8 | epoch:4
+                                | body = N x (epoch:4 | startOffset:8)
+    master -> slave  transfer   state:4 | bodySize:4 | offset:8 | epoch:4
+                                | epochStartOffset:8 | confirmOffset:8 | body
+
+The ``state`` field carries the sender's ``HAConnectionState`` and tells the
+two frames of one direction apart: HANDSHAKE or TRANSFER. Any other state,
+a negative or over-limit body size, an address longer than 50 bytes, a flag
+other than 0/1, or a negative offset or epoch raises ``HAFrameError``.
+A decoder that raised stays failed: the connection must be closed.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+
+import attrs
+
+from framework.errors import TriomqError
+
+__all__ = [
+    "ACK_SIZE",
+    "ADDRESS_FIELD_SIZE",
+    "DEFAULT_MAX_BODY_SIZE",
+    "EPOCH_ENTRY_SIZE",
+    "MASTER_HANDSHAKE_HEADER_SIZE",
+    "SLAVE_HANDSHAKE_SIZE",
+    "TRANSFER_HEADER_SIZE",
+    "Ack",
+    "EpochStart",
+    "HAConnectionState",
+    "HAFrameError",
+    "MasterFrame",
+    "MasterFrameDecoder",
+    "MasterHandshake",
+    "SlaveFrame",
+    "SlaveFrameDecoder",
+    "SlaveHandshake",
+    "Transfer",
+    "encode",
+]
+
+
+class HAConnectionState(enum.IntEnum):
+    """The state of an HA connection; its ordinal is the frames' ``state`` field."""
+
+    READY = 0
+    HANDSHAKE = 1
+    TRANSFER = 2
+    SUSPEND = 3
+    SHUTDOWN = 4
+
+
+class HAFrameError(TriomqError, ValueError):
+    """A frame is malformed; ``where`` names the frame and field at fault."""
+
+    def __init__(self, message: str, where: str) -> None:
+        self.where = where
+        super().__init__(f"HA frame {where}: {message}")
+
+
+ADDRESS_FIELD_SIZE = 50
+SLAVE_HANDSHAKE_SIZE = 4 + 2 + 2 + 4 + ADDRESS_FIELD_SIZE
+ACK_SIZE = 4 + 8
+MASTER_HANDSHAKE_HEADER_SIZE = 4 + 4 + 8 + 4
+TRANSFER_HEADER_SIZE = 4 + 4 + 8 + 4 + 8 + 8
+EPOCH_ENTRY_SIZE = 4 + 8
+#: Default bound on a master frame's body; callers usually pass their own
+#: (a few transfer batches).
+DEFAULT_MAX_BODY_SIZE = 64 * 1024 * 1024
+
+_INT_MAX = 2**31 - 1
+_LONG_MAX = 2**63 - 1
+
+_SLAVE_HANDSHAKE = struct.Struct(f">ihhi{ADDRESS_FIELD_SIZE}s")
+_ACK = struct.Struct(">iq")
+_MASTER_HANDSHAKE_HEADER = struct.Struct(">iiqi")
+_TRANSFER_HEADER = struct.Struct(">iiqiqq")
+_EPOCH_ENTRY = struct.Struct(">iq")
+_STATE = struct.Struct(">i")
+
+
+def _check_range(value: int, high: int, where: str, name: str) -> None:
+    if not 0 <= value <= high:
+        raise HAFrameError(f"{name} {value} out of range [0, {high}]", where)
+
+
+@attrs.frozen
+class SlaveHandshake:
+    """The slave's opening frame: who it is and how it wants to sync."""
+
+    address: str
+    is_sync_from_last_file: bool = False
+    is_async_learner: bool = False
+
+
+@attrs.frozen
+class Ack:
+    """The slave's report of its commit log's max offset."""
+
+    max_offset: int
+
+
+@attrs.frozen
+class EpochStart:
+    """One entry of the master's epoch list: an epoch and where it starts."""
+
+    epoch: int
+    start_offset: int
+
+
+@attrs.frozen
+class MasterHandshake:
+    """The master's answer to a handshake: its max offset, epoch and epoch list."""
+
+    max_offset: int
+    epoch: int
+    epochs: tuple[EpochStart, ...]
+
+
+@attrs.frozen
+class Transfer:
+    """A batch of commit-log bytes starting at ``offset``, all in one epoch.
+
+    An empty ``body`` is a heartbeat.
+    """
+
+    offset: int
+    epoch: int
+    epoch_start_offset: int
+    confirm_offset: int
+    body: bytes = b""
+
+
+SlaveFrame = SlaveHandshake | Ack
+MasterFrame = MasterHandshake | Transfer
+
+
+def encode(frame: SlaveFrame | MasterFrame) -> bytes:
+    """Encode one frame; raises ``HAFrameError`` on a value the layout cannot carry."""
+    if isinstance(frame, SlaveHandshake):
+        return _encode_slave_handshake(frame)
+    if isinstance(frame, Ack):
+        _check_range(frame.max_offset, _LONG_MAX, "ack", "maxOffset")
+        return _ACK.pack(HAConnectionState.TRANSFER, frame.max_offset)
+    if isinstance(frame, MasterHandshake):
+        return _encode_master_handshake(frame)
+    if isinstance(frame, Transfer):
+        return _encode_transfer(frame)
+    raise TypeError(f"not an HA frame: {frame!r}")
+
+
+def _encode_slave_handshake(frame: SlaveHandshake) -> bytes:
+    address = frame.address.encode("utf-8")
+    if len(address) > ADDRESS_FIELD_SIZE:
+        raise HAFrameError(
+            f"address is {len(address)} bytes, at most {ADDRESS_FIELD_SIZE}",
+            "slave handshake, address",
+        )
+    return _SLAVE_HANDSHAKE.pack(
+        HAConnectionState.HANDSHAKE,
+        int(frame.is_sync_from_last_file),
+        int(frame.is_async_learner),
+        len(address),
+        address,
+    )
+
+
+def _encode_master_handshake(frame: MasterHandshake) -> bytes:
+    where = "master handshake"
+    _check_range(frame.max_offset, _LONG_MAX, where, "maxOffset")
+    _check_range(frame.epoch, _INT_MAX, where, "epoch")
+    parts = [b""]
+    for entry in frame.epochs:
+        _check_range(entry.epoch, _INT_MAX, where, "entry epoch")
+        _check_range(entry.start_offset, _LONG_MAX, where, "entry startOffset")
+        parts.append(_EPOCH_ENTRY.pack(entry.epoch, entry.start_offset))
+    body_size = EPOCH_ENTRY_SIZE * len(frame.epochs)
+    _check_range(body_size, _INT_MAX, where, "bodySize")
+    parts[0] = _MASTER_HANDSHAKE_HEADER.pack(
+        HAConnectionState.HANDSHAKE, body_size, frame.max_offset, frame.epoch
+    )
+    return b"".join(parts)
+
+
+def _encode_transfer(frame: Transfer) -> bytes:
+    where = "transfer"
+    _check_range(frame.offset, _LONG_MAX, where, "offset")
+    _check_range(frame.epoch, _INT_MAX, where, "epoch")
+    _check_range(frame.epoch_start_offset, _LONG_MAX, where, "epochStartOffset")
+    _check_range(frame.confirm_offset, _LONG_MAX, where, "confirmOffset")
+    _check_range(len(frame.body), _INT_MAX, where, "bodySize")
+    header = _TRANSFER_HEADER.pack(
+        HAConnectionState.TRANSFER,
+        len(frame.body),
+        frame.offset,
+        frame.epoch,
+        frame.epoch_start_offset,
+        frame.confirm_offset,
+    )
+    return header + frame.body
+
+
+class _Decoder:
+    """Buffering shared by both decoders; a decoder that failed stays failed."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._failure: HAFrameError | None = None
+
+    def _fail(self, error: HAFrameError) -> HAFrameError:
+        self._failure = error
+        return error
+
+    def _take(self, size: int) -> bytes:
+        chunk = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return chunk
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a whole frame."""
+        return len(self._buffer)
+
+
+class SlaveFrameDecoder(_Decoder):
+    """Decodes what a slave sends; runs on the master side of a connection."""
+
+    def feed(self, data: bytes) -> list[SlaveFrame]:
+        """Buffer ``data`` and return every frame it completes, in order."""
+        if self._failure is not None:
+            raise self._failure
+        self._buffer += data
+        frames: list[SlaveFrame] = []
+        while len(self._buffer) >= _STATE.size:
+            (state,) = _STATE.unpack_from(self._buffer)
+            if state == HAConnectionState.HANDSHAKE:
+                if len(self._buffer) < SLAVE_HANDSHAKE_SIZE:
+                    break
+                frames.append(self._slave_handshake(self._take(SLAVE_HANDSHAKE_SIZE)))
+            elif state == HAConnectionState.TRANSFER:
+                if len(self._buffer) < ACK_SIZE:
+                    break
+                _, max_offset = _ACK.unpack(self._take(ACK_SIZE))
+                if max_offset < 0:
+                    raise self._fail(HAFrameError(f"negative maxOffset {max_offset}", "ack"))
+                frames.append(Ack(max_offset))
+            else:
+                raise self._fail(
+                    HAFrameError(
+                        f"state {state} is neither HANDSHAKE (1) nor TRANSFER (2)",
+                        "slave frame, state",
+                    )
+                )
+        return frames
+
+    def _slave_handshake(self, raw: bytes) -> SlaveHandshake:
+        _, sync_from_last_file, async_learner, length, field = _SLAVE_HANDSHAKE.unpack(raw)
+        for name, flag in (
+            ("isSyncFromLastFile", sync_from_last_file),
+            ("isAsyncLearner", async_learner),
+        ):
+            if flag not in (0, 1):
+                raise self._fail(
+                    HAFrameError(f"flag is {flag}, not 0 or 1", f"slave handshake, {name}")
+                )
+        if not 0 <= length <= ADDRESS_FIELD_SIZE:
+            raise self._fail(
+                HAFrameError(
+                    f"length {length} out of range [0, {ADDRESS_FIELD_SIZE}]",
+                    "slave handshake, addressLength",
+                )
+            )
+        if any(field[length:]):
+            raise self._fail(
+                HAFrameError("non-zero bytes after the address", "slave handshake, address")
+            )
+        try:
+            address = field[:length].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise self._fail(
+                HAFrameError(f"not UTF-8 ({exc.reason})", "slave handshake, address")
+            ) from None
+        return SlaveHandshake(address, bool(sync_from_last_file), bool(async_learner))
+
+
+class MasterFrameDecoder(_Decoder):
+    """Decodes what a master sends; runs on the slave side of a connection.
+
+    ``max_body_size`` bounds a frame's body so a bad peer cannot make the
+    slave buffer without limit.
+    """
+
+    def __init__(self, max_body_size: int = DEFAULT_MAX_BODY_SIZE) -> None:
+        super().__init__()
+        if max_body_size < 0:
+            raise ValueError(f"max_body_size must be >= 0, got {max_body_size}")
+        self.max_body_size = max_body_size
+
+    def feed(self, data: bytes) -> list[MasterFrame]:
+        """Buffer ``data`` and return every frame it completes, in order."""
+        if self._failure is not None:
+            raise self._failure
+        self._buffer += data
+        frames: list[MasterFrame] = []
+        while len(self._buffer) >= 8:
+            state, body_size = struct.unpack_from(">ii", self._buffer)
+            if state == HAConnectionState.HANDSHAKE:
+                where, header_size = "master handshake", MASTER_HANDSHAKE_HEADER_SIZE
+            elif state == HAConnectionState.TRANSFER:
+                where, header_size = "transfer", TRANSFER_HEADER_SIZE
+            else:
+                raise self._fail(
+                    HAFrameError(
+                        f"state {state} is neither HANDSHAKE (1) nor TRANSFER (2)",
+                        "master frame, state",
+                    )
+                )
+            if not 0 <= body_size <= self.max_body_size:
+                raise self._fail(
+                    HAFrameError(
+                        f"bodySize {body_size} out of range [0, {self.max_body_size}]",
+                        f"{where}, bodySize",
+                    )
+                )
+            if state == HAConnectionState.HANDSHAKE and body_size % EPOCH_ENTRY_SIZE:
+                raise self._fail(
+                    HAFrameError(
+                        f"bodySize {body_size} is not a multiple of {EPOCH_ENTRY_SIZE}",
+                        f"{where}, bodySize",
+                    )
+                )
+            if len(self._buffer) < header_size + body_size:
+                break
+            header = self._take(header_size)
+            body = self._take(body_size)
+            if state == HAConnectionState.HANDSHAKE:
+                frames.append(self._master_handshake(header, body))
+            else:
+                frames.append(self._transfer(header, body))
+        return frames
+
+    def _master_handshake(self, header: bytes, body: bytes) -> MasterHandshake:
+        where = "master handshake"
+        _, _, max_offset, epoch = _MASTER_HANDSHAKE_HEADER.unpack(header)
+        self._non_negative(where, maxOffset=max_offset, epoch=epoch)
+        entries = []
+        for index, (entry_epoch, start) in enumerate(_EPOCH_ENTRY.iter_unpack(body)):
+            self._non_negative(f"{where}, entry {index}", epoch=entry_epoch, startOffset=start)
+            entries.append(EpochStart(entry_epoch, start))
+        return MasterHandshake(max_offset, epoch, tuple(entries))
+
+    def _transfer(self, header: bytes, body: bytes) -> Transfer:
+        _, _, offset, epoch, epoch_start, confirm = _TRANSFER_HEADER.unpack(header)
+        self._non_negative(
+            "transfer",
+            offset=offset,
+            epoch=epoch,
+            epochStartOffset=epoch_start,
+            confirmOffset=confirm,
+        )
+        if offset + len(body) > _LONG_MAX:
+            raise self._fail(
+                HAFrameError(f"offset {offset} + bodySize {len(body)} overflows", "transfer")
+            )
+        return Transfer(offset, epoch, epoch_start, confirm, body)
+
+    def _non_negative(self, where: str, **fields: int) -> None:
+        for name, value in fields.items():
+            if value < 0:
+                raise self._fail(HAFrameError(f"negative {name} {value}", f"{where}, {name}"))

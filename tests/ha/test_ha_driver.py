@@ -1,0 +1,395 @@
+"""The trio drivers over in-memory streams, with an in-memory commit log."""
+
+from __future__ import annotations
+
+import functools
+import random
+import struct
+
+import pytest
+import trio
+import trio.testing
+
+from framework.ha.checkpoint import EpochCheckpointFile
+from framework.ha.driver import (
+    ApproveLocally,
+    HAMaster,
+    HAMasterConfig,
+    HASlave,
+    HASlaveConfig,
+)
+from framework.ha.epoch import EpochCache, EpochStart
+from framework.ha.errors import HAProtocolError
+from framework.ha.sync_replication import ReplicationStatus
+from framework.protocol.ha import (
+    Ack,
+    MasterFrameDecoder,
+    MasterHandshake,
+    SlaveFrameDecoder,
+    Transfer,
+    encode,
+)
+
+
+class MemoryLog:
+    """A commit log in memory: bytes from ``base``; reads stop at segment ends."""
+
+    segment_size = 256
+
+    def __init__(self) -> None:
+        self.base = 0
+        self.data = bytearray()
+
+    @property
+    def min_offset(self) -> int:
+        return self.base
+
+    @property
+    def max_offset(self) -> int:
+        return self.base + len(self.data)
+
+    def append(self, data: bytes) -> int:
+        self.data += data
+        return self.max_offset
+
+    def read(self, offset: int, size: int) -> bytes:
+        assert self.min_offset <= offset <= self.max_offset
+        end = min(offset + size, (offset // self.segment_size + 1) * self.segment_size)
+        return bytes(self.data[offset - self.base : end - self.base])
+
+    def append_raw(self, offset: int, data: bytes) -> int:
+        if not self.data and offset >= self.max_offset:
+            self.base = offset
+        elif offset != self.max_offset:
+            raise AssertionError(f"gap or overlap: write at {offset}, end {self.max_offset}")
+        self.data += data
+        return self.max_offset
+
+    def truncate(self, offset: int) -> None:
+        if offset <= self.base:
+            self.base, self.data = offset, bytearray()
+        else:
+            del self.data[offset - self.base :]
+
+
+class MemoryEpochs:
+    def __init__(self, cache: EpochCache | None = None) -> None:
+        self.cache = cache or EpochCache()
+
+    def load(self) -> EpochCache:
+        return self.cache
+
+    def save(self, cache: EpochCache) -> None:
+        self.cache = cache
+
+
+class Replica:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.log = MemoryLog()
+        self.epochs = MemoryEpochs()
+
+
+def write(replica: Replica, rng: random.Random, count: int) -> None:
+    for _ in range(count):
+        replica.log.append(bytes([rng.randrange(256)]) * rng.randint(1, 300))
+
+
+def make_master(replica: Replica, epoch: int, **kwargs) -> HAMaster:
+    replica.epochs.cache = replica.epochs.cache.append(epoch, replica.log.max_offset)
+    config = HAMasterConfig(ha_transfer_batch_size=100, ha_send_heartbeat_interval=200, **kwargs)
+    return HAMaster(
+        log=replica.log,
+        epochs=replica.epochs.cache,
+        address=replica.name,
+        sync_state_set=kwargs.pop("sync_state_set", frozenset({replica.name})),
+        confirm_offset=replica.log.max_offset,
+        reporter=ApproveLocally(),
+        config=config,
+    )
+
+
+def connector(nursery: trio.Nursery, master: HAMaster):
+    async def connect() -> trio.abc.Stream:
+        client, server = trio.testing.memory_stream_pair()
+        nursery.start_soon(master.serve, server)
+        return client
+
+    return connect
+
+
+async def inline(function, *args):
+    # No threads under the autojump clock: it would jump while a thread runs.
+    return function(*args)
+
+
+def make_slave(replica: Replica, connect, **config) -> HASlave:
+    return HASlave(
+        log=replica.log,
+        epoch_store=replica.epochs,
+        address=replica.name,
+        connect=connect,
+        config=HASlaveConfig(ha_send_heartbeat_interval=100, **config),
+        offload=inline,
+    )
+
+
+async def caught_up(master: Replica, *slaves: Replica) -> None:
+    with trio.fail_after(60):
+        while any(s.log.max_offset != master.log.max_offset for s in slaves):
+            await trio.sleep(0.05)
+
+
+def same(*replicas: Replica) -> bool:
+    first = replicas[0]
+    return all(
+        (r.log.base, r.log.data, r.epochs.cache)
+        == (first.log.base, first.log.data, first.epochs.cache)
+        for r in replicas
+    )
+
+
+async def run_term(master: Replica, epoch: int, slaves: list[Replica], rng, writes: int) -> None:
+    """One master term: serve the slaves while writing, until they hold everything."""
+    ha = make_master(master, epoch)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(ha.run)
+        clients = [make_slave(slave, connector(nursery, ha)) for slave in slaves]
+        for client in clients:
+            await nursery.start(client.run)
+        for _ in range(writes):
+            write(master, rng, 3)
+            ha.appended()
+            await trio.sleep(0.01)
+        await caught_up(master, *slaves)
+        nursery.cancel_scope.cancel()
+    assert [(c.connections, c.last_error) for c in clients] == [(1, None)] * len(clients)
+
+
+async def test_master_and_two_slaves_across_several_epochs(autojump_clock):
+    rng = random.Random(7)
+    a, b, c = Replica("a"), Replica("b"), Replica("c")
+    await run_term(a, 1, [b, c], rng, writes=5)
+    assert same(a, b, c)
+    write(a, rng, 4)  # a's unreplicated tail, then a fails
+    await run_term(b, 2, [c], rng, writes=3)
+    await run_term(b, 3, [a, c], rng, writes=3)  # a rejoins; its tail is cut
+    assert same(a, b, c)
+    write(b, rng, 2)  # b's tail, lost with b
+    await run_term(c, 5, [a, b], rng, writes=4)
+    assert same(a, b, c)
+    assert [e.epoch for e in c.epochs.cache] == [1, 2, 3, 5]
+    assert len(a.log.data) > 2000
+
+
+async def test_bad_slave_is_closed_and_the_others_keep_replicating(autojump_clock):
+    rng = random.Random(1)
+    m, good = Replica("m"), Replica("good")
+    ha = make_master(m, 1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(ha.run)
+        await nursery.start(make_slave(good, connector(nursery, ha)).run)
+        bad, server = trio.testing.memory_stream_pair()
+        nursery.start_soon(ha.serve, server)
+        await bad.send_all(struct.pack(">iq", 2, 0))  # an ack before any handshake
+        assert await bad.receive_some() == b""  # closed by the master
+        write(m, rng, 5)
+        ha.appended()
+        await caught_up(m, good)
+        nursery.cancel_scope.cancel()
+    assert same(m, good)
+
+
+async def test_raw_slave_speaks_bytes_to_the_master(autojump_clock):
+    m = Replica("m")
+    m.epochs.cache = EpochCache([EpochStart(3, 0)])
+    m.log.append(b"x" * 150)
+    ha = make_master(m, 4)
+    async with trio.open_nursery() as nursery:
+        raw, server = trio.testing.memory_stream_pair()
+        nursery.start_soon(ha.serve, server)
+        await raw.send_all(struct.pack(">ihhi", 1, 0, 0, 5) + b"raw:1".ljust(50, b"\0"))
+        decoder = MasterFrameDecoder()
+        frames = []
+        while not frames:
+            frames += decoder.feed(await raw.receive_some())
+        assert frames == [MasterHandshake(150, 4, (EpochStart(3, 0), EpochStart(4, 150)))]
+        await raw.send_all(struct.pack(">iq", 2, 120))
+        while sum(len(f.body) for f in frames[1:]) < 30:
+            frames += decoder.feed(await raw.receive_some())
+        assert frames[1:] == [Transfer(120, 3, 0, 150, b"x" * 30)]
+        await raw.send_all(struct.pack(">iq", 2, 151))  # beyond the master's max offset
+        with trio.fail_after(10):
+            while await raw.receive_some():  # heartbeats, then the close
+                pass
+        nursery.cancel_scope.cancel()
+
+
+async def test_slave_refuses_a_gap_and_reconnects(autojump_clock):
+    """A hand-written master sends a non-contiguous batch; the slave writes nothing of it."""
+    s = Replica("s")
+    s.log.append(b"a" * 10)
+    s.epochs.cache = EpochCache([EpochStart(1, 0)])
+    sessions = []
+
+    async def scripted_master(stream: trio.abc.Stream, gap: bool) -> None:
+        decoder = SlaveFrameDecoder()
+        frames = []
+        while len(frames) < 2:  # handshake, then the ack after truncation
+            frames += decoder.feed(await stream.receive_some())
+        sessions.append(frames[1])
+        offset = 12 if gap else 10
+        await stream.send_all(encode(Transfer(offset, 1, 0, 0, b"b" * 5)))
+        with trio.move_on_after(1):
+            while await stream.receive_some():
+                pass
+
+    async with trio.open_nursery() as nursery:
+
+        async def connect():
+            client, server = trio.testing.memory_stream_pair()
+            gap = len(sessions) == 0
+
+            async def serve():
+                await server.send_all(encode(MasterHandshake(20, 1, (EpochStart(1, 0),))))
+                await scripted_master(server, gap)
+
+            nursery.start_soon(serve)
+            return client
+
+        slave = make_slave(s, connect)
+        await nursery.start(slave.run)
+        with trio.fail_after(30):
+            while s.log.max_offset < 15:
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    assert sessions == [Ack(10), Ack(10)]
+    assert bytes(s.log.data) == b"a" * 10 + b"b" * 5
+    assert slave.connections == 2
+    assert isinstance(slave.last_error, HAProtocolError)
+
+
+async def test_synchronous_put_completes_on_ack_or_times_out(autojump_clock):
+    m, s = Replica("m"), Replica("s")
+    ha = make_master(m, 1, all_ack_in_sync_state_set=True)
+    ha.tracker.apply({"m", "s"})
+    async with trio.open_nursery() as nursery:
+        # s is a member but not connected: the put cannot complete.
+        end = m.log.append(b"p" * 50)
+        ha.appended()
+        assert (
+            await ha.wait_replicated(end, timeout_ms=500) == ReplicationStatus.FLUSH_SLAVE_TIMEOUT
+        )
+        await nursery.start(make_slave(s, connector(nursery, ha)).run)
+        end = m.log.append(b"q" * 50)
+        ha.appended()
+        assert await ha.wait_replicated(end, timeout_ms=5000) == ReplicationStatus.PUT_OK
+        assert s.log.max_offset >= end, (
+            ha.tracker.slaves,
+            ha.tracker.effective_sync_state_set,
+            s.log.max_offset,
+            m.log.max_offset,
+        )
+        nursery.cancel_scope.cancel()
+
+
+async def test_shrink_when_a_slave_stalls_and_expand_when_it_returns(autojump_clock):
+    rng = random.Random(3)
+    m, s = Replica("m"), Replica("s")
+    ha = make_master(m, 1, ha_max_time_slave_not_catchup=2000)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(ha.run)
+        slave_scope = trio.CancelScope()
+
+        async def run_slave():
+            with slave_scope:
+                await make_slave(s, connector(nursery, ha)).run()
+
+        nursery.start_soon(run_slave)
+        write(m, rng, 3)
+        ha.appended()
+        await caught_up(m, s)
+        with trio.fail_after(10):
+            while ha.tracker.sync_state_set != {"m", "s"}:
+                await trio.sleep(0.1)
+        slave_scope.cancel()  # s stalls
+        write(m, rng, 3)
+        ha.appended()
+        with trio.fail_after(10):
+            while ha.tracker.sync_state_set != {"m"}:
+                await trio.sleep(0.1)
+        nursery.start_soon(make_slave(s, connector(nursery, ha)).run)
+        await caught_up(m, s)
+        with trio.fail_after(10):
+            while ha.tracker.sync_state_set != {"m", "s"}:
+                await trio.sleep(0.1)
+        nursery.cancel_scope.cancel()
+
+
+class Killed(BaseException):
+    """The process dies (not an error the slave handles)."""
+
+
+class DieOnFirstSave:
+    def __init__(self, store) -> None:
+        self.store = store
+
+    def load(self) -> EpochCache:
+        return self.store.load()
+
+    def save(self, cache: EpochCache) -> None:
+        raise Killed
+
+
+async def test_kill_right_after_truncation_leaves_no_stale_tail(autojump_clock, tmp_path):
+    rng = random.Random(5)
+    m, s = Replica("m"), Replica("s")
+    s.epochs = EpochCheckpointFile(tmp_path)
+    await run_term(m, 1, [s], rng, writes=2)
+    write(s, rng, 3)  # s was briefly master in epoch 2; nobody copied its tail
+    s.epochs.save(s.epochs.load().append(2, m.log.max_offset))
+    ha = make_master(m, 3)
+    write(m, rng, 2)
+    with pytest.raises(BaseExceptionGroup) as info:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(ha.run)
+            store, s.epochs = s.epochs, DieOnFirstSave(s.epochs)
+            await nursery.start(make_slave(s, connector(nursery, ha)).run)
+    assert info.group_contains(Killed)
+    s.epochs = store
+    # The log was cut at the consistent point before the epoch file changed.
+    assert s.log.max_offset == m.epochs.cache.find(3).start_offset
+    assert s.epochs.load().last_epoch == 2
+    async with trio.open_nursery() as nursery:  # restart
+        await nursery.start(ha.run)
+        await nursery.start(make_slave(s, connector(nursery, ha)).run)
+        await caught_up(m, s)
+        nursery.cancel_scope.cancel()
+    assert (s.log.base, s.log.data) == (m.log.base, m.log.data)
+    assert s.epochs.load() == m.epochs.cache
+
+
+async def test_replication_over_tcp_loopback():
+    rng = random.Random(11)
+    m, s1, s2 = Replica("m"), Replica("s1"), Replica("s2")
+    ha = make_master(m, 1)
+    write(m, rng, 20)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(ha.run)
+        (listener,) = await nursery.start(
+            functools.partial(trio.serve_tcp, ha.serve, 0, host="127.0.0.1")
+        )
+        port = listener.socket.getsockname()[1]
+
+        async def connect() -> trio.abc.Stream:
+            return await trio.open_tcp_stream("127.0.0.1", port)
+
+        for slave in (s1, s2):
+            await nursery.start(make_slave(slave, connect).run)
+        for _ in range(5):
+            write(m, rng, 10)
+            ha.appended()
+            await trio.sleep(0)
+        await caught_up(m, s1, s2)
+        nursery.cancel_scope.cancel()
+    assert same(m, s1, s2)

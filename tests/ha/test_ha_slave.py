@@ -1,0 +1,183 @@
+"""The slave's connection state machine, fed raw bytes by a hand-written master."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from framework.ha.epoch import EpochCache, EpochStart
+from framework.ha.errors import HAProtocolError, NoConsistentPoint
+from framework.ha.slave import RecordEpoch, Send, SlaveConnection, SlaveLog, Truncate, WriteAt
+from framework.protocol.ha import HAConnectionState, HAFrameError
+
+
+def cache(*pairs):
+    return EpochCache(EpochStart(e, s) for e, s in pairs)
+
+
+def master_handshake(max_offset, epoch, *pairs):
+    body = b"".join(struct.pack(">iq", e, s) for e, s in pairs)
+    return struct.pack(">iiqi", 1, len(body), max_offset, epoch) + body
+
+
+def transfer(offset, epoch, epoch_start, confirm, body=b""):
+    return struct.pack(">iiqiqq", 2, len(body), offset, epoch, epoch_start, confirm) + body
+
+
+def ack(offset):
+    return Send(struct.pack(">iq", 2, offset))
+
+
+def started(**kwargs):
+    conn = SlaveConnection(address="10.0.0.3:10912", now_ms=0, **kwargs)
+    flag = int(kwargs.get("is_sync_from_last_file", False))
+    first = conn.start()
+    assert first == struct.pack(">ihhi", 1, flag, 0, 14) + b"10.0.0.3:10912".ljust(50, b"\0")
+    assert conn.state == HAConnectionState.HANDSHAKE
+    return conn
+
+
+def test_handshake_truncates_the_unacked_tail_then_acks():
+    conn = started()
+    local = SlaveLog(max_offset=150, min_offset=0, epochs=cache((1, 0)))
+    actions = conn.receive_data(master_handshake(200, 2, (1, 0), (2, 100)), local, 0)
+    assert actions == [Truncate(100, cache((1, 0))), ack(100)]
+    assert conn.state == HAConnectionState.TRANSFER
+    assert conn.max_offset == 100
+
+
+def test_handshake_drops_a_lost_epoch_even_without_cutting_bytes():
+    conn = started()
+    local = SlaveLog(100, 0, cache((1, 0), (2, 100)))
+    actions = conn.receive_data(master_handshake(180, 3, (1, 0), (3, 100)), local, 0)
+    assert actions == [Truncate(100, cache((1, 0))), ack(100)]
+
+
+def test_handshake_without_divergence_only_acks():
+    conn = started()
+    local = SlaveLog(50, 0, cache((1, 0)))
+    actions = conn.receive_data(master_handshake(400, 3, (1, 0), (2, 100), (3, 200)), local, 0)
+    assert actions == [ack(50)]
+
+
+def test_epochless_bytes_are_dropped():
+    conn = started()
+    actions = conn.receive_data(master_handshake(10, 1, (1, 0)), SlaveLog(70, 20, cache()), 0)
+    assert actions == [Truncate(20, cache()), ack(20)]
+    conn = started()
+    actions = conn.receive_data(master_handshake(10, 1, (1, 0)), SlaveLog(0, 0, cache()), 0)
+    assert actions == [ack(0)]
+
+
+def test_no_consistent_point():
+    conn = started()
+    with pytest.raises(NoConsistentPoint, match="no shared epoch"):
+        conn.receive_data(master_handshake(80, 2, (2, 0)), SlaveLog(50, 0, cache((1, 0))), 0)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        master_handshake(10, 1),  # no epochs
+        master_handshake(10, 2, (1, 0)),  # last epoch is not the header's
+        master_handshake(10, 1, (1, 20)),  # starts past the max offset
+        master_handshake(10, 2, (2, 0), (1, 5)),  # out of order
+    ],
+)
+def test_bad_master_handshake(raw):
+    conn = started()
+    with pytest.raises(HAProtocolError):
+        conn.receive_data(raw, SlaveLog(0, 0, cache()), 0)
+
+
+def in_transfer(max_offset=100, epochs=((1, 0),), min_offset=0):
+    conn = started()
+    local = SlaveLog(max_offset, min_offset, cache(*epochs))
+    last_epoch = epochs[-1][0] if epochs else 1
+    conn.receive_data(master_handshake(max_offset, last_epoch, *(epochs or [(1, 0)])), local, 0)
+    return conn, local
+
+
+def test_contiguous_batches_are_written_and_acked():
+    conn, local = in_transfer()
+    actions = conn.receive_data(
+        transfer(100, 1, 0, 60, b"abc") + transfer(103, 1, 0, 200), local, 0
+    )
+    assert actions == [WriteAt(100, b"abc"), ack(103), ack(103)]
+    assert conn.confirm_offset == 103  # never past the local max offset
+
+
+def test_new_epoch_is_recorded_before_its_bytes():
+    conn, local = in_transfer()
+    actions = conn.receive_data(transfer(100, 4, 100, 0, b"zz"), local, 0)
+    new = cache((1, 0), (4, 100))
+    assert actions == [RecordEpoch(4, 100, new), WriteAt(100, b"zz"), ack(102)]
+    assert conn.epochs == new
+
+
+@pytest.mark.parametrize(
+    ("raw", "match"),
+    [
+        (transfer(101, 1, 0, 0, b"x"), "not contiguous"),
+        (transfer(99, 1, 0, 0, b"x"), "not contiguous"),
+        (transfer(90, 1, 0, 0), "not contiguous"),
+        (transfer(100, 1, 5, 0, b"x"), "epoch 1 starts at 5, locally at 0"),
+        (transfer(100, 3, 90, 0, b"x"), "new epoch 3 starts at 90"),
+        (transfer(100, 3, 101, 0, b"x"), "new epoch 3 starts at 101"),
+        (master_handshake(0, 1, (1, 0)), "master handshake in state TRANSFER"),
+    ],
+)
+def test_transfer_errors_write_nothing(raw, match):
+    conn, local = in_transfer()
+    with pytest.raises(HAProtocolError, match=match):
+        conn.receive_data(raw, local, 0)
+    assert conn.max_offset == 100
+    assert conn.epochs == cache((1, 0))
+
+
+def test_epoch_going_back():
+    conn, local = in_transfer(epochs=((1, 0), (3, 50)))
+    with pytest.raises(HAProtocolError, match="went back from 3 to 2"):
+        conn.receive_data(transfer(100, 2, 60, 0, b"x"), local, 0)
+
+
+def test_transfer_before_handshake():
+    conn = started()
+    with pytest.raises(HAProtocolError, match="transfer in state HANDSHAKE"):
+        conn.receive_data(transfer(0, 1, 0, 0), SlaveLog(0, 0, cache()), 0)
+
+
+def test_empty_log_may_start_ahead():
+    conn = started(is_sync_from_last_file=True)
+    local = SlaveLog(0, 0, cache())
+    assert conn.receive_data(master_handshake(1000, 2, (1, 0), (2, 700)), local, 0) == [ack(0)]
+    actions = conn.receive_data(transfer(768, 2, 700, 0, b"q"), local, 0)
+    assert actions == [RecordEpoch(2, 700, cache((2, 700))), WriteAt(768, b"q"), ack(769)]
+    with pytest.raises(HAProtocolError, match="not contiguous"):
+        conn.receive_data(transfer(800, 2, 700, 0, b"q"), local, 0)
+
+
+def test_periodic_ack():
+    conn = SlaveConnection(address="s", now_ms=0, ack_interval_ms=500)
+    assert conn.poll(10_000) is None  # not in TRANSFER yet
+    conn.start()
+    conn.receive_data(master_handshake(5, 1, (1, 0)), SlaveLog(5, 0, cache((1, 0))), 100)
+    assert conn.ack_due_ms() == 600
+    assert conn.poll(599) is None
+    assert conn.poll(600) == struct.pack(">iq", 2, 5)
+    assert conn.poll(700) is None
+
+
+def test_frame_errors_surface():
+    conn = started(max_body_size=16)
+    with pytest.raises(HAFrameError, match="bodySize"):
+        conn.receive_data(transfer(0, 1, 0, 0, b"x" * 17), SlaveLog(0, 0, cache()), 0)
+
+
+def test_bad_address_and_double_start():
+    with pytest.raises(HAFrameError, match="address"):
+        SlaveConnection(address="x" * 51, now_ms=0)
+    conn = started()
+    with pytest.raises(ValueError, match="start"):
+        conn.start()

@@ -1,0 +1,236 @@
+"""SyncStateSet shrink / expand, confirmOffset, and synchronous puts (incl. RocketMQ 5663)."""
+
+from __future__ import annotations
+
+import pytest
+
+from framework.ha.sync_replication import (
+    PutResult,
+    ReplicationStatus,
+    SyncReplication,
+    replicated_offset,
+)
+from framework.ha.sync_state import SyncStateTracker
+
+MAX_LAG = 15_000
+
+
+def tracker(members=("a",), epoch_start=100, confirm=0, started=0):
+    return SyncStateTracker(
+        master="a",
+        sync_state_set=members,
+        epoch_start_offset=epoch_start,
+        confirm_offset=confirm,
+        started_ms=started,
+        max_time_slave_not_catchup_ms=MAX_LAG,
+    )
+
+
+def test_master_is_always_a_member():
+    assert tracker(members=()).sync_state_set == {"a"}
+
+
+def test_confirm_offset_is_the_min_ack_and_holds_for_unknown_members():
+    t = tracker(members=("a", "b", "c"), confirm=50)
+    assert t.confirm_offset(500) == 50  # b and c have not acked in this term
+    t.slave_connected("b", is_async_learner=False, now_ms=0)
+    t.slave_acked("b", 300, 0)
+    assert t.confirm_offset(500) == 50  # c still unknown
+    t.slave_acked("c", 200, 0)
+    assert t.confirm_offset(500) == 200
+    t.apply({"a", "b"})
+    assert t.confirm_offset(500) == 300
+    t.apply({"a", "b", "c"})
+    assert t.confirm_offset(500) == 300  # never goes back
+    assert tracker().confirm_offset(77) == 77  # alone, the master confirms its own log
+
+
+def test_shrink_a_stalled_slave_after_the_lag_limit():
+    t = tracker(members=("a", "b", "c"))
+    for s in "bc":
+        t.slave_connected(s, is_async_learner=False, now_ms=0)
+    t.slave_acked("b", 150, 1_000)
+    t.slave_acked("c", 150, 9_000)
+    assert t.maybe_shrink(16_000) is None
+    assert t.maybe_shrink(16_001) == {"a", "c"}
+    assert t.pending == {"a", "c"}
+    assert t.maybe_shrink(30_000) is None  # one proposal at a time
+    # Until the controller confirms, b still counts.
+    assert t.effective_sync_state_set == {"a", "b", "c"}
+    t.apply({"a", "c"})
+    assert t.effective_sync_state_set == {"a", "c"}
+
+
+def test_never_connected_member_gets_a_grace_period():
+    t = tracker(members=("a", "b"), started=5_000)
+    assert t.maybe_shrink(20_000) is None
+    assert t.maybe_shrink(20_001) == {"a"}
+
+
+def test_disconnected_member_keeps_ageing():
+    t = tracker(members=("a", "b"))
+    t.slave_connected("b", is_async_learner=False, now_ms=0)
+    t.slave_acked("b", 150, 4_000)
+    t.slave_disconnected("b")
+    assert t.maybe_shrink(19_000) is None
+    assert t.maybe_shrink(19_001) == {"a"}
+
+
+def test_async_learner_never_counts():
+    t = tracker(members=("a", "l"))
+    t.slave_connected("l", is_async_learner=True, now_ms=0)
+    t.slave_acked("l", 10, 0)
+    assert t.effective_sync_state_set == {"a"}
+    assert t.confirm_offset(500) == 500
+    assert t.maybe_shrink(1) == {"a"}
+    t.apply({"a"})
+    t.slave_acked("l", 500, 1)
+    assert t.maybe_expand("l", 500) is None
+
+
+def test_expand_when_caught_up_within_the_epoch():
+    t = tracker(members=("a", "b"), epoch_start=100)
+    t.slave_connected("b", is_async_learner=False, now_ms=0)
+    t.slave_connected("c", is_async_learner=False, now_ms=0)
+    t.slave_acked("b", 400, 0)
+    t.slave_acked("c", 399, 0)
+    assert t.confirm_offset(1000) == 400
+    assert t.maybe_expand("c", 1000) is None  # below confirmOffset
+    assert t.maybe_expand("b", 1000) is None  # already a member
+    assert t.maybe_expand("x", 1000) is None  # unknown
+    t.slave_acked("c", 400, 0)
+    assert t.maybe_expand("c", 1000) == {"a", "b", "c"}
+
+
+def test_no_expand_on_a_tail_from_before_this_masters_epoch():
+    # Alone in the set, the confirmOffset is the master's own max; a slave
+    # reporting an offset below this term's start has not truncated against
+    # this master yet.
+    t = tracker(members=("a",), epoch_start=100)
+    t.slave_connected("b", is_async_learner=False, now_ms=0)
+    t.slave_acked("b", 90, 0)
+    assert t.maybe_expand("b", 90) is None
+    t.slave_acked("b", 100, 0)
+    assert t.maybe_expand("b", 100) == {"a", "b"}
+
+
+def test_no_expand_when_disconnected_or_while_a_proposal_is_in_flight():
+    t = tracker(members=("a",), epoch_start=0)
+    for s in "bc":
+        t.slave_connected(s, is_async_learner=False, now_ms=0)
+        t.slave_acked(s, 10, 0)
+    assert t.maybe_expand("b", 10) == {"a", "b"}
+    assert t.maybe_expand("c", 10) is None
+    t.proposal_failed()
+    t.slave_disconnected("c")
+    assert t.maybe_expand("c", 10) is None
+    assert t.maybe_expand("b", 10) == {"a", "b"}
+
+
+def test_rocketmq_5663_expand_in_flight_counts_the_new_member():
+    """A proposes {A, B}; a put acked only by A must not complete before B has it."""
+    t = tracker(members=("a",), epoch_start=0)
+    puts = SyncReplication(all_ack_in_sync_state_set=True)
+    t.slave_connected("b", is_async_learner=False, now_ms=0)
+    t.slave_acked("b", 100, 0)
+    assert t.maybe_expand("b", 100) == {"a", "b"}  # sent to the controller
+    # The master appends a message ending at 150 while the proposal is in flight.
+    assert (
+        puts.add("put-1", 150, deadline_ms=3_000, sync_state_set=t.effective_sync_state_set) is None
+    )
+    acks = {m: t.ack_offset(m, 150) for m in t.effective_sync_state_set}
+    assert puts.update(acks, t.effective_sync_state_set) == []  # a alone is not enough
+    assert t.confirm_offset(150) == 100
+    # The controller applied {A, B} but its answer is lost: A keeps the union,
+    # so if A dies now, electing B loses nothing acked. When B acks, the put completes.
+    t.slave_acked("b", 150, 10)
+    acks = {m: t.ack_offset(m, 150) for m in t.effective_sync_state_set}
+    assert puts.update(acks, t.effective_sync_state_set) == [
+        PutResult("put-1", ReplicationStatus.PUT_OK)
+    ]
+
+
+# -- synchronous puts ---------------------------------------------------------------
+
+
+def test_replicated_offset():
+    acks = {"a": 500, "b": 300, "c": 400, "x": 999}
+    assert replicated_offset(acks, {"a", "b", "c"}, 1) == 500
+    assert replicated_offset(acks, {"a", "b", "c"}, 2) == 400
+    assert replicated_offset(acks, {"a", "b", "c"}, 3) == 300
+    assert replicated_offset(acks, {"a", "b", "d"}, 3) == -1
+    assert replicated_offset(acks, {"a"}, 2) == -1
+    with pytest.raises(ValueError):
+        replicated_offset(acks, {"a"}, 0)
+
+
+def test_all_ack_waits_for_every_member_in_offset_order():
+    puts = SyncReplication(all_ack_in_sync_state_set=True, min_in_sync_replicas=1)
+    members = frozenset({"a", "b", "c"})
+    for i, end in enumerate((100, 200, 300)):
+        assert puts.add(i, end, 10_000, members) is None
+    assert puts.update({"a": 300, "b": 300, "c": 150}, members) == [
+        PutResult(0, ReplicationStatus.PUT_OK)
+    ]
+    assert puts.update({"a": 300, "b": 250, "c": 300}, members) == [
+        PutResult(1, ReplicationStatus.PUT_OK)
+    ]
+    assert len(puts) == 1
+
+
+def test_min_in_sync_replicas():
+    puts = SyncReplication(min_in_sync_replicas=2)
+    members = frozenset({"a", "b", "c"})
+    puts.add("p", 100, 10_000, members)
+    assert puts.update({"a": 100, "x": 100}, members) == []  # x is not a member
+    assert puts.update({"a": 100, "c": 120}, members) == [PutResult("p", ReplicationStatus.PUT_OK)]
+
+
+def test_in_sync_replicas_not_enough():
+    puts = SyncReplication(min_in_sync_replicas=2)
+    assert puts.add("p", 100, 10_000, frozenset({"a"})) == PutResult(
+        "p", ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
+    )
+    assert len(puts) == 0
+
+
+def test_timeout_gives_flush_slave_timeout():
+    puts = SyncReplication(all_ack_in_sync_state_set=True)
+    members = frozenset({"a", "b"})
+    puts.add("early", 100, 1_000, members)
+    puts.add("late", 200, 5_000, members)
+    assert puts.next_deadline_ms() == 1_000
+    assert puts.expire(999) == []
+    assert puts.expire(1_000) == [PutResult("early", ReplicationStatus.FLUSH_SLAVE_TIMEOUT)]
+    assert puts.next_deadline_ms() == 5_000
+    assert puts.update({"a": 200, "b": 200}, members) == [
+        PutResult("late", ReplicationStatus.PUT_OK)
+    ]
+    assert puts.next_deadline_ms() is None
+
+
+def test_bad_setting():
+    with pytest.raises(ValueError, match="min_in_sync_replicas"):
+        SyncReplication(min_in_sync_replicas=0)
+
+
+def test_discard_forgets_a_put():
+    puts = SyncReplication()
+    members = frozenset({"a"})
+    puts.add("gone", 100, 1_000, members)
+    puts.add("kept", 100, 1_000, members)
+    puts.discard("gone")
+    assert puts.update({"a": 100}, members) == [PutResult("kept", ReplicationStatus.PUT_OK)]
+
+
+def test_reconnect_forgets_the_old_ack_and_overlapping_connections_count():
+    t = tracker(members=("a", "b"), confirm=10)
+    t.slave_connected("b", is_async_learner=False, now_ms=0)
+    t.slave_acked("b", 300, 0)
+    assert t.confirm_offset(500) == 300
+    t.slave_connected("b", is_async_learner=False, now_ms=0)  # a second connection
+    assert t.slaves["b"].ack_offset == -1
+    t.slave_disconnected("b")  # the old one closes late
+    assert t.slaves["b"].connected
+    t.slave_disconnected("b")
+    assert not t.slaves["b"].connected
