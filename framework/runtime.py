@@ -11,9 +11,11 @@ gracefully on SIGINT or SIGTERM.
 Every node has an RPC client (``node.rpc``: ``await node.rpc.invoke(address,
 code, ...)`` over whichever transport the address names) and an RPC server
 (``node.rpc_server``), which accepts connections on ``config.listen`` once
-every service has started, so services register their handlers first. When any service raises, every other
-service is cancelled and ``open_node`` raises ``ServiceCrashed`` naming the
-service, instead of leaving a half-alive node behind.
+every service has started, so services register their handlers first.
+
+When any service raises, every other service is cancelled and ``open_node``
+raises ``ServiceCrashed`` naming the service, instead of leaving a
+half-alive node behind.
 """
 
 from __future__ import annotations

@@ -3,16 +3,9 @@
 import attrs
 import pytest
 
-from framework.config import (
-    NodeConfig,
-    StoreConfig,
-    describe,
-    from_mapping,
-    load_toml,
-    positive,
-    setting,
-)
+from framework.config import NodeConfig, StoreConfig
 from framework.errors import ConfigError
+from framework.settings import describe, from_mapping, load_toml, positive, setting
 
 
 def test_toml_round_trip(tmp_path):

@@ -4,12 +4,16 @@ triomq itself, of host applications that embed it, and of third-party plugins.
 Fixtures:
 
 - ``triomq_plugins``: a ``PluginManager`` holding every discovered plugin.
+- ``inproc_network``: a fresh, isolated in-process network (from the
+  ``inproc`` transport plugin) for partitions, delays and dropped links;
+  ``inproc_network_name`` is its name, for ``[transport.options.inproc] network``.
 - ``temporary_node``: ``async with temporary_node(name=..., role=...) as node``
   runs a node whose store root is a fresh folder under ``tmp_path``.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -27,6 +31,21 @@ from framework.runtime import Node, open_node
 def triomq_plugins() -> PluginManager:
     """Every plugin found by entry point; tests may register more on it."""
     return PluginManager.discover()
+
+
+_networks = itertools.count()
+
+
+@pytest.fixture
+def inproc_network_name() -> str:
+    """A network name no other test uses."""
+    return f"pytest-{next(_networks)}"
+
+
+@pytest.fixture
+def inproc_network(triomq_plugins: PluginManager, inproc_network_name: str) -> Any:
+    """The isolated in-process network named ``inproc_network_name``."""
+    return triomq_plugins.transport("inproc", {"network": inproc_network_name}).network
 
 
 @pytest.fixture

@@ -1,0 +1,212 @@
+"""HA replication benchmark: master -> slave throughput and the latency of synchronous puts.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/ha.py
+
+Everything runs in one process and one trio loop, over TCP loopback, with
+real broker nodes (``framework.open_node``, role ``broker``, mmap store):
+
+- **replication**: a master's commit log is filled beforehand with
+  ``--megabytes`` of records; a fresh slave node starts and the clock runs
+  until its mmap commit log holds every byte (handshake, transfer, slave
+  writes and indexes, acks). Side by side, in the same run, a raw trio
+  socket bulk transfer of the same bytes (the master's log read back, sent
+  in 256 KiB chunks, received and dropped): the limit for one trio loop.
+- **put latency**: ``--puts`` sequential ``Producer.send`` calls (1 KiB
+  body), first to a master alone (``min_in_sync_replicas = 1``: no wait),
+  then to a master with one slave and ``all_ack_in_sync_state_set`` (each
+  put waits for the slave's ack). Flush policy ``none`` in both, so the
+  difference is the replication.
+
+It prints Markdown tables; BENCHMARKS.md's "HA replication" section comes
+from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import tempfile
+import time
+import tomllib
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+
+import trio
+
+import framework.broker.plugin
+from framework.broker.client import Producer
+from framework.broker.service import broker_of
+from framework.config import NodeConfig, from_mapping
+from framework.plugins import PluginManager
+from framework.protocol.message import MessageRecord
+from framework.runtime import open_node
+
+SEGMENT = 256 << 20
+CHUNK = 256 * 1024
+
+
+def plugins() -> PluginManager:
+    pm = PluginManager.discover(disable={"broker"})
+    pm.register(framework.broker.plugin, name="broker")
+    return pm
+
+
+def broker_config(name: str, root: Path, *, broker_id: int = 0, master: str = "",
+                  extra: str = "") -> NodeConfig:
+    text = f"""
+name = "{name}"
+role = "broker"
+listen = "tcp://127.0.0.1:0"
+log_level = "WARNING"
+[store]
+path = "{root / name}"
+options = {{ segment_size = {SEGMENT} }}
+[broker]
+broker_id = {broker_id}
+ha_listen_port = 0
+ha_master_address = "{master}"
+flush_policy = "none"
+{extra}
+"""
+    return from_mapping(NodeConfig, tomllib.loads(text))
+
+
+@asynccontextmanager
+async def broker(pm: PluginManager, name: str, root: Path, **kwargs):
+    async with open_node(broker_config(name, root, **kwargs), plugins=pm) as node:
+        yield broker_of(node)
+
+
+def fill(pm: PluginManager, root: Path, megabytes: int, body_size: int) -> int:
+    """Write ``megabytes`` of records into a fresh master store; return the log's size."""
+    log = pm.log_store("commitlog", "mmap")(str(root / "master"), {"segment_size": SEGMENT})
+    body = os.urandom(body_size)
+    records = [MessageRecord(topic="BenchTopic", body=body, queue_id=i % 8,
+                             born_host=("10.0.0.1", 50000), store_host=("10.0.0.2", 10911),
+                             properties={"TAGS": "tag", "UNIQ_KEY": f"{i:032X}"})
+               for i in range(256)]
+    while log.max_offset < megabytes << 20:
+        log.append_batch(records)
+    size = log.max_offset
+    log.close()
+    return size
+
+
+async def raw_transfer(data_source, size: int) -> float:
+    """Seconds to send ``size`` bytes over a trio TCP loopback socket and receive them."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    received = 0
+    done = trio.Event()
+
+    async def receive(stream: trio.abc.Stream) -> None:
+        nonlocal received
+        while received < size:
+            data = await stream.receive_some(CHUNK)
+            if not data:
+                break
+            received += len(data)
+        done.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, receive, listeners)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        start = time.perf_counter()
+        offset = 0
+        while offset < size:
+            chunk = data_source(offset, CHUNK)
+            await stream.send_all(chunk)
+            offset += len(chunk)
+        await done.wait()
+        elapsed = time.perf_counter() - start
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+    return elapsed
+
+
+async def replication(pm: PluginManager, root: Path, megabytes: int, body_size: int,
+                      batch: int) -> tuple[int, float, float]:
+    """(bytes, seconds to replicate them to a fresh slave, seconds of the raw transfer)."""
+    size = await trio.to_thread.run_sync(fill, pm, root, megabytes, body_size)
+    extra = f"ha_transfer_batch_size = {batch}"
+    async with broker(pm, "master", root, extra=extra) as master:
+        raw = await raw_transfer(master.log.read, size)
+        start = time.perf_counter()
+        async with broker(pm, "slave", root, broker_id=1, master=master.ha_address,
+                          extra=extra) as slave:
+            with trio.fail_after(600):
+                while slave.log.max_offset < size:
+                    await trio.sleep(0.001)
+            elapsed = time.perf_counter() - start
+    return size, elapsed, raw
+
+
+async def put_latencies(pm: PluginManager, root: Path, puts: int, with_slave: bool
+                        ) -> list[float]:
+    """Latency of each of ``puts`` sequential sends, in ms."""
+    extra = "all_ack_in_sync_state_set = true" if with_slave else ""
+    tag = "sync" if with_slave else "alone"
+    body = os.urandom(1024)
+    async with AsyncExitStack() as stack:
+        client = await stack.enter_async_context(
+            open_node(from_mapping(NodeConfig, {"name": "client"}), plugins=pm))
+        master = await stack.enter_async_context(broker(pm, f"m-{tag}", root, extra=extra))
+        if with_slave:
+            await stack.enter_async_context(
+                broker(pm, f"s-{tag}", root, broker_id=1, master=master.ha_address, extra=extra))
+            while len(master.replicas.sync_state_set) < 2:
+                await trio.sleep(0.01)
+        producer = Producer(client.rpc, master.node.address)
+        for _ in range(min(200, puts)):  # warm up the connections
+            await producer.send("Lat", body)
+        latencies = []
+        for _ in range(puts):
+            start = time.perf_counter()
+            await producer.send("Lat", body)
+            latencies.append((time.perf_counter() - start) * 1000)
+    return latencies
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+async def main(args: argparse.Namespace) -> None:
+    pm = plugins()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
+          f"{platform.python_version()}, trio {trio.__version__}\n")
+    print("| body | batch | bytes | raw trio TCP MB/s | HA replication MB/s | vs raw |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for body_size, batch in [(1024, 32 * 1024), (1024, 256 * 1024), (16 * 1024, 256 * 1024)]:
+        with tempfile.TemporaryDirectory(prefix="triomq-ha-bench-") as tmp:
+            size, elapsed, raw = await replication(pm, Path(tmp), args.megabytes, body_size,
+                                                   batch)
+        mb = size / 1e6
+        print(f"| {body_size} B | {batch // 1024} KiB | {size:,} | {mb / raw:,.0f} | "
+              f"{mb / elapsed:,.0f} | {raw / elapsed:.0%} |")
+    print("\n| put (1 KiB, sequential) | p50 ms | p99 ms | puts/s |")
+    print("| --- | ---: | ---: | ---: |")
+    results = {}
+    for with_slave in (False, True):
+        with tempfile.TemporaryDirectory(prefix="triomq-ha-bench-") as tmp:
+            lat = await put_latencies(pm, Path(tmp), args.puts, with_slave)
+        label = "master + 1 slave, all_ack" if with_slave else "master alone"
+        results[with_slave] = lat
+        print(f"| {label} | {percentile(lat, 50):.3f} | {percentile(lat, 99):.3f} | "
+              f"{len(lat) / (sum(lat) / 1000):,.0f} |")
+    added50 = percentile(results[True], 50) - percentile(results[False], 50)
+    added99 = percentile(results[True], 99) - percentile(results[False], 99)
+    print(f"| added by synchronous replication | {added50:.3f} | {added99:.3f} | |")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--megabytes", type=int, default=128,
+                        help="size of the log to replicate (default 128)")
+    parser.add_argument("--puts", type=int, default=3000,
+                        help="sequential puts per latency run (default 3000)")
+    trio.run(main, parser.parse_args())

@@ -1,0 +1,133 @@
+"""A small producer: send messages to a broker master over any RPC client.
+
+::
+
+    async with framework.open_node(config) as node:
+        producer = Producer(node.rpc, "tcp://10.0.0.1:10911")
+        result = await producer.send("orders", b"...", tags="paid", keys="o-1")
+        result.physical_offset
+
+A non-success answer raises a ``SendError`` subclass named after the code;
+``FlushSlaveTimeout`` and ``FlushDiskTimeout`` carry the ``SendResult`` of
+the message the master did store.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+import attrs
+
+from framework.broker.codes import RequestCode, ResponseCode
+from framework.broker.headers import SendHeader, encode_send_header, parse_offset_msg_id
+from framework.errors import TriomqError
+from framework.protocol.remoting import RemotingCommand
+from framework.rpc import DEFAULT_TIMEOUT, RpcClient
+
+__all__ = [
+    "FlushDiskTimeout",
+    "FlushSlaveTimeout",
+    "Producer",
+    "SendError",
+    "SendResult",
+    "ServiceNotAvailable",
+]
+
+
+@attrs.frozen
+class SendResult:
+    """Where a message went: ids, queue and commit-log offsets."""
+
+    msg_id: str
+    offset_msg_id: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+
+
+class SendError(TriomqError):
+    """The broker answered a send with ``code`` (not SUCCESS); ``remark`` says why."""
+
+    def __init__(self, address: str, code: int, remark: str | None,
+                 result: SendResult | None = None) -> None:
+        self.address = address
+        self.code = code
+        self.remark = remark
+        #: Where the message was stored, when the broker stored it.
+        self.result = result
+        name = ResponseCode(code).name if code in set(ResponseCode) else str(code)
+        super().__init__(f"send to {address}: {name} ({code}): {remark or 'no remark'}")
+
+
+class FlushSlaveTimeout(SendError):
+    """Stored on the master, not acked by enough replicas in time."""
+
+
+class FlushDiskTimeout(SendError):
+    """Stored on the master, not flushed to disk in time."""
+
+
+class ServiceNotAvailable(SendError):
+    """The broker does not take messages now (e.g. it is a slave)."""
+
+
+_ERRORS: Mapping[int, type[SendError]] = {
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: FlushSlaveTimeout,
+    ResponseCode.FLUSH_DISK_TIMEOUT: FlushDiskTimeout,
+    ResponseCode.SERVICE_NOT_AVAILABLE: ServiceNotAvailable,
+}
+
+
+class Producer:
+    """Sends messages to the broker at ``address`` with ``rpc`` (e.g. ``node.rpc``)."""
+
+    def __init__(self, rpc: RpcClient, address: str, *, group: str = "DEFAULT_PRODUCER",
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.rpc = rpc
+        self.address = address
+        self.group = group
+        self.timeout = timeout
+
+    async def send(self, topic: str, body: bytes, *, tags: str | None = None,
+                   keys: str | None = None, queue_id: int = 0,
+                   properties: Mapping[str, str] | None = None) -> SendResult:
+        """Send one message (SEND_MESSAGE_V2) and return where it was stored.
+
+        Raises a ``SendError`` for a non-success answer, and the RPC errors
+        (``RpcTimeout``, ``RpcConnectionError``) when no answer comes.
+        """
+        msg_id = uuid.uuid4().hex.upper()
+        props = dict(properties or {})
+        if tags is not None:
+            props["TAGS"] = tags
+        if keys is not None:
+            props["KEYS"] = keys
+        props["UNIQ_KEY"] = msg_id
+        header = SendHeader(topic=topic, producer_group=self.group, queue_id=queue_id,
+                            properties=props)
+        response = await self.rpc.invoke(self.address, RequestCode.SEND_MESSAGE_V2,
+                                         encode_send_header(header), body,
+                                         timeout=self.timeout)
+        result = _result(msg_id, response)
+        if response.code != ResponseCode.SUCCESS:
+            error = _ERRORS.get(response.code, SendError)
+            raise error(self.address, response.code, response.remark, result)
+        if result is None:
+            raise SendError(self.address, response.code, "the answer has no msgId")
+        return result
+
+
+def _result(msg_id: str, response: RemotingCommand) -> SendResult | None:
+    fields = response.ext_fields
+    offset_id = fields.get("msgId")
+    if offset_id is None:
+        return None
+    _host, physical_offset = parse_offset_msg_id(offset_id)
+    return SendResult(
+        msg_id=msg_id,
+        offset_msg_id=offset_id,
+        queue_id=int(fields.get("queueId", "0")),
+        queue_offset=int(fields.get("queueOffset", "0")),
+        physical_offset=physical_offset,
+    )

@@ -1,0 +1,353 @@
+"""The ReplicasManager: a broker replica's role (master or slave) and its HA service.
+
+It owns the HA listener for the broker's whole life, so the HA address does
+not change with the role: while master, accepted slave streams are served by
+the term's ``HAMaster``; while slave, they are closed at once. A role change
+ends the current *term* (its tasks are cancelled and awaited, its pending
+puts fail), prepares the log and the epoch file (``become_master`` /
+``become_slave``), then starts the next term.
+
+The controller seam: ``change_to_master`` / ``change_to_slave`` are what a
+controller client calls when it learns of an election, and the master's
+SyncStateSet proposals go to the ``SyncStateSetReporter`` given here (static
+mode: ``ApproveLocally``; the controller client implements it later).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import attrs
+import trio
+
+from framework.ha.driver import (
+    ApproveLocally,
+    EpochStore,
+    HAMaster,
+    HAMasterConfig,
+    HASlave,
+    HASlaveConfig,
+    Offload,
+    ReplicaLog,
+    SyncStateSetReporter,
+)
+from framework.ha.roles import TermLog, become_master, become_slave
+from framework.ha.sync_replication import ReplicationStatus
+from framework.protocol.ha import ADDRESS_FIELD_SIZE
+from framework.transport import Listener
+
+__all__ = [
+    "BrokerRole",
+    "ReplicaLogWithTerms",
+    "ReplicaState",
+    "ReplicasManager",
+    "check_replica_address",
+]
+
+logger = logging.getLogger("triomq.broker")
+
+
+def check_replica_address(address: str) -> None:
+    """``ValueError`` unless ``address`` fits the HA handshake's address field."""
+    if len(address.encode()) > ADDRESS_FIELD_SIZE:
+        raise ValueError(
+            f"replica address {address!r} is over the HA handshake's {ADDRESS_FIELD_SIZE} bytes")
+
+
+class BrokerRole(enum.Enum):
+    """What a replica is now; ``NONE`` before its first role and during a change."""
+
+    NONE = "none"
+    MASTER = "master"
+    SLAVE = "slave"
+
+
+class ReplicaLogWithTerms(ReplicaLog, TermLog, Protocol):
+    """The commit-log calls replication and role changes need."""
+
+
+@attrs.frozen
+class ReplicaState:
+    """A snapshot of the replica: role, epoch, whom it follows, what is confirmed."""
+
+    role: BrokerRole
+    master_epoch: int
+    master_ha_address: str
+    sync_state_set: frozenset[str]
+    confirm_offset: int
+    max_offset: int
+
+
+class _Term:
+    """One role held from one change to the next."""
+
+    def __init__(self, role: BrokerRole, epoch: int, master_address: str) -> None:
+        self.role = role
+        self.epoch = epoch
+        self.master_address = master_address
+        self.master: HAMaster | None = None
+        self.slave: HASlave | None = None
+        self.nursery: trio.Nursery | None = None
+        self.scope = trio.CancelScope()
+        self.ended = trio.Event()
+
+
+class ReplicasManager:
+    """Role changes and the HA service of one broker replica.
+
+    ``address`` is this replica's name in the SyncStateSet (what it sends in
+    its HA handshake, at most 50 bytes). ``ha_listener`` is where slaves
+    connect; ``connect(address)`` opens a stream to a master's HA address.
+    ``on_role_changed(role, master_epoch)`` runs after every change.
+    Run ``run`` in a nursery first; it starts with no role.
+    """
+
+    def __init__(
+        self,
+        *,
+        log: ReplicaLogWithTerms,
+        epoch_store: EpochStore,
+        address: str,
+        ha_listener: Listener,
+        connect: Callable[[str], Awaitable[trio.abc.Stream]],
+        master_config: HAMasterConfig | None = None,
+        slave_config: HASlaveConfig | None = None,
+        reporter: SyncStateSetReporter | None = None,
+        on_role_changed: Callable[[BrokerRole, int], None] | None = None,
+        offload: Offload = trio.to_thread.run_sync,
+    ) -> None:
+        check_replica_address(address)
+        self.log = log
+        self.epoch_store = epoch_store
+        self.address = address
+        self.ha_listener = ha_listener
+        self.connect = connect
+        self.master_config = master_config or HAMasterConfig()
+        self.slave_config = slave_config or HASlaveConfig()
+        self.reporter: SyncStateSetReporter = reporter or ApproveLocally()
+        self.on_role_changed = on_role_changed
+        self.offload = offload
+        self._term: _Term | None = None
+        self._changing = trio.Lock()
+        self._nursery: trio.Nursery | None = None
+
+    # -- state ------------------------------------------------------------------
+
+    @property
+    def ha_address(self) -> str:
+        """The address slaves connect to (the listener's, port resolved)."""
+        return self.ha_listener.address
+
+    @property
+    def role(self) -> BrokerRole:
+        """The current role (``NONE`` while a change is in progress)."""
+        return self._term.role if self._term is not None else BrokerRole.NONE
+
+    @property
+    def is_master(self) -> bool:
+        """True while this replica may append to its commit log."""
+        return self._term is not None and self._term.master is not None
+
+    @property
+    def ha_master(self) -> HAMaster | None:
+        """The master term's HA service, while master."""
+        return self._term.master if self._term is not None else None
+
+    @property
+    def ha_slave(self) -> HASlave | None:
+        """The slave term's HA client, while slave."""
+        return self._term.slave if self._term is not None else None
+
+    @property
+    def master_epoch(self) -> int:
+        """The epoch of the master this replica is or follows (-1 with no role)."""
+        return self._term.epoch if self._term is not None else -1
+
+    @property
+    def confirm_offset(self) -> int:
+        """Master: min ack over the SyncStateSet; slave: the last one the master sent."""
+        term = self._term
+        if term is not None and term.master is not None:
+            return term.master.confirm_offset
+        if term is not None and term.slave is not None:
+            return term.slave.confirm_offset
+        return -1
+
+    @property
+    def sync_state_set(self) -> frozenset[str]:
+        """The SyncStateSet the master counts acks over (empty unless master)."""
+        master = self.ha_master
+        return master.tracker.effective_sync_state_set if master is not None else frozenset()
+
+    def state(self) -> ReplicaState:
+        """A snapshot of the replica's state."""
+        term = self._term
+        return ReplicaState(
+            role=self.role,
+            master_epoch=self.master_epoch,
+            master_ha_address=term.master_address if term is not None else "",
+            sync_state_set=self.sync_state_set,
+            confirm_offset=self.confirm_offset,
+            max_offset=self.log.max_offset,
+        )
+
+    # -- running ----------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Accept HA connections and host the terms until cancelled; closes the listener."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._accept_loop)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            self._term = None
+            with trio.CancelScope(shield=True):
+                await self.ha_listener.aclose()
+
+    async def _accept_loop(self) -> None:
+        while True:
+            try:
+                stream = await self.ha_listener.accept()
+            except trio.ClosedResourceError:
+                return
+            except OSError as exc:
+                logger.warning("HA accept on %s failed: %s", self.ha_address, exc)
+                await trio.sleep(0.1)
+                continue
+            term = self._term
+            if term is not None and term.master is not None and term.nursery is not None:
+                term.nursery.start_soon(term.master.serve, stream)
+            else:
+                # Not a master (or between roles): the slave reconnects with backoff.
+                await trio.aclose_forcefully(stream)
+
+    # -- role changes -------------------------------------------------------------
+
+    async def change_to_master(
+        self, epoch: int, sync_state_set: frozenset[str] = frozenset()
+    ) -> None:
+        """Serve as master of ``epoch`` with ``sync_state_set`` (this replica is always in it).
+
+        Truncates a torn tail and records <epoch, max offset> before serving.
+        A log with bytes but no epoch recorded (a store from before HA) is
+        adopted whole into ``epoch``, from its first byte.
+        ``EpochError`` if ``epoch`` is older than the last recorded one.
+        """
+        self._check_running()
+        async with self._changing:
+            # What the old master confirmed still holds; past it nothing is
+            # confirmed until this term's members ack.
+            confirmed = self.confirm_offset
+            await self._end_term()
+            await self._adopt_unversioned_log(epoch)
+            epochs = await become_master(self.log, self.epoch_store, epoch, offload=self.offload)
+            max_offset = self.log.max_offset
+            term = _Term(BrokerRole.MASTER, epoch, self.ha_address)
+            term.master = HAMaster(
+                log=self.log,
+                epochs=epochs,
+                address=self.address,
+                sync_state_set=sync_state_set | {self.address},
+                confirm_offset=min(confirmed, max_offset) if confirmed >= 0 else max_offset,
+                reporter=self.reporter,
+                config=self.master_config,
+            )
+            await self._start_term(term)
+
+    async def _adopt_unversioned_log(self, epoch: int) -> None:
+        # A store written before HA (a classic RocketMQ master, or a log filled
+        # offline) has bytes but no epoch file: they become this first term's,
+        # from the log's first byte, so slaves can copy them.
+        if self.log.max_offset == self.log.min_offset:
+            return
+        epochs = await self.offload(self.epoch_store.load)
+        if epochs.last is None:
+            logger.info("no epoch recorded for the existing log [%d, %d): epoch %d from %d",
+                        self.log.min_offset, self.log.max_offset, epoch, self.log.min_offset)
+            await self.offload(self.epoch_store.save, epochs.append(epoch, self.log.min_offset))
+
+    async def change_to_slave(self, master_ha_address: str, epoch: int) -> None:
+        """Follow the master at ``master_ha_address`` (of ``epoch``, for the record)."""
+        self._check_running()
+        async with self._changing:
+            await self._end_term()
+            await become_slave(self.log, self.epoch_store, offload=self.offload)
+            term = _Term(BrokerRole.SLAVE, epoch, master_ha_address)
+            term.slave = HASlave(
+                log=self.log,
+                epoch_store=self.epoch_store,
+                address=self.address,
+                connect=lambda: self.connect(master_ha_address),
+                config=self.slave_config,
+                offload=self.offload,
+            )
+            await self._start_term(term)
+
+    async def _end_term(self) -> None:
+        term, self._term = self._term, None
+        if term is not None:
+            term.scope.cancel()
+            await term.ended.wait()
+
+    def _check_running(self) -> None:
+        if self._nursery is None:
+            raise RuntimeError("start ReplicasManager.run before changing roles")
+
+    async def _start_term(self, term: _Term) -> None:
+        assert self._nursery is not None
+        await self._nursery.start(self._run_term, term)
+        self._term = term
+        logger.info("replica %s is now %s in epoch %d", self.address, term.role.value,
+                    term.epoch)
+        if self.on_role_changed is not None:
+            self.on_role_changed(term.role, term.epoch)
+
+    async def _run_term(self, term: _Term, *,
+                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            with term.scope:
+                async with trio.open_nursery() as nursery:
+                    term.nursery = nursery
+                    if term.master is not None:
+                        await nursery.start(term.master.run)
+                    if term.slave is not None:
+                        await nursery.start(term.slave.run)
+                    task_status.started()
+        finally:
+            term.ended.set()
+
+    # -- synchronous puts -----------------------------------------------------------
+
+    def appended(self) -> None:
+        """New bytes were appended locally (master): wake the slave connections."""
+        master = self.ha_master
+        if master is not None:
+            master.appended()
+
+    async def wait_replicated(self, next_offset: int, timeout_ms: int
+                              ) -> ReplicationStatus | None:
+        """Wait until enough replicas hold the bytes before ``next_offset``.
+
+        ``None`` if this replica is not master, or stops being master first.
+        """
+        term = self._term
+        if term is None or term.master is None:
+            return None
+        master = term.master
+        outcome: list[ReplicationStatus] = []
+        async with trio.open_nursery() as nursery:
+
+            async def wait() -> None:
+                outcome.append(await master.wait_replicated(next_offset, timeout_ms))
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(wait)
+            await term.ended.wait()
+            nursery.cancel_scope.cancel()
+        return outcome[0] if outcome else None
