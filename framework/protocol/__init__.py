@@ -1,0 +1,1 @@
+"""Sans-I/O codecs: bytes in, values out. No sockets, no trio, no clock."""

@@ -1,0 +1,176 @@
+"""The RPC client: one connection per address, reopened with backoff."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+
+import attrs
+import trio
+
+from framework.protocol.remoting import RemotingCommand
+from framework.rpc.connection import (
+    DEFAULT_TIMEOUT,
+    ConnectionLimits,
+    Handler,
+    RpcConnection,
+    RpcConnectionError,
+    RpcTimeout,
+)
+
+Connect = Callable[[str], Awaitable[trio.abc.Stream]]
+
+
+@attrs.frozen
+class Backoff:
+    """Delay before the n-th reconnect attempt: ``initial * multiplier**(n-1)``, capped."""
+
+    initial: float = 0.05
+    maximum: float = 5.0
+    multiplier: float = 2.0
+
+    def delay(self, failures: int) -> float:
+        """Seconds to wait after ``failures`` consecutive failed attempts."""
+        return min(self.maximum, self.initial * self.multiplier ** (failures - 1))
+
+
+@attrs.define
+class _Failures:
+    count: int
+    retry_at: float
+    last_error: str
+
+
+class RpcClient:
+    """Calls by address over one connection per address. Build it with ``open_rpc_client``.
+
+    A connection is opened on first use and again after it is lost. After
+    a failed attempt the next one waits for the backoff delay, which grows
+    exponentially with consecutive failures and resets once a peer answers;
+    a call whose deadline comes before the next attempt fails at once with
+    ``RpcConnectionError``. A connection the peer ends before sending
+    anything (a refused TLS handshake, a peer hanging up) counts as failed.
+    """
+
+    def __init__(self, connect: Connect, nursery: trio.Nursery, *,
+                 handlers: Mapping[int, Handler] | None = None,
+                 limits: ConnectionLimits | None = None, backoff: Backoff | None = None) -> None:
+        self.limits = limits if limits is not None else ConnectionLimits()
+        self.backoff = backoff if backoff is not None else Backoff()
+        self._connect = connect
+        self._nursery = nursery
+        self._handlers: Mapping[int, Handler] = handlers if handlers is not None else {}
+        self._connections: dict[str, RpcConnection] = {}
+        self._locks: dict[str, trio.Lock] = {}
+        self._failures: dict[str, _Failures] = {}
+
+    async def invoke(self, address: str, code: int, ext_fields: Mapping[str, str] | None = None,
+                     body: bytes = b"", *, timeout: float = DEFAULT_TIMEOUT) -> RemotingCommand:
+        """Send a request to ``address`` and return its response (whatever its code).
+
+        ``timeout`` covers connecting too. Raises ``RpcTimeout`` or
+        ``RpcConnectionError``.
+        """
+        deadline = trio.current_time() + timeout
+        connection = await self._connection_by(address, deadline)
+        return await connection.invoke(code, ext_fields, body,
+                                       timeout=deadline - trio.current_time())
+
+    async def invoke_oneway(self, address: str, code: int,
+                            ext_fields: Mapping[str, str] | None = None, body: bytes = b"", *,
+                            timeout: float = DEFAULT_TIMEOUT) -> None:
+        """Queue a request to ``address`` that gets no response."""
+        deadline = trio.current_time() + timeout
+        connection = await self._connection_by(address, deadline)
+        await connection.invoke_oneway(code, ext_fields, body,
+                                       timeout=deadline - trio.current_time())
+
+    async def connection(self, address: str, *, deadline: float = math.inf) -> RpcConnection:
+        """The open connection to ``address``, opening it if needed.
+
+        While backing off after failed attempts, waits for the next attempt
+        if it comes before ``deadline``, else fails at once.
+        """
+        connection = self._connections.get(address)
+        if connection is not None and not connection.closed:
+            return connection
+        lock = self._locks.setdefault(address, trio.Lock())
+        async with lock:
+            connection = self._connections.get(address)
+            if connection is not None and not connection.closed:
+                return connection
+            return await self._open(address, deadline)
+
+    async def _connection_by(self, address: str, deadline: float) -> RpcConnection:
+        connection = self._connections.get(address)
+        if connection is not None and not connection.closed:
+            return connection
+        with trio.move_on_at(deadline):
+            return await self.connection(address, deadline=deadline)
+        raise RpcTimeout(f"{address}: not connected by the call's deadline")
+
+    async def close(self, address: str) -> None:
+        """Close the connection to ``address`` if one is open."""
+        connection = self._connections.pop(address, None)
+        if connection is not None:
+            await connection.aclose()
+
+    async def _open(self, address: str, deadline: float) -> RpcConnection:
+        previous = self._connections.pop(address, None)
+        if previous is not None:
+            # One that ended before its peer said anything (a TLS handshake
+            # refused, a peer hanging up at once) counts as a failed attempt.
+            if previous.frames_received or previous.closed_locally:
+                self._failures.pop(address, None)
+            else:
+                self._failed(address, previous.close_reason or "closed")
+        failures = self._failures.get(address)
+        now = trio.current_time()
+        if failures is not None and failures.retry_at <= deadline:
+            await trio.sleep_until(failures.retry_at)
+        elif failures is not None and now < failures.retry_at:
+            raise RpcConnectionError(
+                f"{address}: {failures.count} connect attempts failed (last: "
+                f"{failures.last_error}); next attempt in {failures.retry_at - now:.3f} s")
+        try:
+            stream = await self._connect(address)
+        except OSError as exc:
+            self._failed(address, str(exc))
+            raise RpcConnectionError(f"cannot connect to {address}: {exc}") from exc
+        connection = RpcConnection(stream, handlers=self._handlers, limits=self.limits,
+                                   peer=address)
+        self._connections[address] = connection
+        await self._nursery.start(connection.run)
+        return connection
+
+    def _failed(self, address: str, error: str) -> None:
+        failures = self._failures.get(address)
+        count = failures.count + 1 if failures is not None else 1
+        self._failures[address] = _Failures(count, trio.current_time() + self.backoff.delay(count),
+                                            error)
+
+
+@asynccontextmanager
+async def open_rpc_client(connect: Connect, *, handlers: Mapping[int, Handler] | None = None,
+                          limits: ConnectionLimits | None = None,
+                          backoff: Backoff | None = None) -> AsyncIterator[RpcClient]:
+    """An ``RpcClient`` whose connections live until the block ends.
+
+    ``connect`` opens a stream to an address: a transport's ``connect``, or
+    ``Node.connect``, which picks the transport by the address's scheme.
+    ``handlers`` answer requests the far ends send back over the client's
+    connections.
+    """
+    try:
+        async with trio.open_nursery() as nursery:
+            try:
+                yield RpcClient(connect, nursery, handlers=handlers, limits=limits,
+                                backoff=backoff)
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # Connection tasks never raise, so a group holds the block's own error.
+        if len(group.exceptions) != 1:
+            raise
+        raise group.exceptions[0] from None

@@ -1,0 +1,1 @@
+"""Test helpers for triomq: pytest fixtures, conformance suites and deterministic simulation."""

@@ -1,0 +1,361 @@
+"""framework.rpc beyond the conformance suite: faults injected on inproc, backoff, edges.
+
+The conformance suite (tests/transports/test_conformance.py) runs the RPC
+behaviour every transport must support; here are the cases that need the
+in-process network's fault injection or look inside the RPC layer.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+import trio.testing
+
+from framework.protocol.remoting import (
+    FLAG_RESPONSE,
+    REQUEST_CODE_NOT_SUPPORTED,
+    SUCCESS,
+    SYSTEM_ERROR,
+    RemotingCommand,
+)
+from framework.rpc import (
+    Backoff,
+    ConnectionLimits,
+    RpcClient,
+    RpcConnection,
+    RpcConnectionError,
+    RpcServer,
+    RpcTimeout,
+    describe_peer,
+    open_rpc_client,
+)
+from plugins.transport_inproc import InprocNetwork, InprocTransport
+
+SERVER = "inproc://server"
+CLIENT = "inproc://client"
+ECHO = 1
+SLEEP = 2
+ASK_CLIENT = 3
+
+
+async def echo(request: RemotingCommand, peer: RpcConnection) -> RemotingCommand:
+    return RemotingCommand.response(body=request.body, ext_fields={"peer": peer.peer})
+
+
+async def sleep(request: RemotingCommand, peer: RpcConnection) -> None:
+    await trio.sleep_forever()
+
+
+async def ask_client(request: RemotingCommand, peer: RpcConnection) -> RemotingCommand:
+    answer = await peer.invoke(ECHO, body=b"?")
+    return RemotingCommand.response(answer.code, remark=answer.remark)
+
+
+@pytest.fixture
+def network() -> InprocNetwork:
+    return InprocNetwork("test-rpc", seed=42)
+
+
+@asynccontextmanager
+async def cluster(network: InprocNetwork, server: RpcServer | None = None, **client_options
+                  ) -> AsyncIterator[tuple[RpcServer, RpcClient]]:
+    """A server on SERVER and a client connecting from CLIENT."""
+    server = server or RpcServer({ECHO: echo, SLEEP: sleep, ASK_CLIENT: ask_client})
+    server_transport = InprocTransport(network, SERVER)
+    client_transport = InprocTransport(network, CLIENT)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve, await server_transport.listen(SERVER))
+        async with open_rpc_client(client_transport.connect, **client_options) as client:
+            yield server, client
+        nursery.cancel_scope.cancel()
+
+
+async def test_partition_times_out_and_heal_recovers(
+        network: InprocNetwork, autojump_clock: trio.testing.MockClock) -> None:
+    async with cluster(network) as (_, client):
+        assert (await client.invoke(SERVER, ECHO, body=b"1")).body == b"1"
+        network.partition(CLIENT, SERVER)
+        with pytest.raises(RpcTimeout):
+            await client.invoke(SERVER, ECHO, body=b"lost", timeout=1)
+        network.heal()
+        # Same connection: the held request and its late answer arrive and are dropped.
+        response = await client.invoke(SERVER, ECHO, body=b"2")
+        assert response.body == b"2"
+        assert len(network.connections(CLIENT, SERVER)) == 1
+
+
+async def test_one_way_partition_loses_the_answers(
+        network: InprocNetwork, autojump_clock: trio.testing.MockClock) -> None:
+    received: list[bytes] = []
+
+    async def record(request: RemotingCommand, peer: RpcConnection) -> None:
+        received.append(request.body)
+
+    async with cluster(network, RpcServer({ECHO: record})) as (_, client):
+        await client.invoke(SERVER, ECHO, body=b"warm")
+        network.partition(SERVER, CLIENT, one_way=True)
+        with pytest.raises(RpcTimeout):
+            await client.invoke(SERVER, ECHO, body=b"heard", timeout=1)
+        assert received == [b"warm", b"heard"]
+
+
+async def test_reset_fails_the_call_and_the_next_call_reconnects(
+        network: InprocNetwork, autojump_clock: trio.testing.MockClock) -> None:
+    async with cluster(network) as (server, client), trio.open_nursery() as nursery:
+        async def reset_soon() -> None:
+            await trio.sleep(1)
+            assert network.reset(CLIENT, SERVER) == 1
+
+        nursery.start_soon(reset_soon)
+        with pytest.raises(RpcConnectionError, match="reset by fault injection"):
+            await client.invoke(SERVER, SLEEP, timeout=10)
+        assert (await client.invoke(SERVER, ECHO, body=b"back")).body == b"back"
+        assert len(network.connections()) == 1
+        with trio.fail_after(1):
+            while len(server.connections) != 1:
+                await trio.sleep(0.01)
+
+
+async def test_graceful_close_fails_the_call(
+        network: InprocNetwork, autojump_clock: trio.testing.MockClock) -> None:
+    async with cluster(network) as (_, client), trio.open_nursery() as nursery:
+        async def close_soon() -> None:
+            await trio.sleep(1)
+            network.close(SERVER)
+
+        nursery.start_soon(close_soon)
+        with pytest.raises(RpcConnectionError, match="peer closed the connection"):
+            await client.invoke(SERVER, SLEEP, timeout=10)
+
+
+async def test_latency_is_applied_both_ways(
+        network: InprocNetwork, autojump_clock: trio.testing.MockClock) -> None:
+    async with cluster(network) as (_, client):
+        await client.invoke(SERVER, ECHO)
+        network.delay(CLIENT, SERVER, 0.25)
+        start = trio.current_time()
+        await client.invoke(SERVER, ECHO)
+        assert trio.current_time() - start == pytest.approx(0.5)
+
+
+async def test_a_write_the_peer_never_reads_closes_the_connection(
+        network: InprocNetwork, autojump_clock: trio.testing.MockClock,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="triomq.rpc")
+    async with cluster(network) as (_, client):
+        await client.invoke(SERVER, ECHO)
+        network.partition(CLIENT, SERVER)
+        # More than the link holds: the write itself cannot finish.
+        with pytest.raises(RpcTimeout):
+            await client.invoke(SERVER, ECHO, body=b"x" * (2 * network.buffer_size), timeout=1)
+        assert "read nothing we wrote" in caplog.text
+        network.heal()
+        assert (await client.invoke(SERVER, ECHO, body=b"new")).body == b"new"
+
+
+async def test_stalled_oneway_calls_time_out(
+        network: InprocNetwork, autojump_clock: trio.testing.MockClock) -> None:
+    limits = ConnectionLimits(send_buffer=1024)
+    async with cluster(network, limits=limits) as (_, client), trio.open_nursery() as nursery:
+        await client.invoke(SERVER, ECHO)
+        network.partition(CLIENT, SERVER)
+        big = b"x" * (2 * network.buffer_size)
+
+        async def stuck_writer() -> None:
+            with pytest.raises(RpcTimeout, match="not written by its deadline"):
+                await client.invoke_oneway(SERVER, ECHO, body=big, timeout=10)
+
+        nursery.start_soon(stuck_writer)
+        await trio.testing.wait_all_tasks_blocked()
+        # Queued behind the stuck write until the queue is full, then refused.
+        with pytest.raises(RpcTimeout, match="send buffer still full"):
+            for _ in range(1000):
+                await client.invoke_oneway(SERVER, ECHO, body=b"y" * 100, timeout=1)
+
+
+async def test_reconnect_backoff(network: InprocNetwork,
+                                 autojump_clock: trio.testing.MockClock) -> None:
+    backoff = Backoff(initial=1.0, maximum=4.0, multiplier=2.0)
+    client_transport = InprocTransport(network, CLIENT)
+    async with open_rpc_client(client_transport.connect, backoff=backoff) as client:
+        start = trio.current_time()
+        with pytest.raises(RpcConnectionError, match="cannot connect"):
+            await client.invoke(SERVER, ECHO, timeout=0.5)
+        # The next attempt is due after the call's deadline: a fast failure that says when.
+        with pytest.raises(RpcConnectionError, match=r"1 connect attempts failed .* 1\.000 s"):
+            await client.invoke(SERVER, ECHO, timeout=0.5)
+        # A call with time enough waits for the attempt.
+        with pytest.raises(RpcConnectionError, match="cannot connect"):
+            await client.invoke(SERVER, ECHO, timeout=5)
+        assert trio.current_time() - start == pytest.approx(1.0)
+        with pytest.raises(RpcConnectionError, match=r"2 connect attempts failed .* 2\.000 s"):
+            await client.invoke(SERVER, ECHO, timeout=0.5)
+        server_transport = InprocTransport(network, SERVER)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(RpcServer({ECHO: echo}).serve,
+                                await server_transport.listen(SERVER))
+            assert (await client.invoke(SERVER, ECHO, body=b"up")).body == b"up"
+            assert trio.current_time() - start == pytest.approx(3.0)
+            nursery.cancel_scope.cancel()
+
+
+def test_backoff_grows_and_caps() -> None:
+    backoff = Backoff(initial=0.1, maximum=1.0, multiplier=3.0)
+    assert [backoff.delay(n) for n in range(1, 5)] == pytest.approx([0.1, 0.3, 0.9, 1.0])
+
+
+async def test_a_peer_that_hangs_up_at_once_counts_as_a_failed_attempt(
+        network: InprocNetwork, autojump_clock: trio.testing.MockClock) -> None:
+    listener = await InprocTransport(network, SERVER).listen(SERVER)
+
+    async def hang_up() -> None:
+        while True:
+            stream = await listener.accept()
+            await stream.aclose()
+
+    async with trio.open_nursery() as nursery, \
+            open_rpc_client(InprocTransport(network, CLIENT).connect) as client:
+        nursery.start_soon(hang_up)
+        with pytest.raises(RpcConnectionError, match="peer closed the connection"):
+            await client.invoke(SERVER, ECHO)
+        with pytest.raises(RpcConnectionError, match="next attempt in"):
+            await client.invoke(SERVER, ECHO, timeout=0.01)
+        nursery.cancel_scope.cancel()
+
+
+async def test_connect_timeout_counts_against_the_call(
+        network: InprocNetwork, autojump_clock: trio.testing.MockClock) -> None:
+    async with cluster(network) as (_, client):
+        network.partition(CLIENT, SERVER)
+        with pytest.raises(RpcTimeout, match="not connected by the call's deadline"):
+            await client.invoke(SERVER, ECHO, timeout=1)
+
+
+async def test_handler_answers_are_stamped_and_none_is_success(
+        network: InprocNetwork) -> None:
+    async def sloppy(request: RemotingCommand, peer: RpcConnection) -> RemotingCommand:
+        return RemotingCommand(code=7, opaque=12345, body=b"no flag, wrong opaque")
+
+    async def nothing(request: RemotingCommand, peer: RpcConnection) -> None:
+        return None
+
+    async with cluster(network, RpcServer({ECHO: sloppy, SLEEP: nothing})) as (_, client):
+        response = await client.invoke(SERVER, ECHO)
+        assert response.code == 7
+        assert response.flag & FLAG_RESPONSE
+        assert response.body == b"no flag, wrong opaque"
+        empty = await client.invoke(SERVER, SLEEP)
+        assert (empty.code, empty.body) == (SUCCESS, b"")
+
+
+async def test_inline_handlers(network: InprocNetwork) -> None:
+    order: list[int] = []
+
+    async def inline(request: RemotingCommand, peer: RpcConnection) -> RemotingCommand:
+        order.append(int(request.body))
+        return RemotingCommand.response(body=request.body)
+
+    server = RpcServer()
+    server.register(ECHO, inline, inline=True)
+    with pytest.raises(ValueError, match="already has a handler"):
+        server.register(ECHO, echo)
+    async with cluster(network, server) as (_, client), trio.open_nursery() as nursery:
+        for index in range(50):
+            nursery.start_soon(client.invoke, SERVER, ECHO, None, str(index).encode())
+    assert sorted(order) == list(range(50))
+
+
+async def test_requests_to_a_client_without_handlers(network: InprocNetwork) -> None:
+    async with cluster(network) as (_, client):
+        response = await client.invoke(SERVER, ASK_CLIENT)
+        assert response.code == REQUEST_CODE_NOT_SUPPORTED
+        assert response.remark == f"request code {ECHO} not supported"
+
+
+async def test_peer_names(network: InprocNetwork) -> None:
+    async with cluster(network) as (server, client):
+        response = await client.invoke(SERVER, ECHO)
+        assert response.ext_fields == {"peer": CLIENT}
+        [connection] = server.connections
+        assert describe_peer(connection.stream) == CLIENT
+        assert repr(connection) == f"<RpcConnection {CLIENT} open>"
+
+
+async def test_connections_are_released(network: InprocNetwork) -> None:
+    server = RpcServer({ECHO: echo})
+    async with cluster(network, server) as (_, client):
+        await client.invoke(SERVER, ECHO)
+        connection = await client.connection(SERVER)
+        await client.close(SERVER)
+        assert connection.closed and connection.closed_locally
+        with trio.fail_after(5):
+            while server.connections:
+                await trio.sleep(0.01)
+        assert network.connections() == []
+        with pytest.raises(RpcConnectionError, match="closed locally"):
+            await connection.invoke(ECHO)
+
+
+async def test_closing_a_connection_that_never_ran(network: InprocNetwork) -> None:
+    listener = await InprocTransport(network, SERVER).listen(SERVER)
+    stream = await InprocTransport(network, CLIENT).connect(SERVER)
+    connection = RpcConnection(stream)
+    await connection.aclose()
+    assert connection.closed_locally
+    with pytest.raises(trio.ClosedResourceError):
+        await stream.send_all(b"x")
+    await listener.aclose()
+
+
+async def test_bad_handler_answers_are_system_errors(
+        network: InprocNetwork, caplog: pytest.LogCaptureFixture) -> None:
+    async def wrong_type(request: RemotingCommand, peer: RpcConnection) -> str:
+        return "not a command"
+
+    async def unencodable(request: RemotingCommand, peer: RpcConnection) -> RemotingCommand:
+        return RemotingCommand.response(body="text, not bytes")  # type: ignore[arg-type]
+
+    server = RpcServer({ECHO: echo, SLEEP: wrong_type,  # type: ignore[dict-item]
+                        ASK_CLIENT: unencodable})
+    async with cluster(network, server) as (_, client):
+        response = await client.invoke(SERVER, SLEEP)
+        assert (response.code, response.remark) == (SYSTEM_ERROR, "handler returned a str")
+        response = await client.invoke(SERVER, ASK_CLIENT)
+        assert response.code == SYSTEM_ERROR
+        assert response.remark == "bad response: body must be bytes, got str"
+        assert (await client.invoke(SERVER, ECHO, body=b"fine")).body == b"fine"
+    assert "returned 'not a command'" in caplog.text
+
+
+async def test_server_rides_out_accept_errors(
+        network: InprocNetwork, autojump_clock: trio.testing.MockClock,
+        caplog: pytest.LogCaptureFixture) -> None:
+    inner = await InprocTransport(network, SERVER).listen(SERVER)
+
+    class FlakyListener:
+        """Fails its first accept as a process out of file descriptors would."""
+
+        address = inner.address
+        failed = False
+
+        async def accept(self) -> trio.abc.Stream:
+            if not self.failed:
+                self.failed = True
+                raise OSError(errno.EMFILE, "Too many open files")
+            return await inner.accept()
+
+        async def aclose(self) -> None:
+            await inner.aclose()
+
+    async with trio.open_nursery() as nursery, \
+            open_rpc_client(InprocTransport(network, CLIENT).connect) as client:
+        await nursery.start(RpcServer({ECHO: echo}).serve, FlakyListener())
+        assert (await client.invoke(SERVER, ECHO, body=b"served")).body == b"served"
+        nursery.cancel_scope.cancel()
+    assert "Too many open files" in caplog.text
+    assert network.listening() == []
