@@ -1,0 +1,152 @@
+"""Spark read throughput: the ``triomq`` data source against Parquet, 1 and 2 cores.
+
+Writes a store root of N records (RocketMQ layout, IPv4 hosts, ~100-byte
+bodies, three topics), exports it to Parquet with ``triomq export
+parquet`` (pyarrow), then measures rows per second of
+
+- the data source with ``local[1]`` and ``local[2]`` (the speed-up),
+- Spark reading the Parquet export with ``local[1]`` and ``local[2]``
+  (what an analyst would otherwise use),
+- the data source's decoding alone, in this process (no Spark),
+
+each Spark query materialising every column (``write.format("noop")``).
+Sessions alternate between 1 and 2 cores for ``--rounds`` rounds (the
+machine's load moves); each figure is the best over rounds, after one
+warm-up query per session. Usage::
+
+    .venv/bin/python benchmarks/spark.py --records 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import attrs
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from plugins.spark_export import register
+from plugins.spark_export.options import parse_options
+from plugins.spark_export.parquet import export_parquet
+from plugins.spark_export.plan import plan_tasks, read_task, resolve
+from plugins.spark_export.store_files import StoreFiles
+from tests.spark.storegen import StoreWriter, sample_records
+
+CHUNK = 100_000
+
+
+def write_store(root: str, records: int, segment_size: int, body_size: int) -> StoreWriter:
+    """A store of ``records`` IPv4 records (the Arrow kernel path's shape)."""
+    writer = StoreWriter(root, segment_size)
+    for start in range(0, records, CHUNK):
+        batch = sample_records(min(CHUNK, records - start), start=start, body_size=body_size)
+        writer.append([attrs.evolve(r, born_host=("10.0.0.1", 40000)) for r in batch])
+    return writer
+
+
+def session(cores: int):
+    """A fresh local session with ``cores`` cores."""
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master(f"local[{cores}]").appName(f"bench-{cores}")
+             .config("spark.ui.enabled", "false")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.driver.memory", "2g")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def timed(run) -> float:
+    """Seconds ``run()`` takes."""
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def measure(spark, store: str, parquet: str, max_bytes: int) -> dict[str, float]:
+    """Seconds to read every column through the data source and from Parquet."""
+    def source() -> None:
+        (spark.read.format("triomq").option("maxBytesPerPartition", max_bytes).load(store)
+         .write.format("noop").mode("overwrite").save())
+
+    def from_parquet() -> None:
+        spark.read.parquet(parquet).write.format("noop").mode("overwrite").save()
+
+    source()
+    from_parquet()
+    return {"source": timed(source), "parquet": timed(from_parquet)}
+
+
+def decode_alone(store: str, max_bytes: int) -> float:
+    """Seconds to plan and decode every task in this process, without Spark."""
+    opts = parse_options({"path": store, "maxBytesPerPartition": str(max_bytes)})
+
+    def run() -> None:
+        files = StoreFiles.open(store)
+        bounds = resolve(files, opts)
+        for task in plan_tasks(files, bounds.start, bounds.end, opts):
+            for _ in read_task(task):
+                pass
+
+    return timed(run)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--body-size", type=int, default=100)
+    parser.add_argument("--segment-size", type=int, default=128 << 20)
+    parser.add_argument("--max-bytes-per-partition", type=int, default=32 << 20)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--workdir", help="keep the store and export here (default: temp)")
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    workdir = args.workdir or tempfile.mkdtemp(prefix="triomq-bench-")
+    store, parquet = os.path.join(workdir, "store"), os.path.join(workdir, "parquet")
+    try:
+        start = time.perf_counter()
+        writer = write_store(store, args.records, args.segment_size, args.body_size)
+        print(f"store: {args.records} records, {writer.end / 2**20:.0f} MiB "
+              f"({time.perf_counter() - start:.1f} s)")
+        start = time.perf_counter()
+        export_parquet(parse_options({"path": store}), parquet)
+        elapsed = time.perf_counter() - start
+        print(f"pyarrow export: {elapsed:.1f} s, {args.records / elapsed:,.0f} rows/s")
+        decode = decode_alone(store, args.max_bytes_per_partition)
+        best: dict[tuple[int, str], float] = {}
+        for _ in range(args.rounds):
+            for cores in (1, 2):
+                spark = session(cores)
+                for name, seconds in measure(spark, store, parquet,
+                                             args.max_bytes_per_partition).items():
+                    best[cores, name] = min(seconds, best.get((cores, name), seconds))
+                spark.stop()
+        n = args.records
+        print("\n| read | local[1] rows/s | local[2] rows/s | speed-up 1 -> 2 |")
+        print("| --- | ---: | ---: | ---: |")
+        for name, label in (("source", "triomq data source"), ("parquet", "Parquet export")):
+            one, two = best[1, name], best[2, name]
+            print(f"| {label} | {n / one:,.0f} | {n / two:,.0f} | {one / two:.2f}x |")
+        print(f"| decoding alone (one Python process, no Spark) | {n / decode:,.0f} | | |")
+        ratio = best[2, "parquet"] / best[2, "source"]
+        print(f"\ndata source / Parquet rate with local[2]: {ratio:.0%}")
+        print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

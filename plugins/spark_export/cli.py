@@ -1,0 +1,106 @@
+"""``triomq export parquet STORE_DIR OUT_DIR``: the command line of the Spark plugin.
+
+By default the export runs in this process with pyarrow (see
+``plugins.spark_export.parquet``), with a rich progress bar when stderr is
+a terminal. ``--spark-master URL`` runs it as a Spark job instead (the
+``triomq`` data source written with ``partitionBy("topic")``), on any
+cluster; both record the next offset in ``OUT_DIR/_triomq_export.json``
+and resume from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from framework.errors import TriomqError
+from plugins.spark_export.options import ReadOptions, parse_options
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``export parquet`` to the ``triomq`` parser."""
+    export = subparsers.add_parser("export", help="export a store's messages (Parquet)")
+    sub = export.add_subparsers(dest="export_format", required=True, metavar="FORMAT")
+    p = sub.add_parser("parquet", help="export messages to Parquet, partitioned by topic")
+    p.add_argument("store_dir", metavar="STORE_DIR", help="store root holding commitlog/")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="output directory (resumable)")
+    p.add_argument("--topics", nargs="+", metavar="TOPIC",
+                   help="topics to export (space or comma separated; default all)")
+    p.add_argument("--from", dest="start", metavar="OFFSET",
+                   help="first physical offset (default: the log start, or where the last "
+                        "run stopped)")
+    p.add_argument("--to", dest="end", metavar="OFFSET",
+                   help="physical offset to stop at (default: the log end)")
+    p.add_argument("--committed-only", action="store_true",
+                   help="stop at the confirm offset (data replicated to the SyncStateSet)")
+    p.add_argument("--spark-master", metavar="URL",
+                   help="run as a Spark job on this master (e.g. local[2], spark://host:7077)")
+    p.set_defaults(func=run_export)
+
+
+def options_from_args(args: argparse.Namespace) -> ReadOptions:
+    """The data source options the command line asks for, checked."""
+    raw = {"path": args.store_dir, "committedOnly": str(args.committed_only)}
+    if args.topics:
+        raw["topics"] = ",".join(args.topics)
+    if args.start is not None:
+        raw["startingOffset"] = args.start
+    if args.end is not None:
+        raw["endingOffset"] = args.end
+    return parse_options(raw)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Run ``triomq export parquet``; return the exit code."""
+    logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
+    opts = options_from_args(args)
+    if args.spark_master:
+        from plugins.spark_export.spark_job import export_with_spark
+
+        result = export_with_spark(opts, args.out_dir, args.spark_master)
+    else:
+        from plugins.spark_export.parquet import export_parquet
+
+        with _progress() as progress:
+            result = export_parquet(opts, args.out_dir, progress)
+    counts = "" if result.rows is None else f"{result.rows} messages in {result.files} files, "
+    print(f"exported {counts}offsets [{result.start}, {result.end}), to {args.out_dir}")
+    return 0
+
+
+@contextmanager
+def _progress() -> Iterator:
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                  TimeRemainingColumn(), console=console) as bar:
+        task = bar.add_task("exporting", total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the plugin's commands alone (``python -m plugins.spark_export.cli``)."""
+    parser = argparse.ArgumentParser(prog="triomq")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except TriomqError as exc:
+        print(f"triomq: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

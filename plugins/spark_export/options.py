@@ -1,0 +1,132 @@
+"""The data source's options, parsed and checked before Spark plans any job.
+
+Options (names are case-insensitive, as Spark's are):
+
+- ``path``: the store root (``load(STORE_DIR)``), which holds ``commitlog/``.
+- ``table``: ``messages`` (default), ``epochs`` (the epoch history) or
+  ``status`` (the log's bounds, confirm offset and tail state).
+- ``topics``: comma-separated topic names to keep (default: all).
+- ``startingOffset``: a physical offset, ``earliest`` (default) or ``latest``.
+- ``endingOffset``: a physical offset or ``latest`` (default; batch only).
+- ``committedOnly``: ``true`` stops at the group's confirm offset, so data
+  not yet replicated to the SyncStateSet is never read (default ``false``).
+- ``maxBytesPerPartition``: the largest byte range one Spark task reads
+  (default 64 MiB); a segment above it is split at record boundaries.
+- ``verifyCrc``: check each body's CRC while reading (default ``true``).
+
+A record is read when it lies wholly in ``[startingOffset, endingOffset)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+from plugins.spark_export.errors import SparkExportError
+
+TABLES = ("messages", "epochs", "status")
+DEFAULT_MAX_BYTES_PER_PARTITION = 64 << 20
+
+_NAMES = ("path", "table", "topics", "startingOffset", "endingOffset", "committedOnly",
+          "maxBytesPerPartition", "verifyCrc")
+_CANONICAL = {name.lower(): name for name in _NAMES}
+
+
+@attrs.frozen
+class ReadOptions:
+    """Checked options; offsets are ints, or ``"earliest"`` / ``"latest"`` still to resolve."""
+
+    path: str
+    table: str = "messages"
+    topics: frozenset[str] | None = None
+    starting_offset: int | str = "earliest"
+    ending_offset: int | str = "latest"
+    committed_only: bool = False
+    max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
+    verify_crc: bool = True
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
+    """Check ``options``; ``SparkExportError`` names the first option at fault."""
+    given: dict[str, str] = {}
+    for key, value in options.items():
+        name = _CANONICAL.get(key.lower())
+        if name is None:
+            raise SparkExportError(
+                key, f"unknown option of the triomq data source; known: {', '.join(_NAMES)}"
+            )
+        given[name] = str(value)
+    path = given.get("path", "")
+    if not path:
+        raise SparkExportError("path", "no store root given: use load(STORE_DIR)")
+    table = given.get("table", "messages").lower()
+    if table not in TABLES:
+        raise SparkExportError(
+            "table", f"unknown table {given['table']!r}; known: {', '.join(TABLES)} "
+            "(SyncStateSet and master history are not stored with a broker's files)"
+        )
+    if streaming and table != "messages":
+        raise SparkExportError("table", f"table {table!r} cannot be read as a stream")
+    if streaming and "endingOffset" in given:
+        raise SparkExportError("endingOffset", "a stream has no end; use it with spark.read")
+    return ReadOptions(
+        path=path,
+        table=table,
+        topics=_topics(given.get("topics")),
+        starting_offset=_offset(given, "startingOffset", "earliest", ("earliest", "latest")),
+        ending_offset=_offset(given, "endingOffset", "latest", ("latest",)),
+        committed_only=_bool(given, "committedOnly", False),
+        max_bytes_per_partition=_positive(given, "maxBytesPerPartition",
+                                          DEFAULT_MAX_BYTES_PER_PARTITION),
+        verify_crc=_bool(given, "verifyCrc", True),
+    )
+
+
+def _topics(raw: str | None) -> frozenset[str] | None:
+    if raw is None:
+        return None
+    names = [t.strip() for t in raw.split(",")]
+    if not all(names):
+        raise SparkExportError("topics", f"empty topic name in {raw!r}")
+    return frozenset(names)
+
+
+def _offset(given: Mapping[str, str], name: str, default: str, words: tuple[str, ...]
+            ) -> int | str:
+    raw = given.get(name, default).strip()
+    if raw.lower() in words:
+        return raw.lower()
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SparkExportError(
+            name, f"{raw!r} is not a physical offset or one of {', '.join(words)}"
+        ) from None
+    if value < 0:
+        raise SparkExportError(name, f"{value} is negative")
+    return value
+
+
+def _bool(given: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = given.get(name)
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "1", "yes"):
+        return True
+    if raw.strip().lower() in ("false", "0", "no"):
+        return False
+    raise SparkExportError(name, f"{raw!r} is not true or false")
+
+
+def _positive(given: Mapping[str, str], name: str, default: int) -> int:
+    raw = given.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SparkExportError(name, f"{raw!r} is not a number of bytes") from None
+    if value <= 0:
+        raise SparkExportError(name, f"{value} must be positive")
+    return value
