@@ -1,0 +1,545 @@
+"""The mmap commit log: RocketMQ-layout segment files plus consume queues.
+
+Layout under the store root: ``commitlog/`` segments, ``consumequeue/``
+queues, ``triomq_checkpoint.json`` (see ``checkpoint``) and ``lock`` (held
+while open, as RocketMQ does, so two processes never write one store).
+Opening runs recovery:
+
+- clean restart (checkpoint says ``clean``): trust ``max_offset``, scan
+  nothing, so the time does not grow with the log;
+- abnormal restart: scan from the checkpoint's ``recover_from`` (the first
+  segment when there is no checkpoint, e.g. a store written by RocketMQ),
+  re-index every record found in the consume queues, and cut the log at the
+  first record that fails its length, magic or CRC check.
+
+Cutting zeroes the bytes from the cut to the end of data and removes later
+segments, so a record past the cut can never be found again.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from framework.protocol.commitlog_layout import (
+    COMMITLOG_DIR,
+    CONSUMEQUEUE_DIR,
+    DEFAULT_CQ_ENTRIES_PER_FILE,
+    DEFAULT_SEGMENT_SIZE,
+    Span,
+    check_placement,
+    iter_spans,
+    pack_records,
+    scan_log,
+    segment_start,
+    tags_code,
+)
+from framework.protocol.message import (
+    MessageRecord,
+    RecordError,
+    decode,
+    store_timestamp_at,
+)
+from framework.store import (
+    AppendResult,
+    OffsetMismatch,
+    OffsetOutOfRange,
+    QueueEntry,
+    StoreClosed,
+    StoreCorruption,
+    StoreError,
+    store_options,
+)
+from plugins.store_mmap.checkpoint import Checkpoint
+from plugins.store_mmap.consume_queue import ConsumeQueue, queue_dir
+from plugins.store_mmap.segments import OPTION_KEYS, DirectoryLock, SegmentQueue
+
+DEFAULT_CHECKPOINT_INTERVAL = 64 << 20
+
+_tags_code = functools.lru_cache(maxsize=4096)(tags_code)
+
+
+def _check_queue_offset(record: MessageRecord, phys: int, lo: int, hi: int) -> None:
+    """A record may rewrite its queue's entries or add the next one, not skip ahead."""
+    if record.queue_offset > hi > lo:
+        raise RecordError(phys, f"queue offset {record.queue_offset} skips ahead of "
+                                f"{record.topic}:{record.queue_id}'s end {hi}")
+
+
+class MmapCommitLog:
+    """A ``framework.store.CommitLog`` on memory-mapped segment files.
+
+    Options: ``segment_size`` (bytes per segment; default 1 GiB, or the size
+    of the existing segments), ``cq_entries_per_file`` (default 300,000),
+    ``checkpoint_interval`` (bytes flushed between checkpoint updates, which
+    bounds the scan of an abnormal restart; default 64 MiB), ``full_recovery``
+    (scan from the first segment whatever the checkpoint says).
+    """
+
+    def __init__(self, root: str, *, segment_size: int | None = None,
+                 cq_entries_per_file: int = DEFAULT_CQ_ENTRIES_PER_FILE,
+                 checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL,
+                 full_recovery: bool = False) -> None:
+        self.root = root
+        if segment_size is not None and segment_size < 4096:
+            raise StoreError(f"segment_size {segment_size} is below 4096 bytes")
+        os.makedirs(root, exist_ok=True)
+        self._lock = DirectoryLock(root)
+        try:
+            self._log = SegmentQueue(os.path.join(root, COMMITLOG_DIR), segment_size)
+        except BaseException:
+            self._lock.release()
+            raise
+        if not self._log.segment_size:
+            self._log.segment_size = segment_size or DEFAULT_SEGMENT_SIZE
+        self.segment_size = self._log.segment_size
+        self._cq_root = os.path.join(root, CONSUMEQUEUE_DIR)
+        self._cq_entries = cq_entries_per_file
+        self._checkpoint_interval = checkpoint_interval
+        self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
+        self._closed = False
+        self._write_pos = 0
+        self._dispatched = 0
+        self._flushed = 0
+        self._recover_from = 0
+        #: What the last open found: ``clean``, ``scanned`` bytes, ``cut_at`` (or None).
+        self.recovery: dict[str, Any] = {}
+        try:
+            self._load_queues()
+            self._recover(Checkpoint.load(root), full_recovery)
+        except BaseException:
+            self._close_files()
+            raise
+
+    @classmethod
+    def open(cls, directory: str, options: Mapping[str, Any]) -> MmapCommitLog:
+        """The ``triomq_log_store`` factory."""
+        used = ("segment_size", "cq_entries_per_file", "checkpoint_interval", "full_recovery")
+        return cls(directory, **store_options(options, OPTION_KEYS, used, "mmap"))
+
+    # ------------------------------------------------------------------ offsets
+
+    @property
+    def min_offset(self) -> int:
+        first = self._log.first_start
+        return self._write_pos if first is None else first
+
+    @property
+    def max_offset(self) -> int:
+        return self._write_pos
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed
+
+    # ---------------------------------------------------------------- recovery
+
+    def _load_queues(self) -> None:
+        if not os.path.isdir(self._cq_root):
+            return
+        for topic in sorted(os.listdir(self._cq_root)):
+            tdir = os.path.join(self._cq_root, topic)
+            if not os.path.isdir(tdir):
+                raise StoreCorruption(tdir, 0, "not a topic directory")
+            for qid in sorted(os.listdir(tdir)):
+                if not qid.isdigit():
+                    raise StoreCorruption(os.path.join(tdir, qid), 0, "not a queue id directory")
+                self._cqs[topic, int(qid)] = ConsumeQueue(os.path.join(tdir, qid),
+                                                          self._cq_entries)
+
+    def _recover(self, cp: Checkpoint | None, full: bool) -> None:
+        first = self._log.first_start
+        end_of_files = self._log.end
+        if first is None:
+            self._write_pos = self._dispatched = self._flushed = self._recover_from = 0
+            self.recovery = {"clean": cp is not None and cp.clean, "scanned": 0, "cut_at": None}
+        elif (cp is not None and cp.clean and not full
+              and first <= cp.dispatched <= cp.max_offset <= end_of_files):
+            self._write_pos = cp.max_offset
+            self._dispatched = cp.dispatched
+            self._flushed = cp.max_offset
+            self._recover_from = cp.dispatched
+            self.recovery = {"clean": True, "scanned": 0, "cut_at": None}
+        else:
+            start = first if cp is None or full else cp.recover_from
+            if not first <= start < end_of_files:
+                start = first
+            end, reason = self._scan_and_index(start, end_of_files)
+            self._cut(end, end_of_files)
+            for key, cq in self._cqs.items():
+                cq.truncate_physical(end)
+                self._repair_queue_tail(key, cq, end)
+            self._write_pos = self._dispatched = end
+            self._log.sync_range(start, end)
+            for cq in self._cqs.values():
+                cq.sync()
+            self._flushed = self._recover_from = end
+            self.recovery = {"clean": False, "scanned": end - start,
+                             "cut_at": end if reason else None, "reason": reason}
+        if self.min_offset > 0:
+            for cq in self._cqs.values():
+                cq.drop_before_physical(self.min_offset)
+        self._save_checkpoint(clean=False)
+
+    def _scan_and_index(self, start: int, limit: int) -> tuple[int, str | None]:
+        """Index every good record in ``[start, limit)``; return where the good data ends."""
+        end = start
+        for seg in self._log.segments_from(start):
+            if seg.start >= limit:
+                break
+            pos = max(start, seg.start) - seg.start
+            stop = min(seg.end, limit) - seg.start
+            blank = False
+            try:
+                for span in iter_spans(seg.mm, pos, stop, base_offset=seg.start,
+                                       segment_end=seg.size):
+                    if span.blank:
+                        blank = True
+                    else:
+                        self._index(seg.mm, span.offset - seg.start, seg.start, span.size)
+                    end = span.offset + span.size
+            except RecordError as exc:
+                return exc.offset, f"{seg.path}: {exc.reason}"
+            if not blank:
+                break
+        return end, None
+
+    def _index(self, buf: Any, pos: int, base: int, size: int) -> None:
+        """Put the (valid) record at ``buf[pos:]`` in its consume queue, if it fits there."""
+        check_placement(buf, pos, base + pos)
+        record, _ = decode(buf, pos, base_offset=base, verify_crc=False)
+        cq = self._queue(record.topic, record.queue_id)
+        _check_queue_offset(record, base + pos, cq.min_offset, cq.max_offset)
+        cq.put(record.queue_offset, base + pos, size, _tags_code(record.tags))
+
+    def _check_replicated(self, buf: bytes, base: int, spans: list[Span]
+                          ) -> list[tuple[Span, MessageRecord]]:
+        """Decode replicated records, refusing any whose offsets do not fit this log."""
+        ends: dict[tuple[str, int], tuple[int, int]] = {}
+        out = []
+        try:
+            for span in spans:
+                if span.blank:
+                    continue
+                check_placement(buf, span.offset - base, span.offset)
+                r = decode(buf, span.offset - base, base_offset=base, verify_crc=False)[0]
+                key = (r.topic, r.queue_id)
+                lo, hi = ends.get(key) or (self.queue_min_offset(*key),
+                                           self.queue_max_offset(*key))
+                _check_queue_offset(r, span.offset, lo, hi)
+                ends[key] = (lo, max(hi, r.queue_offset + 1))
+                out.append((span, r))
+        except RecordError as exc:
+            raise StoreCorruption("replicated data", exc.offset, exc.reason) from None
+        return out
+
+    def _repair_queue_tail(self, key: tuple[str, int], cq: ConsumeQueue, end: int) -> None:
+        """Drop queue entries that point at something other than their record.
+
+        After a crash during a truncation the queue may still hold entries of
+        dropped records whose offsets are now taken by other records.
+        """
+        while cq.max_offset > cq.min_offset:
+            q = cq.max_offset - 1
+            phys, size, _ = cq.get(q)
+            if phys < self.min_offset or self._entry_matches(key, q, phys, size, end):
+                return
+            cq.truncate(q)
+
+    def _entry_matches(self, key: tuple[str, int], q: int, phys: int, size: int, end: int
+                       ) -> bool:
+        if phys + size > end:
+            return False
+        seg = self._log.find(phys)
+        try:
+            record, n = decode(seg.mm, phys - seg.start, base_offset=seg.start)
+        except RecordError:
+            return False
+        return (n == size and record.queue_offset == q and record.physical_offset == phys
+                and (record.topic, record.queue_id) == key)
+
+    def _cut(self, end: int, data_end: int) -> None:
+        """Durably drop every byte at or past ``end`` (up to ``data_end``)."""
+        with self._log.lock:
+            seg = self._log.find(end)
+            if seg is not None:
+                self._log.zero(end, min(seg.end, max(data_end, end)))
+                seg.sync()
+                self._log.delete_from(seg.end)
+            else:
+                self._log.delete_from(end)
+
+    def _save_checkpoint(self, *, clean: bool) -> None:
+        Checkpoint(clean=clean, max_offset=self._write_pos, dispatched=self._dispatched,
+                   recover_from=self._recover_from).save(self.root)
+
+    # ------------------------------------------------------------------ append
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed(f"commit log {self.root} is closed")
+
+    def _queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            if not topic or "/" in topic or topic in (".", ".."):
+                raise StoreError(f"topic {topic!r} cannot name a consume-queue directory")
+            cq = ConsumeQueue(queue_dir(self._cq_root, topic, queue_id), self._cq_entries)
+            self._cqs[topic, queue_id] = cq
+        return cq
+
+    def append(self, record: MessageRecord) -> AppendResult:
+        return self.append_batch((record,))[0]
+
+    def append_batch(self, records: Sequence[MessageRecord]) -> list[AppendResult]:
+        self._check_open()
+        if self._dispatched != self._write_pos:
+            raise StoreError(f"the log ends with a torn record at {self._dispatched}; "
+                             "truncate_to_last_whole_record() first")
+        base = self._write_pos
+        try:
+            batch = pack_records(records, base, self.segment_size,
+                                 lambda t, q: self._queue(t, q).max_offset)
+        except ValueError as exc:
+            raise StoreError(str(exc)) from None
+        self._log.write(base, batch.data)
+        for (topic, queue_id), (first, entries) in batch.queue_runs.items():
+            self._queue(topic, queue_id).put_run(first, entries)
+        self._write_pos = self._dispatched = base + len(batch.data)
+        return [AppendResult(phys, size, qoff, r.store_timestamp)
+                for r, (phys, size, qoff) in zip(records, batch.placed, strict=True)]
+
+    def append_raw(self, offset: int, data: bytes) -> int:
+        self._check_open()
+        if offset != self._write_pos:
+            self._start_at(offset)
+        if not data:
+            return self._write_pos
+        start = self._dispatched
+        pending = self._log.read(start, offset - start) if offset > start else b""
+        buf = pending + bytes(data)
+        scan = scan_log(buf, start, self.segment_size)
+        if scan.stop == "bad":
+            raise StoreCorruption("replicated data", scan.error.offset, scan.error.reason)
+        if scan.stop == "zero":
+            raise StoreCorruption("replicated data", scan.end, "zero fill where a record "
+                                  "should start")
+        records = self._check_replicated(buf, start, scan.spans)
+        self._log.write(offset, data)
+        for span, r in records:
+            self._queue(r.topic, r.queue_id).put(r.queue_offset, span.offset, span.size,
+                                                 _tags_code(r.tags))
+        self._write_pos = offset + len(data)
+        self._dispatched = scan.end
+        return self._write_pos
+
+    def _start_at(self, offset: int) -> None:
+        """Let an empty log start at a later segment boundary, else ``OffsetMismatch``."""
+        if (self._write_pos != self.min_offset or offset < self._write_pos
+                or offset % self.segment_size):
+            raise OffsetMismatch(offset, self._write_pos)
+        with self._log.lock:
+            self._log.delete_from(0)
+            self._write_pos = self._dispatched = self._flushed = offset
+            self._recover_from = offset
+            self._save_checkpoint(clean=False)
+
+    # -------------------------------------------------------------------- read
+
+    def _check_range(self, offset: int) -> None:
+        if not self.min_offset <= offset <= self._write_pos:
+            raise OffsetOutOfRange(offset, self.min_offset, self._write_pos)
+
+    def read(self, offset: int, size: int) -> bytes:
+        self._check_open()
+        self._check_range(offset)
+        size = max(0, min(size, self._write_pos - offset))
+        return self._log.read(offset, size) if size else b""
+
+    def read_record(self, offset: int) -> MessageRecord:
+        self._check_open()
+        self._check_range(offset)
+        seg = self._log.find(offset)
+        if seg is None or offset >= self._dispatched:
+            raise OffsetOutOfRange(offset, self.min_offset, self._dispatched)
+        try:
+            record, _ = decode(seg.mm, offset - seg.start, base_offset=seg.start)
+        except RecordError as exc:
+            raise StoreCorruption(seg.path, exc.offset, exc.reason) from None
+        return record
+
+    def iter_records(self, start: int | None = None, end: int | None = None
+                     ) -> Iterator[MessageRecord]:
+        self._check_open()
+        start = self.min_offset if start is None else start
+        end = self._dispatched if end is None else min(end, self._dispatched)
+        self._check_range(start)
+        for seg in self._log.segments_from(start):
+            if seg.start >= end:
+                return
+            pos = max(start, seg.start) - seg.start
+            try:
+                for span in iter_spans(seg.mm, pos, min(seg.end, end) - seg.start,
+                                       base_offset=seg.start, segment_end=seg.size):
+                    if not span.blank:
+                        yield decode(seg.mm, span.offset - seg.start, base_offset=seg.start,
+                                     verify_crc=False)[0]
+            except RecordError as exc:
+                raise StoreCorruption(seg.path, exc.offset, exc.reason) from None
+
+    def last_whole_record_end(self) -> int:
+        return self._dispatched
+
+    # ---------------------------------------------------------------- truncate
+
+    def truncate(self, offset: int) -> None:
+        self._check_open()
+        if offset >= self._write_pos:
+            return
+        if offset < self.min_offset:
+            raise OffsetOutOfRange(offset, self.min_offset, self._write_pos)
+        with self._log.lock:
+            # Recovery must start at or before the cut: a checkpoint past it would
+            # make a later abnormal restart scan from the middle of new records.
+            if self._recover_from > offset:
+                self._recover_from = segment_start(offset, self.segment_size)
+                self._save_checkpoint(clean=False)
+            # Zero from the cut first (synced), then remove later segments: at
+            # every moment a scan stops at the cut, so nothing past it returns.
+            self._cut(offset, self._write_pos)
+            for cq in self._cqs.values():
+                cq.truncate_physical(offset)
+            self._write_pos = offset
+            self._flushed = min(self._flushed, offset)
+            if self._dispatched > offset:
+                self._dispatched = self._boundary_at_or_before(offset)
+
+    def _boundary_at_or_before(self, offset: int) -> int:
+        """The end of the last whole record at or before ``offset`` (queues already cut)."""
+        # Queue entries end at record boundaries and so do segment starts.
+        start = max(self.min_offset, segment_start(offset, self.segment_size))
+        for cq in self._cqs.values():
+            if cq.max_offset > cq.min_offset:
+                phys, size, _ = cq.get(cq.max_offset - 1)
+                start = max(start, phys + size)
+        if start >= offset:
+            return offset
+        return scan_log(self._log.read(start, offset - start), start, self.segment_size).end
+
+    def truncate_to_last_whole_record(self) -> int:
+        self.truncate(self._dispatched)
+        return self._write_pos
+
+    # ------------------------------------------------------------------- flush
+
+    def flush(self) -> int:
+        with self._log.lock:
+            if self._closed:
+                return self._flushed
+            hi = self._write_pos
+            boundary = self._dispatched
+            if hi > self._flushed:
+                self._log.sync_range(self._flushed, hi)
+            for cq in list(self._cqs.values()):
+                cq.sync()
+            self._flushed = max(self._flushed, hi)
+            if boundary - self._recover_from >= self._checkpoint_interval:
+                self._recover_from = boundary
+                self._save_checkpoint(clean=False)
+            return self._flushed
+
+    # --------------------------------------------------------------- retention
+
+    def retain(self, now_ms: int, max_age_ms: int | None = None,
+               max_bytes: int | None = None) -> int:
+        self._check_open()
+        segs = list(self._log.segments)
+        keep_from = self.min_offset
+        for seg, nxt in itertools.pairwise(segs):
+            if nxt.start >= self._dispatched:
+                break  # ``seg`` is the segment being written
+            too_big = max_bytes is not None and self._write_pos - seg.start > max_bytes
+            too_old = (max_age_ms is not None
+                       and store_timestamp_at(nxt.mm, 0) < now_ms - max_age_ms)
+            if not (too_big or too_old):
+                break
+            keep_from = nxt.start
+        if keep_from > self.min_offset:
+            with self._log.lock:
+                self._recover_from = max(self._recover_from, keep_from)
+                self._log.delete_before(keep_from)
+                for cq in self._cqs.values():
+                    cq.drop_before_physical(keep_from)
+        return self.min_offset
+
+    # ------------------------------------------------------------------ queues
+
+    def queues(self) -> list[tuple[str, int]]:
+        return sorted(self._cqs)
+
+    def queue_min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._cqs.get((topic, queue_id))
+        return 0 if cq is None else cq.min_offset
+
+    def queue_max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._cqs.get((topic, queue_id))
+        return 0 if cq is None else cq.max_offset
+
+    def queue_entries(self, topic: str, queue_id: int, start: int, max_count: int
+                      ) -> list[QueueEntry]:
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            return []
+        lo = max(start, cq.min_offset)
+        hi = min(cq.max_offset, lo + max(max_count, 0))
+        return [QueueEntry(q, *cq.get(q)) for q in range(lo, hi)]
+
+    def _store_time(self, phys: int) -> int:
+        seg = self._log.find(phys)
+        return store_timestamp_at(seg.mm, phys - seg.start)
+
+    def search_queue_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, cq.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._store_time(cq.get(mid)[0]) < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int | None:
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None or cq.max_offset == cq.min_offset:
+            return None
+        return self._store_time(cq.get(cq.min_offset)[0])
+
+    # ------------------------------------------------------------------- close
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self.flush()
+        with self._log.lock:
+            self._recover_from = self._dispatched
+            self._save_checkpoint(clean=True)
+            self._closed = True
+            self._close_files()
+
+    def _close_files(self) -> None:
+        for cq in self._cqs.values():
+            cq.close()
+        self._log.close()
+        self._lock.release()
+
+    def __enter__(self) -> MmapCommitLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,169 @@
+"""Consume queues: per (topic, queueId), 20-byte entries pointing into the commit log.
+
+Entry ``i`` (queue offset ``i``) lives at byte ``20 * i`` of the queue's
+logical byte space, cut into segment files of ``entries_per_file``
+entries named by their start byte (RocketMQ's layout). Entries are written
+in order, so the non-zero entries of the last file are a prefix; the
+physical offsets of a queue's entries increase, which makes every search a
+binary search. A consume queue is derived data: recovery rebuilds its tail
+from the commit log.
+"""
+
+from __future__ import annotations
+
+import os
+
+from framework.protocol.commitlog_layout import (
+    CQ_ENTRY_SIZE,
+    pack_cq_entry,
+    pack_cq_entry_into,
+    unpack_cq_entry,
+)
+from plugins.store_mmap.segments import SegmentQueue
+
+_ZERO_ENTRY = bytes(CQ_ENTRY_SIZE)
+_BLANK_ENTRY = pack_cq_entry(0, 0x7FFFFFFF, 0)
+
+
+class ConsumeQueue:
+    """The consume queue stored in ``directory``."""
+
+    def __init__(self, directory: str, entries_per_file: int, *, writable: bool = True) -> None:
+        self.files = SegmentQueue(directory, entries_per_file * CQ_ENTRY_SIZE, writable=writable)
+        self.min_offset = self._find_min()
+        self.max_offset = max(self._find_max(), self.min_offset)
+        self._synced = self.max_offset
+
+    def _find_min(self) -> int:
+        """The first entry of the first file that is not a blank (see ``_start_at``)."""
+        if not self.files.segments:
+            return 0
+        seg = self.files.segments[0]
+        mm = seg.mm
+        lo, hi = 0, seg.size // CQ_ENTRY_SIZE
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if mm[mid * CQ_ENTRY_SIZE:(mid + 1) * CQ_ENTRY_SIZE] == _BLANK_ENTRY:
+                lo = mid + 1
+            else:
+                hi = mid
+        return seg.start // CQ_ENTRY_SIZE + lo
+
+    def _find_max(self) -> int:
+        if not self.files.segments:
+            return 0
+        seg = self.files.segments[-1]
+        mm = seg.mm
+        lo, hi = 0, seg.size // CQ_ENTRY_SIZE
+        while lo < hi:  # first all-zero entry of the last file
+            mid = (lo + hi) // 2
+            if mm[mid * CQ_ENTRY_SIZE:(mid + 1) * CQ_ENTRY_SIZE] == _ZERO_ENTRY:
+                hi = mid
+            else:
+                lo = mid + 1
+        return (seg.start // CQ_ENTRY_SIZE) + lo
+
+    def _start_at(self, queue_offset: int) -> None:
+        """Let an empty queue start at ``queue_offset`` (a replica joining mid-stream).
+
+        Like RocketMQ, the entries before it in its file are blank entries
+        (offset 0, size 0x7FFFFFFF), so the written entries stay a prefix.
+        """
+        self.files.delete_from(0)
+        pos = queue_offset * CQ_ENTRY_SIZE
+        seg = self.files.get_or_create(pos)
+        seg.mm[0:pos - seg.start] = _BLANK_ENTRY * ((pos - seg.start) // CQ_ENTRY_SIZE)
+        self.min_offset = self.max_offset = self._synced = queue_offset
+
+    def _ensure(self, queue_offset: int) -> None:
+        """Restart an empty queue whose next entry would leave a gap in its files."""
+        end = self.files.end
+        if (self.max_offset == self.min_offset and queue_offset != self.max_offset
+                and (end is None or queue_offset * CQ_ENTRY_SIZE > end
+                     or queue_offset < self.min_offset)):
+            self._start_at(queue_offset)
+
+    def put(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> None:
+        """Write entry ``queue_offset`` (idempotent: recovery may rewrite it)."""
+        self._ensure(queue_offset)
+        pos = queue_offset * CQ_ENTRY_SIZE
+        seg = self.files.get_or_create(pos)
+        pack_cq_entry_into(seg.mm, pos - seg.start, physical_offset, size, tags_code)
+        if queue_offset >= self.max_offset:
+            self.max_offset = queue_offset + 1
+        if queue_offset < self._synced:
+            self._synced = queue_offset
+
+    def put_run(self, first: int, entries: bytes | bytearray) -> None:
+        """Write consecutive packed entries starting at queue offset ``first``."""
+        self._ensure(first)
+        self.files.write(first * CQ_ENTRY_SIZE, entries)
+        end = first + len(entries) // CQ_ENTRY_SIZE
+        if end > self.max_offset:
+            self.max_offset = end
+        if first < self._synced:
+            self._synced = first
+
+    def get(self, queue_offset: int) -> tuple[int, int, int]:
+        """``(physical_offset, size, tags_code)`` of an entry in ``[min, max)``."""
+        pos = queue_offset * CQ_ENTRY_SIZE
+        seg = self.files.find(pos)
+        if seg is None:
+            raise IndexError(queue_offset)
+        return unpack_cq_entry(seg.mm, pos - seg.start)
+
+    def first_at_or_after(self, physical_offset: int) -> int:
+        """The first queue offset whose record starts at or after ``physical_offset``."""
+        return self._first(lambda phys, size: phys >= physical_offset)
+
+    def _first(self, pred) -> int:
+        """The first queue offset in ``[min, max)`` whose entry satisfies the monotone ``pred``."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            phys, size, _ = self.get(mid)
+            if pred(phys, size):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def truncate(self, queue_offset: int) -> None:
+        """Drop entries at or after ``queue_offset``."""
+        queue_offset = max(queue_offset, self.min_offset)
+        if queue_offset >= self.max_offset:
+            return
+        start = queue_offset * CQ_ENTRY_SIZE
+        self.files.zero(start, self.max_offset * CQ_ENTRY_SIZE)
+        # Whole files past the cut go; the first file stays so min_offset survives.
+        self.files.delete_from(start + 1 if start == self.files.first_start else start)
+        self.max_offset = queue_offset
+        self._synced = min(self._synced, queue_offset)
+
+    def truncate_physical(self, physical_end: int) -> None:
+        """Drop entries of records that do not end at or before ``physical_end``."""
+        if self.max_offset == self.min_offset:
+            return
+        phys, size, _ = self.get(self.max_offset - 1)
+        if phys + size > physical_end:
+            self.truncate(self._first(lambda p, n: p + n > physical_end))
+
+    def drop_before_physical(self, min_physical: int) -> None:
+        """Forget entries of records below ``min_physical`` (retention)."""
+        new_min = self.first_at_or_after(min_physical)
+        self.files.delete_before(new_min * CQ_ENTRY_SIZE)
+        self.min_offset = new_min
+
+    def sync(self) -> None:
+        """Make the entries written since the last sync durable."""
+        if self._synced < self.max_offset:
+            self.files.sync_range(self._synced * CQ_ENTRY_SIZE, self.max_offset * CQ_ENTRY_SIZE)
+            self._synced = self.max_offset
+
+    def close(self) -> None:
+        self.files.close()
+
+
+def queue_dir(root: str, topic: str, queue_id: int) -> str:
+    """``<root>/<topic>/<queueId>``."""
+    return os.path.join(root, topic, str(queue_id))

@@ -1,0 +1,297 @@
+"""Segment files mapped in memory: one directory of fixed-size, 20-digit-named files.
+
+``SegmentQueue`` is RocketMQ's mapped file queue: segments are preallocated
+(sparse) to ``segment_size`` and mapped whole, so appends and reads are
+slice operations on an ``mmap``. Durability is ``os.fdatasync`` on the
+file (the mapping is shared, so it covers the mapped writes) and runs in
+the caller's thread, which is a worker thread when called from trio.
+
+A new segment is created as ``<name>.tmp`` and renamed once sized and
+synced; a leftover ``*.tmp`` (a crash during creation) is removed at open.
+Any other file that is not a segment is an error naming it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import fcntl
+import json
+import mmap
+import os
+import threading
+from typing import Any
+
+from framework.protocol.commitlog_layout import SegmentNameError, parse_segment_name, segment_name
+from framework.store import StoreCorruption, StoreError
+
+TMP_SUFFIX = ".tmp"
+
+
+def fsync_dir(directory: str) -> None:
+    """Make a directory's entries (created, renamed, removed files) durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file."""
+    tmp = path + TMP_SUFFIX
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+def read_json(path: str) -> Any | None:
+    """The JSON document at ``path``, ``None`` if the file does not exist."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise StoreCorruption(path, 0, f"not valid JSON: {exc}") from None
+
+
+class DirectoryLock:
+    """An exclusive lock on ``<directory>/lock`` held while a store is open.
+
+    A POSIX record lock, like the one RocketMQ takes on the same file of its
+    store root: a second process (triomq or RocketMQ) cannot open the store
+    for writing meanwhile, and the lock goes away with the process.
+    """
+
+    def __init__(self, directory: str) -> None:
+        path = os.path.join(directory, "lock")
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self.fd)
+            raise StoreError(f"{directory} is in use by another process (lock on {path})"
+                             ) from None
+
+    def release(self) -> None:
+        os.close(self.fd)
+
+
+class Segment:
+    """One mapped segment file starting at ``start``."""
+
+    def __init__(self, path: str, start: int, size: int, writable: bool) -> None:
+        self.path = path
+        self.start = start
+        self.size = size
+        self.end = start + size
+        flags = os.O_RDWR if writable else os.O_RDONLY
+        self.fd = os.open(path, flags)
+        try:
+            actual = os.fstat(self.fd).st_size
+            if actual != size:
+                raise StoreCorruption(path, 0, f"segment is {actual} bytes, expected {size}")
+            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+            self.mm = mmap.mmap(self.fd, size, access=access)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def sync(self) -> None:
+        """Make the segment's written bytes durable."""
+        os.fdatasync(self.fd)
+
+    def close(self) -> None:
+        self.mm.close()
+        os.close(self.fd)
+
+
+class SegmentQueue:
+    """The segments of one directory, contiguous, by start offset.
+
+    ``segment_size=None`` (read-only use on a foreign store) takes the size
+    of the first segment found.
+    """
+
+    def __init__(self, directory: str, segment_size: int | None, *, writable: bool = True
+                 ) -> None:
+        self.directory = directory
+        self.writable = writable
+        # Held for structural changes (create, delete) and while syncing, so a
+        # flush in a worker thread never touches a segment being removed.
+        self.lock = threading.RLock()
+        if writable:
+            os.makedirs(directory, exist_ok=True)
+        names = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+        found: list[tuple[int, str]] = []
+        for name in names:
+            path = os.path.join(directory, name)
+            if name.endswith(TMP_SUFFIX):
+                if writable:
+                    os.unlink(path)
+                continue
+            try:
+                found.append((parse_segment_name(name, directory), path))
+            except SegmentNameError as exc:
+                raise StoreCorruption(path, 0, "not a segment file (expected a 20-digit "
+                                      "start offset)") from exc
+        found.sort()
+        if segment_size is None:
+            segment_size = os.path.getsize(found[0][1]) if found else 0
+            if found and segment_size <= 0:
+                raise StoreCorruption(found[0][1], 0, "empty segment file")
+        self.segment_size = segment_size
+        self.segments: list[Segment] = []
+        self._starts: list[int] = []
+        try:
+            for start, path in found:
+                if start % segment_size:
+                    raise StoreCorruption(path, 0, f"start offset is not a multiple of the "
+                                          f"segment size {segment_size}")
+                if self.segments and start != self.segments[-1].end:
+                    raise StoreCorruption(path, 0, f"gap: previous segment ends at "
+                                          f"{self.segments[-1].end}")
+                self._add(Segment(path, start, segment_size, writable))
+        except BaseException:
+            self.close()
+            raise
+
+    def _add(self, seg: Segment) -> None:
+        self.segments.append(seg)
+        self._starts.append(seg.start)
+
+    @property
+    def first_start(self) -> int | None:
+        return self._starts[0] if self._starts else None
+
+    @property
+    def end(self) -> int | None:
+        """The end offset of the last segment."""
+        return self.segments[-1].end if self.segments else None
+
+    def find(self, offset: int) -> Segment | None:
+        """The segment holding ``offset``, if it exists."""
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i < 0:
+            return None
+        seg = self.segments[i]
+        return seg if offset < seg.end else None
+
+    def segments_from(self, offset: int) -> list[Segment]:
+        """The segments holding ``offset`` and after."""
+        i = max(bisect.bisect_right(self._starts, offset) - 1, 0)
+        return self.segments[i:]
+
+    def get_or_create(self, offset: int) -> Segment:
+        """The segment holding ``offset``, creating it after the last one if needed."""
+        seg = self.find(offset)
+        if seg is not None:
+            return seg
+        start = offset - offset % self.segment_size
+        with self.lock:
+            if self.segments and start != self.segments[-1].end:
+                raise ValueError(f"segment at {start} would leave a gap after "
+                                 f"{self.segments[-1].end}")
+            path = os.path.join(self.directory, segment_name(start))
+            tmp = path + TMP_SUFFIX
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.ftruncate(fd, self.segment_size)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            fsync_dir(self.directory)
+            seg = Segment(path, start, self.segment_size, True)
+            self._add(seg)
+            return seg
+
+    def delete_from(self, start: int) -> None:
+        """Remove the segments starting at or after ``start``, the last one first."""
+        with self.lock:
+            while self.segments and self.segments[-1].start >= start:
+                seg = self.segments.pop()
+                self._starts.pop()
+                seg.close()
+                os.unlink(seg.path)
+            fsync_dir(self.directory)
+
+    def delete_before(self, start: int) -> None:
+        """Remove the segments ending at or before ``start``, the first one first."""
+        with self.lock:
+            removed = 0
+            while self.segments and self.segments[0].end <= start:
+                seg = self.segments.pop(0)
+                self._starts.pop(0)
+                seg.close()
+                os.unlink(seg.path)
+                removed += 1
+            if removed:
+                fsync_dir(self.directory)
+
+    def sync_range(self, lo: int, hi: int) -> None:
+        """fdatasync the segments holding bytes in ``[lo, hi)``."""
+        with self.lock:
+            for seg in self.segments_from(lo):
+                if seg.start >= hi:
+                    break
+                seg.sync()
+
+    def read(self, offset: int, size: int) -> bytes:
+        """Bytes ``[offset, offset + size)``, across segments (must exist)."""
+        parts = []
+        end = offset + size
+        while offset < end:
+            seg = self.find(offset)
+            if seg is None:
+                raise ValueError(f"no segment holds offset {offset}")
+            n = min(end, seg.end) - offset
+            parts.append(seg.mm[offset - seg.start:offset - seg.start + n])
+            offset += n
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` at ``offset``, creating segments as needed."""
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            seg = self.get_or_create(offset + done)
+            pos = offset + done - seg.start
+            n = min(len(view) - done, seg.size - pos)
+            seg.mm[pos:pos + n] = view[done:done + n]
+            done += n
+
+    def zero(self, lo: int, hi: int) -> None:
+        """Overwrite ``[lo, hi)`` with zeros where segments exist, skipping zero pages."""
+        chunk = 1 << 20
+        zeros = bytes(chunk)
+        for seg in self.segments_from(lo):
+            if seg.start >= hi:
+                break
+            a = max(lo, seg.start) - seg.start
+            b = min(hi, seg.end) - seg.start
+            while a < b:
+                n = min(chunk, b - a)
+                if seg.mm[a:a + n] != zeros[:n]:
+                    seg.mm[a:a + n] = zeros[:n]
+                a += n
+
+    def close(self) -> None:
+        with self.lock:
+            for seg in self.segments:
+                seg.close()
+            self.segments.clear()
+            self._starts.clear()
+
+
+#: Every option a store of this plugin takes (each kind uses some of them).
+OPTION_KEYS = ("segment_size", "cq_entries_per_file", "checkpoint_interval", "full_recovery")
