@@ -45,6 +45,7 @@ def build_parser(pm: PluginManager) -> argparse.ArgumentParser:
 
     p = sub.add_parser("config", help="list every configuration key with default and meaning")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--markdown", action="store_true", help="a table for the README")
     p.set_defaults(func=_cmd_config)
 
     for role in ROLES:
@@ -86,6 +87,11 @@ def _cmd_config(args: argparse.Namespace) -> int:
     rows = list(config_mod.describe(NodeConfig))
     if args.json:
         print(json.dumps([{"key": k, "default": d, "doc": doc} for k, d, doc in rows], indent=2))
+        return 0
+    if args.markdown:
+        print("| key | default | meaning |\n| --- | --- | --- |")
+        for key, default, doc in rows:
+            print(f"| `{key}` | `{default}` | {doc.replace('|', '/')} |")
         return 0
     for key, default, doc in rows:
         print(f"{key} = {default}\n    {doc}")
