@@ -20,10 +20,11 @@ from typing import Any, Literal
 import attrs
 
 from framework.broker.config import BrokerConfig
+from framework.controller.config import ControllerConfig
 from framework.settings import describe, from_mapping, load_toml, one_of, setting
 
-__all__ = ["ROLES", "BrokerConfig", "NodeConfig", "PluginsConfig", "StoreConfig",
-           "TransportConfig", "describe", "from_mapping", "load_toml"]
+__all__ = ["ROLES", "BrokerConfig", "ControllerConfig", "NodeConfig", "PluginsConfig",
+           "StoreConfig", "TransportConfig", "describe", "from_mapping", "load_toml"]
 
 ROLES = ("standalone", "nameserver", "controller", "broker")
 
@@ -77,3 +78,4 @@ class NodeConfig:
     transport: TransportConfig = setting(factory=TransportConfig, doc="See [transport].")
     store: StoreConfig = setting(factory=StoreConfig, doc="See [store].")
     broker: BrokerConfig = setting(factory=BrokerConfig, doc="See [broker].")
+    controller: ControllerConfig = setting(factory=ControllerConfig, doc="See [controller].")

@@ -43,6 +43,13 @@ def _ha_address(value: str) -> str | None:
     return None
 
 
+def _addresses(value: tuple[str, ...]) -> str | None:
+    for address in value:
+        if "://" not in address:
+            return f"{address!r}: expected 'scheme://location' addresses, e.g. 'tcp://10.0.0.1:9878'"
+    return None
+
+
 def _at_least_one(value: int) -> str | None:
     return None if value >= 1 else "must be >= 1"
 
@@ -121,8 +128,32 @@ class BrokerConfig:
     ha_reconnect_max: int = setting(
         5000, doc="ms cap of the slave's reconnect backoff.", check=positive)
 
+    enable_controller_mode: bool = setting(
+        False, doc="Take the role from the controllers: they allocate the broker id and "
+                   "elect the master (broker_id, ha_master_address, master_epoch unused).")
+    controller_addresses: tuple[str, ...] = setting(
+        (), doc="RPC addresses of the controllers (controller mode), e.g. "
+                "['tcp://10.0.0.1:9878', 'tcp://10.0.0.2:9878'].", check=_addresses)
+    broker_heartbeat_interval: int = setting(
+        100, doc="ms between heartbeats (with live info) to every controller (RocketMQ: "
+                 "1000).", check=positive)
+    controller_heartbeat_timeout: int = setting(
+        0, doc="ms of silence after which the controllers count this broker inactive, sent "
+               "with each heartbeat; 0: the controllers' broker_not_active_timeout "
+               "(RocketMQ's controllerHeartBeatTimeoutMills).", check=non_negative)
+    sync_controller_metadata_period: int = setting(
+        500, doc="ms between polls of the controller for the group's master and "
+                 "SyncStateSet, in case a notification was missed (RocketMQ's "
+                 "syncBrokerMetadataPeriod: 5000).", check=positive)
+    election_priority: int = setting(
+        0, doc="Among equally up-to-date replicas a smaller value is elected first "
+               "(RocketMQ's brokerElectionPriority).", check=non_negative)
+
     def __attrs_post_init__(self) -> None:
-        if self.broker_id != MASTER_ID and not self.ha_master_address:
+        if self.enable_controller_mode and not self.controller_addresses:
+            raise ConfigError("required in controller mode", "controller_addresses")
+        if (self.broker_id != MASTER_ID and not self.ha_master_address
+                and not self.enable_controller_mode):
             raise ConfigError(
                 f"required for a slave (broker_id = {self.broker_id})", "ha_master_address")
         if self.ha_reconnect_max < self.ha_reconnect_min:

@@ -4,7 +4,9 @@ Start-up: open the commit log through the store plugin (in a worker
 thread: it runs the store's recovery), listen on the HA address, start the
 flush service and the ``ReplicasManager``, register the request handlers,
 then take the static role (``broker_id`` 0: master of ``master_epoch``;
-otherwise slave of ``ha_master_address``). Stop: the terms are cancelled and
+otherwise slave of ``ha_master_address``), or, with
+``enable_controller_mode``, let the controllers assign the id and the role
+(``framework.broker.controller_mode``). Stop: the terms are cancelled and
 the commit log is closed (flushed) in a thread.
 
 The store root is ``broker.store_path_root_dir``, else the node's
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from framework.broker.config import BrokerConfig
+from framework.broker.controller_mode import ControllerMode
 from framework.broker.processor import BrokerProcessor, host_port
 from framework.broker.replicas_manager import BrokerRole, ReplicasManager, check_replica_address
 from framework.errors import ConfigError, PluginError
@@ -72,6 +75,10 @@ class Broker:
         self.flush = flush
         self.replicas = replicas
         self.processor = processor
+        #: This replica's id: ``broker_id`` in static mode, the controllers' in controller mode.
+        self.broker_id = self.config.broker_id
+        #: The controller-mode driver, when ``enable_controller_mode`` is set.
+        self.controller_mode: ControllerMode | None = None
 
     @property
     def ha_address(self) -> str:
@@ -84,7 +91,7 @@ class Broker:
         self.flush.flushed = self.log.flushed_offset
         self.node.plugins.hook.triomq_role_changed(
             node=self.node, broker_name=self.config.broker_name,
-            broker_id=self.config.broker_id, role=role.value, master_epoch=master_epoch)
+            broker_id=self.broker_id, role=role.value, master_epoch=master_epoch)
 
     async def take_static_role(self) -> None:
         """Static mode: master when ``broker_id`` is 0, else slave of ``ha_master_address``."""
@@ -139,13 +146,19 @@ async def broker_service(node: Node, *,
                                     store_host=host_port(node.address))
         broker = Broker(node, log, flush, replicas, processor)
         replicas.on_role_changed = broker.role_changed
+        if config.enable_controller_mode:
+            broker.controller_mode = ControllerMode(broker, root)
+            replicas.reporter = broker.controller_mode
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(flush.run)
                 await nursery.start(replicas.run)
                 nursery.start_soon(broker.flush_slave_log)
                 processor.register(node.rpc_server)
-                await broker.take_static_role()
+                if broker.controller_mode is not None:
+                    await nursery.start(broker.controller_mode.run)
+                else:
+                    await broker.take_static_role()
                 _brokers[node] = broker
                 task_status.started(broker)
         except BaseExceptionGroup as group:

@@ -1,0 +1,256 @@
+"""Failover benchmark: from killing a master process to the first put the new master acknowledges.
+
+Run from the repository root (about two minutes)::
+
+    .venv/bin/python benchmarks/failover.py
+
+Set-up, over TCP loopback, with the default settings of every component:
+
+- three controllers in this benchmark's process (one trio loop, three
+  nodes of role ``controller``, ``framework.testing.cluster``);
+- one broker group of three replicas, each a separate
+  ``python -m framework.cli broker --config FILE`` process in controller
+  mode (mmap store, ``all_ack_in_sync_state_set = true``).
+
+For each log size the group's commit log is first filled to that size with
+synchronous puts. Then, per trial: the current master's process gets
+SIGKILL; the clock starts just before the signal and stops when a put
+(1 KiB, sent to the surviving replicas in turn, every 5 ms, until one
+answers SUCCESS) is acknowledged by the new master. The killed broker is
+restarted (it rejoins as a slave) and the next trial waits until the
+controllers' SyncStateSet holds all three replicas again. At the end every
+acknowledged 1 KiB put (one before and one after each failover) is looked
+up in each replica's commit log on disk.
+
+Prints a Markdown table; BENCHMARKS.md's "Failover" section comes from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+import framework.broker.plugin
+import plugins.controller_dledger
+from framework.broker.client import Producer, SendError
+from framework.broker.codes import RequestCode as BrokerCode
+from framework.controller.client import ControllerClient, ControllerError, ControllerUnavailable
+from framework.plugins import PluginManager
+from framework.rpc import RpcError
+from framework.testing.cluster import BROKER_NAME, free_tcp_port, open_cluster
+
+ROOT = Path(__file__).resolve().parent.parent
+BODY = b"x" * 1024
+FILL_BODY = b"f" * 65536
+
+
+def plugin_manager() -> PluginManager:
+    pm = PluginManager.discover(disable={"broker", "controller_dledger"})
+    pm.register(framework.broker.plugin, name="broker")
+    pm.register(plugins.controller_dledger, name="controller_dledger")
+    return pm
+
+
+class BrokerProcess:
+    """One broker replica as a ``triomq broker`` process with a fixed address."""
+
+    def __init__(self, name: str, root: Path, controllers: list[str]) -> None:
+        self.name = name
+        self.address = f"tcp://127.0.0.1:{free_tcp_port()}"
+        self.config = root / f"{name}.toml"
+        self.log = root / f"{name}.log"
+        quoted = ", ".join(f'"{c}"' for c in controllers)
+        self.config.write_text(f"""
+name = "{name}"
+role = "broker"
+listen = "{self.address}"
+log_level = "WARNING"
+
+[store]
+path = "{root / name}"
+
+[broker]
+broker_name = "{BROKER_NAME}"
+enable_controller_mode = true
+controller_addresses = [{quoted}]
+ha_listen_port = {free_tcp_port()}
+all_ack_in_sync_state_set = true
+""")
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "framework.cli", "broker", "--config", str(self.config)],
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+        self.process = None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+
+
+async def wait_for(predicate, timeout: float = 60.0):
+    """Poll an async predicate until it returns something true."""
+    with trio.fail_after(timeout):
+        while not (value := await predicate()):
+            await trio.sleep(0.02)
+    return value
+
+
+async def run_size(root: Path, megabytes: int, trials: int) -> tuple[list[float], int]:
+    """Fill the log to ``megabytes`` and run ``trials`` failovers; their times (s) and
+    how many acknowledged puts a replica lacks at the end."""
+    async with open_cluster(root, transport="tcp", brokers=0, plugins=plugin_manager()) as cluster:
+        await cluster.start_controllers()
+        client_node = await cluster.start("client")
+        rpc = client_node.rpc
+        controller = ControllerClient(rpc, list(cluster.controller_addresses.values()))
+        brokers = [BrokerProcess(f"b{i}", root, list(cluster.controller_addresses.values()))
+                   for i in (1, 2, 3)]
+        by_address = {b.address: b for b in brokers}
+        try:
+            for broker in brokers:
+                broker.start()
+
+            async def full_group():
+                try:
+                    info = await controller.get_replica_info(BROKER_NAME)
+                except (ControllerError, ControllerUnavailable):
+                    return None  # no leader yet, or the group is not registered yet
+                if info.master_address and len(info.sync_state_set) == 3:
+                    return info
+                return None
+
+            info = await wait_for(full_group)
+            await fill(rpc, info.master_address, megabytes << 20)
+            acked: list[int] = []
+            times = []
+            for trial in range(trials):
+                info = await wait_for(full_group)
+                victim = by_address[info.master_address]
+                survivors = [b.address for b in brokers if b is not victim]
+                offset = await Producer(rpc, victim.address).send("bench", BODY)
+                acked.append(offset.physical_offset)
+                start = time.perf_counter()
+                victim.kill()
+                new_master, offset = await first_put(rpc, survivors)
+                times.append(time.perf_counter() - start)
+                acked.append(offset)
+                print(f"  {megabytes} MiB trial {trial + 1}: {times[-1] * 1000:.0f} ms "
+                      f"({victim.name} killed, {by_address[new_master].name} took over)",
+                      flush=True)
+                victim.start()
+            await wait_for(full_group)
+            max_offsets = [await broker_max_offset(rpc, b.address) for b in brokers]
+            await wait_for(lambda: caught_up(rpc, brokers, max(max_offsets)))
+        finally:
+            for broker in brokers:
+                broker.stop()
+        return times, await trio.to_thread.run_sync(count_lost, cluster.plugins, root, acked)
+
+
+async def caught_up(rpc, brokers: list[BrokerProcess], offset: int) -> bool:
+    return all([await broker_max_offset(rpc, b.address) >= offset for b in brokers])
+
+
+def count_lost(pm: PluginManager, root: Path, acked: list[int]) -> int:
+    """Acknowledged puts missing from any replica's commit log (read from disk)."""
+    lost = 0
+    for name in ("b1", "b2", "b3"):
+        log = pm.log_store("commitlog", "mmap")(str(root / name), {})
+        try:
+            lost += sum(1 for offset in acked if offset >= log.max_offset
+                        or log.read_record(offset).body != BODY)
+        finally:
+            log.close()
+    return lost
+
+
+async def fill(rpc, master: str, size: int) -> None:
+    """Synchronous 64 KiB puts from eight tasks until the log holds ``size`` bytes."""
+    producer = Producer(rpc, master)
+    written = [0]
+
+    async def writer() -> None:
+        while written[0] < size:
+            result = await producer.send("fill", FILL_BODY)
+            written[0] = max(written[0], result.physical_offset)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(8):
+            nursery.start_soon(writer)
+
+
+async def first_put(rpc, candidates: list[str]) -> tuple[str, int]:
+    """Put to each candidate in turn until one acknowledges; (its address, the offset)."""
+    while True:
+        for address in candidates:
+            try:
+                result = await Producer(rpc, address).send("bench", BODY)
+            except (SendError, RpcError):
+                continue
+            return address, result.physical_offset
+        await trio.sleep(0.005)
+
+
+async def broker_max_offset(rpc, address: str) -> int:
+    response = await rpc.invoke(address, BrokerCode.GET_MAX_OFFSET)
+    return int(response.ext_fields["offset"])
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def main(args: argparse.Namespace) -> None:
+    rows = []
+    for megabytes in args.sizes:
+        with tempfile.TemporaryDirectory(prefix="triomq-failover-") as root:
+            print(f"log size {megabytes} MiB: filling, then {args.trials} failovers", flush=True)
+            times, lost = await run_size(Path(root), megabytes, args.trials)
+        rows.append((megabytes, times, lost))
+    print()
+    print(f"Machine: {platform.machine()}, Python {platform.python_version()}, "
+          f"trio {trio.__version__}, load average {os.getloadavg()[0]:.1f}")
+    print()
+    print("| log size | trials | p50 ms | p99 ms | min ms | max ms | mean ms | acked puts lost |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for megabytes, times, lost in rows:
+        ms = [t * 1000 for t in times]
+        print(f"| {megabytes} MiB | {len(ms)} | {percentile(ms, 0.5):.0f} | "
+              f"{percentile(ms, 0.99):.0f} | {min(ms):.0f} | {max(ms):.0f} | "
+              f"{statistics.mean(ms):.0f} | {lost} |")
+
+
+if __name__ == "__main__":
+    logging.getLogger("triomq").setLevel(logging.ERROR)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=40, help="failovers per log size")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 256],
+                        help="log sizes in MiB (default: 1 256)")
+    trio.run(main, parser.parse_args())

@@ -1,0 +1,145 @@
+"""The Raft driver's durable state: the entry log and the snapshot of one node.
+
+``DurableState`` maps each write of a ``Ready`` onto the ``EntryLog`` of a
+store plugin (``("entrylog", scheme)``) and keeps the latest state-machine
+snapshot in that plugin's ``MetaStore`` (``("meta", scheme)``), under four
+keys written in one atomic ``put_many``. A snapshot is stored before the log
+prefix it covers is compacted; a crash in between is finished on the next
+load. Every method blocks: the driver calls the slow ones in a worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+from framework import store
+from framework.consensus.confchange import ConfState
+from framework.consensus.config import RaftConfig
+from framework.consensus.log import Entry, HardState, Snapshot
+from framework.consensus.raft import bootstrap_entries
+from framework.consensus.ready import (
+    AppendEntries,
+    PersistHardState,
+    SaveSnapshot,
+    TruncateSuffix,
+    Write,
+)
+from framework.plugins import PluginManager
+
+_SNAPSHOT_KEYS = ("snapshot.index", "snapshot.term", "snapshot.conf", "snapshot.data")
+_CONF_LISTS = ("voters", "learners", "voters_outgoing", "learners_next")
+
+
+# --------------------------------------------------------------------------
+
+
+def _conf_json(state: ConfState) -> bytes:
+    return json.dumps({"voters": state.voters, "learners": state.learners,
+                       "voters_outgoing": state.voters_outgoing,
+                       "learners_next": state.learners_next,
+                       "auto_leave": state.auto_leave}).encode()
+
+
+class DurableState:
+    """The entry log and the snapshot (in a MetaStore) of one node. Blocking calls."""
+
+    def __init__(self, entry_log: store.EntryLog, meta: store.MetaStore, fsync: bool) -> None:
+        self.entry_log = entry_log
+        self.meta = meta
+        self.fsync = fsync
+
+    @classmethod
+    def open(cls, plugins: PluginManager, config: RaftConfig, directory: str) -> DurableState:
+        """Open (creating if needed) the stores under ``directory``."""
+        options = dict(config.store_options)
+        if config.store_scheme == "lmdb":
+            options.setdefault("sync", config.fsync)
+        entry_log = plugins.log_store("entrylog", config.store_scheme)(
+            os.path.join(directory, "entrylog"), options)
+        try:
+            meta = plugins.log_store("meta", config.store_scheme)(
+                os.path.join(directory, "snapshot"), options)
+        except BaseException:
+            entry_log.close()
+            raise
+        return cls(entry_log, meta, config.fsync)
+
+    def close(self) -> None:
+        """Sync and close both stores."""
+        try:
+            self.entry_log.close()
+        finally:
+            self.meta.close()
+
+    def load_snapshot(self) -> Snapshot:
+        """The stored snapshot (the empty one if none); StoreCorruption if unreadable."""
+        values = [self.meta.get(key) for key in _SNAPSHOT_KEYS]
+        if values[0] is None:
+            return Snapshot()
+        if any(v is None for v in values):
+            raise store.StoreCorruption(_SNAPSHOT_KEYS[0], 0, "incomplete Raft snapshot")
+        index, term, conf, data = values
+        try:
+            doc = json.loads(conf)
+            lists = {key: doc[key] for key in _CONF_LISTS}
+            if any(not isinstance(ids, list) or not all(type(i) is int and i > 0 for i in ids)
+                   for ids in lists.values()):
+                raise ValueError("node ids must be lists of positive integers")
+            if type(doc["auto_leave"]) is not bool:
+                raise ValueError("auto_leave must be a boolean")
+            snapshot = Snapshot(int(index), int(term),
+                                ConfState(**lists, auto_leave=doc["auto_leave"]), bytes(data))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise store.StoreCorruption("snapshot", 0, f"bad Raft snapshot: {exc}") from None
+        if snapshot.index < 0 or snapshot.term < 0:
+            raise store.StoreCorruption("snapshot", 0, "negative snapshot index or term")
+        return snapshot
+
+    def load(self, config: RaftConfig) -> tuple[HardState, Snapshot, list[Entry]]:
+        """Recover (and, for a new founder, bootstrap) what ``Raft`` starts from."""
+        snapshot = self.load_snapshot()
+        log = self.entry_log
+        if log.first_index <= snapshot.index:
+            # A crash between saving a snapshot and compacting: finish the compaction.
+            log.compact_prefix(snapshot.index + 1, snapshot.term)
+        if log.first_index > snapshot.index + 1:
+            raise store.StoreCorruption("entrylog", log.first_index,
+                                        f"entry log starts at {log.first_index} but the "
+                                        f"snapshot ends at {snapshot.index}")
+        stored = log.hard_state
+        if (stored.term == 0 and snapshot.index == 0 and log.last_index == 0
+                and not config.join):
+            hard_state, entries = bootstrap_entries(config.founders())
+            self.persist([AppendEntries(entries), PersistHardState(hard_state)], sync=True)
+            return hard_state, snapshot, list(entries)
+        records = log.entries(log.first_index, log.last_index + 1)
+        entries = [Entry.from_record(r.index, r.term, r.data) for r in records]
+        return HardState(stored.term, stored.vote), snapshot, entries
+
+    def blocks(self, writes: Sequence[Write]) -> bool:
+        """Whether carrying out ``writes`` may wait on the disk."""
+        return self.fsync or any(not isinstance(w, AppendEntries) for w in writes)
+
+    def persist(self, writes: Sequence[Write], sync: bool | None = None) -> None:
+        """Carry out a ``Ready``'s writes in order, then sync if configured."""
+        log = self.entry_log
+        appended = False
+        for write in writes:
+            if isinstance(write, AppendEntries):
+                log.append([store.Entry(e.index, e.term, e.to_record()) for e in write.entries])
+                appended = True
+            elif isinstance(write, PersistHardState):
+                state = write.hard_state
+                log.set_hard_state(store.HardState(state.term, state.vote))
+            elif isinstance(write, TruncateSuffix):
+                log.truncate_suffix(write.index)
+            elif isinstance(write, SaveSnapshot):
+                snap = write.snapshot
+                self.meta.put_many(dict(zip(_SNAPSHOT_KEYS, (
+                    str(snap.index).encode(), str(snap.term).encode(),
+                    _conf_json(snap.conf_state), snap.data), strict=True)))
+                log.compact_prefix(snap.index + 1, snap.term)
+        if appended and (self.fsync if sync is None else sync):
+            log.sync()

@@ -1,0 +1,555 @@
+"""The trio driver of ``raft.Raft``: timers, RPC, durable log, state machine.
+
+``open_raft_node(node, config, state_machine)`` runs one member of a Raft
+group inside a ``framework.runtime.Node``::
+
+    async with open_node(node_config) as node, \\
+            open_raft_node(node, RaftConfig(node_id=1, peers=...), machine) as raft:
+        result = await raft.propose(b"command")   # on the leader
+
+The driver is thin; the protocol is ``framework.consensus.raft``. It
+
+- ticks the state machine every ``tick_interval_ms`` of trio's clock (so a
+  ``MockClock`` drives it deterministically);
+- sends Raft messages as oneway remoting requests under DLedger's codes
+  (``codec``), one queue and task per peer, dropping what a slow peer
+  cannot take (Raft retries); heartbeats go as answered requests, so the
+  RPC client sees its connections alive. It answers the same codes on
+  ``node.rpc_server``; a peer sending a body that does not decode has its
+  connection closed;
+- carries out each ``Ready`` in order: writes to the ``EntryLog`` of the
+  configured store plugin (in a worker thread whenever they may block:
+  fsync, truncation, hard state, snapshot), then messages, then the
+  snapshot to restore and the committed entries to apply;
+- keeps the state-machine snapshot in the store plugin's ``MetaStore`` next
+  to the entry log, compacting every ``snapshot_entries`` applied entries,
+  and restores from it on start (then replays the log).
+
+Reads are linearizable through ``read_index``: once it returns, the local
+state machine reflects every write committed before it was called.
+
+Proposals wait for their entry to be applied here, then get ``apply``'s
+result; their timeouts share one timer task (a cancel scope per proposal
+would cost more than the rest of the driver's work for it).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+import trio
+
+from framework.consensus import codec
+from framework.consensus.confchange import ConfChangeV2
+from framework.consensus.config import RaftConfig
+from framework.consensus.durable import DurableState
+from framework.consensus.log import Entry, EntryKind, Snapshot
+from framework.consensus.messages import HeartbeatRequest, Message, ResponseCode
+from framework.consensus.pusher import ProposalRejected
+from framework.consensus.raft import Raft
+from framework.consensus.ready import (
+    Ready,
+    Role,
+)
+from framework.errors import ConfigError, TriomqError
+from framework.protocol.remoting import RemotingCommand
+from framework.rpc import RpcConnection, RpcError
+from framework.runtime import Node
+
+__all__ = ["NotLeader", "ProposalFailed", "RaftNode", "StateMachine", "open_raft_node"]
+
+RAFT_REQUEST_CODES = (codec.VOTE, codec.HEART_BEAT, codec.PUSH, codec.LEADERSHIP_TRANSFER,
+                      codec.INSTALL_SNAPSHOT)
+
+
+class StateMachine(Protocol):
+    """The application state a Raft group replicates.
+
+    ``apply`` must be deterministic: every member applies the same entries
+    in the same order. It runs on the trio thread; keep it quick.
+    """
+
+    def apply(self, index: int, data: bytes) -> Any:
+        """Apply the committed command at ``index``; the result goes to its proposer here."""
+
+    def snapshot(self) -> bytes:
+        """The whole state, as of the last applied entry."""
+
+    def restore(self, data: bytes) -> None:
+        """Replace the whole state by a ``snapshot()`` taken elsewhere or earlier."""
+
+
+class NotLeader(TriomqError):
+    """This node is not the leader; ``leader_id`` / ``leader_address`` name the one
+    it knows of (``None`` while there is none)."""
+
+    def __init__(self, leader_id: int | None, leader_address: str | None) -> None:
+        self.leader_id = leader_id
+        self.leader_address = leader_address
+        where = f"node {leader_id} at {leader_address}" if leader_id else "unknown"
+        super().__init__(f"not the leader; the leader is {where}")
+
+
+class ProposalFailed(TriomqError):
+    """A proposal did not commit here: ``code`` (a ``ResponseCode``: TERM_CHANGED,
+    WAIT_QUORUM_ACK_TIMEOUT, LEADER_TRANSFERRING, UNEXPECTED_ARGUMENT) and ``message``.
+
+    After TERM_CHANGED or WAIT_QUORUM_ACK_TIMEOUT the command may still
+    commit later (under a new leader): make commands idempotent or check.
+    """
+
+    def __init__(self, code: ResponseCode, message: str) -> None:
+        self.code = code
+        self.message = message
+        super().__init__(f"{code.name}: {message}")
+
+
+class _Waiter:
+    """A caller waiting for an entry (proposals) or a read point (reads)."""
+
+    __slots__ = ("done", "error", "index", "result", "term")
+
+    def __init__(self, term: int = 0) -> None:
+        self.term = term
+        self.index = 0
+        self.done = trio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        if not self.done.is_set():
+            self.result, self.error = result, error
+            self.done.set()
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+# --------------------------------------------------------------------------
+# The driver
+# --------------------------------------------------------------------------
+
+
+class RaftNode:
+    """One running member of a Raft group. Built by ``open_raft_node``."""
+
+    def __init__(self, node: Node, config: RaftConfig, state_machine: StateMachine,
+                 disk: DurableState, raft: Raft, nursery: trio.Nursery) -> None:
+        self.node_id = config.node_id
+        self.config = config
+        self._node = node
+        self._sm = state_machine
+        self._disk = disk
+        self._raft = raft
+        self._nursery = nursery
+        self._log = logging.getLogger(f"triomq.{node.name}.raft")
+        self._applied = raft.applied_index
+        self._kicked = trio.Event()
+        self._changed = trio.Event()
+        self._proposals: dict[int, _Waiter] = {}
+        self._deadlines: list[tuple[float, int, _Waiter]] = []  # a heap
+        self._deadline_order = itertools.count()
+        self._timer = trio.CancelScope()
+        self._reads: dict[bytes, _Waiter] = {}
+        self._read_numbers = itertools.count(1)
+        self._senders: dict[int, trio.MemorySendChannel[Message]] = {}
+        self._closed = False
+        #: Messages not sent because a peer's queue was full or its address unknown.
+        self.dropped_messages = 0
+        #: Request bodies from peers that did not decode (their connection was closed).
+        self.malformed_frames = 0
+
+    # ------------------------------------------------------------- status
+
+    @property
+    def term(self) -> int:
+        """The current term."""
+        return self._raft.term
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this node leads its term."""
+        return self._raft.role is Role.LEADER
+
+    @property
+    def leader_id(self) -> int | None:
+        """The leader this node knows of, or ``None``."""
+        return self._raft.leader_id or None
+
+    @property
+    def leader_address(self) -> str | None:
+        """The RPC address of ``leader_id``, or ``None``."""
+        return self._address_of(self._raft.leader_id) if self._raft.leader_id else None
+
+    @property
+    def applied_index(self) -> int:
+        """The index of the last entry applied to the state machine."""
+        return self._applied
+
+    def status(self) -> dict:
+        """Term, role, leader, commit/applied/log indexes and the configuration."""
+        raft = self._raft
+        conf = raft.configuration.to_conf_state()
+        return {
+            "node_id": self.node_id,
+            "term": raft.term,
+            "role": raft.role.value,
+            "leader": self.leader_id,
+            "leader_address": self.leader_address,
+            "commit_index": raft.commit_index,
+            "applied_index": self._applied,
+            "first_index": raft.log.first_index,
+            "last_index": raft.log.last_index,
+            "snapshot_index": raft.log.snapshot.index,
+            "configuration": {
+                "voters": list(conf.voters),
+                "learners": list(conf.learners),
+                "voters_outgoing": list(conf.voters_outgoing),
+                "learners_next": list(conf.learners_next),
+                "auto_leave": conf.auto_leave,
+            },
+            "dropped_messages": self.dropped_messages,
+            "malformed_frames": self.malformed_frames,
+        }
+
+    # ---------------------------------------------------------------- API
+
+    async def propose(self, data: bytes, *, timeout: float = 3.0) -> Any:
+        """Replicate ``data``; return ``state_machine.apply``'s result once applied here.
+
+        Raises NotLeader, ProposalFailed, ``trio.TooSlowError`` after
+        ``timeout`` seconds, or whatever ``apply`` raised for this command.
+        """
+        self._check_open()
+        try:
+            index = self._raft.propose(data)
+        except ProposalRejected as exc:
+            raise self._rejected(exc) from None
+        return await self._wait_entry(index, timeout)
+
+    async def change_membership(self, change: ConfChangeV2, *, timeout: float = 3.0) -> None:
+        """Propose a membership change and return once it is applied here.
+
+        A joint change with automatic leave returns once entered; the leader
+        proposes the leave by itself. Raises as ``propose`` does
+        (ProposalFailed UNEXPECTED_ARGUMENT for a change the rules refuse).
+        """
+        self._check_open()
+        try:
+            index = self._raft.propose_conf_change(change)
+        except ProposalRejected as exc:
+            raise self._rejected(exc) from None
+        await self._wait_entry(index, timeout)
+
+    async def read_index(self, *, timeout: float = 3.0) -> None:
+        """A linearizable read barrier: return once this node, confirmed leader by a
+        quorum, has applied everything committed before the call.
+
+        Raises NotLeader (also when leadership is lost meanwhile) or
+        ``trio.TooSlowError``.
+        """
+        self._check_open()
+        context = next(self._read_numbers).to_bytes(8, "big")
+        try:
+            self._raft.read_index(context)
+        except ProposalRejected as exc:
+            raise self._rejected(exc) from None
+        waiter = self._reads[context] = _Waiter()
+        self._kick()
+        try:
+            with trio.fail_after(timeout):
+                await waiter.done.wait()
+                waiter.outcome()
+                while self._applied < waiter.index:
+                    await self._wait_change()
+        finally:
+            self._reads.pop(context, None)
+
+    async def wait_leader(self) -> int:
+        """Wait until some leader is known; return its id."""
+        while not self._raft.leader_id:
+            await self._wait_change()
+        return self._raft.leader_id
+
+    async def transfer_leadership(self, target: int, *, timeout: float = 3.0) -> None:
+        """Hand leadership to voter ``target``; return once this node follows it.
+
+        Raises NotLeader on a follower, ProposalFailed for a target that is
+        not a voter, ``trio.TooSlowError`` if it has not happened in time.
+        """
+        self._check_open()
+        try:
+            self._raft.transfer_leadership(target)
+        except ProposalRejected as exc:
+            raise self._rejected(exc) from None
+        self._kick()
+        with trio.fail_after(timeout):
+            while self._raft.leader_id != target:
+                await self._wait_change()
+
+    # ----------------------------------------------------------- waiting
+
+    async def _wait_entry(self, index: int, timeout: float) -> Any:
+        waiter = self._proposals[index] = _Waiter(self._raft.term)
+        self._arm(waiter, timeout)
+        self._kick()
+        try:
+            await waiter.done.wait()
+        finally:
+            if self._proposals.get(index) is waiter:
+                del self._proposals[index]
+        return waiter.outcome()
+
+    def _arm(self, waiter: _Waiter, timeout: float) -> None:
+        deadline = trio.current_time() + timeout
+        heapq.heappush(self._deadlines, (deadline, next(self._deadline_order), waiter))
+        if deadline < self._timer.deadline:
+            self._timer.deadline = deadline
+
+    async def _timer_loop(self) -> None:
+        deadlines = self._deadlines
+        while True:
+            with trio.CancelScope(deadline=deadlines[0][0] if deadlines else math.inf) as timer:
+                self._timer = timer
+                await trio.sleep_forever()
+            now = trio.current_time()
+            while deadlines and deadlines[0][0] <= now:
+                waiter = heapq.heappop(deadlines)[2]
+                waiter.finish(error=trio.TooSlowError())
+
+    async def _wait_change(self) -> None:
+        await self._changed.wait()
+
+    def _changed_now(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TriomqError(f"Raft node {self.node_id} is closed")
+
+    def _rejected(self, exc: ProposalRejected) -> TriomqError:
+        if exc.code is ResponseCode.NOT_LEADER:
+            return NotLeader(self.leader_id, self.leader_address)
+        return ProposalFailed(exc.code, str(exc))
+
+    def _address_of(self, node_id: int) -> str | None:
+        if node_id == self.node_id:
+            return self._node.address or self.config.peers.get(node_id)
+        return self.config.peers.get(node_id)
+
+    # ----------------------------------------------------- driver tasks
+
+    def _kick(self) -> None:
+        self._kicked.set()
+
+    async def _tick_loop(self) -> None:
+        interval = self.config.tick_interval
+        while True:
+            await trio.sleep(interval)
+            self._raft.tick()
+            self._kick()
+
+    async def _ready_loop(self) -> None:
+        while True:
+            await self._kicked.wait()
+            self._kicked = trio.Event()
+            while self._raft.has_ready():
+                await self._carry_out(self._raft.ready())
+
+    async def _carry_out(self, ready: Ready) -> None:
+        if ready.writes:
+            if self._disk.blocks(ready.writes):
+                await trio.to_thread.run_sync(self._disk.persist, ready.writes)
+            else:
+                self._disk.persist(ready.writes)
+        for message in ready.messages:
+            self._send(message)
+        if ready.snapshot is not None:
+            self._restore(ready.snapshot)
+        for entry in ready.committed_entries:
+            self._apply(entry)
+        for result in ready.results:
+            waiter = self._proposals.get(result.index)
+            if (result.code is not ResponseCode.SUCCESS and waiter is not None
+                    and waiter.term == result.term):
+                waiter.finish(error=ProposalFailed(result.code, f"entry {result.index} of "
+                                                   f"term {result.term} did not commit here"))
+        for state in ready.read_states:
+            reader = self._reads.get(state.context)
+            if reader is None:
+                continue
+            if state.code is ResponseCode.SUCCESS:
+                reader.index = state.index
+                reader.finish()
+            else:
+                reader.finish(error=NotLeader(self.leader_id, self.leader_address))
+        if ready.soft_state is not None:
+            soft = ready.soft_state
+            self._log.info("term %d: %s, leader %s", soft.term, soft.role.value,
+                           soft.leader_id or "unknown")
+        self._maybe_compact()
+        self._changed_now()
+
+    def _restore(self, snapshot: Snapshot) -> None:
+        self._sm.restore(snapshot.data)
+        self._applied = snapshot.index
+        for index in [i for i in self._proposals if i <= snapshot.index]:
+            self._proposals.pop(index).finish(error=ProposalFailed(
+                ResponseCode.TERM_CHANGED, f"entry {index} was replaced by a snapshot"))
+
+    def _apply(self, entry: Entry) -> None:
+        result: Any = None
+        error: BaseException | None = None
+        if entry.kind is EntryKind.NORMAL:
+            try:
+                result = self._sm.apply(entry.index, entry.data)
+            except Exception as exc:
+                self._log.exception("state machine failed to apply entry %d", entry.index)
+                error = exc
+        self._applied = entry.index
+        waiter = self._proposals.pop(entry.index, None)
+        if waiter is None:
+            return
+        if waiter.term == entry.term:
+            waiter.finish(result, error)
+        else:
+            waiter.finish(error=ProposalFailed(
+                ResponseCode.TERM_CHANGED,
+                f"entry {entry.index} of term {waiter.term} was replaced in term {entry.term}"))
+
+    def _maybe_compact(self) -> None:
+        every = self.config.snapshot_entries
+        if every and self._applied - self._raft.log.snapshot.index >= every:
+            self._raft.compact(self._applied, self._sm.snapshot())
+            self._kick()
+
+    # ------------------------------------------------------------ network
+
+    def _send(self, message: Message) -> None:
+        channel = self._senders.get(message.dst)
+        if channel is None:
+            address = self._address_of(message.dst)
+            if address is None:
+                self.dropped_messages += 1
+                self._log.debug("no address for node %d; message dropped", message.dst)
+                return
+            channel, receive = trio.open_memory_channel[Message](self.config.send_queue_size)
+            self._senders[message.dst] = channel
+            self._nursery.start_soon(self._send_loop, address, receive)
+        try:
+            channel.send_nowait(message)
+        except trio.WouldBlock:
+            self.dropped_messages += 1
+
+    async def _send_loop(self, address: str,
+                         receive: trio.MemoryReceiveChannel[Message]) -> None:
+        # A write unfinished at its deadline closes the connection, losing what
+        # is queued on it: under a burst, waiting a few election timeouts is
+        # better than a reconnect.
+        timeout = 4 * self.config.election_ticks * self.config.tick_interval
+        async for message in receive:
+            try:
+                body = codec.encode(message)
+            except codec.RaftCodecError as exc:
+                self._log.error("cannot encode %s: %s", type(message).__name__, exc)
+                continue
+            code = codec.request_code(message)
+            if isinstance(message, HeartbeatRequest):
+                # Sent as a request: the RPC client only resets its reconnect
+                # backoff for connections whose peer has answered something.
+                self._nursery.start_soon(self._invoke, address, code, body, timeout)
+                continue
+            try:
+                await self._node.rpc.invoke_oneway(address, code, body=body, timeout=timeout)
+            except RpcError as exc:
+                self._log.debug("send to %s failed: %s", address, exc)
+
+    async def _invoke(self, address: str, code: int, body: bytes, timeout: float) -> None:
+        try:
+            await self._node.rpc.invoke(address, code, body=body, timeout=timeout)
+        except RpcError as exc:
+            self._log.debug("send to %s failed: %s", address, exc)
+
+    async def _on_request(self, request: RemotingCommand, peer: RpcConnection) -> None:
+        if self._closed:
+            return
+        try:
+            message = codec.decode(request.body)
+            if codec.request_code(message) != request.code:
+                raise codec.RaftCodecError(f"{type(message).__name__} sent under request "
+                                           f"code {request.code}")
+        except codec.RaftCodecError as exc:
+            self.malformed_frames += 1
+            self._log.warning("closing the connection from %s: malformed Raft request: %s",
+                              peer.peer, exc)
+            self._nursery.start_soon(peer.aclose)
+            return
+        self._raft.step(message)
+        self._kick()
+
+    def _close(self) -> None:
+        self._closed = True
+        gone = ProposalFailed(ResponseCode.TERM_CHANGED, "the Raft node closed")
+        for waiter in [*self._proposals.values(), *self._reads.values()]:
+            waiter.finish(error=gone)
+
+
+def _directory(node: Node, config: RaftConfig) -> str:
+    if config.path:
+        return config.path
+    if node.config.store.path:
+        return os.path.join(node.config.store.path, "raft")
+    raise ConfigError("no directory for the Raft log: set raft.path or store.path", "path")
+
+
+@asynccontextmanager
+async def open_raft_node(node: Node, config: RaftConfig,
+                         state_machine: StateMachine) -> AsyncIterator[RaftNode]:
+    """Run this node's member of the Raft group until the block ends.
+
+    Opens (or, for a founder of a new group, creates) the entry log and the
+    snapshot, restores the state machine from the snapshot, and registers
+    the Raft request handlers on ``node.rpc_server`` (``node.config.listen``
+    must be set, and this can be done once per node).
+    """
+    if not node.config.listen:
+        raise ConfigError("a Raft node needs an RPC address: set listen", "listen")
+    directory = _directory(node, config)
+    disk = await trio.to_thread.run_sync(DurableState.open, node.plugins, config, directory)
+    try:
+        hard_state, snapshot, entries = await trio.to_thread.run_sync(disk.load, config)
+        raft = Raft(config.node_id, config.raft_config(), hard_state=hard_state,
+                    snapshot=snapshot, entries=entries)
+        if snapshot.index:
+            state_machine.restore(snapshot.data)
+        try:
+            async with trio.open_nursery() as nursery:
+                raft_node = RaftNode(node, config, state_machine, disk, raft, nursery)
+                for code in RAFT_REQUEST_CODES:
+                    node.rpc_server.register(code, raft_node._on_request, inline=True)
+                nursery.start_soon(raft_node._tick_loop)
+                nursery.start_soon(raft_node._timer_loop)
+                nursery.start_soon(raft_node._ready_loop)
+                try:
+                    yield raft_node
+                finally:
+                    raft_node._close()
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The driver's tasks raise nothing of their own: this is the block's error.
+            if len(group.exceptions) != 1:
+                raise
+            raise group.exceptions[0] from None
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(disk.close)

@@ -1,0 +1,94 @@
+"""``[controller]``: a controller node (or a nameserver embedding one).
+
+Keys keep RocketMQ's names in snake_case; times are in milliseconds. The
+defaults aim at sub-second failover on a LAN (RocketMQ's in brackets)::
+
+    [controller]
+    node_id = 1
+    peers = { 1 = "tcp://10.0.0.1:9878", 2 = "tcp://10.0.0.2:9878",
+              3 = "tcp://10.0.0.3:9878" }
+    raft = { tick_interval_ms = 50, store_scheme = "lmdb" }
+
+``peers`` names every controller's Raft id and RPC address (this one
+included): the controllers serve Raft and controller requests on the same
+RPC port. ``raft`` is handed to ``framework.consensus.config.RaftConfig``
+(timeouts, store scheme and path), which documents its keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from framework.consensus.config import RaftConfig
+from framework.errors import ConfigError
+from framework.settings import from_mapping, non_negative, positive, setting
+
+__all__ = ["ControllerConfig"]
+
+
+def _not_empty(value: str) -> str | None:
+    return None if value else "must not be empty"
+
+
+def _peers(value: Mapping[Any, str]) -> dict[int, str]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"expected a table of id -> address, got {value!r}", "peers")
+    peers = {}
+    for key, address in value.items():
+        if isinstance(key, bool) or not str(key).isdigit() or int(key) < 1:
+            raise ConfigError(f"controller id {key!r} must be an integer >= 1", f"peers.{key}")
+        if not isinstance(address, str) or "://" not in address:
+            raise ConfigError(f"expected 'scheme://location', got {address!r}", f"peers.{key}")
+        peers[int(key)] = address
+    return peers
+
+
+@attrs.frozen
+class ControllerConfig:
+    """A DLedger-style controller: Raft membership, broker liveness and elections."""
+
+    node_id: int = setting(
+        0, doc="This controller's Raft id (>= 1), a key of 'peers'; required on a controller.",
+        check=non_negative)
+    peers: dict[int, str] = attrs.field(
+        factory=dict, converter=_peers,
+        metadata={"doc": "Every controller's Raft id -> RPC address, this one included, "
+                         "e.g. { 1 = 'tcp://10.0.0.1:9878' }."})
+    raft: dict[str, Any] = setting(
+        factory=dict, doc="More keys of the Raft node (framework.consensus.config.RaftConfig): "
+                          "tick_interval_ms, election_ticks, store_scheme, path, ...")
+    scan_not_active_broker_interval: int = setting(
+        100, doc="ms between the active controller's scans for silent brokers (RocketMQ: "
+                 "5000).", check=positive)
+    broker_not_active_timeout: int = setting(
+        500, doc="ms without a heartbeat after which a broker is inactive, unless the broker "
+                 "sends its own timeout (RocketMQ's brokerNotActiveTimeoutMillis: 10000).",
+        check=positive)
+    enable_elect_unclean_master: bool = setting(
+        False, doc="Elect a replica outside the SyncStateSet when none inside is alive (it "
+                   "may lack acknowledged messages; the loss is reported).")
+    election_policy: str = setting(
+        "default", doc="Name of the election policy (triomq_election_policy hook); 'default' "
+                       "is RocketMQ's.", check=_not_empty)
+    notify_broker_role_changed: bool = setting(
+        True, doc="Push NOTIFY_BROKER_ROLE_CHANGED to a group's brokers after an election "
+                  "(they also poll).")
+    enable_controller_in_namesrv: bool = setting(
+        False, doc="A nameserver node also runs this controller (RocketMQ's "
+                   "enableControllerInNamesrv).")
+    request_timeout: int = setting(
+        3000, doc="ms a request waits for its state change to be committed before answering "
+                  "CONTROLLER_JRAFT_INTERNAL_ERROR.", check=positive)
+
+    def raft_config(self) -> RaftConfig:
+        """The Raft node's settings: ``node_id``, ``peers`` and the ``raft`` keys."""
+        if self.node_id not in self.peers:
+            raise ConfigError(
+                f"{self.node_id} is not a key of controller.peers "
+                f"({', '.join(map(str, sorted(self.peers))) or 'none'})", "controller.node_id")
+        data = {**self.raft, "node_id": self.node_id,
+                "peers": {str(k): v for k, v in self.peers.items()}}
+        return from_mapping(RaftConfig, data, "controller.raft")

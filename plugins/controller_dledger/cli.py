@@ -1,0 +1,246 @@
+"""``triomq admin``: controller administration, after RocketMQ's mqadmin.
+
+::
+
+    triomq admin get-controller-metadata --controller tcp://10.0.0.1:9878
+    triomq admin get-sync-state-set --broker-name broker-a --controller ...
+    triomq admin elect-master --broker-name broker-a --broker-id 2 --controller ...
+    triomq admin clean-broker-metadata --broker-name broker-a --broker-ids 3 --controller ...
+    triomq admin get-broker-epoch --broker-name broker-a --controller ...
+
+``--controller`` is repeatable (the leader is found among them); every
+command prints a readable table, or one JSON document with ``--json``.
+A refusal prints the controller's code and reason and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+import trio
+
+from framework.config import NodeConfig
+from framework.controller.client import ControllerClient, ControllerError, ControllerUnavailable
+from framework.controller.codes import RequestCode, ResponseCode
+from framework.controller.wire import ReplicaInfo, WireError, decode_epoch_cache
+from framework.plugins import PluginManager
+from framework.protocol.remoting import RemotingCommand
+from framework.rpc import RpcClient, RpcError
+from framework.runtime import open_node
+
+__all__ = ["add_admin_commands", "run_admin"]
+
+
+def add_admin_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``triomq admin <command>``."""
+    admin = subparsers.add_parser("admin", help="controller administration (mqadmin style)")
+    commands = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str, *, group: bool = True) -> argparse.ArgumentParser:
+        p = commands.add_parser(name, help=help_text)
+        p.add_argument("--controller", action="append", required=True, metavar="ADDRESS",
+                       help="a controller's RPC address, e.g. tcp://10.0.0.1:9878 (repeatable)")
+        p.add_argument("--json", action="store_true", help="one JSON document for scripts")
+        p.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
+        if group:
+            p.add_argument("--broker-name", required=True, help="the broker group")
+            p.add_argument("--cluster-name", default="DefaultCluster")
+        p.set_defaults(func=_run_sync)
+        return p
+
+    command("get-controller-metadata", "the controllers' leader, term and every group",
+            group=False)
+    command("get-sync-state-set", "a group's master, epochs and SyncStateSet")
+    p = command("elect-master", "make a designated replica the group's master")
+    p.add_argument("--broker-id", type=int, required=True, help="the replica to elect")
+    p = command("clean-broker-metadata", "forget replicas of a group (or the whole group)")
+    p.add_argument("--broker-ids", type=int, nargs="+", metavar="ID",
+                   help="the replicas to forget (default: the whole group)")
+    p.add_argument("--clean-living-broker", action="store_true",
+                   help="also forget replicas that are still alive")
+    command("get-broker-epoch", "each replica's epoch entries and offsets")
+
+
+def _run_sync(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        pm = PluginManager.discover()
+        async with open_node(NodeConfig(name="triomq-admin"), plugins=pm) as node:
+            return await run_admin(args, node.rpc, sys.stdout)
+
+    return trio.run(main)
+
+
+async def run_admin(args: argparse.Namespace, rpc: RpcClient, out: TextIO) -> int:
+    """Run the parsed ``triomq admin`` command over ``rpc``; the exit code."""
+    client = ControllerClient(rpc, args.controller, timeout=args.timeout)
+    command: Callable[..., Any] = _COMMANDS[args.admin_command]
+    try:
+        result = await command(client, args)
+    except ControllerError as exc:
+        name = _code_name(exc.code)
+        if args.json:
+            print(json.dumps({"error": name, "code": exc.code, "remark": exc.remark}), file=out)
+        else:
+            print(f"refused: {name} ({exc.code}): {exc.remark}", file=out)
+        return 1
+    except (ControllerUnavailable, RpcError, WireError) as exc:
+        print(json.dumps({"error": str(exc)}) if args.json else f"error: {exc}", file=out)
+        return 1
+    data, table = result
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True), file=out)
+    else:
+        print(table, file=out)
+    return 0
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ResponseCode(code).name
+    except ValueError:
+        return str(code)
+
+
+# -- rendering ------------------------------------------------------------------------
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers], *[["-" if c is None else str(c) for c in r]
+                                           for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+             for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _info_json(info: ReplicaInfo) -> dict[str, Any]:
+    return {
+        "brokerName": info.broker_name,
+        "masterBrokerId": info.master_broker_id,
+        "masterAddress": info.master_address,
+        "masterEpoch": info.master_epoch,
+        "syncStateSet": sorted(info.sync_state_set),
+        "syncStateSetEpoch": info.sync_state_set_epoch,
+        "replicas": [{"brokerId": i, "address": a, "inSyncStateSet": i in info.sync_state_set}
+                     for i, a in info.replicas],
+        "possibleMessageLoss": info.possible_message_loss,
+    }
+
+
+def _info_table(info: ReplicaInfo) -> str:
+    master = (f"{info.master_broker_id} ({info.master_address})"
+              if info.master_broker_id is not None else "none")
+    head = (f"group {info.broker_name}: master {master}, master epoch {info.master_epoch}, "
+            f"SyncStateSet epoch {info.sync_state_set_epoch}")
+    if info.possible_message_loss:
+        head += "\nwarning: unclean election, messages acknowledged before may be lost"
+    rows = [(i, a, "master" if i == info.master_broker_id else "slave",
+             "yes" if i in info.sync_state_set else "no") for i, a in info.replicas]
+    return head + "\n" + _table(("brokerId", "address", "role", "inSyncStateSet"), rows)
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+async def _metadata(client: ControllerClient, args: argparse.Namespace
+                    ) -> tuple[Any, str]:
+    try:
+        metadata = await client.get_metadata()
+    except ControllerUnavailable:
+        # No leader: any controller still tells what it knows.
+        metadata = await client.get_metadata(client.addresses[0])
+    data = {
+        "controllerId": metadata.controller_id,
+        "leaderId": metadata.leader_id or None,
+        "leaderAddress": metadata.leader_address or None,
+        "term": metadata.term,
+        "peers": [{"id": i, "address": a, "leader": i == metadata.leader_id}
+                  for i, a in metadata.peers],
+        "groups": [_info_json(g) for g in metadata.groups],
+    }
+    table = _table(("controllerId", "address", "role"),
+                   [(i, a, "leader" if i == metadata.leader_id else "follower")
+                    for i, a in metadata.peers])
+    table = f"term {metadata.term}, leader {metadata.leader_id or 'none'}\n{table}"
+    groups = [(g.broker_name, g.master_broker_id, g.master_epoch,
+               ",".join(map(str, sorted(g.sync_state_set))), g.sync_state_set_epoch,
+               len(g.replicas)) for g in metadata.groups]
+    table += "\n\n" + _table(("group", "master", "masterEpoch", "syncStateSet",
+                              "syncStateSetEpoch", "replicas"), groups)
+    return data, table
+
+
+async def _sync_state_set(client: ControllerClient, args: argparse.Namespace
+                          ) -> tuple[Any, str]:
+    infos = await client.get_sync_state_data([args.broker_name])
+    if not infos:
+        raise ControllerError(client.leader or "?", "GET_SYNC_STATE_DATA", _missing(args))
+    return _info_json(infos[0]), _info_table(infos[0])
+
+
+def _missing(args: argparse.Namespace) -> RemotingCommand:
+    return RemotingCommand.response(ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                                    remark=f"broker group {args.broker_name!r} is not registered")
+
+
+async def _elect(client: ControllerClient, args: argparse.Namespace) -> tuple[Any, str]:
+    info = await client.elect_master(args.cluster_name, args.broker_name,
+                                     broker_id=args.broker_id, designate=True)
+    return _info_json(info), _info_table(info)
+
+
+async def _clean(client: ControllerClient, args: argparse.Namespace) -> tuple[Any, str]:
+    await client.clean_broker_data(args.cluster_name, args.broker_name,
+                                   broker_ids=args.broker_ids,
+                                   clean_living_broker=args.clean_living_broker)
+    what = (f"replicas {sorted(args.broker_ids)}" if args.broker_ids else "every replica")
+    return ({"brokerName": args.broker_name, "cleaned": sorted(args.broker_ids or [])
+             or "all"}, f"cleaned {what} of group {args.broker_name}")
+
+
+async def _epochs(client: ControllerClient, args: argparse.Namespace) -> tuple[Any, str]:
+    infos = await client.get_sync_state_data([args.broker_name])
+    if not infos:
+        raise ControllerError(client.leader or "?", "GET_SYNC_STATE_DATA", _missing(args))
+    data: list[dict[str, Any]] = []
+    rows: list[tuple[Any, ...]] = []
+    for broker_id, address in infos[0].replicas:
+        try:
+            response = await client.rpc.invoke(address, RequestCode.GET_BROKER_EPOCH_CACHE,
+                                               timeout=client.attempt_timeout)
+        except RpcError as exc:
+            data.append({"brokerId": broker_id, "address": address, "error": str(exc)})
+            rows.append((broker_id, address, "unreachable", None, None, None))
+            continue
+        if response.code != ResponseCode.SUCCESS:
+            data.append({"brokerId": broker_id, "address": address, "error": response.remark})
+            rows.append((broker_id, address, f"error {response.code}", None, None, None))
+            continue
+        cache = decode_epoch_cache(response.body)
+        entries = []
+        for index, (epoch, start) in enumerate(cache.epochs):
+            end = (cache.epochs[index + 1][1] if index + 1 < len(cache.epochs)
+                   else cache.max_offset)
+            entries.append({"epoch": epoch, "startOffset": start, "endOffset": end})
+            rows.append((broker_id, address, epoch, start, end, cache.confirm_offset))
+        if not entries:
+            rows.append((broker_id, address, "none", None, None, cache.confirm_offset))
+        data.append({"brokerId": broker_id, "address": address, "maxOffset": cache.max_offset,
+                     "confirmOffset": cache.confirm_offset, "epochs": entries})
+    table = _table(("brokerId", "address", "epoch", "startOffset", "endOffset",
+                    "confirmOffset"), rows)
+    return {"brokerName": args.broker_name, "replicas": data}, table
+
+
+_COMMANDS: dict[str, Callable[..., Any]] = {
+    "get-controller-metadata": _metadata,
+    "get-sync-state-set": _sync_state_set,
+    "elect-master": _elect,
+    "clean-broker-metadata": _clean,
+    "get-broker-epoch": _epochs,
+}

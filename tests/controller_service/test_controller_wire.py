@@ -1,0 +1,191 @@
+"""Wire encodings (fuzzed), the Raft state-machine adapter, configs and the identity file."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from framework.broker.config import BrokerConfig
+from framework.broker.controller_mode import IDENTITY_FILE, BrokerIdentity
+from framework.controller import ApplyBrokerIdEvent, ElectMasterEvent, encode_event
+from framework.controller.config import ControllerConfig
+from framework.controller.wire import (
+    BrokerEpochCache,
+    ControllerMetadata,
+    Header,
+    ReplicaInfo,
+    WireError,
+    decode_config,
+    decode_epoch_cache,
+    decode_metadata,
+    decode_replica_info,
+    decode_replica_infos,
+    encode_epoch_cache,
+    encode_metadata,
+    encode_replica_info,
+    encode_replica_infos,
+    join_ids,
+)
+from framework.errors import ConfigError
+from framework.settings import from_mapping
+from plugins.controller_dledger.state_machine import ReplicasStateMachine
+
+ids = st.integers(0, 2**63 - 1)
+names = st.text(min_size=1, max_size=12)
+
+replica_infos = st.builds(
+    ReplicaInfo,
+    broker_name=names,
+    master_broker_id=st.none() | ids,
+    master_address=st.none() | st.text(max_size=20),
+    master_epoch=ids,
+    sync_state_set=st.frozensets(ids, max_size=4),
+    sync_state_set_epoch=ids,
+    replicas=st.dictionaries(ids, st.text(max_size=20), max_size=4).map(
+        lambda d: tuple(sorted(d.items()))),
+    possible_message_loss=st.booleans(),
+)
+
+
+@given(replica_infos)
+def test_replica_info_round_trips(info):
+    assert decode_replica_info(encode_replica_info(info)) == info
+
+
+@given(st.lists(replica_infos, max_size=3))
+def test_replica_infos_round_trip(infos):
+    assert decode_replica_infos(encode_replica_infos(infos)) == tuple(infos)
+
+
+@given(st.builds(ControllerMetadata, controller_id=names, leader_id=st.text(max_size=3),
+                 leader_address=st.text(max_size=20), term=ids,
+                 peers=st.dictionaries(names, names, max_size=3).map(
+                     lambda d: tuple(sorted(d.items()))),
+                 groups=st.lists(replica_infos, max_size=2).map(tuple)))
+def test_metadata_round_trips(metadata):
+    assert decode_metadata(encode_metadata(metadata)) == metadata
+
+
+@given(st.builds(BrokerEpochCache, broker_name=names, broker_id=ids, max_offset=ids,
+                 confirm_offset=ids,
+                 epochs=st.lists(st.tuples(ids, ids), max_size=4).map(tuple)))
+def test_epoch_cache_round_trips(cache):
+    assert decode_epoch_cache(encode_epoch_cache(cache)) == cache
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=4),
+    max_leaves=20)
+DECODERS = [decode_replica_info, decode_replica_infos, decode_metadata, decode_epoch_cache,
+            decode_config]
+
+
+@pytest.mark.parametrize("decode", DECODERS)
+@given(data=st.binary(max_size=200))
+def test_decoders_refuse_arbitrary_bytes_with_wire_errors(decode, data):
+    with contextlib.suppress(WireError):
+        decode(data)
+
+
+@pytest.mark.parametrize("decode", DECODERS)
+@given(value=json_values)
+def test_decoders_refuse_arbitrary_json_with_wire_errors(decode, value):
+    try:
+        decode(json.dumps(value).encode())
+    except WireError as exc:
+        assert str(exc)
+
+
+@given(info=replica_infos, key=st.sampled_from(sorted(json.loads(
+    encode_replica_info(ReplicaInfo("b", None, None, 0, (), 0))))), value=json_values)
+def test_replica_info_with_one_bad_field(info, key, value):
+    obj = json.loads(encode_replica_info(info))
+    obj[key] = value
+    try:
+        decode_replica_info(json.dumps(obj).encode())
+    except WireError as exc:
+        assert "replica info" in str(exc)
+
+
+@given(st.dictionaries(st.sampled_from(["a", "b", "c"]), st.text(max_size=25)))
+def test_header_reads_typed_values_or_names_the_field(fields):
+    header = Header(fields, "REQ")
+    for read in (header.integer, header.optional_integer, header.boolean, header.id_set,
+                 header.string):
+        for key in ("a", "b", "c"):
+            try:
+                read(key)
+            except WireError as exc:
+                assert f"REQ: header field {key!r}" in str(exc)
+
+
+def test_header_values():
+    header = Header({"n": "42", "ids": join_ids({3, 1}), "t": "true", "bad": "-1"}, "REQ")
+    assert (header.integer("n"), header.id_set("ids"), header.boolean("t")) == (
+        42, frozenset({1, 3}), True)
+    assert header.optional_integer("missing") is None
+    assert header.boolean("missing", True) is True
+    with pytest.raises(WireError, match="'bad': expected a non-negative integer"):
+        header.integer("bad")
+    with pytest.raises(WireError, match="'missing': missing"):
+        header.string("missing")
+
+
+def test_state_machine_applies_events_and_ignores_other_entries():
+    machine = ReplicasStateMachine()
+    event = ApplyBrokerIdEvent("c", "g", 1, "inproc://a", "code")
+    assert machine.apply(1, encode_event(event)) is True
+    assert machine.apply(2, encode_event(event)) is False  # already applied: no change
+    assert machine.apply(3, b"not an event") is False
+    assert machine.undecodable_entries == 1
+    assert machine.apply(4, encode_event(ElectMasterEvent("g", 1, 1, 1))) is True
+    copy = ReplicasStateMachine()
+    copy.restore(machine.snapshot())
+    assert copy.manager.group("g") == machine.manager.group("g")
+    assert copy.manager.group("g").master_broker_id == 1
+
+
+def test_controller_config():
+    config = from_mapping(ControllerConfig, {
+        "node_id": 2, "peers": {"1": "tcp://a:1", "2": "tcp://b:2"},
+        "raft": {"tick_interval_ms": 10}})
+    raft = config.raft_config()
+    assert (raft.node_id, raft.peers, raft.tick_interval_ms) == (
+        2, {1: "tcp://a:1", 2: "tcp://b:2"}, 10)
+    with pytest.raises(ConfigError, match=r"controller\.node_id"):
+        ControllerConfig(node_id=3, peers={1: "tcp://a:1"}).raft_config()
+    with pytest.raises(ConfigError, match=r"controller.raft.bogus: unknown key"):
+        ControllerConfig(node_id=1, peers={1: "tcp://a:1"}, raft={"bogus": 1}).raft_config()
+    with pytest.raises(ConfigError, match=r"peers.x: controller id 'x'"):
+        from_mapping(ControllerConfig, {"peers": {"x": "tcp://a:1"}})
+    with pytest.raises(ConfigError, match=r"peers\.1: expected 'scheme://location'"):
+        from_mapping(ControllerConfig, {"peers": {"1": "a:1"}})
+    with pytest.raises(ConfigError, match="broker_not_active_timeout"):
+        from_mapping(ControllerConfig, {"broker_not_active_timeout": 0})
+
+
+def test_broker_config_in_controller_mode():
+    config = BrokerConfig(enable_controller_mode=True, broker_id=3,
+                          controller_addresses=("tcp://c1:9878",))
+    assert config.ha_master_address == ""
+    with pytest.raises(ConfigError, match="controller_addresses: required in controller mode"):
+        BrokerConfig(enable_controller_mode=True)
+    with pytest.raises(ConfigError, match="controller_addresses"):
+        from_mapping(BrokerConfig, {"enable_controller_mode": True,
+                                    "controller_addresses": ["c1:9878"]})
+
+
+def test_broker_identity_file(tmp_path):
+    assert BrokerIdentity.load(str(tmp_path)) is None
+    identity = BrokerIdentity("c", "g", 3, "tcp://a:1;123")
+    identity.save(str(tmp_path))
+    assert BrokerIdentity.load(str(tmp_path)) == identity
+    (tmp_path / IDENTITY_FILE).write_text("{not json")
+    with pytest.raises(ConfigError, match="damaged"):
+        BrokerIdentity.load(str(tmp_path))
