@@ -120,6 +120,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 def _cmd_demo(pm: PluginManager, args: argparse.Namespace) -> int:
     from framework.demo import run_demo
 
+    logging.basicConfig(level=logging.WARNING, format="  [%(name)s] %(message)s")
     return trio.run(run_demo, pm, args.transport)
 
 
