@@ -359,3 +359,29 @@ async def test_server_rides_out_accept_errors(
         nursery.cancel_scope.cancel()
     assert "Too many open files" in caplog.text
     assert network.listening() == []
+
+
+async def test_oneway_only_connections_that_lived_reset_the_backoff(
+        network: InprocNetwork, autojump_clock: trio.testing.MockClock) -> None:
+    """A peer that only ever receives oneway frames and restarts now and then
+    must not push its callers' reconnect delay up to the maximum."""
+    backoff = Backoff(initial=1.0, maximum=60.0, multiplier=2.0)
+    received: list[bytes] = []
+
+    async def sink(request, peer):
+        received.append(request.body)
+
+    async with open_rpc_client(InprocTransport(network, CLIENT).connect,
+                               backoff=backoff) as client:
+        for restart in range(5):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(RpcServer({ECHO: sink}).serve,
+                                    await InprocTransport(network, SERVER).listen(SERVER))
+                before = trio.current_time()
+                await client.invoke_oneway(SERVER, ECHO, body=b"%d" % restart, timeout=5)
+                # Reconnecting takes no backoff delay: the last connection proved the peer.
+                assert trio.current_time() - before < backoff.initial
+                await trio.sleep(2)
+                nursery.cancel_scope.cancel()
+            await trio.sleep(0.1)
+    assert received == [b"0", b"1", b"2", b"3", b"4"]

@@ -21,6 +21,10 @@ from framework.rpc.connection import (
 
 Connect = Callable[[str], Awaitable[trio.abc.Stream]]
 
+#: Seconds a connection must have stayed open to count as a success even if
+#: its peer never sent a frame (oneway-only traffic, e.g. Raft's pushes).
+PROVEN_AFTER = 1.0
+
 
 @attrs.frozen
 class Backoff:
@@ -50,7 +54,8 @@ class RpcClient:
     exponentially with consecutive failures and resets once a peer answers;
     a call whose deadline comes before the next attempt fails at once with
     ``RpcConnectionError``. A connection the peer ends before sending
-    anything (a refused TLS handshake, a peer hanging up) counts as failed.
+    anything and within ``PROVEN_AFTER`` seconds (a refused TLS handshake,
+    a peer hanging up) counts as failed.
     """
 
     def __init__(self, connect: Connect, nursery: trio.Nursery, *,
@@ -119,9 +124,10 @@ class RpcClient:
     async def _open(self, address: str, deadline: float) -> RpcConnection:
         previous = self._connections.pop(address, None)
         if previous is not None:
-            # One that ended before its peer said anything (a TLS handshake
-            # refused, a peer hanging up at once) counts as a failed attempt.
-            if previous.frames_received or previous.closed_locally:
+            # One that ended at once, before its peer said anything (a TLS
+            # handshake refused, a peer hanging up), counts as a failed attempt;
+            # one that carried only oneway frames for a while proved the peer.
+            if previous.frames_received or previous.closed_locally or _lived(previous):
                 self._failures.pop(address, None)
             else:
                 self._failed(address, previous.close_reason or "closed")
@@ -149,6 +155,11 @@ class RpcClient:
         count = failures.count + 1 if failures is not None else 1
         self._failures[address] = _Failures(count, trio.current_time() + self.backoff.delay(count),
                                             error)
+
+
+def _lived(connection: RpcConnection) -> bool:
+    opened, closed = connection.opened_at, connection.closed_at
+    return opened is not None and closed is not None and closed - opened >= PROVEN_AFTER
 
 
 @asynccontextmanager

@@ -148,6 +148,9 @@ class RpcConnection:
         self._finished = trio.Event()
         #: Frames received so far.
         self.frames_received = 0
+        #: When the stream was open (a handshake done), and when the connection closed.
+        self.opened_at: float | None = None
+        self.closed_at: float | None = None
 
     def __repr__(self) -> str:
         state = "open" if self.close_reason is None else f"closed: {self.close_reason}"
@@ -171,6 +174,8 @@ class RpcConnection:
         """
         try:
             await self._open_stream()
+            if not self.closed:
+                self.opened_at = trio.current_time()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 if self.closed:
@@ -262,6 +267,7 @@ class RpcConnection:
         if self.close_reason is not None:
             return
         self.close_reason = reason
+        self.closed_at = trio.current_time()
         log.log(level, "connection to %s closed: %s", self.peer, reason)
         for call in self._calls.values():
             call.event.set()
