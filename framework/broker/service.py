@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from framework.broker.config import BrokerConfig
+from framework.broker.confirm_checkpoint import ConfirmOffsetCheckpoint
 from framework.broker.controller_mode import ControllerMode
 from framework.broker.processor import BrokerProcessor, host_port
 from framework.broker.replicas_manager import BrokerRole, ReplicasManager, check_replica_address
@@ -75,6 +76,7 @@ class Broker:
         self.flush = flush
         self.replicas = replicas
         self.processor = processor
+        self.confirm_checkpoint = ConfirmOffsetCheckpoint(store_root(node))
         #: This replica's id: ``broker_id`` in static mode, the controllers' in controller mode.
         self.broker_id = self.config.broker_id
         #: The controller-mode driver, when ``enable_controller_mode`` is set.
@@ -100,6 +102,16 @@ class Broker:
         else:
             await self.replicas.change_to_slave(self.config.ha_master_address,
                                                 self.config.master_epoch)
+
+    async def record_confirm_offset(self) -> None:
+        """Keep ``<store root>/checkpoint``'s confirmPhyOffset current, every ``flush_interval``."""
+        recorded = await trio.to_thread.run_sync(self.confirm_checkpoint.read)
+        while True:
+            await trio.sleep(self.config.flush_interval / 1000)
+            confirm = min(self.replicas.confirm_offset, self.log.max_offset)
+            if confirm != recorded:
+                await trio.to_thread.run_sync(self.confirm_checkpoint.write, confirm)
+                recorded = confirm
 
     async def flush_slave_log(self) -> None:
         """Flush the log every ``flush_interval`` while slave (nothing waits on a slave's puts)."""
@@ -154,6 +166,7 @@ async def broker_service(node: Node, *,
                 await nursery.start(flush.run)
                 await nursery.start(replicas.run)
                 nursery.start_soon(broker.flush_slave_log)
+                nursery.start_soon(broker.record_confirm_offset)
                 processor.register(node.rpc_server)
                 if broker.controller_mode is not None:
                     await nursery.start(broker.controller_mode.run)

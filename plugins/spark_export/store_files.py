@@ -42,14 +42,11 @@ from framework.protocol.message import (
     RecordError,
     check,
 )
+from framework.protocol.store_checkpoint import CONFIRM_PHY_OFFSET, CheckpointError, read_long
 from plugins.spark_export.errors import SparkExportError
 
 log = logging.getLogger("triomq.spark")
 
-#: Where RocketMQ's ``StoreCheckpoint`` keeps ``confirmPhyOffset``.
-CONFIRM_OFFSET_POSITION = 32
-
-_I64 = struct.Struct(">q")
 _TOTAL_MAGIC = struct.Struct(">iI")
 
 
@@ -246,14 +243,13 @@ class StoreFiles:
         path = os.path.join(self.root, ROCKETMQ_CHECKPOINT)
         try:
             with open(path, "rb") as f:
-                head = f.read(CONFIRM_OFFSET_POSITION + 8)
+                head = f.read(CONFIRM_PHY_OFFSET + 8)
         except FileNotFoundError:
             return None
-        if len(head) < CONFIRM_OFFSET_POSITION + 8:
-            raise SparkExportError(
-                path, f"is {len(head)} bytes, too short to hold confirmPhyOffset at byte 32"
-            )
-        return _I64.unpack_from(head, CONFIRM_OFFSET_POSITION)[0]
+        try:
+            return read_long(head, CONFIRM_PHY_OFFSET, path)
+        except CheckpointError as exc:
+            raise SparkExportError(path, f"holds no confirmPhyOffset: {exc}") from None
 
     @property
     def epoch_checkpoint_path(self) -> str:

@@ -1,0 +1,50 @@
+"""Keeping the confirm offset in RocketMQ's ``checkpoint`` file of the store root.
+
+Readers of the files alone (the Spark data source's ``committedOnly``,
+operators' tools) learn from it how far the log is replicated to the whole
+SyncStateSet. The broker writes it every ``flush_interval`` when it moved,
+in place (an 8-byte write at ``CONFIRM_PHY_OFFSET``, like RocketMQ's mapped
+checkpoint), never past the local end of the log, and keeps every other
+field of the file as it was.
+"""
+
+from __future__ import annotations
+
+import os
+
+from framework.protocol.store_checkpoint import (
+    CONFIRM_PHY_OFFSET,
+    FILE_NAME,
+    FILE_SIZE,
+    read_long,
+    with_long,
+)
+
+
+class ConfirmOffsetCheckpoint:
+    """The ``checkpoint`` file under ``root``; blocking: call it from a worker thread."""
+
+    def __init__(self, root: str) -> None:
+        self.path = os.path.join(root, FILE_NAME)
+
+    def read(self) -> int | None:
+        """The recorded confirm offset, ``None`` when there is no checkpoint file."""
+        try:
+            with open(self.path, "rb") as f:
+                return read_long(f.read(FILE_SIZE), CONFIRM_PHY_OFFSET, self.path)
+        except FileNotFoundError:
+            return None
+
+    def write(self, confirm_offset: int) -> None:
+        """Record ``confirm_offset`` durably."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            page = with_long(os.pread(fd, FILE_SIZE, 0), CONFIRM_PHY_OFFSET, confirm_offset)
+            if os.fstat(fd).st_size < FILE_SIZE:
+                # A new (or short) file gets its whole page.
+                os.pwrite(fd, page, 0)
+            else:
+                os.pwrite(fd, page[CONFIRM_PHY_OFFSET:CONFIRM_PHY_OFFSET + 8], CONFIRM_PHY_OFFSET)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
