@@ -18,6 +18,14 @@ package is that state machine and its inputs, with no trio, clock or I/O:
   table; time is an argument.
 - ``snapshot``: the snapshot encoding and the state's invariants.
 
+Around that core, still on the framework side:
+
+- ``config``: ``ControllerConfig``, the ``[controller]`` section of a node.
+- ``wire``: the request headers and JSON bodies on the wire (RocketMQ-style).
+- ``client``: ``ControllerClient``, what brokers and admin tools use to reach
+  the active controller (following NOT_LEADER hints, retrying across leader
+  changes).
+
 The controller service (``plugins/controller_dledger``) wraps it: on the Raft
 leader it calls a request method, proposes ``encode_event(e)`` for each
 returned event and replies once they are committed; on every controller it
