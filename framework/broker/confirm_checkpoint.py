@@ -3,15 +3,17 @@
 Readers of the files alone (the Spark data source's ``committedOnly``,
 operators' tools) learn from it how far the log is replicated to the whole
 SyncStateSet. The broker writes it every ``flush_interval`` when it moved,
-in place (an 8-byte write at ``CONFIRM_PHY_OFFSET``, like RocketMQ's mapped
-checkpoint), never past the local end of the log, and keeps every other
-field of the file as it was.
+never past the local end of the log, and keeps every other field of the
+file as it was: in place (an 8-byte write at ``CONFIRM_PHY_OFFSET``, like
+RocketMQ's mapped checkpoint) once the file holds its whole page, and by an
+atomic replace before that, so a reader never sees a half-made file.
 """
 
 from __future__ import annotations
 
 import os
 
+from framework.durable_files import replace_atomically
 from framework.protocol.store_checkpoint import (
     CONFIRM_PHY_OFFSET,
     FILE_NAME,
@@ -37,14 +39,18 @@ class ConfirmOffsetCheckpoint:
 
     def write(self, confirm_offset: int) -> None:
         """Record ``confirm_offset`` durably."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            page = with_long(os.pread(fd, FILE_SIZE, 0), CONFIRM_PHY_OFFSET, confirm_offset)
-            if os.fstat(fd).st_size < FILE_SIZE:
-                # A new (or short) file gets its whole page.
-                os.pwrite(fd, page, 0)
-            else:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            replace_atomically(self.path, with_long(b"", CONFIRM_PHY_OFFSET, confirm_offset))
+            return
+        try:
+            current = os.pread(fd, FILE_SIZE, 0)
+            page = with_long(current, CONFIRM_PHY_OFFSET, confirm_offset)
+            if len(current) == FILE_SIZE:
                 os.pwrite(fd, page[CONFIRM_PHY_OFFSET:CONFIRM_PHY_OFFSET + 8], CONFIRM_PHY_OFFSET)
-            os.fsync(fd)
+                os.fsync(fd)
+                return
         finally:
             os.close(fd)
+        replace_atomically(self.path, page)

@@ -21,6 +21,7 @@ import os
 import zlib
 from pathlib import Path
 
+from framework.durable_files import fsync_directory
 from framework.ha.epoch import EpochCache, EpochStart
 from framework.ha.errors import CheckpointError, EpochError
 
@@ -116,7 +117,7 @@ def save_epoch_checkpoint(root: str | os.PathLike[str], cache: EpochCache) -> No
         # A torn current file must not overwrite the good backup.
         os.replace(path, path.with_name(path.name + BACKUP_SUFFIX))
     os.replace(temp, path)
-    _fsync_directory(directory)
+    fsync_directory(directory)
 
 
 class EpochCheckpointFile:
@@ -140,11 +141,3 @@ def _is_valid(path: Path) -> bool:
     except (FileNotFoundError, CheckpointError):
         return False
     return True
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -21,6 +21,7 @@ here so that readers outside the store plugins share one definition.
 from __future__ import annotations
 
 import functools
+import os
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -30,14 +31,29 @@ import attrs
 from framework.errors import TriomqError
 from framework.protocol.message import (
     BLANK_MAGIC,
+    BORNHOST_V6,
     MAGIC_V1,
     MAGIC_V2,
     MIN_RECORD_SIZE,
+    STOREHOST_V6,
     MessageRecord,
     RecordError,
     check,
     encode_placed,
+    pack_ip,
+    properties_from_bytes,
 )
+
+try:
+    from framework.protocol import _speedups
+except ImportError:  # built without a C compiler: the pure-Python versions below
+    _speedups = None
+if os.environ.get("TRIOMQ_NO_SPEEDUPS"):
+    _speedups = None
+
+#: Whether ``pack_records`` and ``index_records`` run the optional C versions
+#: (``framework/protocol/_speedups.c``); set ``TRIOMQ_NO_SPEEDUPS=1`` to disable.
+SPEEDUPS = _speedups is not None
 
 COMMITLOG_DIR = "commitlog"
 CONSUMEQUEUE_DIR = "consumequeue"
@@ -53,6 +69,7 @@ CQ_ENTRY_SIZE = 20
 DEFAULT_CQ_ENTRIES_PER_FILE = 300_000
 
 _TOTAL_MAGIC = struct.Struct(">iI")
+_I32 = struct.Struct(">i")
 _CQ_ENTRY = struct.Struct(">qiq")
 _PHYS = struct.Struct(">q")
 _PHYS_AT = 28  # physicalOffset's position in a record
@@ -269,25 +286,45 @@ class PackedBatch:
 
     ``placed`` holds ``(physical_offset, size, queue_offset)`` per record;
     ``queue_runs`` maps each (topic, queueId) to its first queue offset and
-    the consume-queue entries of the batch's records in that queue.
+    the consume-queue entries of the batch's records in that queue;
+    ``results`` holds one ``result_type(physical_offset, size, queue_offset,
+    store_timestamp)`` per record when ``pack_records`` was given a type.
     """
 
     data: bytearray
     placed: list[tuple[int, int, int]]
     queue_runs: dict[tuple[str, int], tuple[int, bytearray]]
+    results: list[Any] | None = None
 
 
 _tags_code_cached = functools.lru_cache(maxsize=4096)(tags_code)
 
 
 def pack_records(records: Sequence[MessageRecord], base_offset: int, segment_size: int,
-                 next_queue_offset: Callable[[str, int], int]) -> PackedBatch:
+                 next_queue_offset: Callable[[str, int], int], *,
+                 result_type: type[tuple] | None = None) -> PackedBatch:
     """Encode ``records`` for appending at ``base_offset``, with blanks where needed.
 
     Each record gets its physical offset and the next queue offset of its
     (topic, queueId) (``next_queue_offset`` is asked once per queue).
-    Raises ``ValueError`` for a record larger than a segment.
+    ``result_type`` (a tuple subclass such as a ``NamedTuple`` of four
+    fields) also builds ``PackedBatch.results``. Raises ``ValueError`` for a
+    record larger than a segment, ``RecordError`` for one that cannot be
+    encoded.
     """
+    if _speedups is not None:
+        packed = _speedups.pack_records(records, base_offset, segment_size, next_queue_offset,
+                                        pack_ip, MessageRecord, result_type)
+        if packed is not None:
+            return PackedBatch(*packed)
+    return pack_records_py(records, base_offset, segment_size, next_queue_offset,
+                           result_type=result_type)
+
+
+def pack_records_py(records: Sequence[MessageRecord], base_offset: int, segment_size: int,
+                    next_queue_offset: Callable[[str, int], int], *,
+                    result_type: type[tuple] | None = None) -> PackedBatch:
+    """``pack_records`` in pure Python: the reference for the C version."""
     buf = bytearray()
     runs: dict[tuple[str, int], list] = {}  # key -> [first, next, entries]
     placed = []
@@ -308,7 +345,11 @@ def pack_records(records: Sequence[MessageRecord], base_offset: int, segment_siz
             phys = _move_to_next_segment(buf, at, phys, size, segment_size)
         run[2] += pack_cq(phys, size, tags(r.properties.get("TAGS")))
         placed.append((phys, size, qoff))
-    return PackedBatch(buf, placed, {k: (v[0], v[2]) for k, v in runs.items()})
+    results = None
+    if result_type is not None:
+        results = [result_type(phys, size, qoff, r.store_timestamp)
+                   for r, (phys, size, qoff) in zip(records, placed, strict=True)]
+    return PackedBatch(buf, placed, {k: (v[0], v[2]) for k, v in runs.items()}, results)
 
 
 def _move_to_next_segment(buf: bytearray, at: int, phys: int, size: int, segment_size: int
@@ -327,6 +368,91 @@ def _move_to_next_segment(buf: bytearray, at: int, phys: int, size: int, segment
     _PHYS.pack_into(buf, at + room + _PHYS_AT, phys + room)
     return phys + room
 
+
+#: A run of consecutive consume-queue entries found by ``index_records``:
+#: ``(topic, queue_id, first queue offset, packed entries)``.
+QueueRun = tuple[str, int, int, bytes]
+
+
+def index_records(buf: bytes | bytearray | memoryview, base_offset: int, segment_size: int
+                  ) -> tuple[int, str, list[QueueRun]] | None:
+    """Check replicated log bytes and collect the consume-queue entries they need.
+
+    ``buf`` starts at physical ``base_offset`` (a record boundary). Every
+    record is checked as ``scan_log``, ``check_placement`` and ``decode``
+    would (lengths, magic, body CRC, offsets, UTF-8 topic and properties),
+    but only the fields the index needs are read. Returns ``(end, stop,
+    runs)``: the end of the last whole record or blank, why the walk
+    stopped there (``"end"``, ``"torn"`` or ``"zero"`` as in ``LogScan``)
+    and the entries as runs of consecutive queue offsets per queue, in
+    order. Returns ``None`` for a bad record: the caller then runs the full
+    checks, which name the problem.
+    """
+    if _speedups is not None:
+        return _speedups.index_records(buf, base_offset, segment_size)
+    return index_records_py(buf, base_offset, segment_size)
+
+
+def index_records_py(buf: bytes | bytearray | memoryview, base_offset: int,
+                     segment_size: int) -> tuple[int, str, list[QueueRun]] | None:
+    """``index_records`` in pure Python: the reference for the C version."""
+    if base_offset < 0 or segment_size <= 0:
+        return None
+    scan = scan_log(buf, base_offset, segment_size)
+    if scan.stop == "bad":
+        return None
+    runs: list[list] = []  # [topic, queue_id, first, next, entries]
+    newest: dict[tuple[str, int], list] = {}
+    pack_cq = _CQ_ENTRY.pack
+    for span in scan.spans:
+        if span.blank:
+            continue
+        pos = span.offset - base_offset
+        try:
+            check_placement(buf, pos, span.offset)
+            topic, queue_id, queue_offset, code = _index_fields(buf, pos, span.size)
+        except RecordError:
+            return None
+        run = newest.get((topic, queue_id))
+        if run is None or run[3] != queue_offset:
+            run = newest[topic, queue_id] = [topic, queue_id, queue_offset, queue_offset,
+                                             bytearray()]
+            runs.append(run)
+        run[3] = queue_offset + 1
+        run[4] += pack_cq(span.offset, span.size, code)
+    return scan.end, scan.stop, [(r[0], r[1], r[2], bytes(r[4])) for r in runs]
+
+
+_QID_QOFF = struct.Struct(">i4xq")
+_U16 = struct.Struct(">H")
+
+
+def _index_fields(buf: bytes | bytearray | memoryview, pos: int, size: int
+                  ) -> tuple[str, int, int, int]:
+    """(topic, queueId, queueOffset, tagsCode) of the checked record at ``buf[pos:]``.
+
+    Decodes the topic and the properties as ``decode`` does (so the same
+    records are refused) and nothing else.
+    """
+    queue_id, queue_offset = _QID_QOFF.unpack_from(buf, pos + 12)
+    magic = _TOTAL_MAGIC.unpack_from(buf, pos)[1]
+    sys_flag = _I32.unpack_from(buf, pos + 36)[0]
+    body_len_at = pos + 84 + (12 if sys_flag & BORNHOST_V6 else 0) + (
+        12 if sys_flag & STOREHOST_V6 else 0)
+    at = body_len_at + 4 + _I32.unpack_from(buf, body_len_at)[0]
+    if magic == MAGIC_V2:
+        topic_len = _U16.unpack_from(buf, at)[0]
+        at += 2
+    else:
+        topic_len = buf[at]
+        at += 1
+    try:
+        topic = bytes(buf[at:at + topic_len]).decode()
+    except UnicodeDecodeError:
+        raise RecordError(pos, "topic is not valid UTF-8") from None
+    at += topic_len + 2
+    props = properties_from_bytes(bytes(buf[at:pos + size]), pos)
+    return topic, queue_id, queue_offset, _tags_code_cached(props.get("TAGS"))
 
 
 Buffer = bytes | bytearray | memoryview | Any

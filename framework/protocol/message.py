@@ -120,7 +120,8 @@ def body_crc(body: bytes | memoryview) -> int:
 
 
 @functools.lru_cache(maxsize=1024)
-def _pack_ip(ip: str) -> bytes:
+def pack_ip(ip: str) -> bytes:
+    """The packed (4 or 16 byte) address of an IPv4 or IPv6 ``ip``; ``RecordError`` if none."""
     try:
         return ipaddress.ip_address(ip).packed
     except ValueError:
@@ -178,8 +179,8 @@ def _topic_field(topic: str, force_v2: bool) -> tuple[bytes, int]:
 @functools.lru_cache(maxsize=1024)
 def _hosts(born_ip: str, store_ip: str) -> tuple[struct.Struct, bytes, bytes, int]:
     """The fixed-part layout, packed addresses and sysFlag v6 bits for two hosts."""
-    born = _pack_ip(born_ip)
-    store = _pack_ip(store_ip)
+    born = pack_ip(born_ip)
+    store = pack_ip(store_ip)
     b6 = len(born) == 16
     s6 = len(store) == 16
     return _FIXED[b6, s6], born, store, (BORNHOST_V6 if b6 else 0) | (STOREHOST_V6 if s6 else 0)

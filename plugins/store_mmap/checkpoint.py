@@ -18,8 +18,9 @@ import os
 
 import attrs
 
+from framework.durable_files import replace_atomically
 from framework.store import StoreCorruption
-from plugins.store_mmap.segments import atomic_write, read_json
+from plugins.store_mmap.segments import read_json
 
 CHECKPOINT_FILE = "triomq_checkpoint.json"
 
@@ -53,4 +54,4 @@ class Checkpoint:
     def save(self, root: str) -> None:
         """Replace the checkpoint of the store at ``root`` with this one, durably."""
         doc = attrs.asdict(self)
-        atomic_write(os.path.join(root, CHECKPOINT_FILE), json.dumps(doc).encode())
+        replace_atomically(os.path.join(root, CHECKPOINT_FILE), json.dumps(doc).encode())

@@ -27,15 +27,19 @@ from typing import Any
 from framework.protocol.commitlog_layout import (
     COMMITLOG_DIR,
     CONSUMEQUEUE_DIR,
+    CQ_ENTRY_SIZE,
     DEFAULT_CQ_ENTRIES_PER_FILE,
     DEFAULT_SEGMENT_SIZE,
+    QueueRun,
     Span,
     check_placement,
+    index_records,
     iter_spans,
     pack_records,
     scan_log,
     segment_start,
     tags_code,
+    unpack_cq_entry,
 )
 from framework.protocol.message import (
     MessageRecord,
@@ -192,6 +196,12 @@ class MmapCommitLog:
                 break
             pos = max(start, seg.start) - seg.start
             stop = min(seg.end, limit) - seg.start
+            fast = self._index_segment(seg, pos, stop)
+            if fast is not None:
+                end, blank = fast
+                if not blank:
+                    break
+                continue
             blank = False
             try:
                 for span in iter_spans(seg.mm, pos, stop, base_offset=seg.start,
@@ -206,6 +216,28 @@ class MmapCommitLog:
             if not blank:
                 break
         return end, None
+
+    def _index_segment(self, seg: Any, pos: int, stop: int) -> tuple[int, bool] | None:
+        """Index ``seg``'s records in ``[pos, stop)`` with ``index_records``.
+
+        Returns where the records end and whether a blank ends the segment,
+        or ``None`` (nothing indexed) when the per-record walk must run: a
+        bad or torn record, or one that does not fit its queue.
+        """
+        # Released explicitly: a view left alive (say, in a traceback) would keep
+        # the segment's mmap from closing.
+        with memoryview(seg.mm) as view, view[pos:stop] as part:
+            index = index_records(part, seg.start + pos, self.segment_size)
+        if index is None or index[1] == "torn" or not self._runs_fit(index[2]):
+            return None
+        end, _, runs = index
+        records_end = seg.start + pos
+        for topic, queue_id, first, entries in runs:
+            phys, size, _ = unpack_cq_entry(entries, len(entries) - CQ_ENTRY_SIZE)
+            records_end = max(records_end, phys + size)
+            self._queue(topic, queue_id).put_run(first, entries)
+        # The walk reached the segment's end past the last record: a blank.
+        return end, end == seg.end and records_end < end
 
     def _index(self, buf: Any, pos: int, base: int, size: int) -> None:
         """Put the (valid) record at ``buf[pos:]`` in its consume queue, if it fits there."""
@@ -302,15 +334,15 @@ class MmapCommitLog:
         base = self._write_pos
         try:
             batch = pack_records(records, base, self.segment_size,
-                                 lambda t, q: self._queue(t, q).max_offset)
+                                 lambda t, q: self._queue(t, q).max_offset,
+                                 result_type=AppendResult)
         except ValueError as exc:
             raise StoreError(str(exc)) from None
         self._log.write(base, batch.data)
         for (topic, queue_id), (first, entries) in batch.queue_runs.items():
             self._queue(topic, queue_id).put_run(first, entries)
         self._write_pos = self._dispatched = base + len(batch.data)
-        return [AppendResult(phys, size, qoff, r.store_timestamp)
-                for r, (phys, size, qoff) in zip(records, batch.placed, strict=True)]
+        return batch.results
 
     def append_raw(self, offset: int, data: bytes) -> int:
         self._check_open()
@@ -321,6 +353,35 @@ class MmapCommitLog:
         start = self._dispatched
         pending = self._log.read(start, offset - start) if offset > start else b""
         buf = pending + bytes(data)
+        index = index_records(buf, start, self.segment_size)
+        if index is None or index[1] == "zero" or not self._runs_fit(index[2]):
+            return self._append_raw_checked(offset, data, buf, start)
+        end, _, runs = index
+        self._log.write(offset, data)
+        for topic, queue_id, first, entries in runs:
+            self._queue(topic, queue_id).put_run(first, entries)
+        self._write_pos = offset + len(data)
+        self._dispatched = end
+        return self._write_pos
+
+    def _runs_fit(self, runs: list[QueueRun]) -> bool:
+        """Whether no run skips ahead of its queue's end (see ``_check_queue_offset``)."""
+        ends: dict[tuple[str, int], tuple[int, int]] = {}
+        cqs = self._cqs
+        for topic, queue_id, first, entries in runs:
+            key = (topic, queue_id)
+            known = ends.get(key)
+            if known is None:
+                cq = cqs.get(key)
+                known = (0, 0) if cq is None else (cq.min_offset, cq.max_offset)
+            lo, hi = known
+            if first > hi > lo:
+                return False
+            ends[key] = (lo, max(hi, first + len(entries) // CQ_ENTRY_SIZE))
+        return True
+
+    def _append_raw_checked(self, offset: int, data: bytes, buf: bytes, start: int) -> int:
+        """``append_raw`` decoding every record: raises the precise error for bad data."""
         scan = scan_log(buf, start, self.segment_size)
         if scan.stop == "bad":
             raise StoreCorruption("replicated data", scan.error.offset, scan.error.reason)

@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from framework.durable_files import replace_atomically
 from framework.protocol.commitlog_layout import END_FILE_MIN_BLANK_LENGTH, blank_header
 from framework.protocol.message import BLANK_MAGIC
 from framework.store import (
@@ -32,7 +33,6 @@ from plugins.store_mmap.segments import (
     OPTION_KEYS,
     DirectoryLock,
     SegmentQueue,
-    atomic_write,
     read_json,
 )
 
@@ -226,7 +226,7 @@ class MmapEntryLog:
             compacted_term = self.term_at(index - 1)
         drop = min(index - self._first, len(self._pos))
         keep_from = self._pos[drop] if drop < len(self._pos) else self._write_pos
-        atomic_write(self._meta_path, _json({"first_index": index,
+        replace_atomically(self._meta_path, _json({"first_index": index,
                                              "compacted_term": compacted_term}))
         self._first = index
         self._compacted_term = compacted_term
@@ -241,7 +241,7 @@ class MmapEntryLog:
 
     def set_hard_state(self, state: HardState) -> None:
         self._check_open()
-        atomic_write(self._hs_path, _json({"term": state.term, "vote": state.vote}))
+        replace_atomically(self._hs_path, _json({"term": state.term, "vote": state.vote}))
         self._hard_state = state
 
     # ---------------------------------------------------------------- reading

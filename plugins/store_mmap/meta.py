@@ -8,8 +8,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from framework.durable_files import replace_atomically
 from framework.store import StoreClosed, StoreCorruption, store_options
-from plugins.store_mmap.segments import OPTION_KEYS, atomic_write, read_json
+from plugins.store_mmap.segments import OPTION_KEYS, read_json
 
 META_FILE = "meta.json"
 
@@ -41,7 +42,7 @@ class FileMetaStore:
         if self._closed:
             raise StoreClosed(f"meta store {self._path} is closed")
         doc = {k: base64.b64encode(v).decode() for k, v in sorted(data.items())}
-        atomic_write(self._path, json.dumps(doc).encode())
+        replace_atomically(self._path, json.dumps(doc).encode())
         self._data = data
 
     def get(self, key: str) -> bytes | None:

@@ -60,3 +60,13 @@ async def test_the_spark_reader_sees_what_the_broker_recorded(tmp_path):
         await Producer(client.rpc, a.node.address).send("t", b"only")
         await wait_until(lambda: StoreFiles(str(tmp_path / "a")).confirm_offset()
                          == a.log.max_offset)
+
+
+def test_a_short_file_is_completed_with_its_bytes_kept(tmp_path):
+    (tmp_path / "checkpoint").write_bytes(b"\x01" * 16)
+    ConfirmOffsetCheckpoint(str(tmp_path)).write(9)
+    data = (tmp_path / "checkpoint").read_bytes()
+    assert len(data) == FILE_SIZE
+    assert data[:16] == b"\x01" * 16
+    assert ConfirmOffsetCheckpoint(str(tmp_path)).read() == 9
+    assert not (tmp_path / "checkpoint.tmp").exists()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from framework import durable_files
 from framework.store import Entry
 from framework.testing.store_suite import make_record
 from plugins.store_mmap import segments
@@ -49,7 +50,9 @@ def crash_on_call(monkeypatch: pytest.MonkeyPatch, k: int) -> list[int]:
                                      if not name.startswith("__")})
     for name in ("fsync", "fdatasync", "replace", "unlink"):
         setattr(proxy, name, hooked(getattr(os, name)))
+    # The store's own calls, and the shared durable-file helpers it uses.
     monkeypatch.setattr(segments, "os", proxy)
+    monkeypatch.setattr(durable_files, "os", proxy)
     return calls
 
 
