@@ -8,8 +8,10 @@ Sub-commands of the kernel:
 - ``triomq <role> --config FILE``: run a node (``standalone``, ``nameserver``,
   ``controller`` or ``broker``) until SIGINT / SIGTERM.
 - ``triomq demo``: the demonstration ``make run`` shows.
-- ``triomq sim --seeds N [--start K]``: the deterministic Raft simulation;
-  prints ``N passed, M failed`` last and exits non-zero on any violation.
+- ``triomq sim --seeds N [--start K] [--cluster]``: the deterministic
+  simulation of a Raft cluster (or, with ``--cluster``, of controllers plus a
+  broker group); prints ``N passed, M failed`` last and exits non-zero on any
+  violation.
 
 Plugins add their own sub-commands through ``triomq_add_cli_commands``.
 """
@@ -57,9 +59,11 @@ def build_parser(pm: PluginManager) -> argparse.ArgumentParser:
     p.add_argument("--transport", choices=("inproc", "tcp"), default="inproc")
     p.set_defaults(func=lambda args: _cmd_demo(pm, args))
 
-    p = sub.add_parser("sim", help="run the deterministic Raft simulation over many seeds")
+    p = sub.add_parser("sim", help="run a deterministic simulation over many seeds")
     p.add_argument("--seeds", type=int, default=100, help="how many seeds (default 100)")
     p.add_argument("--start", type=int, default=0, help="first seed (default 0)")
+    p.add_argument("--cluster", action="store_true",
+                   help="simulate controllers plus a broker group instead of Raft alone")
     p.set_defaults(func=_cmd_sim)
 
     pm.hook.triomq_add_cli_commands(subparsers=sub)
@@ -112,9 +116,10 @@ def _cmd_run(pm: PluginManager, role: str, args: argparse.Namespace) -> int:
 
 
 def _cmd_sim(args: argparse.Namespace) -> int:
-    from framework.testing import raftsim
+    from framework.testing import clustersim, raftsim
 
-    return raftsim.main(["--seeds", str(args.seeds), "--start", str(args.start)])
+    simulation = clustersim if args.cluster else raftsim
+    return simulation.main(["--seeds", str(args.seeds), "--start", str(args.start)])
 
 
 def _cmd_demo(pm: PluginManager, args: argparse.Namespace) -> int:

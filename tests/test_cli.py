@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from framework.cli import main
 
 
@@ -21,8 +23,9 @@ def test_config_lists_documented_keys(capsys):
     assert all(row["doc"] for row in rows)
 
 
-def test_sim_prints_the_tally_last(capsys):
-    assert main(["sim", "--seeds", "3", "--start", "11"]) == 0
+@pytest.mark.parametrize("which", [[], ["--cluster"]])
+def test_sim_prints_the_tally_last(capsys, which):
+    assert main(["sim", "--seeds", "3", "--start", "11", *which]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "3 passed, 0 failed"
 
 

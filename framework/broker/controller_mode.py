@@ -19,15 +19,21 @@
    with live info: last epoch, max offset, confirm offset, election priority.
 5. **SyncStateSet.** As the ``SyncStateSetReporter`` of the replicas
    manager, it turns the HA master's proposals (replica addresses) into
-   ALTER_SYNC_STATE_SET requests (broker ids, fenced by both epochs).
+   ALTER_SYNC_STATE_SET requests (broker ids, fenced by both epochs). A
+   refusal is answered with the set read back (GET_REPLICA_INFO), no answer
+   with "unknown" (the master keeps counting the proposal), a newer master
+   epoch with ``MasterFenced``; every poll of the master's own epoch hands
+   the committed set to the HA master.
 
 It calls out over an RPC client of its own whose reconnect backoff stays
 short (``RECONNECT_BACKOFF``). It also answers GET_BROKER_EPOCH_CACHE (1007)
 for ``triomq admin get-broker-epoch``.
 A master cut off from the controllers keeps its role but cannot change its
-SyncStateSet, so its synchronous puts stop completing once its slaves
-follow a newly elected master; when it hears of the new master it becomes
-its slave, and the HA handshake truncates what it wrote alone.
+SyncStateSet (a change left unanswered stays counted until it is read back),
+so its synchronous puts stop completing once its slaves follow a newly
+elected master, and at once when the controllers tell it of one (fenced);
+when it hears of the new master it becomes its slave, and the HA handshake
+truncates what it wrote alone.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,6 +60,7 @@ from framework.controller.wire import (
     encode_epoch_cache,
 )
 from framework.errors import ConfigError
+from framework.ha.driver import MasterFenced
 from framework.ha.errors import EpochError
 from framework.protocol.remoting import RemotingCommand
 from framework.rpc import Backoff, RpcConnection, RpcError, open_rpc_client
@@ -237,6 +245,10 @@ class ControllerMode:
                                    self.config.broker_name, exc.remark)
                 self._no_master_reason = exc.remark
                 return
+            except (ControllerUnavailable, RpcError, WireError) as exc:
+                # The next poll asks again; the broker's service must not end.
+                logger.warning("broker %s: electing a master failed: %s", self.address, exc)
+                return
         self._no_master_reason = ""
         self.offer(info)
 
@@ -273,11 +285,16 @@ class ControllerMode:
         if master is None:
             return
         if master == self.broker_id:
+            members = _addresses(info, info.sync_state_set)
+            ha_master = self.replicas.ha_master
             if not (self.replicas.role is BrokerRole.MASTER
                     and self.replicas.master_epoch == info.master_epoch):
-                members = {info.address_of(i) for i in info.sync_state_set}
-                await self.replicas.change_to_master(
-                    info.master_epoch, frozenset(a for a in members if a is not None))
+                await self.replicas.change_to_master(info.master_epoch, members)
+            elif (ha_master is not None
+                  and info.sync_state_set_epoch >= self.sync_state_set_epoch):
+                # The set itself, not only its epoch: an answer lost on the
+                # way may have left the master's view behind the controller's.
+                ha_master.sync_state_set_committed(members)
             self.sync_state_set_epoch = max(self.sync_state_set_epoch,
                                             info.sync_state_set_epoch)
             return
@@ -346,7 +363,12 @@ class ControllerMode:
     # -- the SyncStateSetReporter seam ------------------------------------------------------
 
     async def alter_sync_state_set(self, proposal: frozenset[str]) -> frozenset[str] | None:
-        """Ask the controller to make ``proposal`` (replica addresses) the SyncStateSet."""
+        """Ask the controller to make ``proposal`` (replica addresses) the SyncStateSet.
+
+        The set the controller holds afterwards (read back after a refusal:
+        an earlier try of this change may have been committed with its answer
+        lost); None if unknown; ``MasterFenced`` once a newer master exists.
+        """
         info = self.replica_info
         epoch = self.replicas.master_epoch
         if info is None or self.broker_id < 0:
@@ -354,45 +376,49 @@ class ControllerMode:
         ids = {info.broker_id_of(address) for address in proposal}
         if None in ids:
             # A replica that registered after our last news: learn the group anew.
-            try:
-                info = await self.client.get_replica_info(self.config.broker_name)
-            except (ControllerError, ControllerUnavailable, WireError) as exc:
-                logger.warning("SyncStateSet %s not proposed: %s", sorted(proposal), exc)
+            info = await self._read_sync_state_set(epoch)
+            if info is None:
                 return None
-            self.offer(info)
             ids = {info.broker_id_of(address) for address in proposal}
-        if None in ids:
-            logger.warning("SyncStateSet proposal %s names unregistered replicas",
-                           sorted(proposal))
-            return None
+            if None in ids:
+                logger.warning("SyncStateSet proposal %s names unregistered replicas",
+                               sorted(proposal))
+                return _addresses(info, info.sync_state_set)
         try:
             applied, new_epoch = await self.client.alter_sync_state_set(
                 self.config.broker_name, self.broker_id, epoch, self.sync_state_set_epoch,
                 {i for i in ids if i is not None})
         except ControllerError as exc:
-            if exc.code == ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH:
-                return await self._adopt_sync_state_set(proposal, epoch)
+            if exc.code == ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH:
+                raise MasterFenced(f"SyncStateSet {sorted(proposal)} refused: {exc}") from None
             logger.warning("SyncStateSet %s refused: %s", sorted(proposal), exc)
+            current = await self._read_sync_state_set(epoch)
+            return None if current is None else _addresses(current, current.sync_state_set)
+        except (ControllerUnavailable, RpcError, WireError) as exc:
+            logger.warning("SyncStateSet %s: no answer, it may be applied: %s",
+                           sorted(proposal), exc)
             return None
-        except (ControllerUnavailable, WireError) as exc:
-            logger.warning("SyncStateSet %s not applied: %s", sorted(proposal), exc)
-            return None
-        self.sync_state_set_epoch = new_epoch
-        return frozenset(a for a in map(info.address_of, applied) if a is not None)
+        self.sync_state_set_epoch = max(self.sync_state_set_epoch, new_epoch)
+        return _addresses(info, applied)
 
-    async def _adopt_sync_state_set(self, proposal: frozenset[str], master_epoch: int
-                                    ) -> frozenset[str] | None:
-        # Our epoch is behind: perhaps an earlier try of this very change was
-        # committed before its answer was lost. Learn the current set.
+    async def _read_sync_state_set(self, master_epoch: int) -> ReplicaInfo | None:
+        """The group's replica info if it is of this master's term (else None: unknown).
+
+        ``MasterFenced`` if it names a newer master epoch.
+        """
         try:
             info = await self.client.get_replica_info(self.config.broker_name)
-        except (ControllerError, ControllerUnavailable, WireError):
+        except (ControllerError, ControllerUnavailable, RpcError, WireError) as exc:
+            logger.warning("reading the SyncStateSet back failed: %s", exc)
             return None
-        if info.master_epoch != master_epoch or info.master_broker_id != self.broker_id:
+        self.offer(info)
+        if info.master_epoch > master_epoch:
+            raise MasterFenced(f"the controller is at master epoch {info.master_epoch}")
+        if (info.master_epoch != master_epoch or info.master_broker_id != self.broker_id
+                or info.sync_state_set_epoch < self.sync_state_set_epoch):
             return None
         self.sync_state_set_epoch = info.sync_state_set_epoch
-        current = frozenset(a for a in map(info.address_of, info.sync_state_set) if a)
-        return current if current == proposal else None
+        return info
 
     # -- handlers -------------------------------------------------------------------------
 
@@ -420,3 +446,8 @@ class ControllerMode:
             max(self.replicas.confirm_offset, 0),
             tuple((e.epoch, e.start_offset) for e in epochs))))
 
+
+
+def _addresses(info: ReplicaInfo, broker_ids: Iterable[int]) -> frozenset[str]:
+    """The addresses of ``broker_ids`` that ``info`` knows."""
+    return frozenset(a for a in map(info.address_of, broker_ids) if a is not None)

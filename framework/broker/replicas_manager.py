@@ -242,7 +242,8 @@ class ReplicasManager:
         self._check_running()
         async with self._changing:
             # What the old master confirmed still holds; past it nothing is
-            # confirmed until this term's members ack.
+            # confirmed until this term's members ack. With no term before
+            # (a restart) nothing is known to be confirmed: the log's start.
             confirmed = self.confirm_offset
             await self._end_term()
             await self._adopt_unversioned_log(epoch)
@@ -254,7 +255,8 @@ class ReplicasManager:
                 epochs=epochs,
                 address=self.address,
                 sync_state_set=sync_state_set | {self.address},
-                confirm_offset=min(confirmed, max_offset) if confirmed >= 0 else max_offset,
+                confirm_offset=(min(confirmed, max_offset) if confirmed >= 0
+                                else self.log.min_offset),
                 reporter=self.reporter,
                 config=self.master_config,
             )

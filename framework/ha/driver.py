@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from framework.errors import TriomqError
 from framework.ha.epoch import EpochCache
 from framework.ha.errors import HAProtocolError
 from framework.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
@@ -45,6 +46,7 @@ __all__ = [
     "HAMasterConfig",
     "HASlave",
     "HASlaveConfig",
+    "MasterFenced",
     "Offload",
     "ReplicaLog",
     "SyncStateSetReporter",
@@ -94,11 +96,22 @@ class EpochStore(Protocol):
     def save(self, cache: EpochCache) -> None: ...
 
 
+class MasterFenced(TriomqError):
+    """The controller elected a newer master: this term may no longer complete puts."""
+
+
 class SyncStateSetReporter(Protocol):
     """Asks the controller to change the SyncStateSet (the controller client implements it)."""
 
     async def alter_sync_state_set(self, proposal: frozenset[str]) -> frozenset[str] | None:
-        """The set the controller applied, or None if it refused or did not answer."""
+        """The SyncStateSet the controller holds for this term once it has answered.
+
+        That is ``proposal`` if applied, else the set it still holds (read
+        back after a refusal). None if that is unknown (no answer: the
+        change may have been committed all the same); the master then keeps
+        counting the proposal and asks again. Raises ``MasterFenced`` if a
+        newer master was elected.
+        """
 
 
 class ApproveLocally:
@@ -173,6 +186,9 @@ class HAMaster:
             min_in_sync_replicas=self.config.min_in_sync_replicas,
         )
         self._waiters: dict[Hashable, tuple[trio.Event, list[ReplicationStatus]]] = {}
+        #: Set once the controller said a newer master was elected (``MasterFenced``).
+        self.fenced = False
+        self._reporting = False
         self._changed = trio.Event()
         self._proposals_in, self._proposals_out = trio.open_memory_channel[frozenset[str]](math.inf)
 
@@ -207,29 +223,56 @@ class HAMaster:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._report_proposals)
             task_status.started()
-            while True:
+            while not self.fenced:
+                if not self._reporting:
+                    # A proposal whose outcome is unknown is asked again.
+                    self._propose(self.tracker.pending)
                 self._propose(self.tracker.maybe_shrink(_now_ms()))
                 for address in list(self.tracker.slaves):
                     self._propose(self.tracker.maybe_expand(address, self.log.max_offset))
                 await trio.sleep(self.config.check_sync_state_set_period / 1000)
+            await trio.sleep_forever()
 
     def _propose(self, proposal: frozenset[str] | None) -> None:
-        if proposal is not None:
+        if proposal is not None and not self.fenced:
+            self._reporting = True
             self._proposals_in.send_nowait(proposal)
 
     async def _report_proposals(self) -> None:
         async for proposal in self._proposals_out:
             logger.info("proposing SyncStateSet %s", sorted(proposal))
-            applied = await self.reporter.alter_sync_state_set(proposal)
-            if applied is None:
-                logger.warning("SyncStateSet proposal %s was not applied", sorted(proposal))
-                self.tracker.proposal_failed()
+            try:
+                current = await self.reporter.alter_sync_state_set(proposal)
+            except MasterFenced as exc:
+                logger.warning("no more synchronous puts in this term: %s", exc)
+                self.fence()
+                return
+            if current is None:
+                logger.warning("SyncStateSet proposal %s: outcome unknown, still counted",
+                               sorted(proposal))
             else:
-                self.tracker.apply(applied)
+                self.tracker.apply(current)
+            self._reporting = False
             self._update_puts()
+
+    def sync_state_set_committed(self, sync_state_set: frozenset[str]) -> None:
+        """The controller's SyncStateSet of this term, as a poll read it."""
+        self.tracker.learn(sync_state_set)
+        self._update_puts()
+
+    def fence(self) -> None:
+        """A newer master exists: fail pending puts and complete no more."""
+        self.fenced = True
+        for waiter, (event, result) in self._waiters.items():
+            if not result:
+                self.puts.discard(waiter)
+                result.append(ReplicationStatus.FLUSH_SLAVE_TIMEOUT)
+                event.set()
 
     async def wait_replicated(self, next_offset: int, timeout_ms: int) -> ReplicationStatus:
         """Wait until enough replicas hold the bytes before ``next_offset``."""
+        if self.fenced:
+            return ReplicationStatus.FLUSH_SLAVE_TIMEOUT
         waiter = object()
         deadline_ms = _now_ms() + timeout_ms
         failed = self.puts.add(
@@ -251,6 +294,8 @@ class HAMaster:
             self.puts.discard(waiter)
 
     def _update_puts(self) -> None:
+        if self.fenced:
+            return
         members = self.tracker.effective_sync_state_set
         max_offset = self.log.max_offset
         acks = {m: self.tracker.ack_offset(m, max_offset) for m in members}

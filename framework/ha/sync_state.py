@@ -13,11 +13,13 @@ but its answer is lost and A dies, B may be elected without that put. So,
 while a proposal is in flight, the *effective* set that acks and
 confirmOffset are computed over is the union of the confirmed set and the
 proposal: an expand counts the new member at once, a shrink only after it
-is confirmed. Only one proposal is in flight at a time, and an expand is
-decided on a fresh view: the slave's ack is at least the confirmOffset of
-the effective set (it holds everything any put may have been acked for)
-and at least the start of this master's epoch (it has truncated against
-this master, so its bytes are this term's bytes, not a stale tail).
+is confirmed. A proposal whose outcome is unknown (no answer) stays counted
+until the controller's set has been read back. Only one proposal is in
+flight at a time, and an expand is decided on a fresh view: the slave's
+ack is at least the confirmOffset of the effective set (it holds
+everything any put may have been acked for) and at least the start of
+this master's epoch (it has truncated against this master, so its bytes
+are this term's bytes, not a stale tail).
 """
 
 from __future__ import annotations
@@ -109,9 +111,15 @@ class SyncStateTracker:
         self.sync_state_set = frozenset(sync_state_set) | {self.master}
         self.pending = None
 
-    def proposal_failed(self) -> None:
-        """The controller refused the proposal or did not answer: forget it."""
-        self.pending = None
+    def learn(self, sync_state_set: Iterable[str]) -> None:
+        """The controller's set as read in a poll; an in-flight proposal stays counted.
+
+        The proposal may still be committed after the poll was answered, so
+        it ends only when the poll shows it applied.
+        """
+        self.sync_state_set = frozenset(sync_state_set) | {self.master}
+        if self.pending == self.sync_state_set:
+            self.pending = None
 
     # -- derived ---------------------------------------------------------------
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import random
 
 import pytest
+import trio
 from broker_nodes import Cluster, caught_up, image, wait_until
 
 from framework.broker.client import Producer
-from framework.broker.replicas_manager import BrokerRole
+from framework.broker.replicas_manager import BrokerRole, ReplicasManager
 from framework.broker.service import broker_of
 from framework.errors import PluginError, ServiceCrashed
-from framework.ha.checkpoint import CHECKPOINT_FILE, load_epoch_checkpoint
+from framework.ha.checkpoint import CHECKPOINT_FILE, EpochCheckpointFile, load_epoch_checkpoint
 from framework.hookspecs import hookimpl
 from framework.protocol.message import MessageRecord
 
@@ -144,3 +145,29 @@ async def test_only_broker_nodes_run_a_broker(tmp_path):
         assert client.services == []
         with pytest.raises(PluginError, match="runs no broker"):
             broker_of(client)
+
+
+async def test_a_restarted_master_confirms_nothing_a_member_may_lack(tmp_path):
+    # No term before (just restarted): bytes past the log's start are confirmed
+    # only once every SyncStateSet member has acked them in this term.
+    cluster = Cluster("inproc", tmp_path)
+    async with cluster.broker("a") as a:
+        factory = a.node.plugins.log_store("commitlog", "mmap")
+        root = tmp_path / "restarted"
+        log = factory(str(root), {"segment_size": 4096})
+        for _ in range(3):
+            log.append(MessageRecord(topic="t", body=b"never acked by s"))
+        replicas = ReplicasManager(log=log, epoch_store=EpochCheckpointFile(str(root)),
+                                   address="inproc://r",
+                                   ha_listener=await a.node.listen("inproc://r-ha"),
+                                   connect=a.node.connect)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(replicas.run)
+                await replicas.change_to_master(1, frozenset({"inproc://r", "inproc://s"}))
+                assert replicas.confirm_offset == log.min_offset < log.max_offset
+                await replicas.change_to_master(2)  # alone in its set: all of it confirmed
+                assert replicas.confirm_offset == log.max_offset
+                nursery.cancel_scope.cancel()
+        finally:
+            log.close()

@@ -17,6 +17,7 @@ from framework.ha.driver import (
     HAMasterConfig,
     HASlave,
     HASlaveConfig,
+    MasterFenced,
 )
 from framework.ha.epoch import EpochCache, EpochStart
 from framework.ha.errors import HAProtocolError
@@ -324,6 +325,99 @@ async def test_shrink_when_a_slave_stalls_and_expand_when_it_returns(autojump_cl
             while ha.tracker.sync_state_set != {"m", "s"}:
                 await trio.sleep(0.1)
         nursery.cancel_scope.cancel()
+
+
+class ScriptedController:
+    """A SyncStateSet reporter answering from a script; records the proposals."""
+
+    def __init__(self, *answers: frozenset[str] | Exception | None) -> None:
+        self.answers = list(answers)
+        self.proposals: list[frozenset[str]] = []
+
+    async def alter_sync_state_set(self, proposal: frozenset[str]) -> frozenset[str] | None:
+        self.proposals.append(proposal)
+        answer = self.answers.pop(0) if self.answers else None
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+async def test_expand_with_unknown_outcome_stays_counted_until_read_back(autojump_clock):
+    m, s = Replica("m"), Replica("s")
+    m.epochs.cache = m.epochs.cache.append(1, 0)
+    controller = ScriptedController(None, None, frozenset({"m", "s"}))
+    ha = HAMaster(log=m.log, epochs=m.epochs.cache, address="m", sync_state_set=frozenset({"m"}),
+                  confirm_offset=0, reporter=controller,
+                  config=HAMasterConfig(all_ack_in_sync_state_set=True,
+                                        check_sync_state_set_period=100))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(ha.run)
+        slave_scope = trio.CancelScope()
+
+        async def run_slave():
+            with slave_scope:
+                await make_slave(s, connector(nursery, ha)).run()
+
+        nursery.start_soon(run_slave)
+        with trio.fail_after(10):
+            while len(controller.proposals) < 2:
+                await trio.sleep(0.01)
+        # Two proposals went unanswered: the expand may be committed.
+        assert controller.proposals == [{"m", "s"}, {"m", "s"}]
+        assert ha.tracker.effective_sync_state_set == {"m", "s"}
+        slave_scope.cancel()  # the new member stops acking
+        end = m.log.append(b"x" * 50)
+        ha.appended()
+        assert await ha.wait_replicated(end, 500) == ReplicationStatus.FLUSH_SLAVE_TIMEOUT
+        with trio.fail_after(10):  # asked again: the read-back set is applied
+            while ha.tracker.sync_state_set != {"m", "s"}:
+                await trio.sleep(0.01)
+        assert ha.tracker.pending is None
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_fenced_master_completes_no_more_puts(autojump_clock):
+    m, s = Replica("m"), Replica("s")
+    m.epochs.cache = m.epochs.cache.append(1, 0)
+    controller = ScriptedController(MasterFenced("a newer master epoch"))
+    ha = HAMaster(log=m.log, epochs=m.epochs.cache, address="m",
+                  sync_state_set=frozenset({"m", "s"}), confirm_offset=0, reporter=controller,
+                  config=HAMasterConfig(all_ack_in_sync_state_set=True))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(ha.run)
+        # A put waiting for s, which does not come: the shrink is fenced.
+        end = m.log.append(b"x" * 50)
+        ha.appended()
+        waiting = []
+
+        async def put() -> None:
+            waiting.append(await ha.wait_replicated(end, 60_000))
+
+        nursery.start_soon(put)
+        with trio.fail_after(10):
+            while not ha.fenced:
+                await trio.sleep(0.01)
+        await trio.sleep(0.01)
+        assert controller.proposals == [{"m"}]
+        assert waiting == [ReplicationStatus.FLUSH_SLAVE_TIMEOUT]
+        nursery.start_soon(make_slave(s, connector(nursery, ha)).run)
+        await caught_up(m, s)
+        end = m.log.append(b"y" * 50)
+        ha.appended()
+        await caught_up(m, s)  # every replica holds it, yet the put does not complete
+        assert await ha.wait_replicated(end, 500) == ReplicationStatus.FLUSH_SLAVE_TIMEOUT
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_polled_sync_state_set_is_adopted(autojump_clock):
+    m = Replica("m")
+    m.epochs.cache = m.epochs.cache.append(1, 0)
+    ha = HAMaster(log=m.log, epochs=m.epochs.cache, address="m", sync_state_set=frozenset({"m"}),
+                  confirm_offset=0, reporter=ScriptedController(),
+                  config=HAMasterConfig(all_ack_in_sync_state_set=True))
+    ha.sync_state_set_committed(frozenset({"m", "s"}))
+    end = m.log.append(b"x" * 50)
+    assert await ha.wait_replicated(end, 500) == ReplicationStatus.FLUSH_SLAVE_TIMEOUT
 
 
 class Killed(BaseException):

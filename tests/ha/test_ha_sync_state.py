@@ -121,7 +121,7 @@ def test_no_expand_when_disconnected_or_while_a_proposal_is_in_flight():
         t.slave_acked(s, 10, 0)
     assert t.maybe_expand("b", 10) == {"a", "b"}
     assert t.maybe_expand("c", 10) is None
-    t.proposal_failed()
+    t.apply({"a"})  # refused: the controller's set is still {a}
     t.slave_disconnected("c")
     assert t.maybe_expand("c", 10) is None
     assert t.maybe_expand("b", 10) == {"a", "b"}
@@ -234,3 +234,16 @@ def test_reconnect_forgets_the_old_ack_and_overlapping_connections_count():
     assert t.slaves["b"].connected
     t.slave_disconnected("b")
     assert not t.slaves["b"].connected
+
+
+def test_a_polled_set_keeps_an_in_flight_proposal_counted_until_it_shows_it():
+    t = tracker(members=("a",), epoch_start=0)
+    t.slave_connected("b", is_async_learner=False, now_ms=0)
+    t.slave_acked("b", 10, 0)
+    assert t.maybe_expand("b", 10) == {"a", "b"}
+    t.learn({"a"})  # a poll answered before the expand was committed
+    assert t.pending == {"a", "b"}
+    assert t.effective_sync_state_set == {"a", "b"}
+    t.learn({"a", "b"})  # a later poll shows it committed
+    assert t.pending is None
+    assert t.sync_state_set == {"a", "b"}

@@ -1,0 +1,505 @@
+"""Deterministic simulation of controller mode: 3 Raft controllers and one broker group.
+
+One seed drives one run: a virtual clock in 10 ms steps, three controllers
+(``framework.consensus.raft`` with the replicas-info state machine applied
+on commit, served as ``plugins/controller_dledger`` does), one broker group
+of 2 or 3 replicas running the broker-side flow of controller mode over the
+real HA state machines (see ``clustersim_controller`` and
+``clustersim_broker``), and a producer doing synchronous puts (acked only
+when every member of the SyncStateSet holds the message:
+``all_ack_in_sync_state_set``). The seed picks the fault rates: datagram
+drop and delay (hence reordering), partitions (controllers split, a broker
+cut from the controllers only, a broker isolated, broker-broker and
+producer-broker links), broker and controller crashes and restarts (a
+broker keeps its log, epoch file and identity, a crash may tear the write
+in progress; a controller keeps its Raft disk), controller log compaction
+(snapshots of the replicas-info state, installed on lagging followers),
+clock skew, and whether unclean election is enabled.
+
+Invariants, checked throughout (a ``Violation`` names the seed's replay command):
+
+- at most one broker per master epoch completes synchronous puts;
+- no acknowledged message is lost: every acked message is in the log of
+  every member of the committed SyncStateSet and of every later master.
+  An unclean election (from outside the SyncStateSet, only with
+  ``enable_elect_unclean_master``) is allowed to lose what was acked in the
+  epochs before it: from then on those messages are reported as possibly
+  lost (``SeedResult.possibly_lost``), not checked; messages acked after it
+  are checked again;
+- a master completes a put only over a set holding every member of the
+  SyncStateSet committed in its epoch (an expand whose answer was lost
+  included);
+- SyncStateSet members hold logs equal to the master's up to its confirm offset;
+- epochs never go backwards (controllers apply the same history; a broker's
+  role epoch only grows while it runs);
+- liveness: once faults heal and every node is up, a master exists and a put
+  completes within ``HEAL_LIMIT_MS`` of virtual time.
+
+Replay one seed: ``python -m framework.testing.clustersim --seeds 1 --start SEED``.
+The test suite runs 120 seeds (about 15 s); a longer run, e.g. ``python -m
+framework.testing.clustersim --seeds 2000 --start 1000`` (about 5 minutes on
+one core), is worth doing after any change to ``framework.controller``,
+``framework.ha`` or the broker's controller mode. Scenario tests drive a
+``Simulation(seed, chaos=False)`` by hand (``tests/clustersim``).
+
+Fidelity notes: the simulated nodes mirror the trio drivers line by line
+but the HA address is the broker's name, the store flushes synchronously,
+and seeds replay only against the same code (any change to the simulation
+or the framework reshuffles what a seed does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from framework.controller import ElectMasterEvent
+from framework.controller.events import Event
+from framework.controller.group import BrokerGroup
+from framework.controller.results import ControllerResult
+from framework.controller.wire import ReplicaInfo
+from framework.ha.sync_replication import ReplicationStatus
+from framework.testing.clustersim_broker import GROUP, SimBroker
+from framework.testing.clustersim_controller import (
+    ControllerSettings,
+    SimController,
+    controller_name,
+)
+from framework.testing.clustersim_net import NetFaults, Network
+from framework.testing.clustersim_parts import BrokerSettings, PutRequest, PutResponse, Term
+
+STEP_MS = 10
+CHAOS_MS = 10_000
+HEAL_LIMIT_MS = 15_000
+PRODUCER = "producer"
+
+
+class Violation(AssertionError):
+    """An invariant broke; the message says which, where, and how to replay."""
+
+
+@attrs.frozen
+class AckedMessage:
+    """A put the master completed (PUT_OK): where it is and in which epoch."""
+
+    offset: int
+    record: bytes
+    epoch: int
+    broker: str
+
+
+@attrs.frozen
+class SeedResult:
+    """The outcome of one seed."""
+
+    seed: int
+    ok: bool
+    violation: str = ""
+    now_ms: int = 0
+    acked: int = 0
+    elections: int = 0
+    possibly_lost: int = 0
+
+    @property
+    def replay(self) -> str:
+        """The command that replays this seed."""
+        return f"python -m framework.testing.clustersim --seeds 1 --start {self.seed}"
+
+
+@attrs.frozen
+class SimSummary:
+    """The outcome of a run of seeds."""
+
+    passed: int
+    failed: int
+    failures: tuple[SeedResult, ...] = ()
+
+
+class Simulation:
+    """One seeded run; scenario tests drive it by hand (``chaos=False``)."""
+
+    def __init__(self, seed: int, *, replicas: int | None = None, unclean: bool | None = None,
+                 chaos: bool = True, broker_settings: BrokerSettings | None = None) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        rng = self.rng
+        self.now = 0
+        self.network = Network(random.Random(rng.getrandbits(64)))
+        self.chaos = chaos
+        self.faults = NetFaults(drop=rng.choice([0.0, 0.01, 0.05]),
+                                max_delay_ms=rng.choice([0, 5, 20, 40]))
+        self.p_partition = rng.choice([0.0, 0.003, 0.008])
+        self.p_crash_broker = rng.choice([0.0, 0.002, 0.005])
+        self.p_crash_controller = rng.choice([0.0, 0.002, 0.004])
+        self.p_put = rng.choice([0.1, 0.3])
+        self.replicas = replicas if replicas is not None else rng.choice([2, 3])
+        self.unclean = unclean if unclean is not None else rng.random() < 0.25
+        self._request_id = 0
+        # Invariant bookkeeping.
+        self.acked: list[AckedMessage] = []
+        self.writers: dict[int, str] = {}  # master epoch -> the broker that completed puts
+        self.relaxed_before = 0  # messages acked in an epoch before this are not checked
+        self.possibly_lost = 0
+        self.history: dict[int, tuple] = {}  # Raft index -> group state after applying it
+        self.group_state: BrokerGroup | None = None
+        self.top_index = 0
+        self.unclean_elections: list[int] = []
+        #: Master epoch -> the SyncStateSet (addresses) last committed in it.
+        self.sync_state_sets: dict[int, frozenset[str]] = {}
+        #: Committed events that changed the group, in log order.
+        self.committed_events: list[Event] = []
+        #: (virtual ms, controller id, result code, replica info) per committed election.
+        self.elections: list[tuple[int, int, int, ReplicaInfo]] = []
+        self.put_results: list[tuple[int, str, ReplicationStatus | None]] = []
+        self.down_until: dict[str, int] = {}
+        self.controller_ids = [1, 2, 3]
+        settings = ControllerSettings(enable_elect_unclean_master=self.unclean)
+        self.controllers = {
+            i: SimController(i, self.controller_ids, self, random.Random(rng.getrandbits(64)),
+                             settings) for i in self.controller_ids}
+        self.brokers: dict[str, SimBroker] = {}
+        for index in range(1, self.replicas + 1):
+            self.brokers[f"b{index}"] = SimBroker(f"b{index}", self,
+                                                   broker_settings or BrokerSettings())
+        self.outstanding: dict[int, tuple[str, int]] = {}  # put id -> (broker, sent at)
+        self.target: str | None = None
+        self.producing = True
+        self._next_body = 0
+
+    # -- hooks called by the nodes ----------------------------------------------------
+
+    def next_request_id(self) -> int:
+        """A fresh request id (unique across the whole run)."""
+        self._request_id += 1
+        return self._request_id
+
+    def violation(self, what: str) -> None:
+        """Raise a ``Violation`` naming the seed and the replay command."""
+        raise Violation(f"seed {self.seed} at {self.now} ms: {what} (replay: python -m "
+                        f"framework.testing.clustersim --seeds 1 --start {self.seed})")
+
+    def on_applied(self, controller: SimController, index: int, event: Event,
+                   before: BrokerGroup | None, changed: bool) -> None:
+        """A controller applied a committed event: same history everywhere, epochs only grow."""
+        after = controller.manager.group(GROUP)
+        state = None if after is None else (after.master_broker_id, after.master_epoch,
+                                            after.sync_state_set, after.sync_state_set_epoch,
+                                            after.members)
+        seen = self.history.setdefault(index, state)
+        if seen != state:
+            self.violation(f"controller {controller.id} reached {state} at index {index}, "
+                           f"another controller {seen}")
+        if before is not None and after is not None and (
+                after.master_epoch < before.master_epoch
+                or after.sync_state_set_epoch < before.sync_state_set_epoch):
+            self.violation(f"controller {controller.id}: epochs went back applying {event}")
+        if index > self.top_index:
+            self.top_index = index
+            self.group_state = after
+            if changed:
+                self.committed_events.append(event)
+            if after is not None:
+                self.sync_state_sets[after.master_epoch] = frozenset(
+                    a for a in map(after.address_of, after.sync_state_set) if a is not None)
+            if (changed and isinstance(event, ElectMasterEvent) and before is not None
+                    and event.new_master_broker_id is not None and before.master_epoch > 0
+                    and event.new_master_broker_id not in before.sync_state_set):
+                # Unclean election: what was acked before it may be lost (module doc).
+                self.unclean_elections.append(event.master_epoch)
+                exposed = [m for m in self.acked if self.relaxed_before <= m.epoch]
+                self.relaxed_before = event.master_epoch
+                self.possibly_lost += len(exposed)
+            self.check_holders()
+
+    def on_election(self, controller: SimController, result: ControllerResult,
+                    info: ReplicaInfo) -> None:
+        """A controller committed an election."""
+        self.elections.append((self.now, controller.id, int(result.code), info))
+
+    def on_role(self, broker: SimBroker, term: Term) -> None:
+        """A broker took a role: a new master must hold every acked message."""
+        if term.role == "master":
+            self._check_holds(broker, f"new master of epoch {term.epoch}",
+                              max_epoch=term.epoch)
+
+    def on_truncated(self, broker: SimBroker) -> None:
+        """A slave cut its log: it must not cut what it must hold."""
+        self.check_holders()
+
+    def on_acked(self, broker: SimBroker, term: Term, offset: int, record: bytes,
+                 members: frozenset[str]) -> None:
+        """A master completed a synchronous put."""
+        writer = self.writers.setdefault(term.epoch, broker.name)
+        if writer != broker.name:
+            self.violation(f"two masters completed puts in epoch {term.epoch}: "
+                           f"{writer} and {broker.name}")
+        committed = self.sync_state_sets.get(term.epoch, frozenset())
+        if not committed <= members:
+            self.violation(f"{broker.name} acked over {sorted(members)} while the "
+                           f"SyncStateSet committed in epoch {term.epoch} is "
+                           f"{sorted(committed)}")
+        message = AckedMessage(offset, record, term.epoch, broker.name)
+        self.acked.append(message)
+        for name in sorted(members):
+            holder = self.brokers.get(name)
+            if holder is not None and holder.log.read(offset, len(record)) != record:
+                self.violation(f"put at {offset} acked while {name} lacks it")
+        self.check_holders()
+
+    def maybe_crash_writing(self, broker: SimBroker, data: bytes) -> bool:
+        """Sometimes crash a broker in the middle of a write, tearing it."""
+        if not self.chaos or self.now >= CHAOS_MS or not self.p_crash_broker:
+            return False
+        if self.rng.random() >= self.p_crash_broker:
+            return False
+        self.crash_broker(broker.name, self.rng.randint(100, 2000),
+                          torn=data[:self.rng.randrange(len(data))])
+        return True
+
+    # -- invariants -----------------------------------------------------------------
+
+    def _checked(self, max_epoch: int | None = None) -> list[AckedMessage]:
+        return [m for m in self.acked if m.epoch >= self.relaxed_before
+                and (max_epoch is None or m.epoch <= max_epoch)]
+
+    def _check_holds(self, broker: SimBroker, why: str, max_epoch: int | None = None) -> None:
+        for message in self._checked(max_epoch):
+            if broker.log.read(message.offset, len(message.record)) != message.record:
+                self.violation(f"acked message at {message.offset} (epoch {message.epoch}, "
+                               f"by {message.broker}) missing on {broker.name}, {why}")
+
+    def check_holders(self) -> None:
+        """Every SyncStateSet member and the current master hold every acked message."""
+        group = self.group_state
+        if group is None:
+            return
+        for broker_id in sorted(group.sync_state_set):
+            name = group.address_of(broker_id)
+            if name in self.brokers:
+                self._check_holds(self.brokers[name], f"member of SyncStateSet "
+                                  f"{sorted(group.sync_state_set)} (epoch "
+                                  f"{group.sync_state_set_epoch})")
+        for broker in self.brokers.values():
+            if broker.up and broker.role == "master":
+                self._check_holds(broker, f"master of epoch {broker.master_epoch}",
+                                  max_epoch=broker.master_epoch)
+
+    def check_prefixes(self) -> None:
+        """SyncStateSet members hold the master's log up to its confirm offset."""
+        group = self.group_state
+        if group is None or group.master_address not in self.brokers:
+            return
+        master = self.brokers[group.master_address]
+        if not master.up or master.role != "master" or master.master_epoch != group.master_epoch:
+            return
+        confirm = master.confirm_offset
+        for broker_id in sorted(group.sync_state_set):
+            name = group.address_of(broker_id)
+            if name not in self.brokers:
+                continue
+            member = self.brokers[name].log
+            if member.max_offset < confirm:
+                self.violation(f"SyncStateSet member {name} ends at {member.max_offset}, "
+                               f"below master {master.name}'s confirm offset {confirm}")
+            if member.read(0, confirm) != master.log.read(0, confirm):
+                self.violation(f"SyncStateSet member {name} differs from master "
+                               f"{master.name} below its confirm offset {confirm}")
+
+    # -- the producer ------------------------------------------------------------------
+
+    def _produce(self) -> None:
+        for rid, (_, sent) in list(self.outstanding.items()):
+            if self.now - sent > 1_500:  # no answer: the broker is gone, try another
+                del self.outstanding[rid]
+                self.target = None
+        if not self.producing or len(self.outstanding) >= 4 or self.rng.random() >= self.p_put:
+            return
+        target = self.target or self.rng.choice(sorted(self.brokers))
+        self.put(target)
+
+    def put(self, broker: str) -> int:
+        """Send one synchronous put to ``broker``; return its request id."""
+        rid = self.next_request_id()
+        self._next_body += 1
+        body = b"msg-%d-%d" % (self.seed, self._next_body)
+        self.outstanding[rid] = (broker, self.now)
+        self.network.send(PRODUCER, broker, PutRequest(rid, body), self.now)
+        return rid
+
+    def _on_put_response(self, src: str, response: PutResponse) -> None:
+        self.outstanding.pop(response.id, None)
+        self.put_results.append((self.now, src, response.status))
+        self.target = src if response.status is ReplicationStatus.PUT_OK else None
+
+    # -- faults ------------------------------------------------------------------------
+
+    def crash_broker(self, name: str, for_ms: int, torn: bytes = b"") -> None:
+        """Crash a broker (restarted after ``for_ms``)."""
+        self.brokers[name].crash(torn)
+        self.down_until[name] = self.now + for_ms
+
+    def crash_controller(self, node_id: int, for_ms: int) -> None:
+        """Crash a controller (restarted after ``for_ms``)."""
+        self.controllers[node_id].crash()
+        self.down_until[controller_name(node_id)] = self.now + for_ms
+
+    def leader(self) -> SimController | None:
+        """The active controller with the highest term."""
+        leaders = [c for c in self.controllers.values() if c.is_leader]
+        return max(leaders, key=lambda c: c.raft.term) if leaders else None
+
+    def master(self) -> SimBroker | None:
+        """The broker the committed state names master, if it runs as master of that epoch."""
+        group = self.group_state
+        if group is None or group.master_address not in self.brokers:
+            return None
+        broker = self.brokers[group.master_address]
+        ok = broker.up and broker.role == "master" and broker.master_epoch == group.master_epoch
+        return broker if ok else None
+
+    def _chaos(self) -> None:
+        rng = self.rng
+        names = set(self.brokers) | {controller_name(i) for i in self.controller_ids} | {PRODUCER}
+        controllers = {controller_name(i) for i in self.controller_ids}
+        if self.p_partition and rng.random() < self.p_partition:
+            if self.network.blocked and rng.random() < 0.5:
+                self.network.blocked.clear()
+            else:
+                broker = rng.choice(sorted(self.brokers))
+                kind = rng.randrange(5)
+                if kind == 0:
+                    self.network.partition({rng.choice(sorted(controllers))}, names)
+                elif kind == 1:  # a broker cut from the controllers, not from its clients
+                    self.network.partition({broker}, controllers)
+                elif kind == 2:
+                    self.network.partition({broker}, names)
+                elif kind == 3:
+                    self.network.partition({broker}, set(self.brokers))
+                else:
+                    self.network.partition({PRODUCER}, {broker}, one_way=rng.random() < 0.5)
+        if self.p_crash_broker and rng.random() < self.p_crash_broker:
+            up = [b for b in sorted(self.brokers) if self.brokers[b].up]
+            master = self.master()
+            if master is not None and rng.random() < 0.5:
+                self.crash_broker(master.name, rng.randint(100, 3000))
+            elif up:
+                self.crash_broker(rng.choice(up), rng.randint(100, 3000))
+        if rng.random() < 0.005:
+            self.controllers[rng.choice(self.controller_ids)].compact()
+        if self.p_crash_controller and rng.random() < self.p_crash_controller:
+            up_ids = [i for i in self.controller_ids if self.controllers[i].up]
+            leader = self.leader()
+            if leader is not None and rng.random() < 0.5:
+                self.crash_controller(leader.id, rng.randint(100, 2000))
+            elif up_ids:
+                self.crash_controller(rng.choice(up_ids), rng.randint(100, 2000))
+
+    # -- driving -------------------------------------------------------------------------
+
+    def step(self) -> None:
+        """Advance the virtual clock by one step."""
+        self.now += STEP_MS
+        if self.chaos and self.now < CHAOS_MS:
+            self._chaos()
+        for name, until in list(self.down_until.items()):
+            if until <= self.now:
+                del self.down_until[name]
+                if name in self.brokers and not self.brokers[name].up:
+                    self.brokers[name].start()
+                elif name.startswith("c") and not self.controllers[int(name[1:])].up:
+                    self.controllers[int(name[1:])].start()
+        for src, dst, payload in self.network.due(self.now):
+            if dst == PRODUCER:
+                if isinstance(payload, PutResponse):
+                    self._on_put_response(src, payload)
+            elif dst in self.brokers:
+                self.brokers[dst].receive(src, payload)
+            elif dst.startswith("c"):
+                self.controllers[int(dst[1:])].receive(src, payload)
+        for controller in self.controllers.values():
+            controller.step()
+        for broker in self.brokers.values():
+            broker.step()
+        self._produce()
+        if self.now % (STEP_MS * 10) == 0:
+            self.check_prefixes()
+            self.check_holders()
+
+    def run_for(self, ms: int) -> None:
+        """Step for ``ms`` of virtual time."""
+        end = self.now + ms
+        while self.now < end:
+            self.step()
+
+    def run_until(self, condition: Callable[[], bool], limit_ms: int, what: str) -> int:
+        """Step until ``condition()`` holds; a ``Violation`` after ``limit_ms``."""
+        start = self.now
+        while not condition():
+            if self.now - start > limit_ms:
+                self.violation(f"liveness: {what} not reached within {limit_ms} ms")
+            self.step()
+        return self.now - start
+
+    def heal(self) -> None:
+        """End every fault: links restored, datagram faults off, every node restarted."""
+        self.network.heal()
+        for name in list(self.down_until):
+            self.down_until[name] = self.now
+
+    def _puts_ok_since(self, since: int) -> bool:
+        return any(at >= since and status is ReplicationStatus.PUT_OK
+                   for at, _, status in self.put_results)
+
+    def run(self) -> SeedResult:
+        """Chaos, then heal and require a master and a completed put in bounded time."""
+        try:
+            self.network.faults = self.faults
+            self.run_for(CHAOS_MS)
+            self.heal()
+            healed = self.now
+            self.run_until(lambda: self._puts_ok_since(healed), HEAL_LIMIT_MS,
+                           "a completed put after healing")
+            self.check_prefixes()
+            self.check_holders()
+        except Violation as violation:
+            return self._result(ok=False, violation=str(violation))
+        return self._result(ok=True)
+
+    def _result(self, ok: bool, violation: str = "") -> SeedResult:
+        return SeedResult(seed=self.seed, ok=ok, violation=violation, now_ms=self.now,
+                          acked=len(self.acked), elections=len(self.elections),
+                          possibly_lost=self.possibly_lost)
+
+
+def run_seed(seed: int) -> SeedResult:
+    """Simulate one seed."""
+    return Simulation(seed).run()
+
+
+def run_seeds(count: int, start: int = 0) -> SimSummary:
+    """Simulate seeds ``start .. start + count - 1``."""
+    results = [run_seed(seed) for seed in range(start, start + count)]
+    failures = tuple(r for r in results if not r.ok)
+    return SimSummary(passed=len(results) - len(failures), failed=len(failures), failures=failures)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``--seeds N [--start K]``: print failures with replay commands, then the tally."""
+    parser = argparse.ArgumentParser(prog="clustersim", description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=100)
+    parser.add_argument("--start", type=int, default=0)
+    args = parser.parse_args(argv)
+    summary = run_seeds(args.seeds, args.start)
+    for failure in summary.failures:
+        print(f"seed {failure.seed} FAILED at {failure.now_ms} ms: {failure.violation}")
+        print(f"  replay: {failure.replay}")
+    print(f"{summary.passed} passed, {summary.failed} failed")
+    return 1 if summary.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
