@@ -50,7 +50,6 @@ or the framework reshuffles what a seed does).
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from collections.abc import Callable, Sequence
@@ -63,6 +62,7 @@ from framework.controller.group import BrokerGroup
 from framework.controller.results import ControllerResult
 from framework.controller.wire import ReplicaInfo
 from framework.ha.sync_replication import ReplicationStatus
+from framework.testing import seeds
 from framework.testing.clustersim_broker import GROUP, SimBroker
 from framework.testing.clustersim_controller import (
     ControllerSettings,
@@ -71,6 +71,7 @@ from framework.testing.clustersim_controller import (
 )
 from framework.testing.clustersim_net import NetFaults, Network
 from framework.testing.clustersim_parts import BrokerSettings, PutRequest, PutResponse, Term
+from framework.testing.seeds import SimSummary
 
 STEP_MS = 10
 CHAOS_MS = 10_000
@@ -108,15 +109,6 @@ class SeedResult:
     def replay(self) -> str:
         """The command that replays this seed."""
         return f"python -m framework.testing.clustersim --seeds 1 --start {self.seed}"
-
-
-@attrs.frozen
-class SimSummary:
-    """The outcome of a run of seeds."""
-
-    passed: int
-    failed: int
-    failures: tuple[SeedResult, ...] = ()
 
 
 class Simulation:
@@ -482,23 +474,13 @@ def run_seed(seed: int) -> SeedResult:
 
 def run_seeds(count: int, start: int = 0) -> SimSummary:
     """Simulate seeds ``start .. start + count - 1``."""
-    results = [run_seed(seed) for seed in range(start, start + count)]
-    failures = tuple(r for r in results if not r.ok)
-    return SimSummary(passed=len(results) - len(failures), failed=len(failures), failures=failures)
+    return seeds.run_seeds(run_seed, count, start)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``--seeds N [--start K]``: print failures with replay commands, then the tally."""
-    parser = argparse.ArgumentParser(prog="clustersim", description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=100)
-    parser.add_argument("--start", type=int, default=0)
-    args = parser.parse_args(argv)
-    summary = run_seeds(args.seeds, args.start)
-    for failure in summary.failures:
-        print(f"seed {failure.seed} FAILED at {failure.now_ms} ms: {failure.violation}")
-        print(f"  replay: {failure.replay}")
-    print(f"{summary.passed} passed, {summary.failed} failed")
-    return 1 if summary.failed else 0
+    return seeds.main("clustersim", __doc__.splitlines()[0], run_seed,
+                      lambda r: f"{r.now_ms} ms", argv)
 
 
 if __name__ == "__main__":

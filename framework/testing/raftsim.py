@@ -26,7 +26,6 @@ one core), is worth doing after any change to ``framework.consensus``.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import random
 import sys
@@ -45,8 +44,10 @@ from framework.consensus.log import Entry, bootstrap_entries
 from framework.consensus.messages import ResponseCode
 from framework.consensus.raft import ProposalRejected, Raft, RaftConfig
 from framework.consensus.ready import Role, TruncateSuffix
+from framework.testing import seeds
 from framework.testing.raftsim_fuzz import mutate
 from framework.testing.raftsim_parts import Disk, Faults, Network, StateMachine
+from framework.testing.seeds import SimSummary
 
 SIM_RAFT_CONFIG = RaftConfig(
     election_ticks=10,
@@ -80,15 +81,6 @@ class SeedResult:
     def replay(self) -> str:
         """The command that replays this seed."""
         return f"triomq sim --seeds 1 --start {self.seed}"
-
-
-@attrs.frozen
-class SimSummary:
-    """The outcome of a run of seeds."""
-
-    passed: int
-    failed: int
-    failures: tuple[SeedResult, ...] = ()
 
 
 @attrs.define
@@ -424,23 +416,13 @@ def run_seed(seed: int) -> SeedResult:
 
 def run_seeds(count: int, start: int = 0) -> SimSummary:
     """Simulate seeds ``start .. start + count - 1``."""
-    results = [run_seed(seed) for seed in range(start, start + count)]
-    failures = tuple(r for r in results if not r.ok)
-    return SimSummary(passed=len(results) - len(failures), failed=len(failures), failures=failures)
+    return seeds.run_seeds(run_seed, count, start)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``--seeds N [--start K]``: print failures with replay commands, then the tally."""
-    parser = argparse.ArgumentParser(prog="raftsim", description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=100)
-    parser.add_argument("--start", type=int, default=0)
-    args = parser.parse_args(argv)
-    summary = run_seeds(args.seeds, args.start)
-    for failure in summary.failures:
-        print(f"seed {failure.seed} FAILED at tick {failure.ticks}: {failure.violation}")
-        print(f"  replay: {failure.replay}")
-    print(f"{summary.passed} passed, {summary.failed} failed")
-    return 1 if summary.failed else 0
+    return seeds.main("raftsim", __doc__.splitlines()[0], run_seed,
+                      lambda r: f"tick {r.ticks}", argv)
 
 
 if __name__ == "__main__":
