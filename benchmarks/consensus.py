@@ -11,7 +11,8 @@ load runs inside the leader's process, as a library user's would:
   committed-and-applied commands per second at the best of the concurrency
   levels tried (PySyncObj needs many commands in flight: it batches per
   tick), best of three runs at that level; proposals that failed (a leader
-  change under load) are counted apart;
+  change under load) are counted apart; the p50 / p99 latency of the
+  commands committed meanwhile says what that throughput costs each caller;
 - latency: one caller, one command at a time (``--latency-ops`` of them):
   p50 / p99 from the call to the leader's apply;
 - failover: SIGKILL the leader and time until a surviving node says it
@@ -85,16 +86,21 @@ async def _triomq_child(node_id: int, addresses: dict[int, str], directory: str,
             open_raft_node(node, raft_config, _Counter()) as raft:
 
         async def throughput(seconds: float, concurrency: int,
-                             size: int) -> tuple[float, int]:
+                             size: int) -> tuple[float, int, list[float]]:
             data = b"x" * size
             done = failed = 0
+            latencies: list[float] = []
+            measuring = False
 
             async def caller() -> None:
                 nonlocal done, failed
                 while True:
+                    began = time.perf_counter()
                     try:
                         await raft.propose(data, timeout=30)
                         done += 1
+                        if measuring:
+                            latencies.append(time.perf_counter() - began)
                     except (NotLeader, ProposalFailed, trio.TooSlowError):
                         failed += 1
                         await trio.sleep(0.1)
@@ -103,11 +109,13 @@ async def _triomq_child(node_id: int, addresses: dict[int, str], directory: str,
                 for _ in range(concurrency):
                     nursery.start_soon(caller)
                 await trio.sleep(1.0)
+                measuring = True
                 start, began = done, time.perf_counter()
                 await trio.sleep(seconds)
                 rate = (done - start) / (time.perf_counter() - began)
+                measuring = False
                 nursery.cancel_scope.cancel()
-            return rate, failed
+            return rate, failed, latencies
 
         async def latency(count: int, size: int) -> list[float]:
             data = b"y" * size
@@ -152,31 +160,43 @@ def pysyncobj_child(node_id: int, addresses: dict[int, str], directory: str, jou
     conf = SyncObjConf(journalFile=os.path.join(directory, "journal") if journal else None)
     obj = Counter(me, partners, conf)
 
-    def throughput(seconds: float, concurrency: int, size: int) -> tuple[float, int]:
+    def throughput(seconds: float, concurrency: int,
+                   size: int) -> tuple[float, int, list[float]]:
         data = b"x" * size
         done = failed = 0
         running = True
+        measuring = False
+        latencies: list[float] = []
         lock = threading.Lock()
 
-        def callback(result: Any, error: int) -> None:
-            nonlocal done, failed
-            with lock:
-                if error == FAIL_REASON.SUCCESS:
-                    done += 1
-                else:
-                    failed += 1
-            if running:
-                obj.add(data, callback=callback)
+        def call() -> None:
+            began = time.perf_counter()
+
+            def callback(result: Any, error: int) -> None:
+                nonlocal done, failed
+                with lock:
+                    if error == FAIL_REASON.SUCCESS:
+                        done += 1
+                        if measuring:
+                            latencies.append(time.perf_counter() - began)
+                    else:
+                        failed += 1
+                if running:
+                    call()
+
+            obj.add(data, callback=callback)
 
         for _ in range(concurrency):
-            obj.add(data, callback=callback)
+            call()
         time.sleep(1.0)
+        measuring = True
         start, began = done, time.perf_counter()
         time.sleep(seconds)
         rate = (done - start) / (time.perf_counter() - began)
+        measuring = False
         running = False
         time.sleep(0.5)
-        return rate, failed
+        return rate, failed, list(latencies)
 
     def latency(count: int, size: int) -> list[float]:
         data = b"y" * size
@@ -304,9 +324,12 @@ def measure(name: str, target: Callable[..., None], option: bool, scheme: str,
                      for _ in range(2)]
             rates[best] = max([rates[best], *again])
             samples = cluster.ask(leader, "latency", args.latency_ops, args.size)
+            loaded = rates[best][2]
             row: dict[str, Any] = {
                 "name": name, "rate": rates[best][0], "concurrency": best,
-                "failed": sum(f for _, f in rates.values()),
+                "failed": sum(f for _, f, _ in rates.values()),
+                "load_p50": percentile(loaded, 0.50) * 1000,
+                "load_p99": percentile(loaded, 0.99) * 1000,
                 "p50": percentile(samples, 0.50) * 1000,
                 "p99": percentile(samples, 0.99) * 1000,
                 "mean": statistics.fmean(samples) * 1000,
@@ -348,12 +371,13 @@ def main() -> None:
         measure("PySyncObj, journalFile (mmap, no fsync)", pysyncobj_child, True, "plain",
                 args, False),
     ]
-    print(f"{'cluster':42} {'commits/s':>10} {'callers':>8} {'failed':>7} {'p50 ms':>8} "
-          f"{'p99 ms':>8}  failover s")
+    print(f"{'cluster':42} {'commits/s':>10} {'callers':>8} {'failed':>7} "
+          f"{'loaded p50/p99 ms':>18} {'p50 ms':>8} {'p99 ms':>8}  failover s")
     for row in rows:
         failover = " ".join(f"{t:.2f}" for t in row.get("failover", []))
+        loaded = f"{row['load_p50']:.1f}/{row['load_p99']:.1f}"
         print(f"{row['name']:42} {row['rate']:10.0f} {row['concurrency']:8} "
-              f"{row['failed']:7} {row['p50']:8.2f} {row['p99']:8.2f}  {failover}")
+              f"{row['failed']:7} {loaded:>18} {row['p50']:8.2f} {row['p99']:8.2f}  {failover}")
     ours, theirs = rows[0]["rate"], rows[3]["rate"]
     print(f"throughput, triomq fsync=false vs PySyncObj journalFile (equal durability): "
           f"{ours / theirs:.2f}x")

@@ -59,6 +59,8 @@ _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
+#: An entry's fixed part: index, term, kind and the data length.
+_ENTRY_HEAD = struct.Struct(">QQBI")
 #: The smallest encoded entry: index, term, kind and an empty data length.
 _ENTRY_MIN = 8 + 8 + 1 + 4
 #: Cap on one snapshot or entry payload (a frame bigger than this is corrupt).
@@ -97,13 +99,21 @@ def _ids(ids: tuple[int, ...], what: str) -> bytes:
     return _U32.pack(len(ids)) + b"".join(_u64(i, what) for i in ids)
 
 
-def _entry(entry: Entry) -> bytes:
-    return (
-        _u64(entry.index, "entry.index")
-        + _u64(entry.term, "entry.term")
-        + _U8.pack(entry.kind)
-        + _blob(entry.data, "entry.data")
-    )
+def _entries(entries: tuple[Entry, ...]) -> bytes:
+    # One pack per entry: an APPEND carries many, and this is the hot path.
+    pack = _ENTRY_HEAD.pack
+    parts = [_U32.pack(len(entries))]
+    try:
+        for e in entries:
+            data = e.data
+            if len(data) > MAX_BLOB:
+                raise RaftCodecError(f"entry.data: {len(data)} bytes is over {MAX_BLOB}")
+            parts.append(pack(e.index, e.term, e.kind, len(data)))
+            parts.append(data)
+    except struct.error:
+        raise RaftCodecError(f"entry {e.index!r} of term {e.term!r}: index or term does "
+                             f"not fit 8 unsigned bytes") from None
+    return b"".join(parts)
 
 
 def _snapshot(snapshot: Snapshot) -> bytes:
@@ -149,7 +159,7 @@ def _fields(m: Message) -> bytes:
                 _u64(m.conflict_term, "conflict_term"),
             ]
         )
-        return head + _U32.pack(len(m.entries)) + b"".join(_entry(e) for e in m.entries)
+        return head + _entries(m.entries)
     if isinstance(m, PushResponse):
         return b"".join(
             [
@@ -236,10 +246,34 @@ class _Reader:
             raise RaftCodecError(f"{what}: unknown value {value}") from None
 
 
-def _read_entry(r: _Reader) -> Entry:
-    index, term = r.u64("entry.index"), r.u64("entry.term")
-    kind = r.enum(EntryKind, r.u8("entry.kind"), "entry.kind")
-    return Entry(index, term, r.blob("entry.data"), kind)
+_ENTRY_KINDS = {kind.value: kind for kind in EntryKind}
+
+
+def _read_entries(r: _Reader, count: int) -> tuple[Entry, ...]:
+    # The fast path of an APPEND: one unpack per entry, errors located as
+    # precisely as the field-by-field reads of the other messages.
+    data, offset, end = r.data, r.offset, len(r.data)
+    unpack = _ENTRY_HEAD.unpack_from
+    head = _ENTRY_HEAD.size
+    kinds = _ENTRY_KINDS
+    entries = []
+    for _ in range(count):
+        if offset + head > end:
+            r.offset = offset
+            r.take(head, "entry")  # raises, saying where
+        index, term, kind, size = unpack(data, offset)
+        offset += head
+        if kind not in kinds:
+            raise RaftCodecError(f"entry.kind: unknown value {kind}")
+        if size > MAX_BLOB:
+            raise RaftCodecError(f"entry.data at offset {offset - 4}: {size} bytes is too big")
+        if offset + size > end:
+            r.offset = offset
+            r.take(size, "entry.data")  # raises, saying where
+        entries.append(Entry(index, term, data[offset : offset + size], kinds[kind]))
+        offset += size
+    r.offset = offset
+    return tuple(entries)
 
 
 def _read_snapshot(r: _Reader) -> Snapshot:
@@ -289,7 +323,7 @@ def decode(body: bytes) -> Message:
         count = _U32.unpack(r.take(4, "entry count"))[0]
         if count * _ENTRY_MIN > len(r.data) - r.offset:
             raise RaftCodecError(f"entry count at offset {r.offset - 4}: {count} do not fit")
-        entries = tuple(_read_entry(r) for _ in range(count))
+        entries = _read_entries(r, count)
         index, commit, entry_term, prev_term, conflict_term = numbers
         message = PushRequest(
             **base,

@@ -113,7 +113,7 @@ class RaftConfig:
         check=_positive_int,
     )
     max_batch_entries: int = setting(
-        64, doc="Entries carried by one APPEND push.", check=_positive_int
+        256, doc="Entries carried by one APPEND push.", check=_positive_int
     )
     pre_vote: bool = setting(True, doc="Run a pre-vote before each election.")
     check_quorum: bool = setting(

@@ -5,9 +5,11 @@ and installs snapshots. Out-of-order APPENDs wait in a bounded buffer
 (DLedger's writeRequestMap) until the gap before them fills; duplicates are
 answered REPEATED_PUSH; an APPEND that does not fit the log is answered
 INCONSISTENT_STATE, which sends the leader back to COMPARE. The periodic
-fast-forward check settles buffered pushes that can never proceed. A
-follower only commits entries it knows equal the current leader's
-(``_matched``): a stale suffix is never committed by a heartbeat.
+fast-forward check settles buffered pushes that can never proceed. The
+APPEND acknowledgements of one ``ready()`` are merged into the highest
+(``merge_acks``), which covers the others. A follower only commits
+entries it knows equal the current leader's (``_matched``): a stale suffix
+is never committed by a heartbeat.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from framework.consensus.messages import (
     HeartbeatResponse,
     InstallSnapshotRequest,
     InstallSnapshotResponse,
+    Message,
     PushRequest,
     PushResponse,
     PushType,
@@ -31,6 +34,37 @@ from framework.consensus.ready import (
     SaveSnapshot,
     TruncateSuffix,
 )
+
+
+def merge_acks(messages: list[Message]) -> list[Message]:
+    """Drop the APPEND acknowledgements a later one of the same batch covers.
+
+    A SUCCESS answer to an APPEND says the log matches the leader's up to
+    its index, so only the highest per leader and term needs to go: fewer
+    messages for both sides under load, the same information.
+    """
+    highest: dict[tuple[int, int], int] = {}
+    for m in messages:
+        if _is_ack(m):
+            key = (m.dst, m.term)
+            highest[key] = max(highest.get(key, 0), m.index)
+    if sum(1 for m in messages if _is_ack(m)) == len(highest):
+        return messages
+    kept: list[Message] = []
+    for m in messages:
+        if _is_ack(m):
+            key = (m.dst, m.term)
+            if highest.get(key) != m.index:
+                continue
+            del highest[key]  # one of equal indexes goes
+        kept.append(m)
+    return kept
+
+
+def _is_ack(m: Message) -> bool:
+    return (
+        type(m) is PushResponse and m.type is PushType.APPEND and m.code is ResponseCode.SUCCESS
+    )
 
 
 class EntryHandler:

@@ -39,6 +39,15 @@ class EntryKind(enum.IntEnum):
     NOOP = 2  # a leader's first entry of its term (commits the earlier ones)
 
 
+_KIND_BYTES = {kind: bytes([kind]) for kind in EntryKind}
+
+
+def _entry_kind(value: int) -> EntryKind:
+    # Most callers pass the member already; the enum's own lookup costs more
+    # than the check, and entries are made once per command.
+    return value if type(value) is EntryKind else EntryKind(value)
+
+
 @attrs.frozen
 class Entry:
     """One log entry."""
@@ -46,7 +55,7 @@ class Entry:
     index: int
     term: int
     data: bytes = b""
-    kind: EntryKind = attrs.field(default=EntryKind.NORMAL, converter=EntryKind)
+    kind: EntryKind = attrs.field(default=EntryKind.NORMAL, converter=_entry_kind)
 
     @property
     def size(self) -> int:
@@ -61,7 +70,7 @@ class Entry:
 
     def to_record(self) -> bytes:
         """``kind:1 | data``: the payload a driver stores in an EntryLog."""
-        return bytes([self.kind]) + self.data
+        return _KIND_BYTES[self.kind] + self.data
 
     @classmethod
     def from_record(cls, index: int, term: int, record: bytes) -> Entry:

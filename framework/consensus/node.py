@@ -35,7 +35,7 @@ would cost more than the rest of the driver's work for it).
 
 from __future__ import annotations
 
-import heapq
+import collections
 import itertools
 import logging
 import math
@@ -112,23 +112,43 @@ class ProposalFailed(TriomqError):
 
 
 class _Waiter:
-    """A caller waiting for an entry (proposals) or a read point (reads)."""
+    """A caller waiting for an entry (proposals) or a read point (reads).
 
-    __slots__ = ("done", "error", "index", "result", "term")
+    The caller's task parks itself and ``finish`` reschedules it: no Event
+    per proposal, as this is paid once per command.
+    """
+
+    __slots__ = ("done", "error", "index", "result", "task", "term")
 
     def __init__(self, term: int = 0) -> None:
         self.term = term
         self.index = 0
-        self.done = trio.Event()
+        self.done = False
+        self.task: trio.lowlevel.Task | None = None
         self.result: Any = None
         self.error: BaseException | None = None
 
     def finish(self, result: Any = None, error: BaseException | None = None) -> None:
-        if not self.done.is_set():
+        if not self.done:
+            self.done = True
             self.result, self.error = result, error
-            self.done.set()
+            task = self.task
+            if task is not None:
+                self.task = None
+                trio.lowlevel.reschedule(task)
 
-    def outcome(self) -> Any:
+    async def wait(self) -> Any:
+        """Until finished (cancellable); then its result, or raise its error."""
+        if self.done:
+            await trio.lowlevel.checkpoint()
+        else:
+            self.task = trio.lowlevel.current_task()
+
+            def abort(_: Any) -> trio.lowlevel.Abort:
+                self.task = None
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
         if self.error is not None:
             raise self.error
         return self.result
@@ -156,8 +176,8 @@ class RaftNode:
         self._kicked = trio.Event()
         self._changed = trio.Event()
         self._proposals: dict[int, _Waiter] = {}
-        self._deadlines: list[tuple[float, int, _Waiter]] = []  # a heap
-        self._deadline_order = itertools.count()
+        #: timeout -> (deadline, waiter) in deadline order
+        self._deadlines: dict[float, collections.deque[tuple[float, _Waiter]]] = {}
         self._timer = trio.CancelScope()
         self._reads: dict[bytes, _Waiter] = {}
         self._read_numbers = itertools.count(1)
@@ -267,8 +287,7 @@ class RaftNode:
         self._kick()
         try:
             with trio.fail_after(timeout):
-                await waiter.done.wait()
-                waiter.outcome()
+                await waiter.wait()
                 while self._applied < waiter.index:
                     await self._wait_change()
         finally:
@@ -303,28 +322,37 @@ class RaftNode:
         self._arm(waiter, timeout)
         self._kick()
         try:
-            await waiter.done.wait()
+            return await waiter.wait()
         finally:
             if self._proposals.get(index) is waiter:
                 del self._proposals[index]
-        return waiter.outcome()
 
     def _arm(self, waiter: _Waiter, timeout: float) -> None:
+        # One queue per timeout value: deadlines in it come in time order, so
+        # arming is an append and finished waiters leave from the front.
         deadline = trio.current_time() + timeout
-        heapq.heappush(self._deadlines, (deadline, next(self._deadline_order), waiter))
+        queue = self._deadlines.get(timeout)
+        if queue is None:
+            queue = self._deadlines[timeout] = collections.deque()
+        while queue and queue[0][1].done:
+            queue.popleft()
+        queue.append((deadline, waiter))
         if deadline < self._timer.deadline:
             self._timer.deadline = deadline
 
+    def _next_deadline(self) -> float:
+        return min((queue[0][0] for queue in self._deadlines.values() if queue),
+                   default=math.inf)
+
     async def _timer_loop(self) -> None:
-        deadlines = self._deadlines
         while True:
-            with trio.CancelScope(deadline=deadlines[0][0] if deadlines else math.inf) as timer:
+            with trio.CancelScope(deadline=self._next_deadline()) as timer:
                 self._timer = timer
                 await trio.sleep_forever()
             now = trio.current_time()
-            while deadlines and deadlines[0][0] <= now:
-                waiter = heapq.heappop(deadlines)[2]
-                waiter.finish(error=trio.TooSlowError())
+            for queue in self._deadlines.values():
+                while queue and (queue[0][0] <= now or queue[0][1].done):
+                    queue.popleft()[1].finish(error=trio.TooSlowError())
 
     async def _wait_change(self) -> None:
         await self._changed.wait()
@@ -379,9 +407,10 @@ class RaftNode:
         for entry in ready.committed_entries:
             self._apply(entry)
         for result in ready.results:
+            if result.code is ResponseCode.SUCCESS:
+                continue  # its waiter finishes when the entry is applied
             waiter = self._proposals.get(result.index)
-            if (result.code is not ResponseCode.SUCCESS and waiter is not None
-                    and waiter.term == result.term):
+            if waiter is not None and waiter.term == result.term:
                 waiter.finish(error=ProposalFailed(result.code, f"entry {result.index} of "
                                                    f"term {result.term} did not commit here"))
         for state in ready.read_states:

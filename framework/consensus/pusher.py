@@ -5,11 +5,13 @@ backwards until the peer's entry matches, TRUNCATEs the peer's divergent
 suffix, or sends its snapshot when the match point was compacted; then it
 pipelines APPENDs (at most ``max_pending_size`` unacknowledged and
 ``push_quota_bytes`` per tick), retries those unacknowledged after
-``push_timeout_ticks`` and pushes COMMIT to caught-up peers. The commit
-index is the quorum of this term's watermarks under the (possibly joint)
-configuration, for an entry of this term only (Raft's figure 8).
-Proposals are answered SUCCESS when committed, WAIT_QUORUM_ACK_TIMEOUT
-when not acknowledged in time, TERM_CHANGED when leadership is lost.
+``push_timeout_ticks`` and pushes COMMIT to caught-up peers. Proposals
+made between two ``ready()`` calls share one commit check and one APPEND
+per peer. The commit index is the quorum of this term's watermarks under
+the (possibly joint) configuration, for an entry of this term only (Raft's
+figure 8). Proposals are answered SUCCESS when committed,
+WAIT_QUORUM_ACK_TIMEOUT when not acknowledged in time, TERM_CHANGED when
+leadership is lost.
 """
 
 from __future__ import annotations
@@ -81,8 +83,8 @@ class EntryPusher:
         self._append(entry)
         if track:
             self._pending[entry.index] = (self.term, self.now)
-        self._maybe_commit()
-        # Sent at the next ready(): proposals made in between share APPENDs.
+        # The commit check and the APPENDs wait for the next ready():
+        # proposals made in between share them.
         self._dispatch_due = True
         return entry.index
 

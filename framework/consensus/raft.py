@@ -48,7 +48,7 @@ from framework.consensus.confchange import (
     ConfChangeV2,
     Configuration,
 )
-from framework.consensus.handler import EntryHandler
+from framework.consensus.handler import EntryHandler, merge_acks
 from framework.consensus.log import (
     Entry,
     EntryKind,
@@ -74,7 +74,6 @@ from framework.consensus.pusher import EntryPusher, ProposalRejected
 from framework.consensus.quorum import VoteResult
 from framework.consensus.readindex import ReadQueue, ReadState
 from framework.consensus.ready import (
-    AppendEntries,
     PersistHardState,
     ProposalResult,
     Ready,
@@ -170,7 +169,7 @@ class Raft(EntryPusher, EntryHandler):
         self._matched = 0  # highest index known equal to the current leader's log
         self._fast_forward_elapsed = 0
         # Outputs gathered for the next ready().
-        self._writes: list[Write] = []
+        self._writes: list[Write | list[Entry]] = []
         self._messages: list[Message] = []
         self._results: list[ProposalResult] = []
         self._restore: Snapshot | None = None
@@ -342,6 +341,8 @@ class Raft(EntryPusher, EntryHandler):
         if self._dispatch_due:
             self._dispatch_due = False
             if self.role is Role.LEADER:
+                self._maybe_commit()
+            if self.role is Role.LEADER:  # a removed leader steps down on commit
                 self._dispatch_all()
         committed: tuple[Entry, ...] = ()
         if self.commit_index > self.applied_index:
@@ -350,7 +351,9 @@ class Raft(EntryPusher, EntryHandler):
         soft = self._soft_state()
         ready = Ready(
             writes=coalesce(self._writes),
-            messages=tuple(self._messages),
+            messages=tuple(
+                self._messages if self.role is Role.LEADER else merge_acks(self._messages)
+            ),
             snapshot=self._restore,
             committed_entries=committed,
             results=tuple(self._results),
@@ -411,10 +414,16 @@ class Raft(EntryPusher, EntryHandler):
         self._conf_changed = True
 
     def _append(self, entry: Entry) -> None:
-        before = self.configuration
+        before = self.log.configuration
         self.log.append(entry)
-        self._writes.append(AppendEntries((entry,)))
-        if self.configuration is not before:
+        writes = self._writes
+        # Consecutive appends gather in one list, which coalesce() turns
+        # into a single AppendEntries.
+        if writes and type(writes[-1]) is list:
+            writes[-1].append(entry)
+        else:
+            writes.append([entry])
+        if entry.kind is EntryKind.CONF_CHANGE and self.log.configuration is not before:
             self._config_changed()
 
     def _truncate_after(self, index: int) -> None:

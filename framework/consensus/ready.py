@@ -110,11 +110,17 @@ class Ready:
         )
 
 
-def coalesce(writes: list[Write]) -> tuple[Write, ...]:
-    """Merge adjacent appends, and keep only the last of adjacent hard states."""
+def coalesce(writes: list[Write | list[Entry]]) -> tuple[Write, ...]:
+    """Merge adjacent appends, and keep only the last of adjacent hard states.
+
+    A plain list of entries counts as an ``AppendEntries`` of them.
+    """
     out: list[Write] = []
     appended: list[Entry] = []
     for write in writes:
+        if type(write) is list:
+            appended.extend(write)
+            continue
         if isinstance(write, AppendEntries):
             appended.extend(write.entries)
             continue
