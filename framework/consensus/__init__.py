@@ -1,4 +1,4 @@
-"""Raft consensus for triomq, built as pure state machines.
+"""Raft consensus for triomq: pure state machines and one thin trio driver.
 
 The modules, one concept each:
 
@@ -12,6 +12,13 @@ The modules, one concept each:
 - ``raft``: the Raft state machine itself (API, roles, elections, ``Ready``),
   with its leader side in ``pusher`` and its follower side in ``handler``.
 
-Nothing here imports trio, reads a clock or touches I/O; a driver feeds
-ticks and messages in and carries out the ``Ready`` it gets back.
+Nothing above imports trio, reads a clock or touches I/O. The driver feeds
+ticks and messages in and carries out the ``Ready`` it gets back:
+
+- ``config``: ``RaftConfig``, the documented settings of a Raft node.
+- ``durable``: the entry log and snapshot from a store plugin, persisted in
+  the order ``Ready`` demands.
+- ``node``: ``open_raft_node`` / ``RaftNode`` (propose, read_index,
+  membership changes, leadership transfer) over RPC, for library users with
+  their own ``StateMachine``.
 """
