@@ -190,7 +190,7 @@ class CommitLog(Protocol):
     def append_batch(self, records: Sequence[MessageRecord]) -> list[AppendResult]:
         """Append records in order with one write per segment touched."""
 
-    def append_raw(self, offset: int, data: bytes) -> int:
+    def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         """Append replicated bytes (whole or partial records) at ``offset``; return the new end.
 
         ``offset`` must equal ``max_offset`` (``OffsetMismatch`` otherwise:

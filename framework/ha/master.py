@@ -24,8 +24,8 @@ from framework.protocol.ha import (
     MasterHandshake,
     SlaveFrameDecoder,
     SlaveHandshake,
-    Transfer,
     encode,
+    encode_transfer_header,
 )
 
 __all__ = [
@@ -237,16 +237,25 @@ class MasterConnection:
         ``body`` may be shorter than ``plan.max_size`` (a read stops at a
         segment end); the next plan continues after it.
         """
+        return self.build_transfer_header(plan, len(body), now_ms) + body
+
+    def build_transfer_header(self, plan: TransferPlan, body_size: int, now_ms: int) -> bytes:
+        """Like ``build_transfer`` for a body of ``body_size`` bytes, returning only the header.
+
+        The caller sends the body right after it, so a batch is never
+        copied into its frame.
+        """
         if plan.offset != self.next_transfer_from:
             raise ValueError(f"stale plan at {plan.offset}, next is {self.next_transfer_from}")
-        if len(body) > plan.max_size:
-            raise ValueError(f"body of {len(body)} bytes exceeds the plan's {plan.max_size}")
-        self.next_transfer_from += len(body)
+        if body_size > plan.max_size:
+            raise ValueError(f"body of {body_size} bytes exceeds the plan's {plan.max_size}")
+        header = encode_transfer_header(
+            plan.offset, plan.epoch, plan.epoch_start_offset, plan.confirm_offset, body_size
+        )
+        self.next_transfer_from += body_size
         self._last_send_ms = now_ms
         self._recorded_transfer(plan.master_max_offset, now_ms)
-        return encode(
-            Transfer(plan.offset, plan.epoch, plan.epoch_start_offset, plan.confirm_offset, body)
-        )
+        return header
 
     def heartbeat_due_ms(self) -> int:
         """When a heartbeat is due if nothing is sent before."""

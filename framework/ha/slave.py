@@ -87,10 +87,13 @@ class RecordEpoch:
 
 @attrs.frozen
 class WriteAt:
-    """Write ``data`` to the commit log at ``offset`` (its current end)."""
+    """Write ``data`` to the commit log at ``offset`` (its current end).
+
+    ``data`` may be a read-only ``memoryview`` of the received bytes.
+    """
 
     offset: int
-    data: bytes
+    data: bytes | memoryview
 
 
 @attrs.frozen

@@ -50,6 +50,7 @@ __all__ = [
     "SlaveHandshake",
     "Transfer",
     "encode",
+    "encode_transfer_header",
 ]
 
 
@@ -134,14 +135,15 @@ class MasterHandshake:
 class Transfer:
     """A batch of commit-log bytes starting at ``offset``, all in one epoch.
 
-    An empty ``body`` is a heartbeat.
+    An empty ``body`` is a heartbeat. A decoded body may be a read-only
+    ``memoryview`` of the received bytes (equal to the same ``bytes``).
     """
 
     offset: int
     epoch: int
     epoch_start_offset: int
     confirm_offset: int
-    body: bytes = b""
+    body: bytes | memoryview = b""
 
 
 SlaveFrame = SlaveHandshake | Ack
@@ -196,25 +198,33 @@ def _encode_master_handshake(frame: MasterHandshake) -> bytes:
 
 
 def _encode_transfer(frame: Transfer) -> bytes:
-    where = "transfer"
-    _check_range(frame.offset, _LONG_MAX, where, "offset")
-    _check_range(frame.epoch, _INT_MAX, where, "epoch")
-    _check_range(frame.epoch_start_offset, _LONG_MAX, where, "epochStartOffset")
-    _check_range(frame.confirm_offset, _LONG_MAX, where, "confirmOffset")
-    _check_range(len(frame.body), _INT_MAX, where, "bodySize")
-    header = _TRANSFER_HEADER.pack(
-        HAConnectionState.TRANSFER,
-        len(frame.body),
-        frame.offset,
-        frame.epoch,
-        frame.epoch_start_offset,
-        frame.confirm_offset,
+    header = encode_transfer_header(
+        frame.offset, frame.epoch, frame.epoch_start_offset, frame.confirm_offset, len(frame.body)
     )
     return header + frame.body
 
 
+def encode_transfer_header(
+    offset: int, epoch: int, epoch_start_offset: int, confirm_offset: int, body_size: int
+) -> bytes:
+    """The header of a transfer frame whose ``body_size`` bytes of body follow on the wire.
+
+    Lets a sender write the body without copying it into the frame; raises
+    ``HAFrameError`` like ``encode``.
+    """
+    where = "transfer"
+    _check_range(offset, _LONG_MAX, where, "offset")
+    _check_range(epoch, _INT_MAX, where, "epoch")
+    _check_range(epoch_start_offset, _LONG_MAX, where, "epochStartOffset")
+    _check_range(confirm_offset, _LONG_MAX, where, "confirmOffset")
+    _check_range(body_size, _INT_MAX, where, "bodySize")
+    return _TRANSFER_HEADER.pack(
+        HAConnectionState.TRANSFER, body_size, offset, epoch, epoch_start_offset, confirm_offset
+    )
+
+
 class _Decoder:
-    """Buffering shared by both decoders; a decoder that failed stays failed."""
+    """The slave frames' buffering; a decoder that failed stays failed."""
 
     def __init__(self) -> None:
         self._buffer = bytearray()
@@ -296,63 +306,121 @@ class SlaveFrameDecoder(_Decoder):
         return SlaveHandshake(address, bool(sync_from_last_file), bool(async_learner))
 
 
-class MasterFrameDecoder(_Decoder):
+class MasterFrameDecoder:
     """Decodes what a master sends; runs on the slave side of a connection.
 
     ``max_body_size`` bounds a frame's body so a bad peer cannot make the
     slave buffer without limit.
+
+    Bodies are not copied when they lie whole in one fed chunk: the body
+    is the chunk or a read-only ``memoryview`` of it. A body spread over
+    several chunks is joined from views of them, one copy. Only headers
+    are buffered.
     """
 
     def __init__(self, max_body_size: int = DEFAULT_MAX_BODY_SIZE) -> None:
-        super().__init__()
         if max_body_size < 0:
             raise ValueError(f"max_body_size must be >= 0, got {max_body_size}")
         self.max_body_size = max_body_size
+        self._failure: HAFrameError | None = None
+        self._head = bytearray()
+        # Once the first 8 header bytes are in and valid: the frame's shape.
+        self._state = 0
+        self._header_size = 0
+        self._body_size = -1
+        self._parts: list[memoryview] = []
+        self._have = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a whole frame."""
+        return len(self._head) + self._have
+
+    def _fail(self, error: HAFrameError) -> HAFrameError:
+        self._failure = error
+        return error
 
     def feed(self, data: bytes) -> list[MasterFrame]:
-        """Buffer ``data`` and return every frame it completes, in order."""
+        """Take ``data`` and return every frame it completes, in order."""
         if self._failure is not None:
             raise self._failure
-        self._buffer += data
+        if type(data) is not bytes:
+            data = bytes(data)  # views of it outlive this call
+        view = memoryview(data)
+        size = len(data)
+        pos = 0
         frames: list[MasterFrame] = []
-        while len(self._buffer) >= 8:
-            state, body_size = struct.unpack_from(">ii", self._buffer)
-            if state == HAConnectionState.HANDSHAKE:
-                where, header_size = "master handshake", MASTER_HANDSHAKE_HEADER_SIZE
-            elif state == HAConnectionState.TRANSFER:
-                where, header_size = "transfer", TRANSFER_HEADER_SIZE
+        while True:
+            if self._body_size < 0:
+                take = min(8 - len(self._head), size - pos)
+                self._head += view[pos : pos + take]
+                pos += take
+                if len(self._head) < 8:
+                    break
+                self._shape()
+            missing = self._header_size - len(self._head)
+            if missing:
+                take = min(missing, size - pos)
+                self._head += view[pos : pos + take]
+                pos += take
+                if take < missing:
+                    break
+            need = self._body_size - self._have
+            if not self._parts and size - pos >= need:
+                body = data if pos == 0 and need == size else view[pos : pos + need]
+                pos += need
             else:
-                raise self._fail(
-                    HAFrameError(
-                        f"state {state} is neither HANDSHAKE (1) nor TRANSFER (2)",
-                        "master frame, state",
-                    )
-                )
-            if not 0 <= body_size <= self.max_body_size:
-                raise self._fail(
-                    HAFrameError(
-                        f"bodySize {body_size} out of range [0, {self.max_body_size}]",
-                        f"{where}, bodySize",
-                    )
-                )
-            if state == HAConnectionState.HANDSHAKE and body_size % EPOCH_ENTRY_SIZE:
-                raise self._fail(
-                    HAFrameError(
-                        f"bodySize {body_size} is not a multiple of {EPOCH_ENTRY_SIZE}",
-                        f"{where}, bodySize",
-                    )
-                )
-            if len(self._buffer) < header_size + body_size:
-                break
-            header = self._take(header_size)
-            body = self._take(body_size)
-            if state == HAConnectionState.HANDSHAKE:
+                take = min(need, size - pos)
+                if take:
+                    self._parts.append(view[pos : pos + take])
+                    self._have += take
+                    pos += take
+                if take < need:
+                    break
+                body = b"".join(self._parts)
+                self._parts.clear()
+                self._have = 0
+            header = bytes(self._head)
+            self._head.clear()
+            self._body_size = -1
+            if self._state == HAConnectionState.HANDSHAKE:
                 frames.append(self._master_handshake(header, body))
             else:
                 frames.append(self._transfer(header, body))
         return frames
 
-    def _master_handshake(self, header: bytes, body: bytes) -> MasterHandshake:
+    def _shape(self) -> None:
+        """Check a frame's state and bodySize as soon as they are in."""
+        state, body_size = struct.unpack_from(">ii", self._head)
+        if state == HAConnectionState.HANDSHAKE:
+            where, header_size = "master handshake", MASTER_HANDSHAKE_HEADER_SIZE
+        elif state == HAConnectionState.TRANSFER:
+            where, header_size = "transfer", TRANSFER_HEADER_SIZE
+        else:
+            raise self._fail(
+                HAFrameError(
+                    f"state {state} is neither HANDSHAKE (1) nor TRANSFER (2)",
+                    "master frame, state",
+                )
+            )
+        if not 0 <= body_size <= self.max_body_size:
+            raise self._fail(
+                HAFrameError(
+                    f"bodySize {body_size} out of range [0, {self.max_body_size}]",
+                    f"{where}, bodySize",
+                )
+            )
+        if state == HAConnectionState.HANDSHAKE and body_size % EPOCH_ENTRY_SIZE:
+            raise self._fail(
+                HAFrameError(
+                    f"bodySize {body_size} is not a multiple of {EPOCH_ENTRY_SIZE}",
+                    f"{where}, bodySize",
+                )
+            )
+        self._state = state
+        self._header_size, self._body_size = header_size, body_size
+
+    def _master_handshake(self, header: bytes, body: bytes | memoryview) -> MasterHandshake:
         where = "master handshake"
         _, _, max_offset, epoch = _MASTER_HANDSHAKE_HEADER.unpack(header)
         self._non_negative(where, maxOffset=max_offset, epoch=epoch)
@@ -362,7 +430,7 @@ class MasterFrameDecoder(_Decoder):
             entries.append(EpochStart(entry_epoch, start))
         return MasterHandshake(max_offset, epoch, tuple(entries))
 
-    def _transfer(self, header: bytes, body: bytes) -> Transfer:
+    def _transfer(self, header: bytes, body: bytes | memoryview) -> Transfer:
         _, _, offset, epoch, epoch_start, confirm = _TRANSFER_HEADER.unpack(header)
         self._non_negative(
             "transfer",

@@ -77,7 +77,7 @@ class MemLog:
     def read(self, offset: int, size: int) -> bytes:
         return bytes(self.data[offset:offset + size])
 
-    def append_raw(self, offset: int, data: bytes) -> int:
+    def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         if offset != len(self.data):
             raise AssertionError(f"append at {offset}, log ends at {len(self.data)}")
         self.data += data

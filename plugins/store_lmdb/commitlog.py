@@ -179,7 +179,7 @@ class LmdbCommitLog:
             self._flushed = max_offset
         self._flushed = min(self._flushed, max_offset)
 
-    def append_raw(self, offset: int, data: bytes) -> int:
+    def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         if offset != self._max:
             self._start_at(offset)
         if not data:

@@ -344,7 +344,7 @@ class MmapCommitLog:
         self._write_pos = self._dispatched = base + len(batch.data)
         return batch.results
 
-    def append_raw(self, offset: int, data: bytes) -> int:
+    def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         self._check_open()
         if offset != self._write_pos:
             self._start_at(offset)
