@@ -25,8 +25,10 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# Long seeded simulation sweeps (several minutes each); opt-in, not part of `make test`.
 soak: $(STAMP)
-	TRIOMQ_SOAK=1 $(BIN)/python -m pytest -m soak
+	$(BIN)/triomq sim --seeds 10000 --start 1000
+	$(BIN)/triomq sim --cluster --seeds 2000 --start 1000
 
 clean:
 	rm -rf $(VENV) build *.egg-info
