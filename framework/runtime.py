@@ -53,7 +53,7 @@ class Node:
         self.log.setLevel(config.log_level)
         self._nursery = nursery
         self._transports: dict[str, Transport] = {}
-        self._services: dict[str, trio.CancelScope] = {}
+        self._services: list[str] = []
         self._stopping = False
 
     @property
@@ -101,18 +101,16 @@ class Node:
         """
         if name in self._services:
             raise PluginError(f"node {self.name!r} already runs a service named {name!r}")
-        scope = trio.CancelScope()
-        self._services[name] = scope
-        return await self._nursery.start(self._run_service, name, service, scope)
+        self._services.append(name)
+        return await self._nursery.start(self._run_service, name, service)
 
-    async def _run_service(self, name: str, service: Service, scope: trio.CancelScope,
+    async def _run_service(self, name: str, service: Service,
                            task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-        with scope:
-            try:
-                await service(self, task_status=task_status)
-            except Exception as exc:
-                self.log.error("service %r crashed: %s: %s", name, type(exc).__name__, exc)
-                raise ServiceCrashed(name, exc) from exc
+        try:
+            await service(self, task_status=task_status)
+        except Exception as exc:
+            self.log.error("service %r crashed: %s: %s", name, type(exc).__name__, exc)
+            raise ServiceCrashed(name, exc) from exc
         self.log.debug("service %r ended", name)
 
     def stop(self) -> None:
