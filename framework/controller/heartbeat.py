@@ -10,9 +10,12 @@ leader starts empty and relearns from the next heartbeats.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import attrs
 
 from framework.controller.election import BrokerLiveInfo, LiveInfoLookup
+from framework.controller.group import BrokerGroup
 
 
 @attrs.frozen
@@ -142,6 +145,19 @@ class BrokerHeartbeatTable:
         for record in inactive:
             del self._beats[(record.cluster_name, record.broker_name, record.broker_id)]
         return inactive
+
+    def expect_masters(self, now_ms: int, groups: Iterable[BrokerGroup]) -> None:
+        """Count every recorded master never heard from as just heard from.
+
+        A controller that became leader (or restarted) gives each master one
+        timeout to show up before its silence counts as the master being gone.
+        """
+        for group in groups:
+            master = group.master_broker_id
+            if master is not None and self.get(
+                    group.cluster_name, group.broker_name, master) is None:
+                self.heartbeat(now_ms, group.cluster_name, group.broker_name, master,
+                               group.master_address or "")
 
     def remove(
         self, cluster_name: str, broker_name: str, broker_ids: frozenset[int] | None

@@ -201,6 +201,11 @@ class ReplicaInfo:
                    group.master_epoch, group.sync_state_set, group.sync_state_set_epoch,
                    tuple(sorted(group.addresses.items())), possible_message_loss)
 
+    def is_older_than(self, other: ReplicaInfo) -> bool:
+        """True when ``other`` saw a later master or SyncStateSet epoch."""
+        return (self.master_epoch, self.sync_state_set_epoch) < (
+            other.master_epoch, other.sync_state_set_epoch)
+
     def address_of(self, broker_id: int | None) -> str | None:
         """The address of a replica, or ``None``."""
         return dict(self.replicas).get(broker_id) if broker_id is not None else None

@@ -237,8 +237,7 @@ class SimBroker:
     def offer(self, info: ReplicaInfo) -> None:
         """Consider ``info``; older epochs are ignored."""
         current = self.replica_info
-        if current is not None and (info.master_epoch, info.sync_state_set_epoch) < (
-                current.master_epoch, current.sync_state_set_epoch):
+        if current is not None and info.is_older_than(current):
             return
         self.replica_info = info
         self.wake = True

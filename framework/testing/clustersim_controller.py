@@ -415,17 +415,8 @@ class SimController:
                 continue
             if raft.term != leader_term:
                 leader_term = raft.term
-                self._expect_masters()
+                self.heartbeats.expect_masters(self.now_ms(), self.manager.groups.values())
             yield from self._scan()
-
-    def _expect_masters(self) -> None:
-        now = self.now_ms()
-        for group in self.manager.groups.values():
-            master = group.master_broker_id
-            if master is not None and self.heartbeats.get(
-                    group.cluster_name, group.broker_name, master) is None:
-                self.heartbeats.heartbeat(now, group.cluster_name, group.broker_name, master,
-                                          group.master_address or "")
 
     def _scan(self) -> TaskGen:
         timeout = self.settings.broker_not_active_timeout

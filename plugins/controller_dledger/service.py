@@ -464,19 +464,8 @@ class ControllerService:
                 continue
             if self.raft.term != leader_term:
                 leader_term = self.raft.term
-                self._expect_masters()
+                self.heartbeats.expect_masters(self.now_ms(), self.manager.groups.values())
             await self.scan()
-
-    def _expect_masters(self) -> None:
-        # A master this controller never heard from (it restarted) gets one
-        # timeout to show up before it counts as gone.
-        now = self.now_ms()
-        for group in self.manager.groups.values():
-            master = group.master_broker_id
-            if master is not None and self.heartbeats.get(
-                    group.cluster_name, group.broker_name, master) is None:
-                self.heartbeats.heartbeat(now, group.cluster_name, group.broker_name, master,
-                                          group.master_address or "")
 
     async def scan(self) -> None:
         """One scan: drop silent brokers, elect where the master is gone."""

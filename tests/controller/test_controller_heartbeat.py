@@ -83,3 +83,21 @@ def test_remove_after_clean_broker_data():
     assert table.get(CLUSTER, GROUP, 2) is None and len(table) == 3
     table.remove(CLUSTER, GROUP, None)
     assert len(table) == 1 and table.get(CLUSTER, "broker-b", 1) is not None
+
+
+def test_expect_masters_gives_an_unheard_master_one_timeout():
+    from framework.controller.group import BrokerGroup, BrokerMember
+
+    group = BrokerGroup(
+        cluster_name=CLUSTER, broker_name=GROUP,
+        members=[BrokerMember(1, address(1), "code-1"), BrokerMember(2, address(2), "code-2")],
+        master_broker_id=1, master_epoch=1, sync_state_set=frozenset({1}),
+        sync_state_set_epoch=1, next_broker_id=3)
+    table = BrokerHeartbeatTable()
+    _beat(table, 500, 2)
+    table.expect_masters(1_000, [group])
+    assert table.get(CLUSTER, GROUP, 1).last_update_ms == 1_000
+    assert table.get(CLUSTER, GROUP, 2).last_update_ms == 500
+    # The master gets a whole timeout from the moment it was expected.
+    assert [b.broker_id for b in table.scan(1_000 + 10, timeout_ms=100)] == [2]
+    assert [b.broker_id for b in table.scan(1_000 + 200, timeout_ms=100)] == [1]
