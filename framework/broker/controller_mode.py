@@ -389,6 +389,8 @@ class ControllerMode:
                 {i for i in ids if i is not None})
         except ControllerError as exc:
             if exc.code == ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH:
+                # Learn the new master now (and step down) instead of at the next poll.
+                await self._read_sync_state_set(epoch)
                 raise MasterFenced(f"SyncStateSet {sorted(proposal)} refused: {exc}") from None
             logger.warning("SyncStateSet %s refused: %s", sorted(proposal), exc)
             current = await self._read_sync_state_set(epoch)

@@ -323,6 +323,7 @@ class SimBroker:
         if response is None:
             return None
         if response.code == Code.CONTROLLER_FENCED_MASTER_EPOCH:
+            yield from self._read_sync_state_set(epoch)
             raise MasterFenced(response.remark)
         if response.code != Code.SUCCESS:
             current = yield from self._read_sync_state_set(epoch)

@@ -68,6 +68,8 @@ async def test_a_master_told_of_a_newer_epoch_is_fenced(make_cluster):
         with pytest.raises(MasterFenced):
             await old.controller_mode.alter_sync_state_set(
                 frozenset({old.node.address}))
+        # It learned the new master with the refusal, not at its next poll.
+        assert old.controller_mode.replica_info.master_epoch > 1
 
 
 async def test_an_election_without_controllers_does_not_end_the_broker(make_cluster):
