@@ -18,7 +18,10 @@ real broker nodes (``framework.open_node``, role ``broker``, mmap store):
   (first writes to a file's pages cost page faults that the socket
   transfer alone never pays). The slave's time in ``append_raw`` (the
   store: page faults, indexing) is timed apart from the rest (network,
-  framing, acks).
+  framing, acks), and the process's CPU time (both nodes, and the store's
+  page-warming thread) is shown beside the wall-clock time: on a shared
+  machine, a wall time far above the CPU time means the run waited for a
+  CPU. ``--rounds`` repeats the cases, in turn.
 - **put latency**: ``--puts`` sequential ``Producer.send`` calls (1 KiB
   body), first to a master alone (``min_in_sync_replicas = 1``: no wait),
   then to a master with one slave and ``all_ack_in_sync_state_set`` (each
@@ -174,10 +177,10 @@ def timed_append_raw(log_type: type, spent: list[float]) -> Iterator[None]:
 
 
 async def replication(pm: PluginManager, root: Path, megabytes: int, body_size: int,
-                      batch: int) -> tuple[int, float, float, float, float]:
+                      batch: int) -> tuple[int, float, float, float, float, float]:
     """(bytes, seconds to replicate them to a fresh slave, seconds of the raw transfer,
     seconds of the raw transfer into a mapped file, seconds the slave spent in
-    ``append_raw``)."""
+    ``append_raw``, CPU seconds of the process while replicating)."""
     size = await trio.to_thread.run_sync(fill, pm, root, megabytes, body_size)
     extra = f"ha_transfer_batch_size = {batch}"
     spent = [0.0]
@@ -186,14 +189,15 @@ async def replication(pm: PluginManager, root: Path, megabytes: int, body_size: 
         raw_file = await raw_transfer(master.log.read, size, root / "raw-sink")
         # Only the slave appends raw bytes: the master's log was filled before.
         with timed_append_raw(type(master.log), spent):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             async with broker(pm, "slave", root, broker_id=1, master=master.ha_address,
                               extra=extra) as slave:
                 with trio.fail_after(600):
                     while slave.log.max_offset < size:
                         await trio.sleep(0.001)
                 elapsed = time.perf_counter() - start
-    return size, elapsed, raw, raw_file, spent[0]
+                cpu = time.process_time() - cpu
+    return size, elapsed, raw, raw_file, spent[0], cpu
 
 
 async def put_latencies(pm: PluginManager, root: Path, puts: int, with_slave: bool
@@ -233,17 +237,19 @@ async def main(args: argparse.Namespace) -> None:
           f"{'C speedups' if SPEEDUPS else 'pure Python'}\n")
     print("| body | batch | bytes | raw trio TCP MB/s | raw TCP into a file MB/s "
           "| HA replication MB/s | vs raw | vs raw into a file | slave append_raw ms "
-          "| HA ms besides append_raw |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for body_size, batch in [(1024, 32 * 1024), (1024, 256 * 1024), (16 * 1024, 256 * 1024)]:
+          "| HA ms besides append_raw | HA ms | process CPU ms |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    cases = [(1024, 32 * 1024), (1024, 256 * 1024), (16 * 1024, 256 * 1024)]
+    for body_size, batch in cases * args.rounds:
         with tempfile.TemporaryDirectory(prefix="triomq-ha-bench-") as tmp:
-            size, elapsed, raw, raw_file, appending = await replication(
+            size, elapsed, raw, raw_file, appending, cpu = await replication(
                 pm, Path(tmp), args.megabytes, body_size, batch)
         mb = size / 1e6
         print(f"| {body_size} B | {batch // 1024} KiB | {size:,} | {mb / raw:,.0f} | "
               f"{mb / raw_file:,.0f} | {mb / elapsed:,.0f} | {raw / elapsed:.0%} | "
               f"{raw_file / elapsed:.0%} | {appending * 1000:,.0f} | "
-              f"{(elapsed - appending) * 1000:,.0f} |", flush=True)
+              f"{(elapsed - appending) * 1000:,.0f} | {elapsed * 1000:,.0f} | "
+              f"{cpu * 1000:,.0f} |", flush=True)
     print("\n| put (1 KiB, sequential) | p50 ms | p99 ms | puts/s |")
     print("| --- | ---: | ---: | ---: |")
     results = {}
@@ -265,4 +271,6 @@ if __name__ == "__main__":
                         help="size of the log to replicate (default 128)")
     parser.add_argument("--puts", type=int, default=3000,
                         help="sequential puts per latency run (default 3000)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="times to run the replication cases, in turn (default 1)")
     trio.run(main, parser.parse_args())

@@ -10,7 +10,9 @@ repetitions on fresh files:
 - ``raw mmap``: slice writes of pre-encoded records into a fresh mapped
   file, the limit for a Python writer (no encoding, no index); and the
   same into a file whose blocks were allocated first (``posix_fallocate``),
-  as the mmap store does a few MiB ahead of its writes;
+  as the mmap store's files do a few MiB ahead of their writes (the
+  commit log instead warms its pages ahead in a background thread, see
+  ``plugins/store_mmap/prefault.py``);
 - ``mmap append``: ``MmapCommitLog.append`` one record at a time (encode,
   blank placement, write, consume-queue entry);
 - ``mmap batch``: ``append_batch`` of 256 records;

@@ -35,6 +35,7 @@ from framework.ha.slave import (
     WriteAt,
 )
 from framework.ha.slave import Send as SlaveSend
+from framework.ha.streams import RECEIVE_SIZE, JoinBuffer, Receiver, send_parts
 from framework.ha.sync_replication import PutResult, ReplicationStatus, SyncReplication
 from framework.ha.sync_state import SyncStateTracker
 from framework.protocol.ha import HAConnectionState, HAFrameError
@@ -54,7 +55,6 @@ __all__ = [
 
 logger = logging.getLogger("triomq.ha")
 
-_RECEIVE_SIZE = 1024 * 1024
 #: How many bytes of batches the master gathers into one send, in at most
 #: ``_SEND_PARTS`` pieces (a header and a body each; Linux's IOV_MAX is 1024).
 _SEND_SIZE = 1024 * 1024
@@ -336,7 +336,7 @@ class HAMaster:
     async def _read_loop(
         self, stream: trio.abc.Stream, conn: MasterConnection, outbox: deque[bytes]
     ) -> None:
-        while data := await stream.receive_some(_RECEIVE_SIZE):
+        while data := await stream.receive_some(RECEIVE_SIZE):
             for out in conn.receive_data(data, self._view(), _now_ms()):
                 if isinstance(out, Send):
                     outbox.append(out.data)
@@ -384,7 +384,7 @@ class HAMaster:
                 if not body:  # a heartbeat goes alone
                     break
             if parts:
-                await _send_parts(stream, parts)
+                await send_parts(stream, parts)
                 continue
             if conn.next_transfer_from < 0:
                 await changed.wait()
@@ -438,6 +438,7 @@ class HASlave:
         self.confirm_offset = -1
         self.connections = 0
         self.last_error: BaseException | None = None
+        self._joined = JoinBuffer()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Replicate until cancelled, reconnecting with exponential backoff."""
@@ -475,12 +476,15 @@ class HASlave:
         # Held while one receive's actions are applied: a periodic ack reports
         # the state machine's max offset, which counts actions not yet applied.
         lock = trio.Lock()
+        receive = Receiver(stream)
         await stream.send_all(conn.start())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._ack_loop, stream, conn, lock)
-            while data := await stream.receive_some(_RECEIVE_SIZE):
+            while data := await receive():
                 view = SlaveLog(self.log.max_offset, self.log.min_offset, self.epochs)
                 async with lock:
+                    # Bodies are views of the receive buffer: every action is
+                    # applied before the next receive overwrites it.
                     await self._perform(conn.receive_data(data, view, _now_ms()), stream)
                 self.confirm_offset = conn.confirm_offset
             nursery.cancel_scope.cancel()
@@ -514,7 +518,8 @@ class HASlave:
         if len(writes) == 1:
             self.log.append_raw(writes[0].offset, writes[0].data)
         elif writes:
-            self.log.append_raw(writes[0].offset, b"".join(w.data for w in writes))
+            with self._joined.join([w.data for w in writes]) as data:
+                self.log.append_raw(writes[0].offset, data)
         writes.clear()
 
     async def _save_epochs(self, epochs: EpochCache) -> None:
@@ -532,20 +537,6 @@ class HASlave:
                     await stream.send_all(ack)
             if ack is None and conn.state != HAConnectionState.TRANSFER:
                 await trio.sleep(self.config.ha_send_heartbeat_interval / 1000)
-
-
-async def _send_parts(stream: trio.abc.Stream, parts: list[bytes | memoryview]) -> None:
-    """Send ``parts`` in order: gathered by the kernel on a socket, else joined."""
-    if not isinstance(stream, trio.SocketStream):
-        await stream.send_all(b"".join(parts))
-        return
-    views = [memoryview(part) for part in parts if part]
-    while views:
-        sent = await stream.socket.sendmsg(views)
-        while views and sent >= len(views[0]):
-            sent -= len(views.pop(0))
-        if sent:
-            views[0] = views[0][sent:]
 
 
 def _describe(group: BaseExceptionGroup) -> str:

@@ -138,10 +138,14 @@ class SlaveConnection:
         self.state = HAConnectionState.HANDSHAKE
         return encode(self.handshake)
 
-    def receive_data(self, data: bytes, log: SlaveLog, now_ms: int) -> list[SlaveAction]:
+    def receive_data(
+        self, data: bytes | bytearray | memoryview, log: SlaveLog, now_ms: int
+    ) -> list[SlaveAction]:
         """Handle bytes from the master; raises ``HAProtocolError`` / ``HAFrameError``.
 
-        ``log`` is read only when the master's handshake arrives. After an
+        ``WriteAt`` data may be views of ``data``: perform the actions before
+        changing ``data`` (e.g. receiving into it again). ``log`` is read
+        only when the master's handshake arrives. After an
         error, close the connection and drop this object: the actions of the
         failing call are not returned, and the next connection's handshake
         starts again from the log as it is.

@@ -19,6 +19,7 @@
 static PyMethodDef methods[] = {
     {"pack_records", pack_records, METH_VARARGS, pack_records_doc},
     {"index_records", index_records, METH_VARARGS, index_records_doc},
+    {"crc32", crc32_py, METH_VARARGS, crc32_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -47,15 +47,100 @@ static inline void put_cq_entry(unsigned char *p, int64_t phys, int32_t size, in
     put64(p + 12, (uint64_t)tags);
 }
 
-static inline uint32_t body_crc(const unsigned char *p, Py_ssize_t n) {
+/* CRC-32 (zlib's) folded with carry-less multiplications, 64 bytes a round:
+ * about four times zlib 1.2's table-driven crc32 on the bodies the walks
+ * check. The method and constants are Intel's ("Fast CRC Computation for
+ * Generic Polynomials Using PCLMULQDQ", reflected CRC-32). Used when the CPU
+ * has PCLMULQDQ and SSE4.1; zlib does the rest and the short tails. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_CRC_CLMUL 1
+
+/* The CRC register (not inverted) after ``crc`` and n bytes, n >= 64, n % 16 == 0. */
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t crc_clmul_fold(uint32_t crc, const unsigned char *p, size_t n) {
+    const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596, 0x0154442bd4);
+    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009e, 0x01751997d0);
+    const __m128i k5 = _mm_set_epi64x(0, 0x0163cd6124);
+    const __m128i poly = _mm_set_epi64x(0x01f7011641, 0x01db710641);
+    const __m128i low32 = _mm_setr_epi32(~0, 0, ~0, 0);
+    __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 0x00));
+    __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 0x10));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 0x20));
+    __m128i x4 = _mm_loadu_si128((const __m128i *)(p + 0x30));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)crc));
+    p += 64;
+    n -= 64;
+    while (n >= 64) {  /* four lanes, each folded 512 bits ahead */
+        __m128i h1 = _mm_clmulepi64_si128(x1, k1k2, 0x11);
+        __m128i h2 = _mm_clmulepi64_si128(x2, k1k2, 0x11);
+        __m128i h3 = _mm_clmulepi64_si128(x3, k1k2, 0x11);
+        __m128i h4 = _mm_clmulepi64_si128(x4, k1k2, 0x11);
+        x1 = _mm_xor_si128(_mm_clmulepi64_si128(x1, k1k2, 0x00), h1);
+        x2 = _mm_xor_si128(_mm_clmulepi64_si128(x2, k1k2, 0x00), h2);
+        x3 = _mm_xor_si128(_mm_clmulepi64_si128(x3, k1k2, 0x00), h3);
+        x4 = _mm_xor_si128(_mm_clmulepi64_si128(x4, k1k2, 0x00), h4);
+        x1 = _mm_xor_si128(x1, _mm_loadu_si128((const __m128i *)(p + 0x00)));
+        x2 = _mm_xor_si128(x2, _mm_loadu_si128((const __m128i *)(p + 0x10)));
+        x3 = _mm_xor_si128(x3, _mm_loadu_si128((const __m128i *)(p + 0x20)));
+        x4 = _mm_xor_si128(x4, _mm_loadu_si128((const __m128i *)(p + 0x30)));
+        p += 64;
+        n -= 64;
+    }
+    /* The four lanes into one, then the remaining 16-byte blocks. */
+    __m128i lanes[3] = {x2, x3, x4};
+    for (int i = 0; i < 3; i++) {
+        __m128i lo = _mm_clmulepi64_si128(x1, k3k4, 0x00);
+        x1 = _mm_xor_si128(_mm_clmulepi64_si128(x1, k3k4, 0x11), lo);
+        x1 = _mm_xor_si128(x1, lanes[i]);
+    }
+    while (n >= 16) {
+        __m128i lo = _mm_clmulepi64_si128(x1, k3k4, 0x00);
+        x1 = _mm_xor_si128(_mm_clmulepi64_si128(x1, k3k4, 0x11), lo);
+        x1 = _mm_xor_si128(x1, _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+    /* 128 bits to 64, then a Barrett reduction to 32. */
+    __m128i x = _mm_xor_si128(_mm_srli_si128(x1, 8), _mm_clmulepi64_si128(x1, k3k4, 0x10));
+    x = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x, low32), k5, 0x00),
+                      _mm_srli_si128(x, 4));
+    __m128i t = _mm_clmulepi64_si128(_mm_and_si128(x, low32), poly, 0x10);
+    t = _mm_clmulepi64_si128(_mm_and_si128(t, low32), poly, 0x00);
+    return (uint32_t)_mm_extract_epi32(_mm_xor_si128(x, t), 1);
+}
+
+static inline int crc_clmul_available(void) {
+    static int known = -1;
+    if (known < 0)
+        known = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    return known;
+}
+#endif
+
+/* zlib's crc32(0, p, n). */
+static inline uint32_t crc32_of(const unsigned char *p, Py_ssize_t n) {
     uLong crc = crc32(0L, Z_NULL, 0);
+#ifdef HAVE_CRC_CLMUL
+    if (n >= 64 && crc_clmul_available()) {
+        size_t folded = (size_t)n & ~(size_t)15;
+        crc = ~crc_clmul_fold(~(uint32_t)crc, p, folded) & 0xFFFFFFFFu;
+        p += folded;
+        n -= (Py_ssize_t)folded;
+    }
+#endif
     while (n > 0) {
         uInt chunk = n > (1 << 30) ? (1 << 30) : (uInt)n;
         crc = crc32(crc, p, chunk);
         p += chunk;
         n -= chunk;
     }
-    return (uint32_t)crc & 0x7FFFFFFFu;
+    return (uint32_t)crc;
+}
+
+/* RocketMQ's body CRC: CRC-32 with the sign bit cleared. */
+static inline uint32_t body_crc(const unsigned char *p, Py_ssize_t n) {
+    return crc32_of(p, n) & 0x7FFFFFFFu;
 }
 
 /* ------------------------------------------------------ growable buffers */
@@ -177,5 +262,7 @@ extern const char pack_records_doc[];
 PyObject *pack_records(PyObject *module, PyObject *args);
 extern const char index_records_doc[];
 PyObject *index_records(PyObject *module, PyObject *args);
+extern const char crc32_doc[];
+PyObject *crc32_py(PyObject *module, PyObject *args);
 
 #endif

@@ -271,3 +271,19 @@ finish:
     PyBuffer_Release(&view);
     return ret;
 }
+
+const char crc32_doc[] = PyDoc_STR(
+"crc32(data)\n"
+"--\n\n"
+"zlib.crc32(data), as the walks compute it (with carry-less multiplications\n"
+"where the CPU has them).");
+
+PyObject *crc32_py(PyObject *module, PyObject *args) {
+    (void)module;
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*:crc32", &view))
+        return NULL;
+    uint32_t crc = crc32_of(view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}

@@ -313,9 +313,11 @@ class MasterFrameDecoder:
     slave buffer without limit.
 
     Bodies are not copied when they lie whole in one fed chunk: the body
-    is the chunk or a read-only ``memoryview`` of it. A body spread over
-    several chunks is joined from views of them, one copy. Only headers
-    are buffered.
+    is the chunk or a read-only ``memoryview`` of it, valid as long as the
+    caller leaves the chunk unchanged (a receive buffer may be reused once
+    the frames of one ``feed`` are handled). A body spread over several
+    chunks is copied as its pieces arrive, so nothing of a chunk is kept
+    once ``feed`` returns.
     """
 
     def __init__(self, max_body_size: int = DEFAULT_MAX_BODY_SIZE) -> None:
@@ -328,26 +330,23 @@ class MasterFrameDecoder:
         self._state = 0
         self._header_size = 0
         self._body_size = -1
-        self._parts: list[memoryview] = []
-        self._have = 0
+        self._partial = bytearray()
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet part of a whole frame."""
-        return len(self._head) + self._have
+        return len(self._head) + len(self._partial)
 
     def _fail(self, error: HAFrameError) -> HAFrameError:
         self._failure = error
         return error
 
-    def feed(self, data: bytes) -> list[MasterFrame]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[MasterFrame]:
         """Take ``data`` and return every frame it completes, in order."""
         if self._failure is not None:
             raise self._failure
-        if type(data) is not bytes:
-            data = bytes(data)  # views of it outlive this call
-        view = memoryview(data)
-        size = len(data)
+        view = memoryview(data).toreadonly()
+        size = len(view)
         pos = 0
         frames: list[MasterFrame] = []
         while True:
@@ -365,21 +364,22 @@ class MasterFrameDecoder:
                 pos += take
                 if take < missing:
                     break
-            need = self._body_size - self._have
-            if not self._parts and size - pos >= need:
-                body = data if pos == 0 and need == size else view[pos : pos + need]
+            need = self._body_size - len(self._partial)
+            body: bytes | memoryview
+            if not self._partial and size - pos >= need:
+                if type(data) is bytes and pos == 0 and need == size:
+                    body = data
+                else:
+                    body = view[pos : pos + need]
                 pos += need
             else:
                 take = min(need, size - pos)
-                if take:
-                    self._parts.append(view[pos : pos + take])
-                    self._have += take
-                    pos += take
+                self._partial += view[pos : pos + take]
+                pos += take
                 if take < need:
                     break
-                body = b"".join(self._parts)
-                self._parts.clear()
-                self._have = 0
+                body = memoryview(self._partial).toreadonly()
+                self._partial = bytearray()
             header = bytes(self._head)
             self._head.clear()
             self._body_size = -1

@@ -30,8 +30,6 @@ from framework.protocol.commitlog_layout import (
     CQ_ENTRY_SIZE,
     DEFAULT_CQ_ENTRIES_PER_FILE,
     DEFAULT_SEGMENT_SIZE,
-    QueueRun,
-    Span,
     check_placement,
     index_records,
     iter_spans,
@@ -59,18 +57,12 @@ from framework.store import (
 )
 from plugins.store_mmap.checkpoint import Checkpoint
 from plugins.store_mmap.consume_queue import ConsumeQueue, queue_dir
+from plugins.store_mmap.replicated import check_queue_offset, check_replicated, runs_fit
 from plugins.store_mmap.segments import OPTION_KEYS, DirectoryLock, SegmentQueue
 
 DEFAULT_CHECKPOINT_INTERVAL = 64 << 20
 
 _tags_code = functools.lru_cache(maxsize=4096)(tags_code)
-
-
-def _check_queue_offset(record: MessageRecord, phys: int, lo: int, hi: int) -> None:
-    """A record may rewrite its queue's entries or add the next one, not skip ahead."""
-    if record.queue_offset > hi > lo:
-        raise RecordError(phys, f"queue offset {record.queue_offset} skips ahead of "
-                                f"{record.topic}:{record.queue_id}'s end {hi}")
 
 
 class MmapCommitLog:
@@ -93,7 +85,8 @@ class MmapCommitLog:
         os.makedirs(root, exist_ok=True)
         self._lock = DirectoryLock(root)
         try:
-            self._log = SegmentQueue(os.path.join(root, COMMITLOG_DIR), segment_size)
+            self._log = SegmentQueue(os.path.join(root, COMMITLOG_DIR), segment_size, warm=True,
+                                     sync_creation_lazily=True)
         except BaseException:
             self._lock.release()
             raise
@@ -228,7 +221,7 @@ class MmapCommitLog:
         # the segment's mmap from closing.
         with memoryview(seg.mm) as view, view[pos:stop] as part:
             index = index_records(part, seg.start + pos, self.segment_size)
-        if index is None or index[1] == "torn" or not self._runs_fit(index[2]):
+        if index is None or index[1] == "torn" or not runs_fit(index[2], self._queue_bounds):
             return None
         end, _, runs = index
         records_end = seg.start + pos
@@ -244,29 +237,8 @@ class MmapCommitLog:
         check_placement(buf, pos, base + pos)
         record, _ = decode(buf, pos, base_offset=base, verify_crc=False)
         cq = self._queue(record.topic, record.queue_id)
-        _check_queue_offset(record, base + pos, cq.min_offset, cq.max_offset)
+        check_queue_offset(record, base + pos, cq.min_offset, cq.max_offset)
         cq.put(record.queue_offset, base + pos, size, _tags_code(record.tags))
-
-    def _check_replicated(self, buf: bytes, base: int, spans: list[Span]
-                          ) -> list[tuple[Span, MessageRecord]]:
-        """Decode replicated records, refusing any whose offsets do not fit this log."""
-        ends: dict[tuple[str, int], tuple[int, int]] = {}
-        out = []
-        try:
-            for span in spans:
-                if span.blank:
-                    continue
-                check_placement(buf, span.offset - base, span.offset)
-                r = decode(buf, span.offset - base, base_offset=base, verify_crc=False)[0]
-                key = (r.topic, r.queue_id)
-                lo, hi = ends.get(key) or (self.queue_min_offset(*key),
-                                           self.queue_max_offset(*key))
-                _check_queue_offset(r, span.offset, lo, hi)
-                ends[key] = (lo, max(hi, r.queue_offset + 1))
-                out.append((span, r))
-        except RecordError as exc:
-            raise StoreCorruption("replicated data", exc.offset, exc.reason) from None
-        return out
 
     def _repair_queue_tail(self, key: tuple[str, int], cq: ConsumeQueue, end: int) -> None:
         """Drop queue entries that point at something other than their record.
@@ -351,49 +323,45 @@ class MmapCommitLog:
         if not data:
             return self._write_pos
         start = self._dispatched
-        pending = self._log.read(start, offset - start) if offset > start else b""
-        buf = pending + bytes(data)
-        index = index_records(buf, start, self.segment_size)
-        if index is None or index[1] == "zero" or not self._runs_fit(index[2]):
-            return self._append_raw_checked(offset, data, buf, start)
-        end, _, runs = index
+        end = offset + len(data)
+        # Written first, past max_offset where nothing reads it, then checked
+        # in place: the bytes are copied once. Refused bytes are zeroed again.
         self._log.write(offset, data)
+        seg = self._log.find(start)
+        if seg is not None and end <= seg.end:
+            with memoryview(seg.mm) as view, view[start - seg.start:end - seg.start] as part:
+                index = index_records(part, start, self.segment_size)
+        else:  # the bytes to check span two segments
+            index = index_records(self._log.read(start, end - start), start,
+                                  self.segment_size)
+        if index is None or index[1] == "zero" or not runs_fit(index[2], self._queue_bounds):
+            try:
+                return self._append_raw_checked(offset, end, start)
+            except StoreCorruption:
+                self._log.zero(offset, end)
+                raise
+        records_end, _, runs = index
         for topic, queue_id, first, entries in runs:
             self._queue(topic, queue_id).put_run(first, entries)
-        self._write_pos = offset + len(data)
-        self._dispatched = end
+        self._write_pos = end
+        self._dispatched = records_end
         return self._write_pos
 
-    def _runs_fit(self, runs: list[QueueRun]) -> bool:
-        """Whether no run skips ahead of its queue's end (see ``_check_queue_offset``)."""
-        ends: dict[tuple[str, int], tuple[int, int]] = {}
-        cqs = self._cqs
-        for topic, queue_id, first, entries in runs:
-            key = (topic, queue_id)
-            known = ends.get(key)
-            if known is None:
-                cq = cqs.get(key)
-                known = (0, 0) if cq is None else (cq.min_offset, cq.max_offset)
-            lo, hi = known
-            if first > hi > lo:
-                return False
-            ends[key] = (lo, max(hi, first + len(entries) // CQ_ENTRY_SIZE))
-        return True
-
-    def _append_raw_checked(self, offset: int, data: bytes, buf: bytes, start: int) -> int:
-        """``append_raw`` decoding every record: raises the precise error for bad data."""
+    def _append_raw_checked(self, offset: int, end: int, start: int) -> int:
+        """``append_raw``'s bytes ``[offset, end)``, already written, checked record by
+        record: raises the precise error for bad data."""
+        buf = self._log.read(start, end - start)
         scan = scan_log(buf, start, self.segment_size)
         if scan.stop == "bad":
             raise StoreCorruption("replicated data", scan.error.offset, scan.error.reason)
         if scan.stop == "zero":
             raise StoreCorruption("replicated data", scan.end, "zero fill where a record "
                                   "should start")
-        records = self._check_replicated(buf, start, scan.spans)
-        self._log.write(offset, data)
+        records = check_replicated(buf, start, scan.spans, self._queue_bounds)
         for span, r in records:
             self._queue(r.topic, r.queue_id).put(r.queue_offset, span.offset, span.size,
                                                  _tags_code(r.tags))
-        self._write_pos = offset + len(data)
+        self._write_pos = end
         self._dispatched = scan.end
         return self._write_pos
 
@@ -548,6 +516,10 @@ class MmapCommitLog:
     def queue_max_offset(self, topic: str, queue_id: int) -> int:
         cq = self._cqs.get((topic, queue_id))
         return 0 if cq is None else cq.max_offset
+
+    def _queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
+        cq = self._cqs.get((topic, queue_id))
+        return (0, 0) if cq is None else (cq.min_offset, cq.max_offset)
 
     def queue_entries(self, topic: str, queue_id: int, start: int, max_count: int
                       ) -> list[QueueEntry]:

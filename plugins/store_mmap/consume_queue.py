@@ -29,7 +29,8 @@ class ConsumeQueue:
     """The consume queue stored in ``directory``."""
 
     def __init__(self, directory: str, entries_per_file: int, *, writable: bool = True) -> None:
-        self.files = SegmentQueue(directory, entries_per_file * CQ_ENTRY_SIZE, writable=writable)
+        self.files = SegmentQueue(directory, entries_per_file * CQ_ENTRY_SIZE, writable=writable,
+                                  sync_creation_lazily=True)
         self.min_offset = self._find_min()
         self.max_offset = max(self._find_max(), self.min_offset)
         self._synced = self.max_offset

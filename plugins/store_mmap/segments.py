@@ -14,7 +14,9 @@ Writes allocate the file's blocks a few MiB ahead (``posix_fallocate``):
 on ext4 a write through the mapping that first touches a page of a sparse
 file allocates its block in the page fault, which costs as much as the
 copy itself. Only a window ahead of the data is reserved, not whole 1 GiB
-segments.
+segments. A commit log's queue instead warms its pages ahead of the
+writes in a background thread (``prefault.Warmer``), which takes those
+first-touch faults, block reservation included, off the writer's thread.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from typing import Any
 from framework.durable_files import TEMP_SUFFIX, fsync_directory
 from framework.protocol.commitlog_layout import SegmentNameError, parse_segment_name, segment_name
 from framework.store import StoreCorruption, StoreError
+from plugins.store_mmap import prefault
+from plugins.store_mmap.prefault import Warmer
 
 #: Bytes of blocks ``SegmentQueue.write`` allocates ahead at a time.
 PREALLOCATE_CHUNK = 4 << 20
@@ -78,7 +82,8 @@ class Segment:
         self.start = start
         self.size = size
         self.end = start + size
-        #: Blocks up to here are allocated (``SegmentQueue.write`` reserves ahead).
+        #: Blocks up to here are allocated (``SegmentQueue.write`` reserves ahead
+        #: unless the queue warms its pages).
         self.allocated = 0
         flags = os.O_RDWR if writable else os.O_RDONLY
         self.fd = os.open(path, flags)
@@ -105,14 +110,29 @@ class SegmentQueue:
     """The segments of one directory, contiguous, by start offset.
 
     ``segment_size=None`` (read-only use on a foreign store) takes the size
-    of the first segment found.
+    of the first segment found. ``warm=True`` (a writable queue written
+    in large volumes, i.e. a commit log) warms pages ahead of the writes.
+
+    ``sync_creation_lazily=True`` (the commit log's and consume queues'
+    files) leaves a new segment's size and name to be made durable by the
+    next ``sync_range``, before any data, instead of at once: creating a
+    file costs two journal commits (file, directory), which would stall the
+    writer for milliseconds per file. A power cut before that sync may lose
+    the new file, never a byte a sync reported durable. The name still
+    appears only once the file is sized (rename of a ``*.tmp``), and
+    journaling filesystems commit the sizing no later than the rename.
     """
 
-    def __init__(self, directory: str, segment_size: int | None, *, writable: bool = True
-                 ) -> None:
+    def __init__(self, directory: str, segment_size: int | None, *, writable: bool = True,
+                 warm: bool = False, sync_creation_lazily: bool = False) -> None:
         self.directory = directory
         self.writable = writable
-        self._preallocate = writable
+        self._lazy_creation = sync_creation_lazily and writable
+        #: Segments created since the last ``sync_range``, their creation not durable yet.
+        self._created: list[Segment] = []
+        self._warmer = Warmer() if warm and writable and prefault.SUPPORTED else None
+        # Warming reserves the blocks itself (see prefault).
+        self._preallocate = writable and self._warmer is None
         # Held for structural changes (create, delete) and while syncing, so a
         # flush in a worker thread never touches a segment being removed.
         self.lock = threading.RLock()
@@ -193,45 +213,67 @@ class SegmentQueue:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.ftruncate(fd, self.segment_size)
-                os.fsync(fd)
+                if not self._lazy_creation:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, path)
-            fsync_directory(self.directory)
+            if not self._lazy_creation:
+                fsync_directory(self.directory)
             seg = Segment(path, start, self.segment_size, True)
             self._add(seg)
+            if self._lazy_creation:
+                self._created.append(seg)
             return seg
 
     def delete_from(self, start: int) -> None:
         """Remove the segments starting at or after ``start``, the last one first."""
+        self._stop_warming()
         with self.lock:
             while self.segments and self.segments[-1].start >= start:
                 seg = self.segments.pop()
                 self._starts.pop()
+                self._forget_created(seg)
                 seg.close()
                 os.unlink(seg.path)
             fsync_directory(self.directory)
 
     def delete_before(self, start: int) -> None:
         """Remove the segments ending at or before ``start``, the first one first."""
+        self._stop_warming()
         with self.lock:
             removed = 0
             while self.segments and self.segments[0].end <= start:
                 seg = self.segments.pop(0)
                 self._starts.pop(0)
+                self._forget_created(seg)
                 seg.close()
                 os.unlink(seg.path)
                 removed += 1
             if removed:
                 fsync_directory(self.directory)
 
+    def _forget_created(self, seg: Segment) -> None:
+        if seg in self._created:
+            self._created.remove(seg)
+
     def sync_range(self, lo: int, hi: int) -> None:
-        """fdatasync the segments holding bytes in ``[lo, hi)``."""
+        """fdatasync the segments holding bytes in ``[lo, hi)``.
+
+        Segment creations not yet durable are made durable first.
+        """
         with self.lock:
+            if self._created:
+                for seg in self._created:
+                    os.fsync(seg.fd)
+                fsync_directory(self.directory)
+                self._created.clear()
             for seg in self.segments_from(lo):
                 if seg.start >= hi:
                     break
                 seg.sync()
+            if self._warmer is not None:
+                self._warmer.synced()
 
     def read(self, offset: int, size: int) -> bytes:
         """Bytes ``[offset, offset + size)``, across segments (must exist)."""
@@ -254,6 +296,8 @@ class SegmentQueue:
             end = pos + len(data)
             if pos >= 0 and end <= (seg.allocated if self._preallocate else seg.size):
                 seg.mm[pos:end] = data
+                if self._warmer is not None:
+                    self._warmer.wrote(seg, end)
                 return
         view = memoryview(data)
         done = 0
@@ -265,6 +309,8 @@ class SegmentQueue:
                 self._reserve(seg, pos, pos + n)
             seg.mm[pos:pos + n] = view[done:done + n]
             done += n
+            if self._warmer is not None:
+                self._warmer.wrote(seg, pos + n)
 
     def _reserve(self, seg: Segment, lo: int, hi: int) -> None:
         """Allocate ``seg``'s blocks from ``lo`` to ``hi`` rounded up to a chunk."""
@@ -292,7 +338,13 @@ class SegmentQueue:
                     seg.mm[a:a + n] = zeros[:n]
                 a += n
 
+    def _stop_warming(self) -> None:
+        """Let the warmer finish with a segment before any segment is unmapped."""
+        if self._warmer is not None:
+            self._warmer.stop()
+
     def close(self) -> None:
+        self._stop_warming()
         with self.lock:
             for seg in self.segments:
                 seg.close()

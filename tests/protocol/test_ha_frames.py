@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import struct
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -244,6 +245,26 @@ def test_master_frames_round_trip_in_any_chunking(frames, cuts):
     out = []
     for chunk in _chunks(data, cuts):
         out += decoder.feed(chunk)
+    assert out == frames
+    assert decoder.buffered == 0
+
+
+@given(st.lists(master_frames, max_size=6), st.lists(st.integers(0, 10_000), max_size=8))
+def test_master_frames_from_one_reused_receive_buffer(frames, cuts):
+    """Fed through one buffer that each receive overwrites, as the slave driver does.
+
+    The frames of one feed are used before the next; a body spanning feeds
+    must not keep views of the buffer.
+    """
+    data = b"".join(encode(f) for f in frames)
+    decoder = MasterFrameDecoder(max_body_size=4096)
+    buffer = bytearray(max([len(c) for c in _chunks(data, cuts)], default=0))
+    out = []
+    for chunk in _chunks(data, cuts):
+        buffer[: len(chunk)] = chunk
+        out += [attrs.evolve(f, body=bytes(f.body)) if isinstance(f, Transfer) else f
+                for f in decoder.feed(memoryview(buffer)[: len(chunk)])]
+        buffer[:] = b"\xee" * len(buffer)  # the next receive
     assert out == frames
     assert decoder.buffered == 0
 

@@ -1,0 +1,178 @@
+"""Warming a segment's pages ahead of its writes, off the writer's thread.
+
+The first write to each page of a fresh mapped segment costs a page fault:
+the kernel allocates a page-cache page, zero-fills it and maps it. On a
+virtual machine whose memory the host hands out lazily, that first touch
+may also fault on the host, and a fresh segment can cost more than the
+bytes' copy itself several times over. RocketMQ avoids it with
+``AllocateMappedFileService`` and ``warmMappedFile``; ``Warmer`` does the
+same job a window at a time: a short-lived thread populates the pages
+(``madvise(MADV_POPULATE_WRITE)`` or ``..._READ``, Linux 5.14+) a little
+ahead of the write position; the call releases the GIL, so the writer
+keeps running.
+
+Writable or readable: a page populated writable costs the writer nothing
+more, but it is dirty, so a sync before the writer reaches it writes its
+zeros to disk too. Populated readable, it is allocated, zeroed and mapped
+and the writer's first write only takes a small fault (the page becomes
+writable and dirty, its block is reserved). So the pages a writer asks for
+(every half window it writes) are warmed writable only if the queue was
+not synced since it last asked: a writer far ahead of its syncs (a slave
+catching up, a broker not flushing per put) gets writable pages and at
+most a window of zeros written per sync, a writer synced more often (a
+flush per put) gets readable ones and no extra disk writes.
+
+Warming never changes a byte of the file, so it has no bearing on crash
+safety. A warmed queue needs no ``posix_fallocate`` ahead of its writes
+either (the populating faults reserve the blocks): that call locks the
+file's mapping against every page fault while it runs, which would make
+the writer wait on the warmer. Where the kernel does not support the
+advice, warming is off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import sys
+import threading
+from typing import Protocol
+
+#: Bytes warmed ahead of the write position.
+WARM_AHEAD = 16 << 20
+#: Bytes per ``madvise`` call: the thread needs the GIL between two calls.
+WARM_CHUNK = 2 << 20
+_MADV_POPULATE_READ = 22
+_MADV_POPULATE_WRITE = 23
+
+
+def _load_madvise():
+    """libc's ``madvise`` (a ctypes call releases the GIL) if the kernel knows
+    ``MADV_POPULATE_READ`` and ``..._WRITE``, else None."""
+    if sys.platform != "linux":
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        madvise = libc.madvise
+    except (OSError, AttributeError):
+        return None
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    probe = mmap.mmap(-1, mmap.PAGESIZE)
+    try:
+        supported = all(_populate(madvise, probe, 0, mmap.PAGESIZE, advice) == 0
+                        for advice in (_MADV_POPULATE_READ, _MADV_POPULATE_WRITE))
+    finally:
+        probe.close()
+    return madvise if supported else None
+
+
+def _populate(madvise, mm: mmap.mmap, lo: int, hi: int, advice: int) -> int:
+    """``madvise(advice)`` on ``mm[lo:hi]``: 0 or the errno."""
+    pages = (ctypes.c_char * (hi - lo)).from_buffer(mm, lo)
+    try:
+        return 0 if madvise(ctypes.addressof(pages), hi - lo, advice) == 0 else ctypes.get_errno()
+    finally:
+        del pages  # the mapping may be closed again once no view of it remains
+
+
+_madvise = _load_madvise()
+#: Whether this system can warm pages (Linux 5.14 or later).
+SUPPORTED = _madvise is not None
+
+
+class WarmSegment(Protocol):
+    """What the warmer needs of a segment (``segments.Segment``)."""
+
+    mm: mmap.mmap
+    size: int
+
+
+class Warmer:
+    """Keeps one segment queue's pages warm ahead of its writer.
+
+    The writer calls ``wrote(seg, end)`` after writing ``seg`` up to
+    ``end``; a thread then warms ``seg`` up to ``end + WARM_AHEAD`` and
+    exits once there (no thread lingers while the log is idle). Call
+    ``synced`` after each sync of the queue and ``stop`` before unmapping
+    any segment.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._segment: WarmSegment | None = None
+        #: Warm ``_segment`` from ``_start`` up to ``_target``.
+        self._start = 0
+        self._target = 0
+        self._stopping = False
+        self._syncs = 0
+        self._syncs_seen = 0
+        self._writable = True
+
+    def synced(self) -> None:
+        """The queue was synced: the next pages asked for are warmed readable (see above)."""
+        self._syncs += 1
+
+    def wrote(self, seg: WarmSegment, end: int) -> None:
+        """``seg`` is written up to ``end``: warm ahead of it if not already asked."""
+        if seg is self._segment and end + WARM_AHEAD // 2 <= self._target:
+            return
+        with self._lock:
+            target = min(seg.size, end + WARM_AHEAD)
+            if self._stopping or (seg is self._segment and target <= self._target):
+                return
+            # Writable only if no sync came since the writer last asked for more.
+            self._writable = self._syncs == self._syncs_seen
+            self._syncs_seen = self._syncs
+            if seg is not self._segment:
+                self._segment, self._start = seg, end
+            elif self._start < end:
+                # The writer caught up: it faults its next pages itself and
+                # warming goes on a chunk further, so neither waits on the other.
+                self._start = end + WARM_CHUNK
+            self._target = target
+            if self._thread is None and self._start < self._target:
+                self._thread = threading.Thread(target=self._run, name="triomq-warm-segment",
+                                                daemon=True)
+                self._thread.start()
+
+    def finish(self) -> None:
+        """Wait until the pages asked for so far are warm."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def stop(self) -> None:
+        """Stop warming and wait for the thread to let go of its segment.
+
+        Later writes start warming again.
+        """
+        with self._lock:
+            self._stopping = True
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+        with self._lock:
+            self._stopping = False
+            self._segment = None
+            self._target = 0
+
+    def _next(self) -> tuple[WarmSegment, int, int, int] | None:
+        with self._lock:
+            seg = self._segment
+            if self._stopping or seg is None or self._start >= self._target:
+                self._thread = None
+                return None
+            lo = self._start - self._start % mmap.PAGESIZE
+            hi = min(self._target, lo + WARM_CHUNK)
+            self._start = hi
+            return seg, lo, hi, _MADV_POPULATE_WRITE if self._writable else _MADV_POPULATE_READ
+
+    def _run(self) -> None:
+        while (job := self._next()) is not None:
+            seg, lo, hi, advice = job
+            # A failure (EFAULT, ENOMEM under memory pressure) only means these
+            # pages fault on the writer's side, as without warming.
+            _populate(_madvise, seg.mm, lo, hi, advice)

@@ -1,0 +1,82 @@
+"""Lazily durable segment creation (``SegmentQueue(sync_creation_lazily=True)``).
+
+A new segment's file is sized and named at once, but made durable (file
+and directory synced) by the next ``sync_range``, before the data: never
+later than the bytes it holds, and never on the writer's path.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from pathlib import Path
+
+import pytest
+
+from framework.testing.store_suite import make_record
+from plugins.store_mmap import segments
+from plugins.store_mmap.commitlog import MmapCommitLog
+from plugins.store_mmap.segments import SegmentQueue
+
+
+def count_syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the store's fsync and fdatasync calls, in order, by kind."""
+    calls: list[str] = []
+    proxy = types.SimpleNamespace(**{name: getattr(os, name) for name in dir(os)
+                                     if not name.startswith("__")})
+
+    def fsync(fd: int) -> None:
+        calls.append("fsync")
+        os.fsync(fd)
+
+    def fdatasync(fd: int) -> None:
+        calls.append("fdatasync")
+        os.fdatasync(fd)
+
+    proxy.fsync, proxy.fdatasync = fsync, fdatasync
+    monkeypatch.setattr(segments, "os", proxy)
+    monkeypatch.setattr(segments, "fsync_directory", lambda d: calls.append("directory"))
+    return calls
+
+
+@pytest.mark.parametrize("lazily", [False, True])
+def test_creation_is_made_durable_by_the_next_sync(tmp_path: Path, lazily: bool,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = count_syncs(monkeypatch)
+    queue = SegmentQueue(str(tmp_path), 4096, sync_creation_lazily=lazily)
+    queue.write(0, b"a" * 6000)  # two segments
+    assert calls == ([] if lazily else ["fsync", "directory"] * 2)
+    calls.clear()
+    queue.sync_range(0, 6000)
+    # Lazily: both files and the directory, before the data of either.
+    assert calls == (["fsync", "fsync", "directory", "fdatasync", "fdatasync"] if lazily
+                     else ["fdatasync", "fdatasync"])
+    calls.clear()
+    queue.write(6000, b"b" * 100)
+    queue.sync_range(6000, 6100)
+    assert calls == ["fdatasync"]
+    queue.close()
+    assert sorted(os.listdir(tmp_path)) == [segments.segment_name(0), segments.segment_name(4096)]
+    assert all(os.path.getsize(tmp_path / name) == 4096 for name in os.listdir(tmp_path))
+
+
+def test_a_segment_removed_before_the_sync_is_not_synced(tmp_path: Path) -> None:
+    queue = SegmentQueue(str(tmp_path), 4096, sync_creation_lazily=True)
+    queue.write(0, b"a" * 6000)
+    queue.delete_from(4096)
+    queue.sync_range(0, 4096)  # would fail on the removed segment's closed file
+    queue.close()
+    assert os.listdir(tmp_path) == [segments.segment_name(0)]
+
+
+def test_commit_log_flush_makes_new_files_durable_first(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    log = MmapCommitLog(str(tmp_path), segment_size=1 << 20, cq_entries_per_file=8)
+    calls = count_syncs(monkeypatch)
+    log.append_batch([make_record(i, queue_id=0, body_size=100) for i in range(20)])
+    assert calls == []  # one commit-log segment and three queue files, none synced yet
+    log.flush()
+    assert calls[:2] == ["fsync", "directory"]  # the commit log's file, then its data
+    assert calls.count("directory") == 2 and calls.count("fsync") == 4
+    log.close()

@@ -1,0 +1,153 @@
+"""Warming a commit log's pages ahead of its writes (``plugins.store_mmap.prefault``).
+
+Warming must never change a byte, must let go of a segment before it is
+unmapped (close, truncation, retention), and must leave the log exactly as
+a log written without it. ``append_raw`` writes before it checks: bytes it
+refuses are zeroed again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+from pathlib import Path
+
+import pytest
+
+from framework.store import StoreCorruption
+from framework.testing.store_suite import make_record
+from plugins.store_mmap import prefault
+from plugins.store_mmap.commitlog import MmapCommitLog
+from plugins.store_mmap.segments import SegmentQueue
+
+pytestmark = pytest.mark.skipif(not prefault.SUPPORTED,
+                                reason="no MADV_POPULATE_READ on this system")
+
+SEGMENT = 8 << 20
+
+
+def mapped_pages(mm: mmap.mmap, lo: int, hi: int) -> int:
+    """How many pages of ``mm[lo:hi]`` this process has mapped (``/proc/self/pagemap``).
+
+    Unlike page-cache residency (which readahead changes too), only a fault
+    or a populate maps a page of a mapping written to.
+    """
+    region = (ctypes.c_char * (hi - lo)).from_buffer(mm, lo)
+    try:
+        first = ctypes.addressof(region) // mmap.PAGESIZE
+    finally:
+        del region
+    pages = (hi - lo) // mmap.PAGESIZE
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(first * 8)
+        entries = f.read(pages * 8)
+    return sum(entries[i * 8 + 7] >> 7 for i in range(pages))
+
+
+def test_pages_ahead_of_the_writes_are_warmed_and_stay_zero(tmp_path: Path) -> None:
+    queue = SegmentQueue(str(tmp_path), SEGMENT, warm=True)
+    data = os.urandom(100_000)
+    queue.write(0, data)
+    seg = queue.segments[0]
+    assert queue._warmer is not None
+    queue._warmer.finish()
+    # Written pages are mapped by the writer's own faults; the rest only by
+    # warming (a write fault maps no page around it). Reclaim may take a few.
+    ahead = (SEGMENT - (1 << 20)) // mmap.PAGESIZE
+    assert mapped_pages(seg.mm, 1 << 20, SEGMENT) > ahead * 0.9
+    assert queue.read(0, len(data)) == data
+    assert queue.read(len(data), SEGMENT - len(data)) == bytes(SEGMENT - len(data))
+    queue.close()
+    with open(seg.path, "rb") as f:
+        on_disk = f.read()
+    assert len(on_disk) == SEGMENT
+    assert on_disk[:len(data)] == data and not any(on_disk[len(data):])
+
+
+def dirty_bytes(mm: mmap.mmap) -> int:
+    """Bytes of ``mm`` dirty in memory (``/proc/self/smaps``)."""
+    region = ctypes.c_char.from_buffer(mm)
+    try:
+        address = ctypes.addressof(region)
+    finally:
+        del region
+    dirty, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head in ("Shared_Dirty:", "Private_Dirty:"):
+                dirty += int(line.split()[1]) * 1024
+    return dirty
+
+
+def test_pages_are_warmed_writable_only_while_the_writer_runs_ahead_of_syncs(
+        tmp_path: Path) -> None:
+    queue = SegmentQueue(str(tmp_path), SEGMENT, warm=True)
+    assert queue._warmer is not None
+    queue.write(0, b"x" * 4096)
+    queue._warmer.finish()
+    first = queue.segments[0].mm
+    assert dirty_bytes(first) > SEGMENT * 0.9  # no sync yet: warmed writable
+    queue.sync_range(0, 4096)
+    queue.write(SEGMENT - 4096, b"y" * 8192)  # on into the next segment
+    queue._warmer.finish()
+    assert dirty_bytes(queue.segments[1].mm) < SEGMENT * 0.1  # synced since: readable
+    assert mapped_pages(queue.segments[1].mm, 1 << 20, SEGMENT) > \
+        (SEGMENT - (1 << 20)) // mmap.PAGESIZE * 0.9
+    queue.close()
+
+
+def test_a_cold_queue_warms_nothing(tmp_path: Path) -> None:
+    queue = SegmentQueue(str(tmp_path), SEGMENT)
+    queue.write(0, b"x" * 5000)
+    assert queue._warmer is None
+    assert mapped_pages(queue.segments[0].mm, 1 << 20, SEGMENT) < 64
+    queue.close()
+
+
+def test_unmapping_waits_for_the_warmer(tmp_path: Path) -> None:
+    # Every call below unmaps segments right after a write started warming:
+    # an unmapped view would raise (BufferError) or crash the process.
+    records = [make_record(i, body_size=6000) for i in range(200)]
+    for round_ in range(12):
+        log = MmapCommitLog(str(tmp_path / f"log{round_}"), segment_size=1 << 20)
+        results = log.append_batch(records)
+        assert log.max_offset > 1 << 20  # a second segment, being warmed
+        if round_ % 3 == 0:
+            log.truncate(results[1].physical_offset)
+        elif round_ % 3 == 1:
+            log.retain(now_ms=2**62, max_bytes=1)
+        log.close()
+
+
+def test_a_warmed_log_reads_back_like_any_other(tmp_path: Path) -> None:
+    records = [make_record(i, queue_id=i % 4, body_size=700) for i in range(14_000)]
+    with MmapCommitLog(str(tmp_path / "a"), segment_size=SEGMENT) as log:
+        log.append_batch(records)
+        end = log.max_offset
+    with MmapCommitLog(str(tmp_path / "a"), segment_size=SEGMENT, full_recovery=True) as log:
+        assert log.max_offset == end
+        assert [r.body for r in log.iter_records()] == [r.body for r in records]
+        assert log.queue_max_offset("t", 3) == 3500
+
+
+def test_refused_replicated_bytes_are_zeroed_again(tmp_path: Path) -> None:
+    with MmapCommitLog(str(tmp_path / "master"), segment_size=SEGMENT) as master:
+        master.append_batch([make_record(i, body_size=200) for i in range(50)])
+        data = master.read(0, master.max_offset)
+    bad = bytearray(data[1000:])
+    bad[len(bad) // 2] ^= 0xFF  # a body byte: the CRC check fails
+    root = tmp_path / "slave"
+    with MmapCommitLog(str(root), segment_size=SEGMENT) as slave:
+        slave.append_raw(0, data[:1000])
+        with pytest.raises(StoreCorruption):
+            slave.append_raw(1000, bytes(bad))
+        assert slave.max_offset == 1000
+        segment = slave._log.segments[0].path
+    with open(segment, "rb") as f:
+        on_disk = f.read()
+    assert on_disk[:1000] == data[:1000] and not any(on_disk[1000:])
