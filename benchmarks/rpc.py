@@ -10,7 +10,9 @@ over a plain ``trio.SocketStream`` and reads the echo: it is the limit for
 what any protocol on trio sockets can reach. The kinds are measured in
 turns, ``--rounds`` times each, and the best round of each kind is shown,
 which keeps noise from other processes out of the comparison. The
-``pipelined`` line has 32 tasks calling concurrently over one connection.
+``pipelined`` line has 32 tasks calling concurrently over one connection;
+the ``inline handler`` line registers the handler with ``inline=True``
+(every other line uses the default registration).
 Round trips per CPU-second are shown too: on a shared machine they move
 less with other processes' load than the wall-clock rate does.
 """

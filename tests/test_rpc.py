@@ -8,19 +8,26 @@ in-process network's fault injection or look inside the RPC layer.
 from __future__ import annotations
 
 import errno
+import json
 import logging
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
+from framework.protocol import remoting
 from framework.protocol.remoting import (
     FLAG_RESPONSE,
     REQUEST_CODE_NOT_SUPPORTED,
     SUCCESS,
     SYSTEM_ERROR,
+    FrameDecoder,
+    FrameError,
     RemotingCommand,
 )
 from framework.rpc import (
@@ -385,3 +392,107 @@ async def test_oneway_only_connections_that_lived_reset_the_backoff(
                 nursery.cancel_scope.cancel()
             await trio.sleep(0.1)
     assert received == [b"0", b"1", b"2", b"3", b"4"]
+
+
+# -- callers and workers --------------------------------------------------------
+
+
+async def test_closing_the_connection_fails_the_calls_waiting(
+        network: InprocNetwork, autojump_clock: trio.testing.MockClock) -> None:
+    async with cluster(network) as (_, client), trio.open_nursery() as nursery:
+        connection = await client.connection(SERVER)
+
+        async def wait_forever() -> None:
+            with pytest.raises(RpcConnectionError, match="closed locally"):
+                await connection.invoke(SLEEP, timeout=600)
+
+        for _ in range(3):
+            nursery.start_soon(wait_forever)
+        await trio.testing.wait_all_tasks_blocked()
+        await connection.aclose()
+
+
+async def test_workers_are_reused_and_few_stay_idle(network: InprocNetwork) -> None:
+    release = trio.Event()
+
+    async def pause(request: RemotingCommand, peer: RpcConnection) -> None:
+        await release.wait()
+
+    server = RpcServer({ECHO: echo, SLEEP: pause})
+    async with cluster(network, server) as (_, client):
+        # One call at a time: the same two tasks take turns reading and handling.
+        for _ in range(50):
+            await client.invoke(SERVER, ECHO)
+        (connection,) = server.connections
+        assert len(connection._idle) <= 1
+        async with trio.open_nursery() as nursery:
+            for _ in range(20):
+                nursery.start_soon(client.invoke, SERVER, SLEEP)
+            await trio.testing.wait_all_tasks_blocked()
+            assert connection._handling == 20
+            release.set()
+        # After the burst, a few workers wait for work; the rest ended.
+        assert connection._handling == 0
+        assert 1 <= len(connection._idle) <= 8
+        assert (await client.invoke(SERVER, ECHO)).code == SUCCESS
+
+
+# -- decoding: the fast path for our own headers agrees with the JSON parser ---
+
+_numbers = st.one_of(st.integers(-(2**31), 2**31 - 1), st.integers(-(10**12), 10**12))
+
+
+@st.composite
+def _own_style_headers(draw: st.DrawFn) -> bytes:
+    """Headers as this project writes them, some bent a little."""
+    def number() -> bytes:
+        text = str(draw(_numbers)).encode()
+        return draw(st.sampled_from([text, b"0" + text, text + b".0", b" " + text]))
+    language = draw(st.sampled_from([b"PYTHON", b"JAVA", b"GO_2", b"", b"P\\u0041", b"x" * 40]))
+    header = (b'{"code":' + number() + b',"language":"' + language + b'","version":' + number()
+              + b',"opaque":' + number() + b',"flag":' + number())
+    ext = draw(st.one_of(
+        st.none(),
+        st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=3).map(
+            lambda fields: json.dumps(fields, separators=(",", ":")).encode()),
+        st.sampled_from([b'{"a":1}', b'{"a":"b"},"code":"x"', b'{"a":"b"}}', b"{", b'{"\xff":"a"}',
+                         b'{"a":"b"},"extFields":{"c":"d"}', b"[]"])))
+    if ext is not None:
+        header += b',"extFields":' + ext
+    return header + draw(st.sampled_from([b"}", b"}}", b" }", b"", b',"remark":"r"}']))
+
+
+def _decode(header: bytes) -> RemotingCommand | str:
+    decoder = FrameDecoder()
+    decoder.feed(struct.pack(">iI", 4 + len(header), len(header)) + header)
+    try:
+        command = decoder.next_command()
+    except FrameError as exc:
+        return str(exc).split(": ", 1)[1].split(":")[0]
+    assert command is not None
+    return command
+
+
+@given(_own_style_headers())
+def test_fuzz_fast_header_path_matches_the_parser(header: bytes) -> None:
+    # A space after the opening brace is still the same JSON, but not our own format.
+    assert _decode(header) == _decode(b"{ " + header[1:])
+
+
+@pytest.mark.skipif(not remoting.SPEEDUPS, reason="built without the C fast paths")
+@given(_own_style_headers())
+def test_fuzz_c_header_parser_matches_python(header: bytes) -> None:
+    assert remoting.parse_own_header(header) == remoting._parse_own_header(header)
+    assert remoting.parse_own_header(bytearray(header)) == remoting._parse_own_header(header)
+
+
+@pytest.mark.skipif(not remoting.SPEEDUPS, reason="built without the C fast paths")
+@given(st.one_of(_numbers, st.integers(), st.booleans(), st.text(max_size=3)),
+       st.one_of(st.sampled_from(["PYTHON", "JAVA", "GO_2", "", "é", "a b", "x" * 33]),
+                 st.text(max_size=6)),
+       _numbers, _numbers, _numbers)
+def test_fuzz_c_header_writer_matches_python(code: object, language: str, version: int,
+                                             opaque: int, flag: int) -> None:
+    assert remoting.own_header_json(code, language, version, opaque, flag) \
+        == remoting._own_header_json(code, language, version, opaque, flag)  # type: ignore[arg-type]
+

@@ -20,6 +20,8 @@ the frame.
 from __future__ import annotations
 
 import json
+import os
+import re
 import struct
 from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn
@@ -27,6 +29,17 @@ from typing import Any, NoReturn
 import attrs
 
 from framework.errors import TriomqError
+
+try:
+    from framework.protocol import _remoting_speedups as _speedups
+except ImportError:  # built without a C compiler: the pure-Python versions below
+    _speedups = None  # type: ignore[assignment]
+if os.environ.get("TRIOMQ_NO_SPEEDUPS"):
+    _speedups = None  # type: ignore[assignment]
+
+#: Whether the header fast paths run the optional C versions
+#: (``framework/protocol/_remoting_speedups.c``); set ``TRIOMQ_NO_SPEEDUPS=1`` to disable.
+SPEEDUPS = _speedups is not None
 
 #: Response codes (RocketMQ's ``RemotingSysResponseCode``).
 SUCCESS = 0
@@ -55,6 +68,51 @@ _PREFIX = struct.Struct(">iI")
 _PREFIX_SIZE = _PREFIX.size
 # Compact the receive buffer once this many consumed bytes sit in front of it.
 _COMPACT_AT = 64 * 1024
+# The headers this module writes (keys in its order, no whitespace, no remark), read
+# without the JSON parser: numbers as JSON writes them, at most 9 digits so they
+# fit 32 bits; a plain language name; the extFields object, if any, to json.loads.
+# Any other header, valid or not, goes through the parser.
+_INT = rb"(-?(?:0|[1-9][0-9]{0,8}))"
+_OWN_HEADER = re.compile(
+    rb'\{"code":' + _INT + rb',"language":"([A-Za-z0-9_]{1,32})","version":' + _INT
+    + rb',"opaque":' + _INT + rb',"flag":' + _INT + rb'(?:,"extFields":(\{.*\}))?\}',
+    re.DOTALL)
+_LANGUAGES = {b"PYTHON": "PYTHON", b"JAVA": "JAVA"}
+
+OwnHeader = tuple[int, str, int, int, int, bytes | None]
+
+
+def _parse_own_header(header: bytes | bytearray) -> OwnHeader | None:
+    """``(code, language, version, opaque, flag, ext)`` of a header in the layout
+    this module writes, ``ext`` being the extFields JSON text or None; None for
+    any other header (the JSON parser reads those)."""
+    own = _OWN_HEADER.fullmatch(header)
+    if own is None:
+        return None
+    code, language, version, opaque, flag, ext = own.groups()
+    return (int(code), _LANGUAGES.get(language) or language.decode("ascii"), int(version),
+            int(opaque), int(flag), ext)
+
+
+def _own_header_json(code: int, language: str, version: int, opaque: int, flag: int
+                     ) -> bytes | None:
+    """The header for these fields with no remark and no extFields, or None unless
+    they are 32-bit ints and a plain ``language`` name (the general encoder writes
+    those)."""
+    if not (type(code) is int and type(version) is int and type(opaque) is int
+            and type(flag) is int and type(language) is str
+            and _INT32_MIN <= code <= _INT32_MAX and _INT32_MIN <= version <= _INT32_MAX
+            and _INT32_MIN <= opaque <= _INT32_MAX and _INT32_MIN <= flag <= _INT32_MAX
+            and _PLAIN_NAME.fullmatch(language)):
+        return None
+    return (f'{{"code":{code:d},"language":"{language}","version":{version:d},'
+            f'"opaque":{opaque:d},"flag":{flag:d}}}').encode("ascii")
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_]{1,32}", re.ASCII)
+#: The C versions if built, else the two above; both give the same results.
+parse_own_header = _speedups.parse_header if _speedups is not None else _parse_own_header
+own_header_json = _speedups.header_json if _speedups is not None else _own_header_json
 
 
 class FrameError(TriomqError, ValueError):
@@ -115,12 +173,15 @@ def _json_string(text: str) -> str:
 _LANGUAGE_JSON = {LANGUAGE: _json_string(LANGUAGE), "JAVA": _json_string("JAVA")}
 
 
-def _header_json(command: RemotingCommand) -> bytes:
+def _header_json(command: RemotingCommand, opaque: int, flag: int) -> bytes:
+    if command.remark is None and not command.ext_fields:
+        header = own_header_json(command.code, command.language, command.version, opaque, flag)
+        if header is not None:
+            return header
     # Formatted by hand: json.dumps of the whole header costs twice as much.
     language = _LANGUAGE_JSON.get(command.language) or _json_string(command.language)
     header = (f'{{"code":{command.code:d},"language":{language},'
-              f'"version":{command.version:d},"opaque":{command.opaque:d},'
-              f'"flag":{command.flag:d}')
+              f'"version":{command.version:d},"opaque":{opaque:d},"flag":{flag:d}')
     if command.remark is not None:
         header += f',"remark":{_json_string(command.remark)}'
     if command.ext_fields:
@@ -130,13 +191,17 @@ def _header_json(command: RemotingCommand) -> bytes:
     return (header + "}").encode("ascii")
 
 
-def encode_into(buffer: bytearray, command: RemotingCommand) -> None:
+def encode_into(buffer: bytearray, command: RemotingCommand, *, opaque: int | None = None,
+                flag: int | None = None) -> None:
     """Append the frame for ``command`` to ``buffer`` (lets a writer batch frames).
 
+    ``opaque`` and ``flag``, if given, are written instead of the command's
+    (an answer takes its request's opaque without a new command being built).
     Raises ``TypeError`` or ``ValueError`` for a command that cannot be
     encoded, before appending anything.
     """
-    header = _header_json(command)
+    header = _header_json(command, command.opaque if opaque is None else opaque,
+                          command.flag if flag is None else flag)
     body = command.body
     if not isinstance(body, bytes | bytearray | memoryview):
         raise TypeError(f"body must be bytes, got {type(body).__name__}")
@@ -150,6 +215,17 @@ def encode(command: RemotingCommand) -> bytes:
     buffer = bytearray()
     encode_into(buffer, command)
     return bytes(buffer)
+
+
+def _string_map(text: bytes) -> dict[str, str] | None:
+    """``text`` as a JSON object of strings, or None if it is not one."""
+    try:
+        value = json.loads(text.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    if type(value) is dict and all(type(item) is str for item in value.values()):
+        return value
+    return None
 
 
 class FrameDecoder:
@@ -210,11 +286,11 @@ class FrameDecoder:
             self._check_length(_LENGTH.unpack_from(buffer, pos)[0])
             return None
         length, header_word = _PREFIX.unpack_from(buffer, pos)
-        self._check_length(length)
-        serialize_type = header_word >> 24
+        if not 4 <= length <= self.max_frame_size:
+            self._check_length(length)
         header_length = header_word & _HEADER_LENGTH_MASK
-        if serialize_type != SERIALIZE_JSON:
-            self._fail(f"unsupported serialize type {serialize_type} (only 0, JSON)")
+        if header_word >> 24 != SERIALIZE_JSON:
+            self._fail(f"unsupported serialize type {header_word >> 24} (only 0, JSON)")
         if header_length > length - 4:
             self._fail(f"header length {header_length} exceeds frame length {length}")
         end = pos + 4 + length
@@ -241,6 +317,13 @@ class FrameDecoder:
         raise self._error
 
     def _command(self, header: bytes, body: bytes) -> RemotingCommand:
+        own = parse_own_header(header)
+        if own is not None:
+            code, language, version, opaque, flag, ext = own
+            ext_fields = {} if ext is None else _string_map(ext)
+            if ext_fields is not None:
+                return RemotingCommand(code, opaque, flag, None, ext_fields, body, language,
+                                       version)
         try:
             fields = json.loads(header.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:

@@ -6,7 +6,8 @@ The pieces (one module each):
   it answers requests with the handlers it was given (by request code) and
   correlates its own requests with their responses by ``opaque``. Any
   number of calls may be in flight on one connection; a caller waits for its
-  response without a task or cancel scope of its own.
+  response without a task or cancel scope of its own. Requests run in the
+  connection's worker tasks, which take turns reading.
 - ``RpcServer`` (``server``) accepts connections from a ``Listener`` and
   serves each in its own task.
 - ``RpcClient`` (``client``, built by ``open_rpc_client``) keeps one
@@ -17,6 +18,8 @@ The pieces (one module each):
       async with open_rpc_client(node.connect) as rpc:
           response = await rpc.invoke("tcp://10.0.0.2:9878", 1004,
                                       {"brokerName": "broker-a"}, timeout=3.0)
+
+- The errors calls raise (``errors``) and naming a stream's far end (``peer``).
 
 A handler is ``async def handler(request, peer) -> RemotingCommand | None``
 where ``peer`` is the ``RpcConnection`` the request came in on (a handler may
@@ -35,16 +38,9 @@ reason logged (logger ``triomq.rpc``); nothing else is affected.
 """
 
 from framework.rpc.client import Backoff, Connect, RpcClient, open_rpc_client
-from framework.rpc.connection import (
-    DEFAULT_TIMEOUT,
-    ConnectionLimits,
-    Handler,
-    RpcConnection,
-    RpcConnectionError,
-    RpcError,
-    RpcTimeout,
-    describe_peer,
-)
+from framework.rpc.connection import DEFAULT_TIMEOUT, ConnectionLimits, Handler, RpcConnection
+from framework.rpc.errors import RpcConnectionError, RpcError, RpcTimeout
+from framework.rpc.peer import describe_peer
 from framework.rpc.server import RpcServer
 
 __all__ = [

@@ -10,14 +10,8 @@ import attrs
 import trio
 
 from framework.protocol.remoting import RemotingCommand
-from framework.rpc.connection import (
-    DEFAULT_TIMEOUT,
-    ConnectionLimits,
-    Handler,
-    RpcConnection,
-    RpcConnectionError,
-    RpcTimeout,
-)
+from framework.rpc.connection import DEFAULT_TIMEOUT, ConnectionLimits, Handler, RpcConnection
+from framework.rpc.errors import RpcConnectionError, RpcTimeout
 
 Connect = Callable[[str], Awaitable[trio.abc.Stream]]
 
@@ -77,10 +71,12 @@ class RpcClient:
         ``timeout`` covers connecting too. Raises ``RpcTimeout`` or
         ``RpcConnectionError``.
         """
-        deadline = trio.current_time() + timeout
-        connection = await self._connection_by(address, deadline)
-        return await connection.invoke(code, ext_fields, body,
-                                       timeout=deadline - trio.current_time())
+        connection = self._connections.get(address)
+        if connection is None or connection.closed:
+            deadline = trio.current_time() + timeout
+            connection = await self._connection_by(address, deadline)
+            timeout = deadline - trio.current_time()
+        return await connection.invoke(code, ext_fields, body, timeout=timeout)
 
     async def invoke_oneway(self, address: str, code: int,
                             ext_fields: Mapping[str, str] | None = None, body: bytes = b"", *,

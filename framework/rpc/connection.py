@@ -7,12 +7,10 @@ import heapq
 import logging
 import math
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any
 
 import attrs
 import trio
 
-from framework.errors import TriomqError
 from framework.protocol.remoting import (
     DEFAULT_MAX_FRAME_SIZE,
     FLAG_ONEWAY,
@@ -26,6 +24,8 @@ from framework.protocol.remoting import (
     RemotingCommand,
     encode_into,
 )
+from framework.rpc.errors import RpcConnectionError, RpcError, RpcTimeout
+from framework.rpc.peer import describe_error, describe_peer
 
 log = logging.getLogger("triomq.rpc")
 
@@ -37,20 +37,10 @@ _CLOSE_TIMEOUT = 1.0
 _CLOSED_LOCALLY = "closed locally"
 _TASK_ENDED = "connection task ended"
 _LOCAL_CLOSE = frozenset({_CLOSED_LOCALLY, _TASK_ENDED})
+# Workers kept waiting for work once a burst of requests is over; the rest end.
+_IDLE_WORKERS = 8
 
 Handler = Callable[[RemotingCommand, "RpcConnection"], Awaitable[RemotingCommand | None]]
-
-
-class RpcError(TriomqError):
-    """A call did not get a response."""
-
-
-class RpcTimeout(RpcError):
-    """No response within the call's timeout."""
-
-
-class RpcConnectionError(RpcError):
-    """The connection could not be opened, or was lost before the response came."""
 
 
 @attrs.frozen
@@ -68,51 +58,33 @@ class ConnectionLimits:
     send_buffer: int = 1024 * 1024
 
 
-def describe_peer(stream: trio.abc.Stream) -> str:
-    """A name for the far end of ``stream``, for logs and handlers.
-
-    A transport may give its streams a ``remote_address`` string; otherwise
-    the socket's peer address is used, looking through wrappers such as
-    ``trio.SSLStream`` (``transport_stream``).
-    """
-    current: Any = stream
-    while current is not None:
-        address = getattr(current, "remote_address", None)
-        if isinstance(address, str):
-            return address
-        sock = getattr(current, "socket", None)
-        if sock is not None:
-            try:
-                name = sock.getpeername()
-            except OSError:
-                break
-            return f"{name[0]}:{name[1]}" if isinstance(name, tuple) else str(name)
-        current = getattr(current, "transport_stream", None)
-    return "unknown peer"
-
-
-def _describe(exc: BaseException) -> str:
-    # trio wraps the OS or TLS error that broke a stream; that one says why.
-    cause = exc.__cause__
-    return f"{exc!r} caused by {cause!r}" if cause is not None else repr(exc)
-
-
 def _system_error(remark: str) -> RemotingCommand:
     return RemotingCommand.response(SYSTEM_ERROR, remark=remark)
 
 
 class _Call:
-    __slots__ = ("deadline", "event", "response", "timed_out")
+    """A call waiting for its response."""
 
-    def __init__(self, deadline: float) -> None:
+    __slots__ = ("deadline", "opaque", "parked", "response", "task", "timed_out")
+
+    def __init__(self, opaque: int, deadline: float) -> None:
+        self.opaque = opaque
         self.deadline = deadline
-        self.event = trio.Event()
         self.response: RemotingCommand | None = None
         self.timed_out = False
+        # The caller's task while it is parked (waiting to be rescheduled).
+        self.task: trio.lowlevel.Task | None = None
+        self.parked = False
 
 
 class RpcConnection:
     """RPC over one stream. Run ``run`` in a nursery; it owns (and closes) the stream.
+
+    The connection's worker tasks take turns reading (leader/follower): a
+    worker that reads a request wakes another to read on and runs the
+    handler itself, so a request needs no task of its own and a slow
+    handler blocks nobody. Idle workers wait for their turn; a burst of
+    requests starts more. A caller parks until its response is read.
 
     Timeouts cost no cancel scope per call: one timer task per connection
     wakes at the earliest deadline and fails the calls that reached theirs.
@@ -137,15 +109,23 @@ class RpcConnection:
         self._calls: dict[int, _Call] = {}
         self._next_opaque = 0
         self._out = bytearray()
-        self._writes = 0  # counts flushes; the one in progress has key -_writes
         self._writing = False
+        # The deadline of the write in progress (inf when none).
+        self._write_deadline = math.inf
         self._space_lot = trio.lowlevel.ParkingLot()
-        # (deadline, key): key >= 0 is a call's opaque, key < 0 a flush.
+        # (deadline, opaque) of the calls in flight; the timer wakes at the first of
+        # these or at _write_deadline.
         self._deadlines: list[tuple[float, int]] = []
         self._timer: trio.CancelScope | None = None
+        self._timer_at = -math.inf  # the timer's deadline (no timer yet: never lowered)
         self._handling = 0
         self._nursery: trio.Nursery | None = None
         self._finished = trio.Event()
+        # Whether a worker reads now; the others wait in _idle.
+        self._worker_reading = False
+        self._idle: list[trio.lowlevel.Task] = []
+        # Callers waiting for their response.
+        self._parked: dict[int, _Call] = {}
         #: Frames received so far.
         self.frames_received = 0
         #: When the stream was open (a handshake done), and when the connection closed.
@@ -182,8 +162,7 @@ class RpcConnection:
                     nursery.cancel_scope.cancel()
                 nursery.start_soon(self._timer_loop)
                 task_status.started()
-                await self._read_loop()
-                nursery.cancel_scope.cancel()
+                await self._work()
         finally:
             self._close(_TASK_ENDED, logging.DEBUG)
             # A graceful close (TLS close_notify) if it is quick, else a forceful one.
@@ -203,7 +182,7 @@ class RpcConnection:
             try:
                 await self.stream.send_all(b"")
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                self._close(f"opening the stream failed: {_describe(exc)}", logging.INFO)
+                self._close(f"opening the stream failed: {describe_error(exc)}", logging.INFO)
         if opening.cancelled_caught:
             self._close(f"opening the stream (a handshake) took over {self.limits.stall_timeout}"
                         " s", logging.WARNING)
@@ -225,14 +204,15 @@ class RpcConnection:
         """
         deadline = trio.current_time() + timeout
         opaque = self._opaque()
-        call = _Call(deadline)
+        call = _Call(opaque, deadline)
         self._calls[opaque] = call
         self._arm(deadline, opaque)
         try:
             await self._send(RemotingCommand(code, opaque, 0, None,
                                              ext_fields if ext_fields is not None else {}, body),
                              deadline)
-            await call.event.wait()
+            if call.response is None and not call.timed_out and self.close_reason is None:
+                await self._park(call)
         except RpcConnectionError:
             if not call.timed_out:
                 raise
@@ -256,7 +236,7 @@ class RpcConnection:
                                          ext_fields if ext_fields is not None else {}, body),
                          trio.current_time() + timeout)
 
-    # -- internals --------------------------------------------------------
+    # -- internals: state ---------------------------------------------------
 
     def _opaque(self) -> int:
         opaque = self._next_opaque
@@ -269,8 +249,8 @@ class RpcConnection:
         self.close_reason = reason
         self.closed_at = trio.current_time()
         log.log(level, "connection to %s closed: %s", self.peer, reason)
-        for call in self._calls.values():
-            call.event.set()
+        for call in list(self._parked.values()):
+            self._wake(call)
         self._space_lot.unpark_all()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
@@ -279,44 +259,48 @@ class RpcConnection:
         if self.close_reason is not None:
             raise RpcConnectionError(f"connection to {self.peer} closed: {self.close_reason}")
 
-    def _arm(self, deadline: float, key: int) -> None:
-        heapq.heappush(self._deadlines, (deadline, key))
-        if self._timer is not None and deadline < self._timer.deadline:
+    def _arm(self, deadline: float, opaque: int) -> None:
+        heapq.heappush(self._deadlines, (deadline, opaque))
+        self._wake_timer_by(deadline)
+
+    def _wake_timer_by(self, deadline: float) -> None:
+        if deadline < self._timer_at:
+            self._timer_at = deadline
+            assert self._timer is not None
             self._timer.deadline = deadline
 
     def _prune(self) -> None:
         # Calls mostly end in the order they started: drop ended ones from the front
         # so the timer does not wake for them.
         deadlines = self._deadlines
-        while deadlines:
-            key = deadlines[0][1]
-            if key in self._calls if key >= 0 else self._writing and key == -self._writes:
-                return
+        while deadlines and deadlines[0][1] not in self._calls:
             heapq.heappop(deadlines)
 
     async def _timer_loop(self) -> None:
         deadlines = self._deadlines
         while True:
-            with trio.CancelScope(deadline=deadlines[0][0] if deadlines else math.inf) as timer:
+            with trio.CancelScope(deadline=min(deadlines[0][0] if deadlines else math.inf,
+                                               self._write_deadline)) as timer:
                 self._timer = timer
+                self._timer_at = timer.deadline
                 await trio.sleep_forever()
             now = trio.current_time()
-            stalled_write = False
+            stalled_write = self._write_deadline <= now
             while deadlines and deadlines[0][0] <= now:
-                _, key = heapq.heappop(deadlines)
-                if key < 0:
-                    stalled_write = stalled_write or (self._writing and key == -self._writes)
-                    continue
-                call = self._calls.get(key)
-                if call is not None and call.deadline <= now and not call.event.is_set():
+                call = self._calls.get(heapq.heappop(deadlines)[1])
+                if (call is not None and call.deadline <= now and call.response is None
+                        and not call.timed_out):
                     call.timed_out = True
-                    call.event.set()
+                    self._wake(call)
             # After the calls: one whose own write stalled still reports a timeout.
             if stalled_write:
                 self._close("the peer read nothing we wrote until a write's deadline",
                             logging.WARNING)
 
-    async def _send(self, command: RemotingCommand, deadline: float) -> None:
+    # -- internals: writing -------------------------------------------------
+
+    async def _send(self, command: RemotingCommand, deadline: float, *,
+                    opaque: int | None = None, flag: int | None = None) -> None:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         if len(self._out) >= self.limits.send_buffer:
@@ -327,19 +311,20 @@ class RpcConnection:
             if len(self._out) >= self.limits.send_buffer:
                 raise RpcTimeout(f"request code {command.code} to {self.peer}: send buffer "
                                  "still full at the deadline")
-        encode_into(self._out, command)
+        encode_into(self._out, command, opaque=opaque, flag=flag)
         if self._writing:
             return
         self._writing = True
-        self._writes += 1
-        self._arm(deadline, -self._writes)
+        self._write_deadline = deadline
+        self._wake_timer_by(deadline)
         try:
             while self._out:
                 data, self._out = self._out, bytearray()
                 await self.stream.send_all(data)
-                self._space_lot.unpark_all()
+                if self._space_lot:
+                    self._space_lot.unpark_all()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._close(f"send failed: {_describe(exc)}", logging.INFO)
+            self._close(f"send failed: {describe_error(exc)}", logging.INFO)
             if trio.current_time() >= deadline:
                 raise RpcTimeout(f"request code {command.code} to {self.peer}: not written by "
                                  f"its deadline; connection closed: {self.close_reason}"
@@ -351,43 +336,28 @@ class RpcConnection:
             raise
         finally:
             self._writing = False
-            self._prune()
+            self._write_deadline = math.inf
 
-    async def _read_loop(self) -> None:
-        stream = self.stream
-        decoder = self._decoder
-        stall_timeout = self.limits.stall_timeout
-        try:
-            while True:
-                if decoder.buffered:
-                    data = None
-                    with trio.move_on_after(stall_timeout):
-                        data = await stream.receive_some(_RECEIVE_SIZE)
-                    if data is None:
-                        self._close(f"peer stalled for {stall_timeout} s inside a frame "
-                                    f"({decoder.buffered} bytes of it received)",
-                                    logging.WARNING)
-                        return
-                else:
-                    data = await stream.receive_some(_RECEIVE_SIZE)
-                if not data:
-                    decoder.feed_eof()
-                    self._close("peer closed the connection", logging.DEBUG)
-                    return
-                decoder.feed(data)
-                for command in decoder:
-                    self.frames_received += 1
-                    if command.flag & FLAG_RESPONSE:
-                        self._complete(command)
-                    else:
-                        await self._dispatch(command)
-        except FrameError as exc:
-            self._close(str(exc), logging.WARNING)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._close(f"receive failed: {_describe(exc)}", logging.INFO)
-        except RpcError as exc:
-            # Writing an answer failed: the peer is gone, or reads nothing.
-            self._close(str(exc), logging.WARNING)
+    # -- internals: callers ---------------------------------------------------
+
+    async def _park(self, call: _Call) -> None:
+        """Wait until the response comes or the call ends."""
+        call.task = trio.lowlevel.current_task()
+        call.parked = True
+        self._parked[call.opaque] = call
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            call.parked = False
+            del self._parked[call.opaque]
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def _wake(self, call: _Call) -> None:
+        if call.parked:
+            call.parked = False
+            del self._parked[call.opaque]
+            trio.lowlevel.reschedule(call.task)
 
     def _complete(self, response: RemotingCommand) -> None:
         call = self._calls.get(response.opaque)
@@ -396,25 +366,106 @@ class RpcConnection:
                       self.peer, response.opaque)
             return
         call.response = response
-        call.event.set()
+        self._wake(call)
 
-    async def _dispatch(self, request: RemotingCommand) -> None:
-        handler = self._handlers.get(request.code)
-        if handler is None:
+    # -- internals: workers -------------------------------------------------
+
+    async def _work(self) -> None:
+        """A worker: reads in its turn, then runs the handler of the request it read."""
+        while self.close_reason is None:
+            if self._worker_reading:
+                if len(self._idle) >= _IDLE_WORKERS:
+                    return
+                await self._idle_wait()
+                continue
+            self._worker_reading = True
+            try:
+                request = await self._read()
+            finally:
+                self._worker_reading = False
+            if request is not None:
+                await self._handle(*request)
+
+    def _wake_worker(self) -> None:
+        if self._idle:
+            trio.lowlevel.reschedule(self._idle.pop())
+        elif self.close_reason is None and self._nursery is not None:
+            self._nursery.start_soon(self._work)
+
+    async def _idle_wait(self) -> None:
+        task = trio.lowlevel.current_task()
+        self._idle.append(task)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._idle.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def _read(self) -> tuple[Handler, RemotingCommand] | None:
+        """Read until a request to handle in this task comes (another worker is
+        woken to read on), or the connection closes (None)."""
+        stream = self.stream
+        decoder = self._decoder
+        stall_timeout = self.limits.stall_timeout
+        try:
+            while True:
+                command = decoder.next_command()
+                if command is None:
+                    if decoder.buffered:
+                        data = None
+                        with trio.move_on_after(stall_timeout):
+                            data = await stream.receive_some(_RECEIVE_SIZE)
+                        if data is None:
+                            self._close(f"peer stalled for {stall_timeout} s inside a frame "
+                                        f"({decoder.buffered} bytes of it received)",
+                                        logging.WARNING)
+                            return None
+                    else:
+                        data = await stream.receive_some(_RECEIVE_SIZE)
+                    if not data:
+                        decoder.feed_eof()
+                        self._close("peer closed the connection", logging.DEBUG)
+                        return None
+                    decoder.feed(data)
+                    continue
+                self.frames_received += 1
+                if command.flag & FLAG_RESPONSE:
+                    self._complete(command)
+                    continue
+                handler = self._handlers.get(command.code)
+                if handler is None or self._handling >= self.limits.max_concurrent_requests:
+                    await self._refuse(command, handler is None)
+                    continue
+                self._handling += 1
+                if command.code in self._inline:
+                    await self._handle(handler, command)
+                elif decoder.buffered:
+                    # More frames follow: this one gets a task of its own.
+                    assert self._nursery is not None
+                    self._nursery.start_soon(self._handle, handler, command)
+                else:
+                    # The last frame read: handled in this task, another worker reads on.
+                    self._wake_worker()
+                    return handler, command
+        except FrameError as exc:
+            self._close(str(exc), logging.WARNING)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._close(f"receive failed: {describe_error(exc)}", logging.INFO)
+        except RpcError as exc:
+            # Writing an answer failed: the peer is gone, or reads nothing.
+            self._close(str(exc), logging.WARNING)
+        return None
+
+    async def _refuse(self, request: RemotingCommand, unknown: bool) -> None:
+        if unknown:
             log.debug("%s: request code %d not supported", self.peer, request.code)
             await self._answer(request, RemotingCommand.response(
                 REQUEST_CODE_NOT_SUPPORTED, remark=f"request code {request.code} not supported"))
-        elif self._handling >= self.limits.max_concurrent_requests:
+        else:
             await self._answer(request, RemotingCommand.response(
                 SYSTEM_BUSY, remark=f"more than {self.limits.max_concurrent_requests} "
                                     "requests in progress on this connection"))
-        elif request.code in self._inline:
-            self._handling += 1
-            await self._handle(handler, request)
-        else:
-            assert self._nursery is not None  # requests only arrive while run() runs
-            self._handling += 1
-            self._nursery.start_soon(self._handle, handler, request)
 
     async def _handle(self, handler: Handler, request: RemotingCommand) -> None:
         try:
@@ -430,7 +481,9 @@ class RpcConnection:
                           self.peer, request.code, response)
                 response = _system_error(f"handler returned a {type(response).__name__}")
             try:
-                await self._answer(request, response)
+                if not request.flag & FLAG_ONEWAY:
+                    await self._send(response, trio.current_time() + self.limits.stall_timeout,
+                                     opaque=request.opaque, flag=response.flag | FLAG_RESPONSE)
             except (TypeError, ValueError) as exc:
                 # The handler's response cannot be encoded; nothing of it was written.
                 log.exception("%s: response to request code %d cannot be encoded",
@@ -444,9 +497,5 @@ class RpcConnection:
     async def _answer(self, request: RemotingCommand, response: RemotingCommand) -> None:
         if request.flag & FLAG_ONEWAY:
             return
-        if response.opaque != request.opaque or not response.flag & FLAG_RESPONSE:
-            response = RemotingCommand(response.code, request.opaque,
-                                       response.flag | FLAG_RESPONSE, response.remark,
-                                       response.ext_fields, response.body, response.language,
-                                       response.version)
-        await self._send(response, trio.current_time() + self.limits.stall_timeout)
+        await self._send(response, trio.current_time() + self.limits.stall_timeout,
+                         opaque=request.opaque, flag=response.flag | FLAG_RESPONSE)

@@ -24,11 +24,11 @@ class RpcServer:
     def register(self, code: int, handler: Handler, *, inline: bool = False) -> None:
         """Answer requests with ``code`` with ``handler``; also on connections already open.
 
-        By default each request runs in a task of its own. An ``inline``
-        handler runs in the connection's reader task instead, which saves a
-        task switch per request: only for handlers that never wait (they
-        look at memory and answer), since the connection reads nothing
-        else while one runs.
+        By default the connection's worker task that read the request runs
+        the handler, and wakes another worker to read on, so a handler that
+        waits holds up no other request. An ``inline`` handler runs while
+        the connection reads nothing else, which saves that task switch:
+        only for handlers that never wait (they look at memory and answer).
         """
         if code in self._handlers:
             raise ValueError(f"request code {code} already has a handler")

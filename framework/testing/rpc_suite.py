@@ -18,6 +18,7 @@ reason while it keeps answering everyone else.
 from __future__ import annotations
 
 import logging
+import random
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -50,6 +51,7 @@ FAIL = 2
 SLEEP = 3
 NOTE = 4
 CALL_BACK = 5
+DELAY = 6
 UNKNOWN = 999
 
 
@@ -78,6 +80,11 @@ class Service:
         self.notes.append(request.body)
         self.noted.set()
 
+    async def delay(self, request: RemotingCommand, peer: RpcConnection) -> RemotingCommand:
+        """Echo after as many seconds as the body says."""
+        await trio.sleep(float(request.body))
+        return RemotingCommand.response(body=request.body)
+
     async def call_back(self, request: RemotingCommand, peer: RpcConnection
                         ) -> RemotingCommand:
         answer = await peer.invoke(ECHO, body=b"from the server: " + request.body, timeout=5)
@@ -85,7 +92,8 @@ class Service:
 
     def server(self, limits: ConnectionLimits | None = None) -> RpcServer:
         return RpcServer({ECHO: self.echo, FAIL: self.fail, SLEEP: self.sleep,
-                          NOTE: self.note, CALL_BACK: self.call_back}, limits=limits)
+                          NOTE: self.note, CALL_BACK: self.call_back, DELAY: self.delay},
+                         limits=limits)
 
 
 @asynccontextmanager
@@ -306,3 +314,104 @@ class RpcConformance:
             assert any(reason in record.getMessage() for record in caplog.records), \
                 [record.getMessage() for record in caplog.records]
             assert (await client.invoke(address, ECHO, body=b"after")).body == b"after"
+
+    # -- callers that give up, slow handlers, calls both ways -------------------
+
+    @pytest.mark.parametrize("how", ["timeout", "cancel"])
+    async def test_a_caller_that_gives_up_leaves_the_others_their_responses(
+            self, transport: Transport, listen_address: str, how: str,
+            autojump_clock: trio.testing.MockClock) -> None:
+        outcome: list[str] = []
+        async with serving(transport, listen_address, Service().server()) as address, \
+                open_rpc_client(transport.connect) as client:
+            assert (await client.invoke(address, ECHO, body=b"first")).body == b"first"
+
+            async def give_up() -> None:
+                if how == "timeout":
+                    with pytest.raises(RpcTimeout):
+                        await client.invoke(address, SLEEP, timeout=1)
+                else:
+                    with trio.move_on_after(1):
+                        await client.invoke(address, SLEEP, timeout=60)
+                outcome.append("gave up")
+
+            async def wait() -> None:
+                response = await client.invoke(address, DELAY, body=b"2", timeout=60)
+                outcome.append(response.body.decode())
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(give_up)
+                await trio.sleep(0.1)
+                nursery.start_soon(wait)
+                await trio.sleep(0.1)
+                nursery.start_soon(wait)
+            assert outcome == ["gave up", "2", "2"]
+            assert (await client.invoke(address, ECHO, body=b"after")).body == b"after"
+
+    async def test_a_slow_handler_does_not_hold_up_the_next_request(
+            self, transport: Transport, listen_address: str,
+            autojump_clock: trio.testing.MockClock) -> None:
+        service = Service()
+        async with serving(transport, listen_address, service.server()) as address, \
+                open_rpc_client(transport.connect) as client, trio.open_nursery() as nursery:
+            async def sleep() -> None:
+                await client.invoke(address, SLEEP, timeout=600)
+
+            nursery.start_soon(sleep)
+            with trio.fail_after(30):
+                while service.sleeping < 1:
+                    await trio.sleep(0.01)
+            with trio.fail_after(1):
+                assert (await client.invoke(address, ECHO, body=b"next")).body == b"next"
+            nursery.cancel_scope.cancel()
+
+    async def test_the_server_calls_back_a_waiting_caller_and_an_idle_client(
+            self, transport: Transport, listen_address: str) -> None:
+        service = Service()
+        server = service.server()
+        async with serving(transport, listen_address, server) as address, \
+                open_rpc_client(transport.connect, handlers={ECHO: service.echo}) as client:
+            assert (await client.invoke(address, ECHO, body=b"first")).body == b"first"
+            # The server asks the client before it answers.
+            response = await client.invoke(address, CALL_BACK, body=b"hello", timeout=10)
+            assert response.body == b"from the server: hello"
+            # The client calls nothing now: its connection answers all the same.
+            (connection,) = server.connections
+            with trio.fail_after(30):
+                response = await connection.invoke(ECHO, body=b"to the client")
+            assert response.body == b"to the client"
+
+    async def test_a_crowd_of_callers_that_time_out_and_cancel(
+            self, transport: Transport, listen_address: str,
+            autojump_clock: trio.testing.MockClock) -> None:
+        rng = random.Random(7)
+        answered: list[bytes] = []
+        service = Service()
+        async with serving(transport, listen_address, service.server()) as address, \
+                open_rpc_client(transport.connect, handlers={ECHO: service.echo}) as client:
+            async def caller(index: int) -> None:
+                for _ in range(5):
+                    if rng.random() < 0.2:
+                        response = await client.invoke(address, CALL_BACK, body=b"x",
+                                                       timeout=60)
+                        assert response.body == b"from the server: x"
+                        continue
+                    delay = rng.choice(["0", "0", "0.5", "2"])
+                    timeout = rng.choice([1.0, 10.0])
+                    with trio.move_on_after(rng.choice([0.3, 5.0, 60.0])):
+                        try:
+                            response = await client.invoke(address, DELAY, body=delay.encode(),
+                                                           timeout=timeout)
+                        except RpcTimeout:
+                            assert float(delay) >= timeout
+                            continue
+                        assert response.body == delay.encode()
+                        answered.append(response.body)
+                    await trio.sleep(rng.random() / 10)
+
+            async with trio.open_nursery() as nursery:
+                for index in range(40):
+                    nursery.start_soon(caller, index)
+            assert len(answered) > 50
+            assert (await client.invoke(address, ECHO, body=b"after")).body == b"after"
+

@@ -1,0 +1,36 @@
+"""Naming the far end of a stream, and why it broke."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+
+def describe_peer(stream: trio.abc.Stream) -> str:
+    """A name for the far end of ``stream``, for logs and handlers.
+
+    A transport may give its streams a ``remote_address`` string; otherwise
+    the socket's peer address is used, looking through wrappers such as
+    ``trio.SSLStream`` (``transport_stream``).
+    """
+    current: Any = stream
+    while current is not None:
+        address = getattr(current, "remote_address", None)
+        if isinstance(address, str):
+            return address
+        sock = getattr(current, "socket", None)
+        if sock is not None:
+            try:
+                name = sock.getpeername()
+            except OSError:
+                break
+            return f"{name[0]}:{name[1]}" if isinstance(name, tuple) else str(name)
+        current = getattr(current, "transport_stream", None)
+    return "unknown peer"
+
+
+def describe_error(exc: BaseException) -> str:
+    """``exc`` and, if trio wrapped an OS or TLS error, that error, which says why."""
+    cause = exc.__cause__
+    return f"{exc!r} caused by {cause!r}" if cause is not None else repr(exc)
