@@ -9,10 +9,13 @@ parquet`` (pyarrow), then measures rows per second of
   (what an analyst would otherwise use),
 - the data source's decoding alone, in this process (no Spark),
 
-each Spark query materialising every column (``write.format("noop")``).
-Sessions alternate between 1 and 2 cores for ``--rounds`` rounds (the
-machine's load moves); each figure is the best over rounds, after one
-warm-up query per session. Usage::
+each Spark query materialising every column (``write.format("noop")``),
+with the data source's default options unless ``--max-bytes-per-partition``
+is given. Sessions alternate between 1 and 2 cores for ``--rounds`` rounds
+(the machine's load moves); each figure is the best over rounds, after one
+warm-up query per session. Besides wall-clock rows per second, it reports
+rows per CPU-second of the Spark processes (the JVM and its Python workers,
+from ``/proc`` on Linux), which other programs' load moves much less. Usage::
 
     .venv/bin/python benchmarks/spark.py --records 1000000
 """
@@ -71,23 +74,67 @@ def timed(run) -> float:
     return time.perf_counter() - start
 
 
-def measure(spark, store: str, parquet: str, max_bytes: int) -> dict[str, float]:
-    """Seconds to read every column through the data source and from Parquet."""
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def spark_cpu_seconds() -> float | None:
+    """CPU seconds used so far by this process's children (the Spark JVM, its Python
+    workers, and their finished children), from ``/proc``; ``None`` off Linux."""
+    try:
+        stats = {}
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        stat = f.read()
+                except OSError:
+                    continue
+                fields = stat[stat.rindex(")") + 2:].split()
+                stats[int(pid)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
+    except OSError:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0, list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        total += stats[pid][1]
+        todo += children.get(pid, [])
+    return total / _TICK
+
+
+def cpu_timed(run) -> tuple[float, float | None]:
+    """Seconds and Spark CPU-seconds ``run()`` takes."""
+    before = spark_cpu_seconds()
+    seconds = timed(run)
+    after = spark_cpu_seconds()
+    return seconds, None if before is None or after is None else after - before
+
+
+def measure(spark, store: str, parquet: str, max_bytes: int | None
+            ) -> dict[str, tuple[float, float | None]]:
+    """(seconds, CPU-seconds) to read every column through the data source and from Parquet."""
     def source() -> None:
-        (spark.read.format("triomq").option("maxBytesPerPartition", max_bytes).load(store)
-         .write.format("noop").mode("overwrite").save())
+        reader = spark.read.format("triomq")
+        if max_bytes is not None:
+            reader = reader.option("maxBytesPerPartition", max_bytes)
+        reader.load(store).write.format("noop").mode("overwrite").save()
 
     def from_parquet() -> None:
         spark.read.parquet(parquet).write.format("noop").mode("overwrite").save()
 
     source()
     from_parquet()
-    return {"source": timed(source), "parquet": timed(from_parquet)}
+    return {"source": cpu_timed(source), "parquet": cpu_timed(from_parquet)}
 
 
-def decode_alone(store: str, max_bytes: int) -> float:
-    """Seconds to plan and decode every task in this process, without Spark."""
-    opts = parse_options({"path": store, "maxBytesPerPartition": str(max_bytes)})
+def decode_alone(store: str, max_bytes: int | None) -> float:
+    """CPU seconds to plan and decode every task in this process, without Spark."""
+    raw = {"path": store}
+    if max_bytes is not None:
+        raw["maxBytesPerPartition"] = str(max_bytes)
+    opts = parse_options(raw)
 
     def run() -> None:
         files = StoreFiles.open(store)
@@ -96,7 +143,9 @@ def decode_alone(store: str, max_bytes: int) -> float:
             for _ in read_task(task):
                 pass
 
-    return timed(run)
+    start = time.process_time()
+    run()
+    return time.process_time() - start
 
 
 def main() -> int:
@@ -104,7 +153,8 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--body-size", type=int, default=100)
     parser.add_argument("--segment-size", type=int, default=128 << 20)
-    parser.add_argument("--max-bytes-per-partition", type=int, default=32 << 20)
+    parser.add_argument("--max-bytes-per-partition", type=int,
+                        help="the data source's option (default: its own default)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workdir", help="keep the store and export here (default: temp)")
     args = parser.parse_args()
@@ -125,22 +175,35 @@ def main() -> int:
         print(f"pyarrow export: {elapsed:.1f} s, {args.records / elapsed:,.0f} rows/s")
         decode = decode_alone(store, args.max_bytes_per_partition)
         best: dict[tuple[int, str], float] = {}
+        best_cpu: dict[tuple[int, str], float] = {}
         for _ in range(args.rounds):
             for cores in (1, 2):
                 spark = session(cores)
-                for name, seconds in measure(spark, store, parquet,
-                                             args.max_bytes_per_partition).items():
+                for name, (seconds, cpu) in measure(spark, store, parquet,
+                                                    args.max_bytes_per_partition).items():
                     best[cores, name] = min(seconds, best.get((cores, name), seconds))
+                    if cpu is not None:
+                        best_cpu[cores, name] = min(cpu, best_cpu.get((cores, name), cpu))
                 spark.stop()
         n = args.records
-        print("\n| read | local[1] rows/s | local[2] rows/s | speed-up 1 -> 2 |")
-        print("| --- | ---: | ---: | ---: |")
+        print("\n| read | local[1] rows/s | local[2] rows/s | speed-up 1 -> 2 "
+              "| rows per CPU-s, local[1] | local[2] |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
         for name, label in (("source", "triomq data source"), ("parquet", "Parquet export")):
             one, two = best[1, name], best[2, name]
-            print(f"| {label} | {n / one:,.0f} | {n / two:,.0f} | {one / two:.2f}x |")
-        print(f"| decoding alone (one Python process, no Spark) | {n / decode:,.0f} | | |")
-        ratio = best[2, "parquet"] / best[2, "source"]
-        print(f"\ndata source / Parquet rate with local[2]: {ratio:.0%}")
+            per_cpu = [f"{n / cpu:,.0f}" if (cpu := best_cpu.get((cores, name))) else "n/a"
+                       for cores in (1, 2)]
+            print(f"| {label} | {n / one:,.0f} | {n / two:,.0f} | {one / two:.2f}x "
+                  f"| {' | '.join(per_cpu)} |")
+        print(f"| decoding alone (one Python process, no Spark; per CPU-s) | {n / decode:,.0f} "
+              "| | | | |")
+        for cores in (1, 2):
+            ratio = best[cores, "parquet"] / best[cores, "source"]
+            print(f"\ndata source / Parquet with local[{cores}]: {ratio:.0%} of the rate", end="")
+            if best_cpu.get((cores, "source")) and best_cpu.get((cores, "parquet")):
+                cpu_ratio = best_cpu[cores, "parquet"] / best_cpu[cores, "source"]
+                print(f", {cpu_ratio:.0%} of the rows per CPU-second", end="")
+        print()
         print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     finally:
         if not args.workdir:

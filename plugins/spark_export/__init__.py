@@ -7,8 +7,11 @@ Register the data source with a session, then read a store root::
     spark.read.format("triomq").load("/data/broker-a")                 # messages
     spark.read.format("triomq").option("table", "epochs").load(...)    # epoch history
     spark.readStream.format("triomq").load("/data/broker-a")           # streaming
+    spark.read.format("triomq").option("table", "masterHistory").load(
+        ["/data/c1/raft", "/data/c2/raft", "/data/c3/raft"])            # controller tables
 
-The command line gets ``triomq export parquet STORE_DIR OUT_DIR`` through
+The command line gets ``triomq export parquet STORE_DIR OUT_DIR`` and
+``triomq export controller OUT_DIR CONTROLLER_DIR...`` through
 ``triomq_add_cli_commands``. The plugin needs ``pip install triomq[spark]``.
 """
 

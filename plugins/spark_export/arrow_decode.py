@@ -1,15 +1,17 @@
 """Commit-log bytes to Arrow record batches: the Spark reader's fast path.
 
-``decode_range`` walks the record lengths of a byte range and decodes the
-records in runs of up to ``batch_rows``: first with Arrow kernels over the
+``decode_range`` finds the records of a byte range (with the log's segment
+size: checked in C by ``record_index``; else by walking the record lengths
+in Python) and decodes them in runs of up to ``batch_rows``: first with
+Arrow kernels over the
 whole run (``arrow_fast``), and when that does not apply (IPv6 hosts, long
 topics) or the run does not check out, record by record, with
 ``framework.protocol.message.check`` validating each (lengths, magic, body
 CRC) and the fields read straight into column lists. Either way no
 ``MessageRecord`` is built per message. Properties are split into the
 ``map<string,string>`` column with Arrow kernels (``message``'s parser is the
-fallback for odd property strings), and ``tags`` / ``keys`` are looked up in
-that map.
+fallback for odd property strings), and ``tags`` / ``keys`` are taken from
+the same split pairs (the first ``TAGS`` / ``KEYS`` pair of each record).
 
 The column names and types are the data source's schema (``SCHEMA_DDL``)
 and the Parquet export's (``ARROW_SCHEMA``); timestamps are microseconds
@@ -39,6 +41,7 @@ from framework.protocol.message import (
     properties_from_bytes,
 )
 from plugins.spark_export.arrow_fast import fast_columns
+from plugins.spark_export.record_index import CheckedRecords, checked_records
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 PROPERTIES = pa.map_(pa.string(), pa.string())
@@ -121,16 +124,27 @@ class _Columns:
 def decode_range(buf: bytes, base_offset: int, *, min_offset: int = 0,
                  max_end: int | None = None, topics: frozenset[str] | None = None,
                  verify_crc: bool = True, batch_rows: int = DEFAULT_BATCH_ROWS,
-                 stop: list[Stop] | None = None) -> Iterator[pa.RecordBatch]:
+                 stop: list[Stop] | None = None, segment_size: int | None = None
+                 ) -> Iterator[pa.RecordBatch]:
     """Decode the records of ``buf`` (physical offset ``base_offset``, a record boundary).
 
     Yields record batches of the records that start at or after
     ``min_offset``, end at or before ``max_end`` and belong to one of
     ``topics`` (all topics when ``None``). The walk ends at the end of
     ``buf``, a zero ``totalSize``, a blank or the first bad record; when
-    ``stop`` is given, the reason is appended to it.
+    ``stop`` is given, the reason is appended to it. With the log's
+    ``segment_size`` the records are first found and checked in C
+    (``record_index``); the Python walk below is the fallback.
     """
     limit = len(buf) if max_end is None else min(len(buf), max_end - base_offset)
+    if segment_size is not None:
+        found = checked_records(memoryview(buf)[:limit], base_offset, segment_size)
+        if found is not None:
+            bad = yield from _decode_checked(buf, base_offset, found, min_offset, topics,
+                                             batch_rows)
+            if stop is not None:
+                stop.append(bad or Stop(found.end, "limit" if found.stop == "end" else "zero"))
+            return
     ended: Stop | None = None
     run: list[int] = []
     pos = 0
@@ -165,6 +179,34 @@ def decode_range(buf: bytes, base_offset: int, *, min_offset: int = 0,
         stop.append(ended)
 
 
+def _decode_checked(buf: bytes, base_offset: int, found: CheckedRecords, min_offset: int,
+                    topics: frozenset[str] | None, batch_rows: int):
+    """Yield the batches of records the C walk found; return the ``Stop`` of a bad one."""
+    starts = pc.subtract(found.offsets, pa.scalar(base_offset, pa.int64()))
+    sizes = found.sizes
+    if min_offset > base_offset:
+        keep = pc.greater_equal(found.offsets, pa.scalar(min_offset, pa.int64()))
+        starts, sizes = starts.filter(keep), sizes.filter(keep)
+    starts = starts.cast(pa.int32())  # within one buffer, below 2 GiB
+    first, size = starts.to_pylist(), sizes.to_pylist()
+    n, i = len(first), 0
+    while i < n:
+        rows = batch_rows
+        while True:
+            j = min(n, i + rows)
+            end = first[j - 1] + size[j - 1]
+            if rows == 1 or end - first[i] <= DEFAULT_BATCH_BYTES:
+                break
+            rows //= 2
+        # The C walk checked every body CRC already.
+        bad = yield from _decode_run(buf, base_offset, starts.slice(i, j - i), end, topics,
+                                     verify_crc=False)
+        if bad is not None:
+            return bad
+        i = j
+    return None
+
+
 def _bad_at(buf: bytes, pos: int, limit: int, base_offset: int) -> Stop:
     """The stop at a record whose header the walk rejected, with ``check``'s reason."""
     try:
@@ -174,7 +216,7 @@ def _bad_at(buf: bytes, pos: int, limit: int, base_offset: int) -> Stop:
     raise AssertionError(f"check accepted the record at {base_offset + pos} the walk rejected")
 
 
-def _decode_run(buf: bytes, base_offset: int, starts: list[int], end: int,
+def _decode_run(buf: bytes, base_offset: int, starts: list[int] | pa.Array, end: int,
                 topics: frozenset[str] | None, verify_crc: bool):
     """Yield the batch of a run of contiguous records; return the ``Stop`` of a bad one."""
     columns = fast_columns(buf, starts, end, verify_crc)
@@ -199,18 +241,43 @@ def _keep(batch: pa.RecordBatch, topics: frozenset[str] | None) -> pa.RecordBatc
     return batch.filter(pc.is_in(batch.column("topic"), pa.array(sorted(topics), pa.string())))
 
 
-def _decode_records(buf: bytes, base_offset: int, starts: list[int], end: int,
+def _decode_records(buf: bytes, base_offset: int, starts: list[int] | pa.Array, end: int,
                     verify_crc: bool) -> tuple[pa.RecordBatch | None, Stop | None]:
     cols = _Columns()
     bad = None
-    for pos in starts:
+    positions = starts.to_pylist() if isinstance(starts, pa.Array) else starts
+    for pos in positions:
         try:
             total = check(buf, pos, end, base_offset=base_offset, verify_crc=verify_crc)
         except RecordError as exc:
             bad = Stop(exc.offset, "bad", exc.reason)
             break
         _append(cols, buf, pos, total)
-    return (_to_batch(cols) if len(cols) else None), bad
+    if not len(cols):
+        return None, bad
+    try:
+        return _to_batch(cols), bad
+    except RecordError:
+        # A field ``check`` leaves to the decoder (UTF-8 topic, properties) is bad:
+        # keep the records before the first such record.
+        index, reason = _undecodable(cols)
+        batch, _ = _decode_records(buf, base_offset, positions[:index], positions[index],
+                                   verify_crc)
+        return batch, Stop(base_offset + positions[index], "bad", reason)
+
+
+def _undecodable(cols: _Columns) -> tuple[int, str]:
+    """The first record of ``cols`` whose topic or properties do not decode, and why."""
+    for index, (topic, props) in enumerate(zip(cols.lists[2], cols.props, strict=True)):
+        try:
+            topic.decode()
+        except UnicodeDecodeError:
+            return index, "topic is not valid UTF-8"
+        try:
+            properties_from_bytes(props, 0)
+        except RecordError as exc:
+            return index, exc.reason
+    raise AssertionError("a batch failed to decode but each record decodes")
 
 
 def _append(cols: _Columns, buf: bytes, pos: int, total: int) -> None:
@@ -276,12 +343,10 @@ def _to_batch(cols: _Columns) -> pa.RecordBatch:
 def _assemble(raw: dict[str, pa.Array]) -> pa.RecordBatch:
     """The record batch of raw columns: binary topic and properties, int64 milliseconds."""
     offsets = raw["physicalOffset"]
-    props = properties_array(raw["properties"], offsets)
     columns = dict(raw)
+    columns["properties"], columns["tags"], columns["keys"] = properties_columns(
+        raw["properties"], offsets)
     columns["topic"] = _utf8(raw["topic"], "topic", offsets)
-    columns["properties"] = props
-    columns["tags"] = pc.map_lookup(props, pa.scalar("TAGS"), "first")
-    columns["keys"] = pc.map_lookup(props, pa.scalar("KEYS"), "first")
     for name in ("bornTimestamp", "storeTimestamp"):
         columns[name] = _timestamps(raw[name])
     return pa.RecordBatch.from_arrays([columns[name] for name in ARROW_SCHEMA.names],
@@ -312,12 +377,37 @@ def properties_array(raw: pa.Array, offsets: pa.Array) -> pa.MapArray:
     """The ``map<string,string>`` column of RocketMQ property strings ``key\\x01value\\x02...``.
 
     ``raw`` is a binary array, ``offsets`` the records' physical offsets (for
-    errors). Arrow kernels split well-formed strings (every pair ends with
-    ``\\x02``); any other shape goes through ``message.properties_from_bytes``,
-    which names the record's offset when it is malformed.
+    errors); see ``properties_columns``.
     """
-    if not len(raw):
-        return pa.array([], PROPERTIES)
+    return properties_columns(raw, offsets)[0]
+
+
+@functools.lru_cache(maxsize=8)
+def _record_numbers(n: int) -> pa.Array:
+    return pa.array(range(n), pa.int32())
+
+
+def _first_value(keys: pa.Array, values: pa.Array, parents: pa.Array, n: int, key: str
+                 ) -> pa.Array:
+    """Per record (of ``n``), the value of the first pair named ``key``, or null."""
+    named = pc.equal(keys, key)
+    # index_in finds each record's first pair among the named ones.
+    at = pc.index_in(_record_numbers(n), value_set=parents.filter(named))
+    return values.filter(named).take(at)
+
+
+def properties_columns(raw: pa.Array, offsets: pa.Array
+                       ) -> tuple[pa.MapArray, pa.Array, pa.Array]:
+    """The ``properties`` map column and the ``tags`` and ``keys`` columns looked up in it.
+
+    Arrow kernels split well-formed strings (every pair ends with ``\\x02``);
+    any other shape goes through ``message.properties_from_bytes``, which
+    names the record's offset when it is malformed.
+    """
+    n = len(raw)
+    if not n:
+        empty_map = pa.array([], PROPERTIES)
+        return empty_map, pa.array([], pa.string()), pa.array([], pa.string())
     strings = _utf8(raw, "properties", offsets)
     parts = pc.split_pattern(strings, "\x02")
     items = pc.list_flatten(parts)
@@ -325,16 +415,21 @@ def properties_array(raw: pa.Array, offsets: pa.Array) -> pa.MapArray:
     # Well formed: each string is empty or ends with the separator, so the
     # split leaves exactly one empty item per record, the last one.
     terminated = pc.or_(pc.ends_with(strings, "\x02"), pc.equal(pc.utf8_length(strings), 0))
-    if pc.all(terminated).as_py() and pc.sum(empty).as_py() == len(raw):
-        pairs = pc.split_pattern(items.filter(pc.invert(empty)), "\x01", max_splits=1)
+    if pc.all(terminated).as_py() and pc.sum(empty).as_py() == n:
+        named = pc.invert(empty)
+        pairs = pc.split_pattern(items.filter(named), "\x01", max_splits=1)
         if not len(pairs) or pc.all(pc.equal(pc.list_value_length(pairs), 2)).as_py():
             counts = pc.subtract(pc.list_value_length(parts), 1).cast(pa.int32())
             offsets_arr = pa.concat_arrays(
                 [pa.array([0], pa.int32()), pc.cumulative_sum(counts)]
             )
-            return pa.MapArray.from_arrays(
-                offsets_arr, pc.list_element(pairs, 0), pc.list_element(pairs, 1)
-            )
+            keys, values = pc.list_element(pairs, 0), pc.list_element(pairs, 1)
+            parents = pc.list_parent_indices(parts).filter(named)
+            return (pa.MapArray.from_arrays(offsets_arr, keys, values),
+                    _first_value(keys, values, parents, n, "TAGS"),
+                    _first_value(keys, values, parents, n, "KEYS"))
     dicts = [properties_from_bytes(r, o)
              for r, o in zip(raw.to_pylist(), offsets.to_pylist(), strict=True)]
-    return pa.array([list(d.items()) for d in dicts], PROPERTIES)
+    return (pa.array([list(d.items()) for d in dicts], PROPERTIES),
+            pa.array([d.get("TAGS") for d in dicts], pa.string()),
+            pa.array([d.get("KEYS") for d in dicts], pa.string()))

@@ -73,9 +73,11 @@ def _hosts(recs: pa.Array, at: int) -> pa.Array:
     return names.take(encoded.indices)
 
 
-def fast_columns(buf: bytes, starts: list[int], end: int, verify_crc: bool
+def fast_columns(buf: bytes, starts: list[int] | pa.Array, end: int, verify_crc: bool
                  ) -> dict[str, pa.Array] | None:
     """The raw columns of the records starting at ``starts`` (contiguous, ending at ``end``).
+
+    ``starts`` are positions in ``buf``: a list, or an int32 Arrow array.
 
     Returns ``None`` when the run is not all V1/IPv4 records or does not check
     out; ``properties`` is the raw property bytes (a binary array).
@@ -84,7 +86,7 @@ def fast_columns(buf: bytes, starts: list[int], end: int, verify_crc: bool
     if not n or end > _MAX_BUFFER:
         return None
     data = pa.py_buffer(buf)
-    starts_arr = pa.array(starts, pa.int32())
+    starts_arr = starts if isinstance(starts, pa.Array) else pa.array(starts, pa.int32())
     recs = _binary(pa.concat_arrays([starts_arr, pa.array([end], pa.int32())]), data)
     magic = _int_field(recs, _MAGIC, pa.uint32())
     sys_flag = _int_field(recs, _SYSFLAG, pa.int32())

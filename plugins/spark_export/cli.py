@@ -1,5 +1,8 @@
 """``triomq export parquet STORE_DIR OUT_DIR``: the command line of the Spark plugin.
 
+``triomq export controller OUT_DIR CONTROLLER_DIR...`` writes the controller
+tables (``controller_tables``) to ``OUT_DIR/<table>.parquet`` with pyarrow.
+
 By default the export runs in this process with pyarrow (see
 ``plugins.spark_export.parquet``), with a rich progress bar when stderr is
 a terminal. ``--spark-master URL`` runs it as a Spark job instead (the
@@ -21,7 +24,7 @@ from plugins.spark_export.options import ReadOptions, parse_options
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``export parquet`` to the ``triomq`` parser."""
+    """Add ``export parquet`` and ``export controller`` to the ``triomq`` parser."""
     export = subparsers.add_parser("export", help="export a store's messages (Parquet)")
     sub = export.add_subparsers(dest="export_format", required=True, metavar="FORMAT")
     p = sub.add_parser("parquet", help="export messages to Parquet, partitioned by topic")
@@ -39,6 +42,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--spark-master", metavar="URL",
                    help="run as a Spark job on this master (e.g. local[2], spark://host:7077)")
     p.set_defaults(func=run_export)
+    c = sub.add_parser("controller", help="export controller tables (SyncStateSets, master "
+                                          "history) to Parquet")
+    c.add_argument("out_dir", metavar="OUT_DIR", help="output directory")
+    c.add_argument("controller_dirs", metavar="CONTROLLER_DIR", nargs="+",
+                   help="data directory of every controller (holding entrylog/ and snapshot/)")
+    c.set_defaults(func=run_controller_export)
 
 
 def options_from_args(args: argparse.Namespace) -> ReadOptions:
@@ -68,6 +77,16 @@ def run_export(args: argparse.Namespace) -> int:
             result = export_parquet(opts, args.out_dir, progress)
     counts = "" if result.rows is None else f"{result.rows} messages in {result.files} files, "
     print(f"exported {counts}offsets [{result.start}, {result.end}), to {args.out_dir}")
+    return 0
+
+
+def run_controller_export(args: argparse.Namespace) -> int:
+    """Run ``triomq export controller``; return the exit code."""
+    from plugins.spark_export.controller_tables import export_parquet
+
+    logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
+    counts = export_parquet(args.controller_dirs, args.out_dir)
+    print(", ".join(f"{table}: {n} rows" for table, n in counts.items()) + f", to {args.out_dir}")
     return 0
 
 

@@ -9,8 +9,8 @@
   ``bad``) and ``tailReason``.
 
 SyncStateSet and master history belong to the controller, whose state
-lives in its Raft log, not in a broker's store root, so they are not tables
-of this source.
+lives in its Raft log, not in a broker's store root: ``controller_tables``
+reads them from controllers' data directories.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def rows(opts: ReadOptions, files: StoreFiles) -> list[tuple]:
 
 
 class TableReader(DataSourceReader):
-    """One partition holding rows computed while planning."""
+    """One partition holding rows computed while planning (store and controller tables)."""
 
     def __init__(self, table_rows: Sequence[tuple]) -> None:
         self.rows = list(table_rows)

@@ -2,9 +2,14 @@
 
 Options (names are case-insensitive, as Spark's are):
 
-- ``path``: the store root (``load(STORE_DIR)``), which holds ``commitlog/``.
-- ``table``: ``messages`` (default), ``epochs`` (the epoch history) or
-  ``status`` (the log's bounds, confirm offset and tail state).
+- ``path``: the store root (``load(STORE_DIR)``), which holds ``commitlog/``;
+  for the controller tables, a controller's data directory.
+- ``paths``: what Spark passes for ``load([DIR, ...])``, a JSON array: the
+  data directories of several controllers (controller tables only).
+- ``table``: ``messages`` (default), ``epochs`` (the epoch history),
+  ``status`` (the log's bounds, confirm offset and tail state), or a
+  controller table: ``syncStateSet``, ``masterHistory``,
+  ``syncStateSetHistory`` (see ``controller_tables``).
 - ``topics``: comma-separated topic names to keep (default: all).
 - ``startingOffset``: a physical offset, ``earliest`` (default) or ``latest``.
 - ``endingOffset``: a physical offset or ``latest`` (default; batch only).
@@ -19,16 +24,20 @@ A record is read when it lies wholly in ``[startingOffset, endingOffset)``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 import attrs
 
 from plugins.spark_export.errors import SparkExportError
 
-TABLES = ("messages", "epochs", "status")
+STORE_TABLES = ("messages", "epochs", "status")
+CONTROLLER_TABLES = ("syncStateSet", "masterHistory", "syncStateSetHistory")
+TABLES = STORE_TABLES + CONTROLLER_TABLES
+_TABLE_NAMES = {name.lower(): name for name in TABLES}
 DEFAULT_MAX_BYTES_PER_PARTITION = 64 << 20
 
-_NAMES = ("path", "table", "topics", "startingOffset", "endingOffset", "committedOnly",
+_NAMES = ("path", "paths", "table", "topics", "startingOffset", "endingOffset", "committedOnly",
           "maxBytesPerPartition", "verifyCrc")
 _CANONICAL = {name.lower(): name for name in _NAMES}
 
@@ -39,6 +48,7 @@ class ReadOptions:
 
     path: str
     table: str = "messages"
+    paths: tuple[str, ...] = ()
     topics: frozenset[str] | None = None
     starting_offset: int | str = "earliest"
     ending_offset: int | str = "latest"
@@ -57,22 +67,25 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
                 key, f"unknown option of the triomq data source; known: {', '.join(_NAMES)}"
             )
         given[name] = str(value)
-    path = given.get("path", "")
-    if not path:
-        raise SparkExportError("path", "no store root given: use load(STORE_DIR)")
-    table = given.get("table", "messages").lower()
-    if table not in TABLES:
+    table = _TABLE_NAMES.get(given.get("table", "messages").lower())
+    if table is None:
         raise SparkExportError(
-            "table", f"unknown table {given['table']!r}; known: {', '.join(TABLES)} "
-            "(SyncStateSet and master history are not stored with a broker's files)"
+            "table", f"unknown table {given['table']!r}; known: {', '.join(TABLES)}"
         )
+    paths = _paths(given)
+    if not paths:
+        raise SparkExportError("path", "no store root given: use load(STORE_DIR)")
+    if len(paths) > 1 and table not in CONTROLLER_TABLES:
+        raise SparkExportError(
+            "path", f"table {table!r} reads one store root; {len(paths)} paths given")
     if streaming and table != "messages":
         raise SparkExportError("table", f"table {table!r} cannot be read as a stream")
     if streaming and "endingOffset" in given:
         raise SparkExportError("endingOffset", "a stream has no end; use it with spark.read")
     return ReadOptions(
-        path=path,
+        path=paths[0],
         table=table,
+        paths=paths,
         topics=_topics(given.get("topics")),
         starting_offset=_offset(given, "startingOffset", "earliest", ("earliest", "latest")),
         ending_offset=_offset(given, "endingOffset", "latest", ("latest",)),
@@ -81,6 +94,20 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
                                           DEFAULT_MAX_BYTES_PER_PARTITION),
         verify_crc=_bool(given, "verifyCrc", True),
     )
+
+
+def _paths(given: Mapping[str, str]) -> tuple[str, ...]:
+    paths = [given["path"]] if given.get("path") else []
+    raw = given.get("paths")
+    if raw:
+        try:
+            listed = json.loads(raw)
+        except ValueError:
+            listed = None
+        if not isinstance(listed, list) or not all(isinstance(p, str) and p for p in listed):
+            raise SparkExportError("paths", f"{raw!r} is not a JSON array of paths")
+        paths += listed
+    return tuple(paths)
 
 
 def _topics(raw: str | None) -> frozenset[str] | None:

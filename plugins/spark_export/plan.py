@@ -32,7 +32,9 @@ log = logging.getLogger("triomq.spark")
 class ReadTask:
     """Read the records of ``path`` in ``[lo, hi)`` that start at or after ``min_offset``.
 
-    ``lo`` is a record boundary; ``segment_start`` is the segment's first offset.
+    ``lo`` is a record boundary; ``segment_start`` is the segment's first offset
+    and ``segment_size`` the log's segment size (``None``: unknown, which
+    skips the C walk of ``record_index``).
     """
 
     path: str
@@ -42,6 +44,7 @@ class ReadTask:
     min_offset: int
     topics: frozenset[str] | None = None
     verify_crc: bool = True
+    segment_size: int | None = None
 
 
 @attrs.frozen
@@ -118,7 +121,8 @@ def plan_tasks(files: StoreFiles, start: int, end: int, opts: ReadOptions, *,
     for seg, lo, hi in iter_segment_ranges(files, start, end):
         known = start_is_boundary or lo == seg.start
         for a, b in files.pieces(seg, lo, hi, opts.max_bytes_per_partition, lo_is_boundary=known):
-            tasks.append(ReadTask(seg.path, seg.start, a, b, start, opts.topics, opts.verify_crc))
+            tasks.append(ReadTask(seg.path, seg.start, a, b, start, opts.topics, opts.verify_crc,
+                                  files.segment_size))
     return tasks
 
 
@@ -132,6 +136,7 @@ def read_task(task: ReadTask) -> Iterator[pa.RecordBatch]:
         ) from None
     stop: list[Stop] = []
     yield from decode_range(buf, task.lo, min_offset=task.min_offset, max_end=task.hi,
-                            topics=task.topics, verify_crc=task.verify_crc, stop=stop)
+                            topics=task.topics, verify_crc=task.verify_crc, stop=stop,
+                            segment_size=task.segment_size)
     if stop and stop[-1].kind == "bad":
         raise CorruptLogError(task.path, stop[-1].offset, stop[-1].reason or "bad record")

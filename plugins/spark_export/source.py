@@ -32,10 +32,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from plugins.spark_export import FORMAT, metadata
+from plugins.spark_export import FORMAT, controller_tables, metadata
 from plugins.spark_export.arrow_decode import SCHEMA_DDL
 from plugins.spark_export.errors import SparkExportError
-from plugins.spark_export.options import ReadOptions, parse_options
+from plugins.spark_export.options import CONTROLLER_TABLES, ReadOptions, parse_options
 from plugins.spark_export.plan import (
     ReadTask,
     available_end,
@@ -53,29 +53,35 @@ except ImportError:  # pragma: no cover - older Spark wraps the source itself
 
 
 class TriomqDataSource(DataSource):
-    """Messages of a triomq/RocketMQ store root as rows; see ``options`` for the options."""
+    """Messages of a triomq/RocketMQ store root as rows, its metadata tables, and the
+    controller tables of controllers' data directories; see ``options`` for the options."""
 
     @classmethod
     def name(cls) -> str:
         return FORMAT
 
-    def _opts(self, streaming: bool = False) -> tuple[ReadOptions, StoreFiles]:
-        opts = parse_options(self.options, streaming=streaming)
-        return opts, StoreFiles.open(opts.path)
-
     def schema(self) -> str:
-        opts, _ = self._opts()
+        opts = parse_options(self.options)
+        if opts.table in CONTROLLER_TABLES:
+            controller_tables.controller_dirs(opts.paths)
+            return controller_tables.SCHEMAS[opts.table]
+        StoreFiles.open(opts.path)
         return metadata.SCHEMAS.get(opts.table, SCHEMA_DDL)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        opts, files = self._opts()
+        opts = parse_options(self.options)
+        if opts.table in CONTROLLER_TABLES:
+            found = controller_tables.history(opts.paths)
+            return metadata.TableReader(controller_tables.rows(opts.table, found))
+        files = StoreFiles.open(opts.path)
         if opts.table != "messages":
             return metadata.TableReader(metadata.rows(opts, files))
         bounds = resolve(files, opts)
         return MessagesReader(plan_tasks(files, bounds.start, bounds.end, opts))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        opts, files = self._opts(streaming=True)
+        opts = parse_options(self.options, streaming=True)
+        files = StoreFiles.open(opts.path)
         return MessagesStreamReader(opts, files)
 
 

@@ -102,7 +102,9 @@ def test_corruption_before_the_tail_fails_the_task(store):
     ({"committedOnly": "true"}, "committedOnly"),
     ({"maxBytesPerPartition": "0"}, "maxBytesPerPartition"),
     ({"topics": "a,,b"}, "topics"),
-    ({"table": "syncStateSet"}, "table"),
+    ({"table": "brokers"}, "table"),
+    ({"paths": '["/a", "/b"]'}, "path"),
+    ({"paths": "/a,/b"}, "paths"),
     ({"colour": "blue"}, "colour"),
 ])
 def test_bad_options_name_the_option(store, options, where):
@@ -110,6 +112,11 @@ def test_bad_options_name_the_option(store, options, where):
         opts = parse_options({"path": store.root, "startingOffset": "100", **options})
         resolve(StoreFiles.open(opts.path), opts)
     assert info.value.where == where
+
+
+def test_controller_tables_take_several_paths(store):
+    opts = parse_options({"paths": '["/c1", "/c2"]', "table": "MASTERHISTORY"})
+    assert (opts.table, opts.paths, opts.path) == ("masterHistory", ("/c1", "/c2"), "/c1")
 
 
 def test_bad_paths_are_named(tmp_path):

@@ -1,0 +1,66 @@
+"""The C walk (``record_index``) changes how fast records are found, never what is read."""
+
+from __future__ import annotations
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plugins.spark_export.record_index import checked_records
+from tests.spark.storegen import sample_records
+from tests.spark.test_arrow_decode import SEGMENT, decoded, packed
+
+RECORDS = sample_records(60, body_size=40)
+BUF, PLACED = packed(RECORDS)
+
+
+def both(buf, **kwargs):
+    """(rows, stop) of the Python walk and of the C walk over ``buf``."""
+    return decoded(buf, **kwargs), decoded(buf, segment_size=SEGMENT, **kwargs)
+
+
+def test_the_c_walk_finds_every_record_in_log_order():
+    found = checked_records(BUF, 0, SEGMENT)
+    assert found is not None and found.stop == "end" and found.end == len(BUF)
+    assert found.offsets.to_pylist() == [phys for phys, _, _ in PLACED]
+    assert found.sizes.to_pylist() == [size for _, size, _ in PLACED]
+
+
+def test_small_batches_and_a_start_offset_read_the_same():
+    (rows, _), (c_rows, _) = both(BUF, batch_rows=7, min_offset=PLACED[10][0])
+    assert c_rows == rows and len(rows) == 50
+
+
+@settings(max_examples=60, deadline=None)
+@given(at=st.integers(0, len(BUF) - 1), value=st.integers(0, 255))
+def test_a_damaged_byte_reads_the_same_either_way(at, value):
+    buf = bytearray(BUF)
+    buf[at] = value
+    (rows, stop), (c_rows, c_stop) = both(bytes(buf))
+    assert c_rows == rows
+    assert (c_stop.kind == "bad") == (stop.kind == "bad")
+    if stop.kind == "bad":
+        assert attrs.astuple(c_stop) == attrs.astuple(stop)
+
+
+@settings(max_examples=30, deadline=None)
+@given(cut=st.integers(1, len(BUF) - 1))
+def test_a_cut_range_reads_the_same_either_way(cut):
+    (rows, stop), (c_rows, c_stop) = both(BUF[:cut])
+    assert c_rows == rows and (c_stop.kind == "bad") == (stop.kind == "bad")
+
+
+def test_planning_cuts_and_log_end_are_the_same_either_way(store, monkeypatch):
+    from plugins.spark_export import store_files
+
+    files = store_files.StoreFiles.open(store.root)
+
+    def plan():
+        cuts = [files.pieces(seg, seg.start + 1, seg.start + files.segment_size, step,
+                             lo_is_boundary=False)
+                for seg in files.segments for step in (1, 5000, 20000)]
+        return cuts, files.log_end()
+
+    with_c = plan()
+    monkeypatch.setattr(store_files, "checked_records", lambda *args: None)
+    assert plan() == with_c
