@@ -17,6 +17,8 @@ package is that state machine and its inputs, with no trio, clock or I/O:
 - ``heartbeat``: ``BrokerHeartbeatTable``, the active controller's live-info
   table; time is an argument.
 - ``snapshot``: the snapshot encoding and the state's invariants.
+- ``history``: the commit point of controllers' logs read from disk, and the
+  replay of their committed events into master and SyncStateSet histories.
 
 Around that core, still on the framework side:
 
