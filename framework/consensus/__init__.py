@@ -15,10 +15,12 @@ The modules, one concept each:
 Nothing above imports trio, reads a clock or touches I/O. The driver feeds
 ticks and messages in and carries out the ``Ready`` it gets back:
 
-- ``config``: ``RaftConfig``, the documented settings of a Raft node.
+- ``config``: ``RaftConfig``, the documented settings of a Raft node;
 - ``durable``: the entry log and snapshot from a store plugin, persisted in
-  the order ``Ready`` demands.
-- ``node``: ``open_raft_node`` / ``RaftNode`` (propose, read_index,
-  membership changes, leadership transfer) over RPC, for library users with
-  their own ``StateMachine``.
+  the order ``Ready`` demands;
+- ``node``: ``open_raft_node`` / ``RaftNode`` (propose, propose_nowait,
+  read_index, membership changes, leadership transfer) over RPC, for
+  library users with their own ``StateMachine``;
+- ``waiting``: the node's waiters (a parked task or a callback) and their
+  deadlines.
 """

@@ -99,7 +99,23 @@ def _ids(ids: tuple[int, ...], what: str) -> bytes:
     return _U32.pack(len(ids)) + b"".join(_u64(i, what) for i in ids)
 
 
+class _LastEntries:
+    """The entries encoded last, by identity: a leader pushes the same tuple to
+    every caught-up peer (``EntryPusher`` shares it), so it is packed once."""
+
+    entries: tuple[Entry, ...] | None = None
+    encoded = b""
+
+
 def _entries(entries: tuple[Entry, ...]) -> bytes:
+    if entries is _LastEntries.entries:
+        return _LastEntries.encoded
+    encoded = _pack_entries(entries)
+    _LastEntries.entries, _LastEntries.encoded = entries, encoded
+    return encoded
+
+
+def _pack_entries(entries: tuple[Entry, ...]) -> bytes:
     # One pack per entry: an APPEND carries many, and this is the hot path.
     pack = _ENTRY_HEAD.pack
     parts = [_U32.pack(len(entries))]

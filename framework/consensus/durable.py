@@ -127,8 +127,10 @@ class DurableState:
         log = self.entry_log
         appended = False
         for write in writes:
-            if isinstance(write, AppendEntries):
-                log.append([store.Entry(e.index, e.term, e.to_record()) for e in write.entries])
+            if isinstance(write, AppendEntries) and write.entries:
+                entries = write.entries
+                log.append_records(entries[0].index, [e.term for e in entries],
+                                   [e.to_record() for e in entries])
                 appended = True
             elif isinstance(write, PersistHardState):
                 state = write.hard_state

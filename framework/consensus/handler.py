@@ -177,8 +177,22 @@ class EntryHandler:
         SUCCESS names the last entry now known equal to the leader's;
         INCONSISTENT_STATE names the first that does not fit.
         """
+        entries = m.entries
+        first = entries[0]
+        if (
+            first.index == self.log.last_index + 1
+            and self._matches(first.index - 1, m.prev_term)
+            and first.term >= self.log.last_term
+        ):
+            # All new and following ours: the common case, in one go. (The
+            # message was checked: indexes consecutive, terms non-decreasing.)
+            self._extend(entries)
+            last = entries[-1].index
+            self._matched = max(self._matched, last)
+            self._respond_push(m, ResponseCode.SUCCESS, index=last)
+            return
         prev_term = m.prev_term
-        for entry in m.entries:
+        for entry in entries:
             index = entry.index
             if index <= self.log.last_index:
                 fits = self._matches(index, entry.term)
@@ -190,7 +204,7 @@ class EntryHandler:
                 self._respond_push(m, ResponseCode.INCONSISTENT_STATE, index=index)
                 return
             prev_term = entry.term
-        last = m.entries[-1].index
+        last = entries[-1].index
         self._matched = max(self._matched, min(last, self.log.last_index))
         self._respond_push(m, ResponseCode.SUCCESS, index=last)
 

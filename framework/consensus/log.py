@@ -11,7 +11,8 @@ is undone if truncated.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import attrs
 
@@ -42,20 +43,19 @@ class EntryKind(enum.IntEnum):
 _KIND_BYTES = {kind: bytes([kind]) for kind in EntryKind}
 
 
-def _entry_kind(value: int) -> EntryKind:
-    # Most callers pass the member already; the enum's own lookup costs more
-    # than the check, and entries are made once per command.
-    return value if type(value) is EntryKind else EntryKind(value)
+class Entry(NamedTuple):
+    """One log entry.
 
-
-@attrs.frozen
-class Entry:
-    """One log entry."""
+    A named tuple rather than an attrs class: entries are made for every
+    command on every node (proposed, decoded, loaded), and a tuple is made
+    in half the time of a frozen attrs instance. Pass ``kind`` as an
+    ``EntryKind`` member.
+    """
 
     index: int
     term: int
     data: bytes = b""
-    kind: EntryKind = attrs.field(default=EntryKind.NORMAL, converter=_entry_kind)
+    kind: EntryKind = EntryKind.NORMAL
 
     @property
     def size(self) -> int:
@@ -207,6 +207,31 @@ class RaftLog:
             raise LogError(f"append: entry {entry.index} term {entry.term} < {self.last_term}")
         self.entries.append(entry)
         if entry.kind is EntryKind.CONF_CHANGE:
+            self._configs.append((entry.index, _next_configuration(self.configuration, entry)))
+
+    def extend(self, entries: Sequence[Entry]) -> None:
+        """Append consecutive entries of non-decreasing terms that follow the last one.
+
+        The same as ``append`` of each in turn, in one pass (an APPEND
+        carries hundreds).
+        """
+        if not entries:
+            return
+        first = entries[0]
+        if first.index != self.last_index + 1:
+            raise LogError(f"extend: entry {first.index} does not follow {self.last_index}")
+        if first.term < self.last_term:
+            raise LogError(f"extend: entry {first.index} term {first.term} < {self.last_term}")
+        term, index, changes = first.term, first.index, []
+        for entry in entries:
+            if entry.term < term or entry.index != index:
+                raise LogError(f"extend: entry {entry.index} of term {entry.term} is out of "
+                               "order")
+            if entry.kind is EntryKind.CONF_CHANGE:
+                changes.append(entry)
+            term, index = entry.term, index + 1
+        self.entries.extend(entries)
+        for entry in changes:
             self._configs.append((entry.index, _next_configuration(self.configuration, entry)))
 
     def truncate_after(self, index: int) -> None:

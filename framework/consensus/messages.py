@@ -226,25 +226,27 @@ def _is_index(value: object) -> bool:
     return type(value) is int and 0 <= value <= MAX_INDEX
 
 
-def _valid_entry(entry: object) -> bool:
-    return (
-        isinstance(entry, Entry)
-        and _is_index(entry.index)
-        and _is_index(entry.term)
-        and isinstance(entry.data, bytes)
-        and isinstance(entry.kind, EntryKind)
-    )
-
-
 def _append_problem(message: PushRequest) -> str | None:
     entries = message.entries
     if not isinstance(entries, tuple) or not entries:
         return "PushRequest APPEND without entries"
-    previous = message.prev_term
+    if not _is_index(message.index + len(entries) - 1):
+        return "PushRequest APPEND entries go past the largest index"
+    # The message's index and terms are valid indexes (checked before), so an
+    # entry whose index is in sequence and whose int term is between them is
+    # too: per entry only types and order are left to check (hundreds each).
+    previous, last, index = message.prev_term, message.term, message.index
     for offset, entry in enumerate(entries):
-        if not _valid_entry(entry) or entry.index != message.index + offset:
+        if (
+            type(entry) is not Entry
+            or type(entry.index) is not int
+            or entry.index != index + offset
+            or type(entry.term) is not int
+            or not isinstance(entry.data, bytes)
+            or type(entry.kind) is not EntryKind
+        ):
             return f"PushRequest APPEND entry #{offset} is invalid or out of sequence"
-        if not previous <= entry.term <= message.term:
+        if not previous <= entry.term <= last:
             return f"PushRequest APPEND entry #{offset} has term {entry.term} out of order"
         previous = entry.term
     return None

@@ -28,17 +28,19 @@ The driver is thin; the protocol is ``framework.consensus.raft``. It
 Reads are linearizable through ``read_index``: once it returns, the local
 state machine reflects every write committed before it was called.
 
-Proposals wait for their entry to be applied here, then get ``apply``'s
-result; their timeouts share one timer task (a cancel scope per proposal
-would cost more than the rest of the driver's work for it).
+Proposals are queued and handed to Raft together at the driver's next
+turn (one append for many commands). They wait for their entry to be
+applied here, then get ``apply``'s result: ``propose`` parks the calling
+task; ``propose_nowait`` calls a callback instead, for callers that keep
+many commands in flight without a task each. Their timeouts share one
+timer task (a cancel scope per proposal would cost more than the rest of
+the driver's work for it).
 """
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
-import math
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -58,12 +60,14 @@ from framework.consensus.ready import (
     Ready,
     Role,
 )
+from framework.consensus.waiting import Deadlines, ProposalCallback, Waiter
 from framework.errors import ConfigError, TriomqError
 from framework.protocol.remoting import RemotingCommand
 from framework.rpc import RpcConnection, RpcError
 from framework.runtime import Node
 
-__all__ = ["NotLeader", "ProposalFailed", "RaftNode", "StateMachine", "open_raft_node"]
+__all__ = ["NotLeader", "ProposalCallback", "ProposalFailed", "RaftNode", "StateMachine",
+           "open_raft_node"]
 
 RAFT_REQUEST_CODES = (codec.VOTE, codec.HEART_BEAT, codec.PUSH, codec.LEADERSHIP_TRANSFER,
                       codec.INSTALL_SNAPSHOT)
@@ -111,49 +115,6 @@ class ProposalFailed(TriomqError):
         super().__init__(f"{code.name}: {message}")
 
 
-class _Waiter:
-    """A caller waiting for an entry (proposals) or a read point (reads).
-
-    The caller's task parks itself and ``finish`` reschedules it: no Event
-    per proposal, as this is paid once per command.
-    """
-
-    __slots__ = ("done", "error", "index", "result", "task", "term")
-
-    def __init__(self, term: int = 0) -> None:
-        self.term = term
-        self.index = 0
-        self.done = False
-        self.task: trio.lowlevel.Task | None = None
-        self.result: Any = None
-        self.error: BaseException | None = None
-
-    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
-        if not self.done:
-            self.done = True
-            self.result, self.error = result, error
-            task = self.task
-            if task is not None:
-                self.task = None
-                trio.lowlevel.reschedule(task)
-
-    async def wait(self) -> Any:
-        """Until finished (cancellable); then its result, or raise its error."""
-        if self.done:
-            await trio.lowlevel.checkpoint()
-        else:
-            self.task = trio.lowlevel.current_task()
-
-            def abort(_: Any) -> trio.lowlevel.Abort:
-                self.task = None
-                return trio.lowlevel.Abort.SUCCEEDED
-
-            await trio.lowlevel.wait_task_rescheduled(abort)
-        if self.error is not None:
-            raise self.error
-        return self.result
-
-
 # --------------------------------------------------------------------------
 # The driver
 # --------------------------------------------------------------------------
@@ -175,11 +136,13 @@ class RaftNode:
         self._applied = raft.applied_index
         self._kicked = trio.Event()
         self._changed = trio.Event()
-        self._proposals: dict[int, _Waiter] = {}
-        #: timeout -> (deadline, waiter) in deadline order
-        self._deadlines: dict[float, collections.deque[tuple[float, _Waiter]]] = {}
+        self._proposals: dict[int, Waiter] = {}
+        #: Commands proposed since the driver's last turn, and their waiters.
+        self._queued: list[bytes] = []
+        self._queued_waiters: list[Waiter] = []
+        self._deadlines = Deadlines()
         self._timer = trio.CancelScope()
-        self._reads: dict[bytes, _Waiter] = {}
+        self._reads: dict[bytes, Waiter] = {}
         self._read_numbers = itertools.count(1)
         self._senders: dict[int, trio.MemorySendChannel[Message]] = {}
         self._closed = False
@@ -248,13 +211,70 @@ class RaftNode:
 
         Raises NotLeader, ProposalFailed, ``trio.TooSlowError`` after
         ``timeout`` seconds, or whatever ``apply`` raised for this command.
+        Commands reach Raft at the driver's next turn, all those proposed
+        meanwhile together; one cancelled before then is not proposed, one
+        cancelled later may still commit.
         """
-        self._check_open()
+        waiter = Waiter()
+        self._queue(data, waiter, timeout)
         try:
-            index = self._raft.propose(data)
+            return await waiter.wait()
+        finally:
+            if self._proposals.get(waiter.index) is waiter:
+                del self._proposals[waiter.index]
+
+    def propose_nowait(self, data: bytes, on_done: ProposalCallback, *,
+                       timeout: float = 3.0) -> None:
+        """Start replicating ``data`` and return at once; no task waits for it.
+
+        ``on_done(result, error)`` is called exactly once, on the trio
+        thread, from the driver's loop: with ``apply``'s result and ``None``
+        once applied here, or with ``None`` and the error ``propose`` would
+        raise (NotLeader if leadership was lost before the command was
+        appended, ProposalFailed, ``trio.TooSlowError`` after ``timeout``
+        seconds, or what ``apply`` raised). Keep it quick; it may propose
+        again. What it raises is logged and dropped. A refusal known at
+        once (NotLeader, ProposalFailed LEADER_TRANSFERRING) is raised here
+        instead, and ``on_done`` is then never called.
+        """
+        self._queue(data, Waiter(callback=on_done), timeout)
+
+    def _queue(self, data: bytes, waiter: Waiter, timeout: float) -> None:
+        # Commands wait for the driver's next turn and go to Raft together:
+        # one append for all proposed meanwhile instead of one per command.
+        self._check_open()
+        if type(data) is not bytes:
+            if not isinstance(data, bytearray | memoryview):
+                raise TypeError(f"proposal data must be bytes, got {type(data).__name__}")
+            data = bytes(data)  # the caller may change it before it is appended
+        raft = self._raft
+        if raft.role is not Role.LEADER or raft.transferee:
+            try:
+                raft.check_can_propose()
+            except ProposalRejected as exc:
+                raise self._rejected(exc) from None
+        self._queued.append(data)
+        self._queued_waiters.append(waiter)
+        self._arm(waiter, timeout)
+        self._kick()
+
+    def _propose_queued(self) -> None:
+        datas, waiters = self._queued, self._queued_waiters
+        self._queued, self._queued_waiters = [], []
+        if any(w.done for w in waiters):  # timed out or cancelled while queued: dropped
+            kept = [(d, w) for d, w in zip(datas, waiters, strict=True) if not w.done]
+            datas, waiters = [d for d, _ in kept], [w for _, w in kept]
+        try:
+            first = self._raft.propose_many(datas)
         except ProposalRejected as exc:
-            raise self._rejected(exc) from None
-        return await self._wait_entry(index, timeout)
+            error = self._rejected(exc)
+            for waiter in waiters:
+                waiter.finish(error=error)
+            return
+        term, proposals = self._raft.term, self._proposals
+        for index, waiter in enumerate(waiters, first):
+            waiter.term, waiter.index = term, index
+            proposals[index] = waiter
 
     async def change_membership(self, change: ConfChangeV2, *, timeout: float = 3.0) -> None:
         """Propose a membership change and return once it is applied here.
@@ -283,7 +303,7 @@ class RaftNode:
             self._raft.read_index(context)
         except ProposalRejected as exc:
             raise self._rejected(exc) from None
-        waiter = self._reads[context] = _Waiter()
+        waiter = self._reads[context] = Waiter()
         self._kick()
         try:
             with trio.fail_after(timeout):
@@ -318,7 +338,7 @@ class RaftNode:
     # ----------------------------------------------------------- waiting
 
     async def _wait_entry(self, index: int, timeout: float) -> Any:
-        waiter = self._proposals[index] = _Waiter(self._raft.term)
+        waiter = self._proposals[index] = Waiter(self._raft.term, index)
         self._arm(waiter, timeout)
         self._kick()
         try:
@@ -327,32 +347,23 @@ class RaftNode:
             if self._proposals.get(index) is waiter:
                 del self._proposals[index]
 
-    def _arm(self, waiter: _Waiter, timeout: float) -> None:
-        # One queue per timeout value: deadlines in it come in time order, so
-        # arming is an append and finished waiters leave from the front.
-        deadline = trio.current_time() + timeout
-        queue = self._deadlines.get(timeout)
-        if queue is None:
-            queue = self._deadlines[timeout] = collections.deque()
-        while queue and queue[0][1].done:
-            queue.popleft()
-        queue.append((deadline, waiter))
+    def _arm(self, waiter: Waiter, timeout: float) -> None:
+        deadline = self._deadlines.add(waiter, trio.current_time(), timeout)
         if deadline < self._timer.deadline:
             self._timer.deadline = deadline
 
-    def _next_deadline(self) -> float:
-        return min((queue[0][0] for queue in self._deadlines.values() if queue),
-                   default=math.inf)
-
     async def _timer_loop(self) -> None:
         while True:
-            with trio.CancelScope(deadline=self._next_deadline()) as timer:
+            with trio.CancelScope(deadline=self._deadlines.next()) as timer:
                 self._timer = timer
                 await trio.sleep_forever()
-            now = trio.current_time()
-            for queue in self._deadlines.values():
-                while queue and (queue[0][0] <= now or queue[0][1].done):
-                    queue.popleft()[1].finish(error=trio.TooSlowError())
+            for waiter in self._deadlines.expired(trio.current_time()):
+                self._fail(waiter, trio.TooSlowError())
+
+    def _fail(self, waiter: Waiter, error: BaseException) -> None:
+        if self._proposals.get(waiter.index) is waiter:
+            del self._proposals[waiter.index]
+        waiter.finish(error=error)
 
     async def _wait_change(self) -> None:
         await self._changed.wait()
@@ -391,7 +402,11 @@ class RaftNode:
         while True:
             await self._kicked.wait()
             self._kicked = trio.Event()
-            while self._raft.has_ready():
+            while True:
+                if self._queued_waiters:
+                    self._propose_queued()
+                if not self._raft.has_ready():
+                    break
                 await self._carry_out(self._raft.ready())
 
     async def _carry_out(self, ready: Ready) -> None:
@@ -404,15 +419,15 @@ class RaftNode:
             self._send(message)
         if ready.snapshot is not None:
             self._restore(ready.snapshot)
-        for entry in ready.committed_entries:
-            self._apply(entry)
+        if ready.committed_entries:
+            self._apply(ready.committed_entries)
         for result in ready.results:
             if result.code is ResponseCode.SUCCESS:
                 continue  # its waiter finishes when the entry is applied
             waiter = self._proposals.get(result.index)
             if waiter is not None and waiter.term == result.term:
-                waiter.finish(error=ProposalFailed(result.code, f"entry {result.index} of "
-                                                   f"term {result.term} did not commit here"))
+                self._fail(waiter, ProposalFailed(result.code, f"entry {result.index} of "
+                                                  f"term {result.term} did not commit here"))
         for state in ready.read_states:
             reader = self._reads.get(state.context)
             if reader is None:
@@ -436,25 +451,30 @@ class RaftNode:
             self._proposals.pop(index).finish(error=ProposalFailed(
                 ResponseCode.TERM_CHANGED, f"entry {index} was replaced by a snapshot"))
 
-    def _apply(self, entry: Entry) -> None:
-        result: Any = None
-        error: BaseException | None = None
-        if entry.kind is EntryKind.NORMAL:
-            try:
-                result = self._sm.apply(entry.index, entry.data)
-            except Exception as exc:
-                self._log.exception("state machine failed to apply entry %d", entry.index)
-                error = exc
-        self._applied = entry.index
-        waiter = self._proposals.pop(entry.index, None)
-        if waiter is None:
-            return
-        if waiter.term == entry.term:
-            waiter.finish(result, error)
-        else:
-            waiter.finish(error=ProposalFailed(
-                ResponseCode.TERM_CHANGED,
-                f"entry {entry.index} of term {waiter.term} was replaced in term {entry.term}"))
+    def _apply(self, entries: tuple[Entry, ...]) -> None:
+        # Once per committed entry on every node: locals, no call per entry
+        # beyond the state machine's.
+        apply, proposals, normal = self._sm.apply, self._proposals, EntryKind.NORMAL
+        for entry in entries:
+            index = entry.index
+            result: Any = None
+            error: BaseException | None = None
+            if entry.kind is normal:
+                try:
+                    result = apply(index, entry.data)
+                except Exception as exc:
+                    self._log.exception("state machine failed to apply entry %d", index)
+                    error = exc
+            self._applied = index
+            waiter = proposals.pop(index, None)
+            if waiter is None:
+                continue
+            if waiter.term == entry.term:
+                waiter.finish(result, error)
+            else:
+                waiter.finish(error=ProposalFailed(
+                    ResponseCode.TERM_CHANGED,
+                    f"entry {index} of term {waiter.term} was replaced in term {entry.term}"))
 
     def _maybe_compact(self) -> None:
         every = self.config.snapshot_entries
@@ -529,7 +549,10 @@ class RaftNode:
     def _close(self) -> None:
         self._closed = True
         gone = ProposalFailed(ResponseCode.TERM_CHANGED, "the Raft node closed")
-        for waiter in [*self._proposals.values(), *self._reads.values()]:
+        waiters = [*self._queued_waiters, *self._proposals.values(), *self._reads.values()]
+        self._queued, self._queued_waiters = [], []
+        self._proposals.clear()
+        for waiter in waiters:
             waiter.finish(error=gone)
 
 

@@ -1,6 +1,7 @@
 """The leader side of DLedger replication (EntryDispatcher, QuorumAckChecker).
 
-A mixin of ``Raft``. Per peer the leader COMPAREs from its last index
+A mixin of ``Raft``, with its proposal API (``propose``, ``propose_many``,
+``propose_conf_change``). Per peer the leader COMPAREs from its last index
 backwards until the peer's entry matches, TRUNCATEs the peer's divergent
 suffix, or sends its snapshot when the match point was compacted; then it
 pipelines APPENDs (at most ``max_pending_size`` unacknowledged and
@@ -16,7 +17,12 @@ leadership is lost.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Sequence
+
 from framework.consensus.confchange import (
+    Changer,
+    ConfChangeError,
     ConfChangeV2,
 )
 from framework.consensus.log import Entry, EntryKind
@@ -53,8 +59,78 @@ class ProposalRejected(TriomqError):
         super().__init__(f"{code.name}: {reason}")
 
 
+_DATA = operator.attrgetter("data")
+_ENTRY_OVERHEAD = Entry(0, 0).size  # what an entry counts for in quotas beyond its data
+
+
+def _command_bytes(data: object) -> bytes:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"proposal data must be bytes, got {type(data).__name__}")
+    return bytes(data)
+
+
 class EntryPusher:
     """Leader-side replication and commit, mixed into ``Raft`` (uses its state)."""
+
+    def propose(self, data: bytes) -> int:
+        """Append an application command; return its index.
+
+        Its fate arrives later as a ``ProposalResult`` in ``ready().results``.
+        Raises ProposalRejected when not leader or while transferring.
+        """
+        data = _command_bytes(data)
+        self._check_can_propose()
+        return self._append_as_leader(EntryKind.NORMAL, data, track=True)
+
+    def propose_many(self, commands: Sequence[bytes]) -> int:
+        """Append application commands, in order; return the index of the first.
+
+        The same as ``propose`` of each in turn (each gets its own
+        ``ProposalResult``), in one go. All or none are appended.
+        """
+        self._check_can_propose()
+        datas = [d if type(d) is bytes else _command_bytes(d) for d in commands]
+        if not datas:
+            return self.log.last_index + 1
+        term, first = self.term, self.log.last_index + 1
+        normal = EntryKind.NORMAL
+        self._extend([Entry(i, term, d, normal) for i, d in enumerate(datas, first)])
+        pending, proposed = self._pending, (term, self.now)
+        for index in range(first, first + len(datas)):
+            pending[index] = proposed
+        self._dispatch_due = True
+        return first
+
+    def check_can_propose(self) -> None:
+        """Raise ProposalRejected if a proposal made now would be refused."""
+        self._check_can_propose()
+
+    def propose_conf_change(self, change: ConfChangeV2) -> int:
+        """Append a membership change; return its index.
+
+        Refused (ProposalRejected) while an earlier change is uncommitted
+        (pendingConfIndex), while joint unless this is the empty change that
+        leaves, when asked to leave a non-joint configuration, or when the
+        Changer refuses it.
+        """
+        self._check_can_propose()
+        config = self.configuration
+        code = ResponseCode.UNEXPECTED_ARGUMENT
+        if self._pending_conf_index > self.commit_index:
+            raise ProposalRejected(
+                code, f"conf change at {self._pending_conf_index} is not committed yet"
+            )
+        if config.is_joint and not change.leave_joint():
+            raise ProposalRejected(code, "configuration is joint: leave it first")
+        if not config.is_joint and change.leave_joint():
+            raise ProposalRejected(code, "configuration is not joint: nothing to leave")
+        try:
+            Changer(config).apply(change)
+        except ConfChangeError as error:
+            raise ProposalRejected(code, str(error)) from error
+        index = self._append_as_leader(EntryKind.CONF_CHANGE, change.encode(), track=True)
+        self._pending_conf_index = index
+        return index
 
     def _check_can_propose(self) -> None:
         if self.role is not Role.LEADER:
@@ -238,20 +314,30 @@ class EntryPusher:
             self._dispatch(peer, progress, retry=False)
             return 0
         used = progress.bytes_this_tick
-        batch: list[Entry] = []
-        for entry in self.log.slice(first, first + count - 1):
-            if used and used + entry.size > self.config.push_quota_bytes:
-                break
-            used += entry.size
-            batch.append(entry)
+        quota = self.config.push_quota_bytes
+        batch = self.log.slice(first, first + count - 1)
+        whole = sum(map(len, map(_DATA, batch))) + _ENTRY_OVERHEAD * len(batch)
+        if used + whole <= quota:
+            used += whole  # the usual case: all of it, without a step per entry
+        else:
+            fitting: list[Entry] = []
+            for entry in batch:
+                if used and used + entry.size > quota:
+                    break
+                used += entry.size
+                fitting.append(entry)
+            batch = fitting
         if not batch:
             return 0
         progress.bytes_this_tick = used
         prev_term = self.log.term_at(first - 1)
         assert prev_term is not None
-        self._push(peer, PushType.APPEND, first, entries=tuple(batch), prev_term=prev_term)
-        for entry in batch:
-            progress.pending[entry.index] = self.now
+        entries = tuple(batch)
+        if entries == self._last_pushed:  # compared by identity first: cheap when equal
+            entries = self._last_pushed  # the same tuple, so the codec packs it once
+        self._last_pushed = entries
+        self._push(peer, PushType.APPEND, first, entries=entries, prev_term=prev_term)
+        progress.pending.update(dict.fromkeys(range(first, first + len(batch)), self.now))
         progress.commit_sent = self.commit_index
         return len(batch)
 

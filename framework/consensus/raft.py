@@ -26,26 +26,24 @@ entries=[Entry.from_record(e.index, e.term, e.data) for e in entry_log])``;
 a new cluster's founders start from ``log.bootstrap_entries``. Each write of
 a ``Ready``, in order: ``PersistHardState`` -> ``set_hard_state``;
 ``TruncateSuffix(i)`` -> ``truncate_suffix(i)``; ``AppendEntries`` ->
-``append`` of ``(e.index, e.term, e.to_record())``; ``SaveSnapshot(s)`` ->
+``append_records`` of each ``(e.index, e.term, e.to_record())``; ``SaveSnapshot(s)`` ->
 store ``s`` (data and conf state) durably, then ``compact_prefix(s.index +
 1, s.term)``. Then ``sync()``, send ``Ready.messages``, and apply.
 
-The leader side lives in ``pusher`` (``EntryPusher``), the follower side in
-``handler`` (``EntryHandler``); both are mixins of ``Raft`` sharing its
-state. This module keeps the public API, roles, elections and ``Ready``.
+The leader side, proposals included, lives in ``pusher``
+(``EntryPusher``), the follower side in ``handler`` (``EntryHandler``); both
+are mixins of ``Raft`` sharing its state. This module keeps the rest of the
+public API, roles, elections and ``Ready``.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import attrs
 
 from framework.consensus.confchange import (
-    Changer,
-    ConfChangeError,
-    ConfChangeV2,
     Configuration,
 )
 from framework.consensus.handler import EntryHandler, merge_acks
@@ -160,6 +158,7 @@ class Raft(EntryPusher, EntryHandler):
         self._pending: dict[int, tuple[int, int]] = {}  # index -> (term, tick proposed)
         self._pending_conf_index = 0
         self._dispatch_due = False  # new entries wait for ready() to go out
+        self._last_pushed: tuple[Entry, ...] = ()  # the entries of the last APPEND made
         self._reads = ReadQueue()
         self._early_reads: list[bytes] = []  # asked before this term's first commit
         self._read_states: list[ReadState] = []
@@ -236,44 +235,6 @@ class Raft(EntryPusher, EntryHandler):
             self._on_timeout_now(message)
         elif self.role is Role.LEADER:
             self._on_leader_response(message)
-
-    def propose(self, data: bytes) -> int:
-        """Append an application command; return its index.
-
-        Its fate arrives later as a ``ProposalResult`` in ``ready().results``.
-        Raises ProposalRejected when not leader or while transferring.
-        """
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"proposal data must be bytes, got {type(data).__name__}")
-        self._check_can_propose()
-        return self._append_as_leader(EntryKind.NORMAL, bytes(data), track=True)
-
-    def propose_conf_change(self, change: ConfChangeV2) -> int:
-        """Append a membership change; return its index.
-
-        Refused (ProposalRejected) while an earlier change is uncommitted
-        (pendingConfIndex), while joint unless this is the empty change that
-        leaves, when asked to leave a non-joint configuration, or when the
-        Changer refuses it.
-        """
-        self._check_can_propose()
-        config = self.configuration
-        code = ResponseCode.UNEXPECTED_ARGUMENT
-        if self._pending_conf_index > self.commit_index:
-            raise ProposalRejected(
-                code, f"conf change at {self._pending_conf_index} is not committed yet"
-            )
-        if config.is_joint and not change.leave_joint():
-            raise ProposalRejected(code, "configuration is joint: leave it first")
-        if not config.is_joint and change.leave_joint():
-            raise ProposalRejected(code, "configuration is not joint: nothing to leave")
-        try:
-            Changer(config).apply(change)
-        except ConfChangeError as error:
-            raise ProposalRejected(code, str(error)) from error
-        index = self._append_as_leader(EntryKind.CONF_CHANGE, change.encode(), track=True)
-        self._pending_conf_index = index
-        return index
 
     def read_index(self, context: bytes) -> None:
         """Ask for a linearizable read point, answered by a ``ReadState``.
@@ -424,6 +385,18 @@ class Raft(EntryPusher, EntryHandler):
         else:
             writes.append([entry])
         if entry.kind is EntryKind.CONF_CHANGE and self.log.configuration is not before:
+            self._config_changed()
+
+    def _extend(self, entries: Sequence[Entry]) -> None:
+        """``_append`` of each of ``entries``, in one go."""
+        before = self.log.configuration
+        self.log.extend(entries)
+        writes = self._writes
+        if writes and type(writes[-1]) is list:
+            writes[-1].extend(entries)
+        else:
+            writes.append(list(entries))
+        if self.log.configuration is not before:
             self._config_changed()
 
     def _truncate_after(self, index: int) -> None:

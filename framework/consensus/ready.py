@@ -13,6 +13,7 @@ A ``Ready`` is carried out in this order:
 from __future__ import annotations
 
 import enum
+from typing import NamedTuple
 
 import attrs
 
@@ -64,11 +65,12 @@ class SaveSnapshot:
 Write = PersistHardState | TruncateSuffix | AppendEntries | SaveSnapshot
 
 
-@attrs.frozen
-class ProposalResult:
+class ProposalResult(NamedTuple):
     """The fate of a proposal: SUCCESS once committed, TERM_CHANGED if the
     leader lost its term (or leadership) first, WAIT_QUORUM_ACK_TIMEOUT if a
-    quorum did not acknowledge it in time (it may still commit later)."""
+    quorum did not acknowledge it in time (it may still commit later).
+
+    A named tuple, as ``log.Entry``: one is made per committed command."""
 
     index: int
     term: int

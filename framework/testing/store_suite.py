@@ -434,6 +434,30 @@ class EntryLogSuite(_StoreSuite):
             assert log.get(399) == Entry(399, 4, bytes(399 % 700))
             assert log.get(250).data == bytes(250)
 
+    def test_append_records_is_append(self, tmp_path: Path) -> None:
+        entries = [Entry(i, 1 + i // 100, bytes([i % 256]) * (i % 700)) for i in range(1, 400)]
+        with self.opened(tmp_path) as log:
+            log.append_records(1, [e.term for e in entries[:7]], [e.data for e in entries[:7]])
+            # Batches big enough to reach segment ends, then one at a time.
+            for lo, hi in ((7, 150), (150, 390), *((i, i + 1) for i in range(390, 399))):
+                part = entries[lo:hi]
+                log.append_records(lo + 1, [e.term for e in part], [e.data for e in part])
+            assert log.entries(1, 400) == entries
+        with self.opened(tmp_path) as log:
+            assert log.entries(1, 400) == entries
+            assert log.term_at(399) == 4
+
+    def test_append_records_refuses_gaps_and_mismatches(self, tmp_path: Path) -> None:
+        with self.opened(tmp_path) as log:
+            log.append_records(1, [1, 1], [b"a", b"b"])
+            with pytest.raises(StoreError):
+                log.append_records(4, [1], [b"d"])
+            with pytest.raises(StoreError):
+                log.append_records(3, [1, 1], [b"c"])
+            log.append_records(3, [], [])
+            assert log.last_index == 2
+            assert log.get(2) == Entry(2, 1, b"b")
+
     def test_truncate_suffix(self, tmp_path: Path) -> None:
         with self.opened(tmp_path) as log:
             log.append(self.entries(1, 21))

@@ -59,13 +59,25 @@ class LmdbEntryLog:
         for i, e in enumerate(entries):
             if e.index != expected + i:
                 raise StoreError(f"entry {e.index} appended after {expected + i - 1}")
+        self.append_records(expected, [e.term for e in entries], [e.data for e in entries])
+
+    def append_records(self, first_index: int, terms: Sequence[int],
+                       datas: Sequence[bytes]) -> None:
+        if len(terms) != len(datas):
+            raise StoreError(f"{len(terms)} terms for {len(datas)} entries")
+        if not datas:
+            return
+        if first_index != self._last + 1:
+            raise StoreError(f"entry {first_index} appended after {self._last}")
 
         def write(txn):
-            for e in entries:
-                txn.put(_U64.pack(e.index), _TERM.pack(e.term) + e.data, db=self._entries)
+            db, key, term_bytes = self._entries, _U64.pack, _TERM.pack
+            for index, term, data in zip(range(first_index, first_index + len(datas)), terms,
+                                         datas, strict=True):
+                txn.put(key(index), term_bytes(term) + data, db=db)
 
         self._env.write(write)
-        self._last = entries[-1].index
+        self._last = first_index + len(datas) - 1
 
     def get(self, index: int) -> Entry:
         self._check(index)

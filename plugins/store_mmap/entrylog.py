@@ -41,6 +41,9 @@ _HEAD = struct.Struct(">iIIqq")
 HEADER_SIZE = _HEAD.size  # 28
 DEFAULT_ENTRY_SEGMENT_SIZE = 64 << 20
 _TOTAL_MAGIC = struct.Struct(">iI")
+_SIZE_MAGIC_CRC = struct.Struct(">iII")  # _HEAD in two parts: the CRC covers the second
+_INDEX_TERM = struct.Struct(">qq")
+_CRC_END = _SIZE_MAGIC_CRC.size
 
 
 def _crc(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
@@ -147,6 +150,55 @@ class MmapEntryLog:
         self._check_open()
         if not entries:
             return
+        first = entries[0].index
+        for offset, e in enumerate(entries):
+            if e.index != first + offset:
+                raise StoreError(f"entry {e.index} appended after {first + offset - 1}")
+        self.append_records(first, [e.term for e in entries], [e.data for e in entries])
+
+    def append_records(self, first_index: int, terms: Sequence[int],
+                       datas: Sequence[bytes]) -> None:
+        self._check_open()
+        if len(terms) != len(datas):
+            raise StoreError(f"{len(terms)} terms for {len(datas)} entries")
+        if not datas:
+            return
+        if first_index != self.last_index + 1:
+            raise StoreError(f"entry {first_index} appended after {self.last_index}")
+        if not self._append_in_segment(first_index, terms, datas):
+            self._append_across([Entry(first_index + i, term, data)
+                                 for i, (term, data) in enumerate(zip(terms, datas,
+                                                                      strict=True))])
+
+    def _append_in_segment(self, first_index: int, terms: Sequence[int],
+                           datas: Sequence[bytes]) -> bool:
+        """Append entries that all fit the current segment in one write; False
+        (nothing done) when they do not fit. The common case, kept lean: one
+        pass packing records, no padding to place."""
+        crc32, pack_head, pack_key = zlib.crc32, _SIZE_MAGIC_CRC.pack, _INDEX_TERM.pack
+        parts: list[bytes] = []
+        put = parts.append
+        positions: list[int] = []
+        base = at = self._write_pos
+        for index, term, data in zip(range(first_index, first_index + len(datas)), terms,
+                                     datas, strict=True):
+            covered = pack_key(index, term) + data  # what the CRC covers: one call
+            size = _CRC_END + len(covered)
+            put(pack_head(size, ENTRY_MAGIC, crc32(covered)))
+            put(covered)
+            positions.append(at)
+            at += size
+        seg_size = self._files.segment_size
+        if base % seg_size + (at - base) + END_FILE_MIN_BLANK_LENGTH > seg_size:
+            return False
+        self._files.write(base, b"".join(parts))
+        self._pos += positions
+        self._terms += terms
+        self._write_pos = at
+        return True
+
+    def _append_across(self, entries: Sequence[Entry]) -> None:
+        # Entries that reach the end of a segment: blank padding goes there.
         seg_size = self._files.segment_size
         buf = bytearray()
         base = self._write_pos

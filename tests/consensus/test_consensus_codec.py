@@ -140,3 +140,36 @@ def test_decode_fuzz_mutated_bodies(message, data):
     except codec.RaftCodecError:
         return
     assert codec.encode(decoded) == mutated  # a body decodes to one message only
+
+
+def _append(entries: tuple, index: int = 5, prev_term: int = 2, term: int = 4) -> msg.PushRequest:
+    return msg.PushRequest(src=1, dst=2, term=term, type=msg.PushType.APPEND, index=index,
+                           prev_term=prev_term, commit_index=0, entries=entries)
+
+
+@given(st.lists(st.integers(2, 4), min_size=1, max_size=6).map(sorted), st.data())
+def test_append_validation_finds_any_bad_entry(terms, data):
+    entries = [Entry(5 + i, term, b"d%d" % i, EntryKind.NORMAL) for i, term in enumerate(terms)]
+    assert msg.problem(_append(tuple(entries))) is None
+    at = data.draw(st.integers(0, len(entries) - 1))
+    field, value = data.draw(st.sampled_from([
+        ("index", float(entries[at].index)),
+        ("index", entries[at].index + 1),
+        ("term", True if entries[at].term == 1 else float(entries[at].term)),
+        ("term", 5),
+        ("term", 1),
+        ("data", "text"),
+        ("kind", 0),
+        ("entry", (entries[at].index, entries[at].term, b"", EntryKind.NORMAL)),
+    ]))
+    if field == "entry":
+        entries[at] = value
+    else:
+        entries[at] = entries[at]._replace(**{field: value})
+    assert msg.problem(_append(tuple(entries))) is not None
+
+
+def test_append_validation_refuses_indexes_past_the_largest():
+    last = msg.MAX_INDEX
+    assert msg.problem(_append((Entry(last, 3),), index=last)) is None
+    assert msg.problem(_append((Entry(last, 3), Entry(last + 1, 3)), index=last)) is not None

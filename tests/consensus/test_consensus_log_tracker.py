@@ -45,6 +45,41 @@ def test_append_rejects_gaps_and_older_terms():
         log.truncate_after(2)
 
 
+def test_extend_is_append_of_each():
+    remove_3 = ConfChangeV2([ConfChangeSingle(ConfChangeType.REMOVE_NODE, 3)])
+    add_4 = ConfChangeV2([ConfChangeSingle(ConfChangeType.ADD_NODE, 4)])
+    batch = [
+        Entry(4, 2, b"a"),
+        Entry(5, 2, remove_3.encode(), EntryKind.CONF_CHANGE),
+        Entry(6, 3, b"b"),
+        Entry(7, 3, add_4.encode(), EntryKind.CONF_CHANGE),
+    ]
+    one_by_one, extended = _log(()), _log(())
+    for entry in batch:
+        one_by_one.append(entry)
+    extended.extend(batch)
+    assert extended.entries == one_by_one.entries
+    assert [extended.configuration_at(i) for i in range(3, 8)] == [
+        one_by_one.configuration_at(i) for i in range(3, 8)
+    ]
+    assert extended.configuration.voters.incoming.voters == {1, 2, 4}
+
+
+def test_extend_rejects_gaps_disorder_and_older_terms_whole():
+    log = _log()
+    for bad in (
+        [Entry(8, 3)],
+        [Entry(7, 2)],
+        [Entry(7, 3), Entry(9, 3)],
+        [Entry(7, 4), Entry(8, 3)],
+    ):
+        with pytest.raises(LogError):
+            log.extend(bad)
+        assert log.last_index == 6
+    log.extend([])
+    assert log.last_index == 6
+
+
 def test_compact_keeps_the_matching_suffix_and_configuration():
     log = _log()
     log.compact(Snapshot(4, 2, ConfState(voters=[1, 2, 3])))

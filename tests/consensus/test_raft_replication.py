@@ -320,3 +320,43 @@ def test_a_matching_suffix_is_never_truncated():
     # A different term there is a real conflict: truncate after the match.
     [push] = _compare_answer(leader, index, next_term=1)
     assert push.type is PushType.TRUNCATE and push.index == index and push.conflict_term == 1
+
+
+def test_propose_many_is_propose_of_each():
+    one_by_one, batched = Cluster(), Cluster()
+    for cluster in (one_by_one, batched):
+        cluster.elect(1)
+    commands = [b"cmd%d" % i for i in range(300)]
+    indexes = [one_by_one[1].propose(c) for c in commands]
+    first = batched[1].propose_many(commands)
+    assert list(range(first, first + len(commands))) == indexes
+    for cluster in (one_by_one, batched):
+        cluster.settle()
+        cluster.tick()
+    for node in (1, 2, 3):
+        assert batched.applied_data(node) == one_by_one.applied_data(node) == commands
+    assert batched.results(1) == one_by_one.results(1)
+    assert {r.code for r in batched.results(1).values()} == {ResponseCode.SUCCESS}
+
+
+def test_propose_many_appends_all_or_nothing():
+    cluster = Cluster()
+    cluster.elect(1)
+    last = cluster[1].log.last_index
+    try:
+        cluster[1].propose_many([b"ok", "not bytes"])
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("a str command was accepted")
+    assert cluster[1].log.last_index == last
+    assert cluster[1].propose_many([]) == last + 1
+    assert cluster[1].propose_many([bytearray(b"a"), memoryview(b"b")]) == last + 1
+    assert [e.data for e in cluster[1].log.slice(last + 1, last + 2)] == [b"a", b"b"]
+    try:
+        cluster[2].propose_many([b"x"])
+    except ProposalRejected as rejected:
+        assert rejected.code is ResponseCode.NOT_LEADER
+    else:
+        raise AssertionError("a follower accepted proposals")
+

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import trio
 from raft_node_harness import Cluster, make_members
 
-from framework.consensus.node import NotLeader
+from framework.consensus.node import NotLeader, ProposalFailed
 
 
 @pytest.fixture
@@ -143,3 +144,71 @@ async def test_read_index_sees_every_earlier_write(cluster_of, raft_clock):
         await leader.r.propose(f"c{i}".encode())
         await leader.r.read_index()
         assert leader.journal.commands[-1] == f"c{i}".encode()
+
+
+async def test_propose_nowait_calls_back_once_per_command_in_order(cluster_of, raft_clock):
+    cluster = cluster_of()
+    await start_all(cluster)
+    leader = await cluster.leader()
+    outcomes: list[tuple[object, BaseException | None]] = []
+    for i in range(30):
+        command = b"boom" if i == 7 else f"c{i}".encode()
+        leader.r.propose_nowait(command, lambda result, error: outcomes.append((result, error)))
+    await cluster.until_applied(29)
+    assert len(outcomes) == 30
+    errors = [error for _, error in outcomes]
+    assert isinstance(errors[7], ValueError) and outcomes[7][0] is None
+    assert all(error is None for i, error in enumerate(errors) if i != 7)
+    results = [result for i, (result, _) in enumerate(outcomes) if i != 7]
+    assert [data for _, data in results] == [f"c{i}".encode() for i in range(30) if i != 7]
+    assert [index for index, _ in results] == sorted(index for index, _ in results)
+    histories = [m.journal.commands for m in cluster.members.values()]
+    assert histories[0] == histories[1] == histories[2]
+
+
+async def test_propose_nowait_refuses_at_once_on_a_follower(cluster_of, raft_clock):
+    cluster = cluster_of()
+    await start_all(cluster)
+    leader = await cluster.leader()
+    follower = next(m for i, m in cluster.members.items() if i != leader.node_id)
+    called = []
+    with pytest.raises(NotLeader):
+        follower.r.propose_nowait(b"x", lambda *outcome: called.append(outcome))
+    with pytest.raises(TypeError):
+        leader.r.propose_nowait("text", lambda *outcome: called.append(outcome))
+    await leader.r.propose(b"after")
+    assert called == []
+
+
+async def test_propose_nowait_copies_a_buffer_and_survives_a_failing_callback(
+        cluster_of, raft_clock):
+    cluster = cluster_of()
+    await start_all(cluster)
+    leader = await cluster.leader()
+    buffer = bytearray(b"first")
+
+    def broken(result: object, error: BaseException | None) -> None:
+        raise RuntimeError("a caller's bug")
+
+    leader.r.propose_nowait(buffer, broken)
+    buffer[:] = b"later"
+    assert (await leader.r.propose(b"next"))[1] == b"next"
+    assert leader.journal.commands == [b"first", b"next"]
+
+
+async def test_propose_nowait_times_out_through_the_callback(
+        cluster_of, raft_clock, inproc_network):
+    cluster = cluster_of()
+    await start_all(cluster)
+    leader = await cluster.leader()
+    await leader.r.propose(b"before")
+    inproc_network.isolate(f"n{leader.node_id}")
+    outcomes: list[BaseException | None] = []
+    leader.r.propose_nowait(b"lost", lambda result, error: outcomes.append(error), timeout=1.0)
+    with trio.fail_after(30):
+        while not outcomes:
+            await trio.sleep(0.1)
+    assert len(outcomes) == 1
+    assert isinstance(outcomes[0], trio.TooSlowError | ProposalFailed)
+    await trio.sleep(5)
+    assert len(outcomes) == 1  # once only
