@@ -302,6 +302,9 @@ class ReplicasManager:
             raise RuntimeError("start ReplicasManager.run before changing roles")
 
     async def _start_term(self, term: _Term) -> None:
+        # A change that ends while the broker stops (its thread work is not
+        # cancellable) must stop here, not start a term in a closing nursery.
+        await trio.lowlevel.checkpoint_if_cancelled()
         assert self._nursery is not None
         await self._nursery.start(self._run_term, term)
         self._term = term
