@@ -2,10 +2,12 @@
 
 ``decode_range`` finds the records of a byte range (with the log's segment
 size: checked in C by ``record_index``; else by walking the record lengths
-in Python) and decodes them in runs of up to ``batch_rows``: first with
-Arrow kernels over the
-whole run (``arrow_fast``), and when that does not apply (IPv6 hosts, long
-topics) or the run does not check out, record by record, with
+in Python) and decodes them in runs of up to ``batch_rows``: first every
+column at once in C (``arrow_columns``, over ``framework.protocol.columns``),
+and when that does not apply (odd property strings, no C extension), with
+Arrow kernels over the whole run (``arrow_fast``), and when that does not
+apply either (IPv6 hosts, long topics) or the run does not check out, record
+by record, with
 ``framework.protocol.message.check`` validating each (lengths, magic, body
 CRC) and the fields read straight into column lists. Either way no
 ``MessageRecord`` is built per message. Properties are split into the
@@ -40,11 +42,9 @@ from framework.protocol.message import (
     check,
     properties_from_bytes,
 )
+from plugins.spark_export.arrow_columns import PROPERTIES, TIMESTAMP, column_arrays
 from plugins.spark_export.arrow_fast import fast_columns
 from plugins.spark_export.record_index import CheckedRecords, checked_records
-
-TIMESTAMP = pa.timestamp("us", tz="UTC")
-PROPERTIES = pa.map_(pa.string(), pa.string())
 
 #: (name, Arrow type, Spark type) of every column, in order.
 COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
@@ -219,6 +219,12 @@ def _bad_at(buf: bytes, pos: int, limit: int, base_offset: int) -> Stop:
 def _decode_run(buf: bytes, base_offset: int, starts: list[int] | pa.Array, end: int,
                 topics: frozenset[str] | None, verify_crc: bool):
     """Yield the batch of a run of contiguous records; return the ``Stop`` of a bad one."""
+    arrays = column_arrays(buf, starts, end, verify_crc)
+    if arrays is not None:
+        batch = pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+        if (batch := _keep(batch, topics)).num_rows:
+            yield batch
+        return None
     columns = fast_columns(buf, starts, end, verify_crc)
     if columns is not None:
         try:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from framework.protocol.commitlog_layout import SPEEDUPS
 from plugins.spark_export.record_index import checked_records
 from tests.spark.storegen import sample_records
 from tests.spark.test_arrow_decode import SEGMENT, decoded, packed
@@ -19,6 +21,7 @@ def both(buf, **kwargs):
     return decoded(buf, **kwargs), decoded(buf, segment_size=SEGMENT, **kwargs)
 
 
+@pytest.mark.skipif(not SPEEDUPS, reason="C extension not built or disabled")
 def test_the_c_walk_finds_every_record_in_log_order():
     found = checked_records(BUF, 0, SEGMENT)
     assert found is not None and found.stop == "end" and found.end == len(BUF)
