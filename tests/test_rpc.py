@@ -496,3 +496,23 @@ def test_fuzz_c_header_writer_matches_python(code: object, language: str, versio
     assert remoting.own_header_json(code, language, version, opaque, flag) \
         == remoting._own_header_json(code, language, version, opaque, flag)  # type: ignore[arg-type]
 
+
+
+async def test_a_write_to_a_reset_tcp_peer_fails_the_call_and_closes_the_connection():
+    # Frames go to a plain socket at once (no writer task); the peer's reset
+    # must still end the call with RpcConnectionError and close the connection.
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        peer = await listener.accept()
+        # SO_LINGER 0: closing sends a reset instead of a FIN.
+        peer.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await peer.aclose()
+        connection = RpcConnection(stream)
+        await nursery.start(connection.run)
+        with pytest.raises(RpcConnectionError):
+            for _ in range(100):  # the reset may arrive after a first write
+                await connection.invoke(ECHO, body=b"x" * 1024, timeout=5)
+        assert connection.closed
+        await listener.aclose()

@@ -6,6 +6,7 @@ import contextlib
 import heapq
 import logging
 import math
+import os
 from collections.abc import Awaitable, Callable, Collection, Mapping
 
 import attrs
@@ -109,6 +110,11 @@ class RpcConnection:
         self._calls: dict[int, _Call] = {}
         self._next_opaque = 0
         self._out = bytearray()
+        # A plain socket's descriptor: a frame is written at once when the kernel
+        # takes it all, as asyncio's transports do; the writer's loop (and its
+        # scheduler pass) is only for what has to wait. None for other streams.
+        self._fd = (stream.socket.fileno()
+                    if os.name == "posix" and isinstance(stream, trio.SocketStream) else None)
         self._writing = False
         # The deadline of the write in progress (inf when none).
         self._write_deadline = math.inf
@@ -235,6 +241,8 @@ class RpcConnection:
         await self._send(RemotingCommand(code, self._opaque(), FLAG_ONEWAY, None,
                                          ext_fields if ext_fields is not None else {}, body),
                          trio.current_time() + timeout)
+        # A write done at once yielded nowhere; a trio call that may block is a checkpoint.
+        await trio.lowlevel.cancel_shielded_checkpoint()
 
     # -- internals: state ---------------------------------------------------
 
@@ -299,6 +307,24 @@ class RpcConnection:
 
     # -- internals: writing -------------------------------------------------
 
+    def _write_now(self) -> bool:
+        """Write what the socket takes at once, with no scheduler pass; whether
+        everything went (the rest waits for the writer's loop)."""
+        self._check_open()  # a closed connection's descriptor may already be another file's
+        try:
+            written = os.write(self._fd, self._out)
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            self._close(f"send failed: {exc!r}", logging.INFO)
+            raise RpcConnectionError(f"connection to {self.peer} closed: {self.close_reason}"
+                                     ) from exc
+        if written == len(self._out):
+            self._out.clear()
+            return True
+        del self._out[:written]
+        return False
+
     async def _send(self, command: RemotingCommand, deadline: float, *,
                     opaque: int | None = None, flag: int | None = None) -> None:
         await trio.lowlevel.checkpoint_if_cancelled()
@@ -312,7 +338,7 @@ class RpcConnection:
                 raise RpcTimeout(f"request code {command.code} to {self.peer}: send buffer "
                                  "still full at the deadline")
         encode_into(self._out, command, opaque=opaque, flag=flag)
-        if self._writing:
+        if self._writing or (self._fd is not None and self._write_now()):
             return
         self._writing = True
         self._write_deadline = deadline
