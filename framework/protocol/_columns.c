@@ -419,63 +419,35 @@ static int add_record(Columns *c, Py_ssize_t row, const unsigned char *p, int64_
     if ((magic != MAGIC_V1 && magic != MAGIC_V2) || total < MIN_RECORD_SIZE
         || (int64_t)get32(p) != total)
         return 1;
-    int32_t sys_flag = (int32_t)get32(p + 36);
-    int born6 = (sys_flag & BORNHOST_V6) != 0, store6 = (sys_flag & STOREHOST_V6) != 0;
-    int64_t born_at = 48, store_ts_at = born_at + (born6 ? 20 : 8);
-    int64_t store_at = store_ts_at + 8, reconsume_at = store_at + (store6 ? 20 : 8);
-    int64_t body_len_at = reconsume_at + 12;
-    if (body_len_at + 4 > total)
-        return 1;
-    int64_t body_len = (int32_t)get32(p + body_len_at);
-    int64_t at = body_len_at + 4;
-    if (body_len < 0 || at + body_len > total)
-        return 1;
-    const unsigned char *body = p + at;
-    at += body_len;
-    int64_t topic_len;
-    if (magic == MAGIC_V2) {
-        if (at + 2 > total)
-            return 1;
-        topic_len = ((int64_t)p[at] << 8) | p[at + 1];
-        at += 2;
-    } else {
-        if (at + 1 > total)
-            return 1;
-        topic_len = p[at++];
-    }
-    const unsigned char *topic = p + at;
-    at += topic_len;
-    if (at + 2 > total)
-        return 1;
-    int64_t props_len = ((int64_t)p[at] << 8) | p[at + 1];
-    if (at + 2 + props_len != total)
+    RecordFields f;
+    if (record_fields(p, total, magic == MAGIC_V2, &f))
         return 1;
     int32_t crc = (int32_t)get32(p + 8);
-    if (verify_crc && (uint32_t)crc != body_crc(body, body_len))
+    if (verify_crc && (uint32_t)crc != body_crc(f.body, f.body_len))
         return 1;
-    if (utf8_check(topic, topic_len, NULL))
+    if (utf8_check(f.topic, f.topic_len, NULL))
         return 1;
-    int64_t born_ts = (int64_t)get64(p + 40), store_ts = (int64_t)get64(p + store_ts_at);
+    int64_t born_ts = (int64_t)get64(p + 40), store_ts = (int64_t)get64(p + f.store_ts_at);
     if (born_ts == INT64_MIN || store_ts == INT64_MIN)
         return 1;
-    int r = add_properties(c, row, p + at + 2, props_len);
+    int r = add_properties(c, row, f.props, f.props_len);
     if (r)
         return r;
-    if ((r = add_host(&c->var[V_BORN_HOST], &c->hosts[0], p + born_at, born6)) != 0
-        || (r = add_host(&c->var[V_STORE_HOST], &c->hosts[1], p + store_at, store6)) != 0)
+    if ((r = add_host(&c->var[V_BORN_HOST], &c->hosts[0], p + 48, f.born6)) != 0
+        || (r = add_host(&c->var[V_STORE_HOST], &c->hosts[1], p + f.store_at, f.store6)) != 0)
         return r;
-    if (var_add(&c->var[V_TOPIC], topic, topic_len) < 0
-        || var_add(&c->var[V_BODY], body, body_len) < 0)
+    if (var_add(&c->var[V_TOPIC], f.topic, f.topic_len) < 0
+        || var_add(&c->var[V_BODY], f.body, f.body_len) < 0)
         return -1;
     put_i64(&c->fixed[C_PHYS], (int64_t)get64(p + 28));
     put_i32(&c->fixed[C_SIZE], (int32_t)total);
     put_i32(&c->fixed[C_QUEUE_ID], (int32_t)get32(p + 12));
     put_i64(&c->fixed[C_QUEUE_OFFSET], (int64_t)get64(p + 20));
     put_i32(&c->fixed[C_CRC], crc);
-    put_i32(&c->fixed[C_SYSFLAG], sys_flag);
+    put_i32(&c->fixed[C_SYSFLAG], (int32_t)f.sys_flag);
     put_i32(&c->fixed[C_FLAG], (int32_t)get32(p + 16));
-    put_i32(&c->fixed[C_RECONSUME], (int32_t)get32(p + reconsume_at));
-    put_i64(&c->fixed[C_PREPARED], (int64_t)get64(p + reconsume_at + 4));
+    put_i32(&c->fixed[C_RECONSUME], (int32_t)get32(p + f.reconsume_at));
+    put_i64(&c->fixed[C_PREPARED], (int64_t)get64(p + f.reconsume_at + 4));
     add_timestamp(c, C_BORN_TS, B_BORN_TS, row, born_ts);
     add_timestamp(c, C_STORE_TS, B_STORE_TS, row, store_ts);
     return 0;

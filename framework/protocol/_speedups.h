@@ -138,6 +138,54 @@ static inline uint32_t crc32_of(const unsigned char *p, Py_ssize_t n) {
     return (uint32_t)crc;
 }
 
+/* Where the fields of the record at p[0:total] lie (total >= MIN_RECORD_SIZE,
+ * v2 for MAGIC_V2's two-byte topic length). 0 when the body, topic and
+ * properties lengths fit the record exactly, 1 when they do not. */
+typedef struct {
+    uint32_t sys_flag;
+    int born6, store6;
+    int64_t store_ts_at, store_at, reconsume_at;  /* bornHost is at 48 */
+    const unsigned char *body, *topic, *props;
+    int64_t body_len, topic_len, props_len;
+} RecordFields;
+
+static inline int record_fields(const unsigned char *p, int64_t total, int v2,
+                                RecordFields *f) {
+    f->sys_flag = get32(p + 36);
+    f->born6 = (f->sys_flag & BORNHOST_V6) != 0;
+    f->store6 = (f->sys_flag & STOREHOST_V6) != 0;
+    f->store_ts_at = 48 + (f->born6 ? 20 : 8);
+    f->store_at = f->store_ts_at + 8;
+    f->reconsume_at = f->store_at + (f->store6 ? 20 : 8);
+    /* reconsumeTimes (4), preparedTransactionOffset (8), then the body's length. */
+    int64_t at = f->reconsume_at + 12;
+    if (at + 4 > total)
+        return 1;
+    f->body_len = (int32_t)get32(p + at);
+    at += 4;
+    if (f->body_len < 0 || at + f->body_len > total)
+        return 1;
+    f->body = p + at;
+    at += f->body_len;
+    if (v2) {
+        if (at + 2 > total)
+            return 1;
+        f->topic_len = ((int64_t)p[at] << 8) | p[at + 1];
+        at += 2;
+    } else {
+        if (at + 1 > total)
+            return 1;
+        f->topic_len = p[at++];
+    }
+    f->topic = p + at;
+    at += f->topic_len;
+    if (at + 2 > total)
+        return 1;
+    f->props_len = ((int64_t)p[at] << 8) | p[at + 1];
+    f->props = p + at + 2;
+    return at + 2 + f->props_len != total;
+}
+
 /* RocketMQ's body CRC: CRC-32 with the sign bit cleared. */
 static inline uint32_t body_crc(const unsigned char *p, Py_ssize_t n) {
     return crc32_of(p, n) & 0x7FFFFFFFu;

@@ -11,40 +11,12 @@
 static int check_record(const unsigned char *p, int64_t total, int v2, int64_t phys,
                         int32_t *queue_id, int64_t *qoff, const unsigned char **topic,
                         Py_ssize_t *topic_len, int64_t *tags) {
-    if (total < MIN_RECORD_SIZE)
+    RecordFields f;
+    if (total < MIN_RECORD_SIZE || record_fields(p, total, v2, &f))
         return 1;
-    uint32_t sys_flag = get32(p + 36);
-    int64_t body_len_at = 48 + ((sys_flag & BORNHOST_V6) ? 16 : 4) + 4 + 8
-                          + ((sys_flag & STOREHOST_V6) ? 16 : 4) + 4 + 4 + 8;
-    if (body_len_at + 4 > total)
-        return 1;
-    int64_t body_len = (int32_t)get32(p + body_len_at);
-    int64_t at = body_len_at + 4;
-    if (body_len < 0 || at + body_len > total)
-        return 1;
-    const unsigned char *body = p + at;
-    at += body_len;
-    int64_t tlen;
-    if (v2) {
-        if (at + 2 > total)
-            return 1;
-        tlen = ((int64_t)p[at] << 8) | p[at + 1];
-        at += 2;
-    } else {
-        if (at + 1 > total)
-            return 1;
-        tlen = p[at];
-        at += 1;
-    }
-    const unsigned char *t = p + at;
-    at += tlen;
-    if (at + 2 > total)
-        return 1;
-    int64_t plen = ((int64_t)p[at] << 8) | p[at + 1];
-    const unsigned char *props = p + at + 2;
-    if (at + 2 + plen != total)
-        return 1;
-    if ((int32_t)get32(p + 8) != (int32_t)body_crc(body, body_len))
+    const unsigned char *t = f.topic, *props = f.props;
+    int64_t tlen = f.topic_len, plen = f.props_len;
+    if ((int32_t)get32(p + 8) != (int32_t)body_crc(f.body, f.body_len))
         return 1;
     if ((int64_t)get64(p + 28) != phys)
         return 1;
