@@ -12,10 +12,13 @@ parquet`` (pyarrow), then measures rows per second of
 each Spark query materialising every column (``write.format("noop")``),
 with the data source's default options unless ``--max-bytes-per-partition``
 is given. Sessions alternate between 1 and 2 cores for ``--rounds`` rounds
-(the machine's load moves); each figure is the best over rounds, after one
-warm-up query per session. Besides wall-clock rows per second, it reports
-rows per CPU-second of the Spark processes (the JVM and its Python workers,
-from ``/proc`` on Linux), which other programs' load moves much less. Usage::
+(the machine's load moves), and each session's processes (the JVM, its
+Python workers and this driver), every thread of them, run on N CPUs only
+for ``local[N]``, so that 1 -> 2 measures one CPU against two; each figure
+is the best over rounds, after one warm-up query per session. Besides
+wall-clock rows per second, it reports rows per CPU-second of the Spark
+processes (the JVM and its Python workers, from ``/proc`` on Linux), which
+other programs' load moves much less. Usage::
 
     .venv/bin/python benchmarks/spark.py --records 1000000
 """
@@ -23,6 +26,7 @@ from ``/proc`` on Linux), which other programs' load moves much less. Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -78,9 +82,10 @@ def timed(run) -> float:
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def spark_cpu_seconds() -> float | None:
-    """CPU seconds used so far by this process's children (the Spark JVM, its Python
-    workers, and their finished children), from ``/proc``; ``None`` off Linux."""
+def spark_processes() -> dict[int, int] | None:
+    """This process's descendants (the Spark JVM, its Python workers) with the CPU
+    ticks each used so far (its finished children included), from ``/proc``;
+    ``None`` off Linux."""
     try:
         stats = {}
         for pid in os.listdir("/proc"):
@@ -97,12 +102,35 @@ def spark_cpu_seconds() -> float | None:
     children: dict[int, list[int]] = {}
     for pid, (parent, _) in stats.items():
         children.setdefault(parent, []).append(pid)
-    total, todo = 0, list(children.get(os.getpid(), []))
+    found, todo = {}, list(children.get(os.getpid(), []))
     while todo:
         pid = todo.pop()
-        total += stats[pid][1]
+        found[pid] = stats[pid][1]
         todo += children.get(pid, [])
-    return total / _TICK
+    return found
+
+
+def spark_cpu_seconds() -> float | None:
+    """CPU seconds used so far by the Spark processes (``spark_processes``)."""
+    found = spark_processes()
+    return None if found is None else sum(found.values()) / _TICK
+
+
+def pin_spark(cpus: set[int]) -> bool:
+    """Run this process and the Spark processes, every thread of them, on ``cpus``
+    only (threads and processes started later inherit it); whether it could."""
+    found = spark_processes()
+    if found is None or not hasattr(os, "sched_setaffinity"):
+        return False
+    for pid in (os.getpid(), *found):
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # ended meanwhile
+        for tid in threads:
+            with contextlib.suppress(OSError):  # ended meanwhile
+                os.sched_setaffinity(int(tid), cpus)
+    return True
 
 
 def cpu_timed(run) -> tuple[float, float | None]:
@@ -175,17 +203,23 @@ def main() -> int:
         elapsed = time.perf_counter() - start
         print(f"pyarrow export: {elapsed:.1f} s, {args.records / elapsed:,.0f} rows/s")
         decode = decode_alone(store, args.max_bytes_per_partition)
+        available = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        pinned = False
         best: dict[tuple[int, str], float] = {}
         best_cpu: dict[tuple[int, str], float] = {}
         for _ in range(args.rounds):
             for cores in (1, 2):
                 spark = session(cores)
+                # local[N] on N CPUs: with more, the JVM and the Python workers
+                # of local[1] would run side by side on a second CPU.
+                pinned = pin_spark(set(sorted(available)[:cores]))
                 for name, (seconds, cpu) in measure(spark, store, parquet,
                                                     args.max_bytes_per_partition).items():
                     best[cores, name] = min(seconds, best.get((cores, name), seconds))
                     if cpu is not None:
                         best_cpu[cores, name] = min(cpu, best_cpu.get((cores, name), cpu))
                 spark.stop()
+        pin_spark(available)
         n = args.records
         print("\n| read | local[1] rows/s | local[2] rows/s | speed-up 1 -> 2 "
               "| rows per CPU-s, local[1] | local[2] |")
@@ -205,6 +239,7 @@ def main() -> int:
                 cpu_ratio = best_cpu[cores, "parquet"] / best_cpu[cores, "source"]
                 print(f", {cpu_ratio:.0%} of the rows per CPU-second", end="")
         print()
+        print(f"Spark pinned to as many CPUs as local[N] has: {'yes' if pinned else 'no'}")
         print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
               f"columns decoded {'in C' if columns.SPEEDUPS else 'in Python (no C pass)'}")
     finally:
