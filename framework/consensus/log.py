@@ -201,32 +201,22 @@ class RaftLog:
 
     def append(self, entry: Entry) -> None:
         """Append the next entry."""
-        if entry.index != self.last_index + 1:
-            raise LogError(f"append: entry {entry.index} does not follow {self.last_index}")
-        if entry.term < self.last_term:
-            raise LogError(f"append: entry {entry.index} term {entry.term} < {self.last_term}")
-        self.entries.append(entry)
-        if entry.kind is EntryKind.CONF_CHANGE:
-            self._configs.append((entry.index, _next_configuration(self.configuration, entry)))
+        self.extend((entry,))
 
     def extend(self, entries: Sequence[Entry]) -> None:
-        """Append consecutive entries of non-decreasing terms that follow the last one.
-
-        The same as ``append`` of each in turn, in one pass (an APPEND
-        carries hundreds).
-        """
+        """Append consecutive entries of non-decreasing terms that follow the last one,
+        in one pass (an APPEND carries hundreds)."""
         if not entries:
             return
         first = entries[0]
         if first.index != self.last_index + 1:
-            raise LogError(f"extend: entry {first.index} does not follow {self.last_index}")
+            raise LogError(f"entry {first.index} does not follow {self.last_index}")
         if first.term < self.last_term:
-            raise LogError(f"extend: entry {first.index} term {first.term} < {self.last_term}")
+            raise LogError(f"entry {first.index} term {first.term} < {self.last_term}")
         term, index, changes = first.term, first.index, []
         for entry in entries:
             if entry.term < term or entry.index != index:
-                raise LogError(f"extend: entry {entry.index} of term {entry.term} is out of "
-                               "order")
+                raise LogError(f"entry {entry.index} of term {entry.term} is out of order")
             if entry.kind is EntryKind.CONF_CHANGE:
                 changes.append(entry)
             term, index = entry.term, index + 1

@@ -220,8 +220,7 @@ class RaftNode:
         try:
             return await waiter.wait()
         finally:
-            if self._proposals.get(waiter.index) is waiter:
-                del self._proposals[waiter.index]
+            self._forget(waiter)
 
     def propose_nowait(self, data: bytes, on_done: ProposalCallback, *,
                        timeout: float = 3.0) -> None:
@@ -361,9 +360,12 @@ class RaftNode:
                 self._fail(waiter, trio.TooSlowError())
 
     def _fail(self, waiter: Waiter, error: BaseException) -> None:
+        self._forget(waiter)
+        waiter.finish(error=error)
+
+    def _forget(self, waiter: Waiter) -> None:
         if self._proposals.get(waiter.index) is waiter:
             del self._proposals[waiter.index]
-        waiter.finish(error=error)
 
     async def _wait_change(self) -> None:
         await self._changed.wait()

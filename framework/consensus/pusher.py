@@ -78,9 +78,7 @@ class EntryPusher:
         Its fate arrives later as a ``ProposalResult`` in ``ready().results``.
         Raises ProposalRejected when not leader or while transferring.
         """
-        data = _command_bytes(data)
-        self._check_can_propose()
-        return self._append_as_leader(EntryKind.NORMAL, data, track=True)
+        return self.propose_many([_command_bytes(data)])
 
     def propose_many(self, commands: Sequence[bytes]) -> int:
         """Append application commands, in order; return the index of the first.
@@ -88,7 +86,7 @@ class EntryPusher:
         The same as ``propose`` of each in turn (each gets its own
         ``ProposalResult``), in one go. All or none are appended.
         """
-        self._check_can_propose()
+        self.check_can_propose()
         datas = [d if type(d) is bytes else _command_bytes(d) for d in commands]
         if not datas:
             return self.log.last_index + 1
@@ -101,10 +99,6 @@ class EntryPusher:
         self._dispatch_due = True
         return first
 
-    def check_can_propose(self) -> None:
-        """Raise ProposalRejected if a proposal made now would be refused."""
-        self._check_can_propose()
-
     def propose_conf_change(self, change: ConfChangeV2) -> int:
         """Append a membership change; return its index.
 
@@ -113,7 +107,7 @@ class EntryPusher:
         leaves, when asked to leave a non-joint configuration, or when the
         Changer refuses it.
         """
-        self._check_can_propose()
+        self.check_can_propose()
         config = self.configuration
         code = ResponseCode.UNEXPECTED_ARGUMENT
         if self._pending_conf_index > self.commit_index:
@@ -132,7 +126,8 @@ class EntryPusher:
         self._pending_conf_index = index
         return index
 
-    def _check_can_propose(self) -> None:
+    def check_can_propose(self) -> None:
+        """Raise ProposalRejected if a proposal made now would be refused."""
         if self.role is not Role.LEADER:
             raise ProposalRejected(ResponseCode.NOT_LEADER, "not the leader", self.leader_id)
         if self._transferee:

@@ -375,23 +375,15 @@ class Raft(EntryPusher, EntryHandler):
         self._conf_changed = True
 
     def _append(self, entry: Entry) -> None:
-        before = self.log.configuration
-        self.log.append(entry)
-        writes = self._writes
-        # Consecutive appends gather in one list, which coalesce() turns
-        # into a single AppendEntries.
-        if writes and type(writes[-1]) is list:
-            writes[-1].append(entry)
-        else:
-            writes.append([entry])
-        if entry.kind is EntryKind.CONF_CHANGE and self.log.configuration is not before:
-            self._config_changed()
+        self._extend((entry,))
 
     def _extend(self, entries: Sequence[Entry]) -> None:
         """``_append`` of each of ``entries``, in one go."""
         before = self.log.configuration
         self.log.extend(entries)
         writes = self._writes
+        # Consecutive appends gather in one list, which coalesce() turns
+        # into a single AppendEntries.
         if writes and type(writes[-1]) is list:
             writes[-1].extend(entries)
         else:
