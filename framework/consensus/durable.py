@@ -28,6 +28,8 @@ from framework.consensus.ready import (
 )
 from framework.plugins import PluginManager
 
+#: The folders of a node's Raft directory: the entry log and the snapshot's MetaStore.
+ENTRY_LOG_DIR, SNAPSHOT_DIR = "entrylog", "snapshot"
 _SNAPSHOT_KEYS = ("snapshot.index", "snapshot.term", "snapshot.conf", "snapshot.data")
 _CONF_LISTS = ("voters", "learners", "voters_outgoing", "learners_next")
 
@@ -56,15 +58,22 @@ class DurableState:
         options = dict(config.store_options)
         if config.store_scheme == "lmdb":
             options.setdefault("sync", config.fsync)
-        entry_log = plugins.log_store("entrylog", config.store_scheme)(
-            os.path.join(directory, "entrylog"), options)
+        return cls.open_scheme(plugins, config.store_scheme, directory, options, config.fsync)
+
+    @classmethod
+    def open_scheme(cls, plugins: PluginManager, scheme: str, directory: str,
+                    options: dict[str, object], fsync: bool) -> DurableState:
+        """Open (creating if needed) the ``scheme`` store plugin's stores under
+        ``directory`` (``ENTRY_LOG_DIR`` and ``SNAPSHOT_DIR``)."""
+        entry_log = plugins.log_store("entrylog", scheme)(
+            os.path.join(directory, ENTRY_LOG_DIR), options)
         try:
-            meta = plugins.log_store("meta", config.store_scheme)(
-                os.path.join(directory, "snapshot"), options)
+            meta = plugins.log_store("meta", scheme)(
+                os.path.join(directory, SNAPSHOT_DIR), options)
         except BaseException:
             entry_log.close()
             raise
-        return cls(entry_log, meta, config.fsync)
+        return cls(entry_log, meta, fsync)
 
     def close(self) -> None:
         """Sync and close both stores."""
@@ -114,9 +123,13 @@ class DurableState:
             hard_state, entries = bootstrap_entries(config.founders())
             self.persist([AppendEntries(entries), PersistHardState(hard_state)], sync=True)
             return hard_state, snapshot, list(entries)
-        records = log.entries(log.first_index, log.last_index + 1)
-        entries = [Entry.from_record(r.index, r.term, r.data) for r in records]
-        return HardState(stored.term, stored.vote), snapshot, entries
+        return HardState(stored.term, stored.vote), snapshot, self.entries_from(log.first_index)
+
+    def entries_from(self, first: int) -> list[Entry]:
+        """The logged entries from ``first`` (or the log's first, if later) to the end."""
+        log = self.entry_log
+        records = log.entries(max(first, log.first_index), log.last_index + 1)
+        return [Entry.from_record(r.index, r.term, r.data) for r in records]
 
     def blocks(self, writes: Sequence[Write]) -> bool:
         """Whether carrying out ``writes`` may wait on the disk."""

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from framework.consensus.durable import DurableState
-from framework.consensus.log import Entry, LogError, RaftLog
+from framework.consensus.durable import ENTRY_LOG_DIR, SNAPSHOT_DIR, DurableState
+from framework.consensus.log import LogError, RaftLog
 from framework.controller.history import ControllerHistory, commit_point, replay
 from framework.errors import TriomqError
 from framework.plugins import PluginManager
@@ -62,7 +62,7 @@ SCHEMAS = {table: ", ".join(f"{name} {spark}" for name, _, spark in columns)
 ARROW_SCHEMAS = {table: pa.schema([(name, typ) for name, typ, _ in columns])
                  for table, columns in COLUMNS.items()}
 
-_ENTRYLOG, _SNAPSHOT, _RAFT = "entrylog", "snapshot", "raft"
+_RAFT = "raft"
 
 
 def controller_dirs(paths: Sequence[str]) -> list[str]:
@@ -72,13 +72,14 @@ def controller_dirs(paths: Sequence[str]) -> list[str]:
         if not os.path.isdir(path):
             raise SparkExportError(path, "is not a directory")
         for candidate in (path, os.path.join(path, _RAFT)):
-            if all(os.path.isdir(os.path.join(candidate, d)) for d in (_ENTRYLOG, _SNAPSHOT)):
+            if all(os.path.isdir(os.path.join(candidate, d))
+                   for d in (ENTRY_LOG_DIR, SNAPSHOT_DIR)):
                 found.append(os.path.realpath(candidate))
                 break
         else:
             raise SparkExportError(
-                path, f"is not a controller data directory: it has no {_ENTRYLOG}/ and "
-                f"{_SNAPSHOT}/ (nor {_RAFT}/ holding them)")
+                path, f"is not a controller data directory: it has no {ENTRY_LOG_DIR}/ and "
+                f"{SNAPSHOT_DIR}/ (nor {_RAFT}/ holding them)")
     if len(set(found)) != len(found):
         raise SparkExportError("path", f"a controller directory is given twice: {paths}")
     return found
@@ -86,26 +87,17 @@ def controller_dirs(paths: Sequence[str]) -> list[str]:
 
 def _scheme(directory: str) -> str:
     # LMDB keeps an environment file; the mmap store keeps segments and JSON files.
-    return "lmdb" if os.path.exists(os.path.join(directory, _ENTRYLOG, "data.mdb")) else "mmap"
+    return "lmdb" if os.path.exists(os.path.join(directory, ENTRY_LOG_DIR, "data.mdb")) else "mmap"
 
 
 def read_log(plugins: PluginManager, directory: str) -> RaftLog:
     """The snapshot and entries of one controller data directory."""
     scheme = _scheme(directory)
     try:
-        entry_log = plugins.log_store("entrylog", scheme)(
-            os.path.join(directory, _ENTRYLOG), {})
-        try:
-            meta = plugins.log_store("meta", scheme)(os.path.join(directory, _SNAPSHOT), {})
-        except BaseException:
-            entry_log.close()
-            raise
-        durable = DurableState(entry_log, meta, fsync=False)
+        durable = DurableState.open_scheme(plugins, scheme, directory, {}, fsync=False)
         try:
             snapshot = durable.load_snapshot()
-            first = max(entry_log.first_index, snapshot.index + 1)
-            records = entry_log.entries(first, entry_log.last_index + 1)
-            entries = [Entry.from_record(r.index, r.term, r.data) for r in records]
+            entries = durable.entries_from(snapshot.index + 1)
         finally:
             durable.close()
     except (TriomqError, LogError, OSError) as exc:
