@@ -24,17 +24,13 @@ accepts the record or names what is wrong with it.
 from __future__ import annotations
 
 import array
-import os
 from collections.abc import Sequence
 
 import attrs
 
-try:
-    from framework.protocol import _columns
-except ImportError:  # built without a C compiler: callers decode in Python
-    _columns = None
-if os.environ.get("TRIOMQ_NO_SPEEDUPS"):
-    _columns = None
+from framework.protocol.extensions import optional_extension
+
+_columns = optional_extension("_columns")  # None: callers decode in Python
 
 #: Whether ``record_columns`` runs the C pass (else it always answers ``None``).
 SPEEDUPS = _columns is not None

@@ -21,7 +21,6 @@ here so that readers outside the store plugins share one definition.
 from __future__ import annotations
 
 import functools
-import os
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import attrs
 
 from framework.errors import TriomqError
+from framework.protocol.extensions import optional_extension
 from framework.protocol.message import (
     BLANK_MAGIC,
     BORNHOST_V6,
@@ -44,12 +44,7 @@ from framework.protocol.message import (
     properties_from_bytes,
 )
 
-try:
-    from framework.protocol import _speedups
-except ImportError:  # built without a C compiler: the pure-Python versions below
-    _speedups = None
-if os.environ.get("TRIOMQ_NO_SPEEDUPS"):
-    _speedups = None
+_speedups = optional_extension("_speedups")  # None: the pure-Python versions below
 
 #: Whether ``pack_records`` and ``index_records`` run the optional C versions
 #: (``framework/protocol/_speedups.c``); set ``TRIOMQ_NO_SPEEDUPS=1`` to disable.

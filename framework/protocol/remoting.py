@@ -20,7 +20,6 @@ the frame.
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
 from collections.abc import Iterator, Mapping
@@ -29,13 +28,9 @@ from typing import Any, NoReturn
 import attrs
 
 from framework.errors import TriomqError
+from framework.protocol.extensions import optional_extension
 
-try:
-    from framework.protocol import _remoting_speedups as _speedups
-except ImportError:  # built without a C compiler: the pure-Python versions below
-    _speedups = None  # type: ignore[assignment]
-if os.environ.get("TRIOMQ_NO_SPEEDUPS"):
-    _speedups = None  # type: ignore[assignment]
+_speedups = optional_extension("_remoting_speedups")  # None: the pure-Python versions below
 
 #: Whether the header fast paths run the optional C versions
 #: (``framework/protocol/_remoting_speedups.c``); set ``TRIOMQ_NO_SPEEDUPS=1`` to disable.

@@ -1,0 +1,22 @@
+"""The optional C extensions of ``framework.protocol``, loaded one way.
+
+Each is built by ``pip install`` when a C compiler is there; without one,
+or with ``TRIOMQ_NO_SPEEDUPS=1`` in the environment, callers run their
+pure-Python versions, which give the same results.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+
+def optional_extension(name: str) -> ModuleType | None:
+    """``framework.protocol.<name>`` if it is built and not disabled, else None."""
+    if os.environ.get("TRIOMQ_NO_SPEEDUPS"):
+        return None
+    try:
+        return importlib.import_module(f"framework.protocol.{name}")
+    except ImportError:
+        return None
