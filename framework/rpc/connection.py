@@ -66,7 +66,7 @@ def _system_error(remark: str) -> RemotingCommand:
 class _Call:
     """A call waiting for its response."""
 
-    __slots__ = ("deadline", "opaque", "parked", "response", "task", "timed_out")
+    __slots__ = ("deadline", "opaque", "response", "task", "timed_out")
 
     def __init__(self, opaque: int, deadline: float) -> None:
         self.opaque = opaque
@@ -75,7 +75,6 @@ class _Call:
         self.timed_out = False
         # The caller's task while it is parked (waiting to be rescheduled).
         self.task: trio.lowlevel.Task | None = None
-        self.parked = False
 
 
 class RpcConnection:
@@ -369,19 +368,16 @@ class RpcConnection:
     async def _park(self, call: _Call) -> None:
         """Wait until the response comes or the call ends."""
         call.task = trio.lowlevel.current_task()
-        call.parked = True
         self._parked[call.opaque] = call
 
         def abort(_: object) -> trio.lowlevel.Abort:
-            call.parked = False
             del self._parked[call.opaque]
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
 
     def _wake(self, call: _Call) -> None:
-        if call.parked:
-            call.parked = False
+        if self._parked.get(call.opaque) is call:
             del self._parked[call.opaque]
             trio.lowlevel.reschedule(call.task)
 

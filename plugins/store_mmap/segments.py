@@ -33,7 +33,6 @@ from framework.durable_files import TEMP_SUFFIX, fsync_directory
 from framework.protocol.commitlog_layout import SegmentNameError, parse_segment_name, segment_name
 from framework.store import StoreCorruption, StoreError
 from plugins.store_mmap import prefault
-from plugins.store_mmap.prefault import Warmer
 
 #: Bytes of blocks ``SegmentQueue.write`` allocates ahead at a time.
 PREALLOCATE_CHUNK = 4 << 20
@@ -130,7 +129,7 @@ class SegmentQueue:
         self._lazy_creation = sync_creation_lazily and writable
         #: Segments created since the last ``sync_range``, their creation not durable yet.
         self._created: list[Segment] = []
-        self._warmer = Warmer() if warm and writable and prefault.SUPPORTED else None
+        self._warmer = prefault.Warmer() if warm and writable and prefault.SUPPORTED else None
         # Warming reserves the blocks itself (see prefault).
         self._preallocate = writable and self._warmer is None
         # Held for structural changes (create, delete) and while syncing, so a
