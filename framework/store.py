@@ -209,6 +209,15 @@ class CommitLog(Protocol):
         ``OffsetOutOfRange`` if ``offset`` is outside ``[min_offset, max_offset]``.
         """
 
+    def read_into(self, offset: int, buffer: bytearray | memoryview) -> int:
+        """Copy the bytes ``[offset, min(offset + len(buffer), max_offset))`` into
+        ``buffer``; return how many.
+
+        ``read`` without a fresh buffer per call: a replication master sends
+        from one reused buffer, instead of allocating (and the kernel zeroing)
+        new memory for every batch. ``OffsetOutOfRange`` as for ``read``.
+        """
+
     def read_record(self, offset: int) -> MessageRecord:
         """Decode the record starting at ``offset`` (``StoreCorruption`` if it is not one)."""
 

@@ -87,6 +87,8 @@ class ReplicaLog(Protocol):
 
     def read(self, offset: int, size: int) -> bytes: ...
 
+    def read_into(self, offset: int, buffer: bytearray | memoryview) -> int: ...
+
     def append_raw(self, offset: int, data: bytes | memoryview) -> int: ...
 
     def truncate(self, offset: int) -> None: ...
@@ -323,7 +325,8 @@ class HAMaster:
         outbox: deque[bytes] = deque()
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write_loop, stream, conn, outbox)
+                nursery.start_soon(self._write_loop, stream, conn, outbox,
+                                   bytearray(_SEND_SIZE + self.config.ha_transfer_batch_size))
                 await self._read_loop(stream, conn, outbox)
                 nursery.cancel_scope.cancel()
         except* _CONNECTION_ERRORS as group:
@@ -355,8 +358,18 @@ class HAMaster:
             self._notify()
 
     async def _write_loop(
-        self, stream: trio.abc.Stream, conn: MasterConnection, outbox: deque[bytes]
+        self,
+        stream: trio.abc.Stream,
+        conn: MasterConnection,
+        outbox: deque[bytes],
+        buffer: bytearray,
     ) -> None:
+        # The log is read into ``buffer``, reused for every send: fresh memory
+        # per read would cost page faults and zeroing on every batch. One
+        # send's reads fit (a read starts below _SEND_SIZE and takes at most
+        # max(batch, what is left of _SEND_SIZE)); a shorter read would only
+        # make a shorter batch.
+        reused = memoryview(buffer)
         while True:
             while outbox:
                 await stream.send_all(outbox.popleft())
@@ -365,7 +378,7 @@ class HAMaster:
             # A slave behind gets several batches per send, read from the log
             # at once: fewer reads, syscalls and wake-ups on both sides.
             parts: list[bytes | memoryview] = []
-            pending = 0
+            pending = used = 0
             ahead, ahead_at = memoryview(b""), 0
             view = self._view()  # nothing awaits until the send: the log stays as is
             while (
@@ -376,8 +389,9 @@ class HAMaster:
                 start = plan.offset - ahead_at
                 if plan.max_size and not 0 <= start < len(ahead):
                     size = max(plan.max_size, _SEND_SIZE - pending)
-                    ahead = memoryview(self.log.read(plan.offset, size))
-                    ahead_at, start = plan.offset, 0
+                    read = self.log.read_into(plan.offset, reused[used : used + size])
+                    ahead = reused[used : used + read]
+                    ahead_at, start, used = plan.offset, 0, used + read
                 body = ahead[start : start + plan.max_size] if plan.max_size else b""
                 parts += (conn.build_transfer_header(plan, len(body), now), body)
                 pending += len(body)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import attrs
 
-from framework.ha.epoch import EpochCache
+from framework.ha.epoch import EpochCache, EpochEntry
 from framework.ha.errors import HAProtocolError
 from framework.protocol.ha import (
     Ack,
@@ -135,6 +135,8 @@ class MasterConnection:
         self._last_transfer_time_ms = now_ms
         self._last_send_ms = now_ms
         self._decoder = SlaveFrameDecoder()
+        self._entry: EpochEntry | None = None
+        self._entry_of: EpochCache | None = None
 
     @property
     def peer(self) -> str:
@@ -214,9 +216,20 @@ class MasterConnection:
                 f"slave at {offset} fell behind the master's min offset {log.min_offset}",
                 self.peer,
             )
-        entry = log.epochs.entry_at(offset)
-        if entry is None:
-            raise HAProtocolError(f"offset {offset} precedes the master's first epoch", self.peer)
+        entry = self._entry
+        if (
+            entry is None
+            or log.epochs is not self._entry_of
+            or offset < entry.start_offset
+            or (entry.end_offset is not None and offset >= entry.end_offset)
+        ):
+            entry = log.epochs.entry_at(offset)
+            if entry is None:
+                raise HAProtocolError(
+                    f"offset {offset} precedes the master's first epoch", self.peer
+                )
+            # Batches follow each other inside one epoch: looked up once per epoch.
+            self._entry, self._entry_of = entry, log.epochs
         end = entry.end_offset
         self.current_transfer_epoch = entry.epoch
         self.current_transfer_epoch_end_offset = -1 if end is None else end

@@ -6,8 +6,8 @@ master's epochs with its own (``find_consistent_point``), truncates its
 commit log and epoch cache there and acks the resulting max offset.
 TRANSFER: each batch must start exactly where the local log ends (a gap or
 an overlap is a protocol error, never written); a new epoch in a header is
-recorded before its bytes; every batch is acked, and ``poll`` acks
-periodically.
+recorded before its bytes; the batches of each ``receive_data`` are acked
+once, after the last, and ``poll`` acks periodically.
 
 The object reads the local log once, at the handshake (a ``SlaveLog``
 snapshot); afterwards it tracks the max offset and epoch cache itself from
@@ -151,12 +151,18 @@ class SlaveConnection:
         starts again from the log as it is.
         """
         actions: list[SlaveAction] = []
-        for frame in self._decoder.feed(data):
-            if isinstance(frame, MasterHandshake):
-                actions += self._on_handshake(frame, log)
+        frames = self._decoder.feed(data)
+        for frame in frames:
+            if isinstance(frame, Transfer):
+                self._on_transfer(frame, actions)
             else:
-                actions += self._on_transfer(frame)
+                actions += self._on_handshake(frame, log)
+        if frames:
             self._last_ack_ms = now_ms
+            if isinstance(frames[-1], Transfer):
+                # One ack after the last batch: it carries the max offset, so
+                # it acks every batch before it too (RocketMQ acks once per read).
+                actions.append(Send(encode(Ack(self.max_offset))))
         return actions
 
     def poll(self, now_ms: int) -> bytes | None:
@@ -210,11 +216,10 @@ class SlaveConnection:
             )
         return master
 
-    def _on_transfer(self, frame: Transfer) -> list[SlaveAction]:
+    def _on_transfer(self, frame: Transfer, actions: list[SlaveAction]) -> None:
         if self.state != HAConnectionState.TRANSFER:
             raise HAProtocolError(f"transfer in state {self.state.name}", "master")
         self._check_position(frame)
-        actions: list[SlaveAction] = []
         record = self._epoch_change(frame)
         if record is not None:
             self.epochs = record.epochs
@@ -225,8 +230,6 @@ class SlaveConnection:
             self._log_empty = False
         self.master_epoch = max(self.master_epoch, frame.epoch)
         self.confirm_offset = max(self.confirm_offset, min(frame.confirm_offset, self.max_offset))
-        actions.append(Send(encode(Ack(self.max_offset))))
-        return actions
 
     def _check_position(self, frame: Transfer) -> None:
         if frame.offset == self.max_offset:

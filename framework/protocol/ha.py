@@ -91,6 +91,7 @@ _MASTER_HANDSHAKE_HEADER = struct.Struct(">iiqi")
 _TRANSFER_HEADER = struct.Struct(">iiqiqq")
 _EPOCH_ENTRY = struct.Struct(">iq")
 _STATE = struct.Struct(">i")
+_TRANSFER = int(HAConnectionState.TRANSFER)
 
 
 def _check_range(value: int, high: int, where: str, name: str) -> None:
@@ -212,14 +213,21 @@ def encode_transfer_header(
     Lets a sender write the body without copying it into the frame; raises
     ``HAFrameError`` like ``encode``.
     """
-    where = "transfer"
-    _check_range(offset, _LONG_MAX, where, "offset")
-    _check_range(epoch, _INT_MAX, where, "epoch")
-    _check_range(epoch_start_offset, _LONG_MAX, where, "epochStartOffset")
-    _check_range(confirm_offset, _LONG_MAX, where, "confirmOffset")
-    _check_range(body_size, _INT_MAX, where, "bodySize")
+    if not (
+        0 <= offset <= _LONG_MAX
+        and 0 <= epoch <= _INT_MAX
+        and 0 <= epoch_start_offset <= _LONG_MAX
+        and 0 <= confirm_offset <= _LONG_MAX
+        and 0 <= body_size <= _INT_MAX
+    ):
+        where = "transfer"  # one of these raises, naming the field
+        _check_range(offset, _LONG_MAX, where, "offset")
+        _check_range(epoch, _INT_MAX, where, "epoch")
+        _check_range(epoch_start_offset, _LONG_MAX, where, "epochStartOffset")
+        _check_range(confirm_offset, _LONG_MAX, where, "confirmOffset")
+        _check_range(body_size, _INT_MAX, where, "bodySize")
     return _TRANSFER_HEADER.pack(
-        HAConnectionState.TRANSFER, body_size, offset, epoch, epoch_start_offset, confirm_offset
+        _TRANSFER, body_size, offset, epoch, epoch_start_offset, confirm_offset
     )
 
 
@@ -350,6 +358,25 @@ class MasterFrameDecoder:
         pos = 0
         frames: list[MasterFrame] = []
         while True:
+            if self._body_size < 0 and not self._head and size - pos >= TRANSFER_HEADER_SIZE:
+                # The bulk of a replication: a valid transfer whole in this chunk,
+                # read in one step. Anything else takes the general path below,
+                # which also names what is wrong.
+                state, body_size, offset, epoch, epoch_start, confirm = (
+                    _TRANSFER_HEADER.unpack_from(view, pos)
+                )
+                start = pos + TRANSFER_HEADER_SIZE
+                end = start + body_size
+                if (
+                    state == _TRANSFER
+                    and 0 <= body_size <= self.max_body_size
+                    and end <= size
+                    and min(offset, epoch, epoch_start, confirm) >= 0
+                    and offset + body_size <= _LONG_MAX
+                ):
+                    frames.append(Transfer(offset, epoch, epoch_start, confirm, view[start:end]))
+                    pos = end
+                    continue
             if self._body_size < 0:
                 take = min(8 - len(self._head), size - pos)
                 self._head += view[pos : pos + take]

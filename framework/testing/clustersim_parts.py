@@ -77,6 +77,11 @@ class MemLog:
     def read(self, offset: int, size: int) -> bytes:
         return bytes(self.data[offset:offset + size])
 
+    def read_into(self, offset: int, buffer: bytearray | memoryview) -> int:
+        data = self.read(offset, len(buffer))
+        memoryview(buffer)[:len(data)] = data
+        return len(data)
+
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         if offset != len(self.data):
             raise AssertionError(f"append at {offset}, log ends at {len(self.data)}")

@@ -170,6 +170,20 @@ class CommitLogSuite(_StoreSuite):
             assert log.read(SEGMENT_SIZE - 10, 20) == whole[SEGMENT_SIZE - 10:SEGMENT_SIZE + 10]
             assert log.read(log.max_offset - 5, 100) == whole[-5:]
 
+    def test_read_into_equals_read(self, tmp_path: Path) -> None:
+        with self.opened(tmp_path) as log:
+            self.fill(log, 100)
+            whole = log.read(0, log.max_offset)
+            buffer = bytearray(b"\xff" * 3000)
+            for offset in (0, SEGMENT_SIZE - 10, log.max_offset - 5, log.max_offset):
+                n = log.read_into(offset, buffer)
+                assert n == min(len(buffer), log.max_offset - offset)
+                assert buffer[:n] == whole[offset:offset + n]
+                assert buffer[n:] == b"\xff" * (len(buffer) - n)  # nothing past the log end
+                buffer[:] = b"\xff" * len(buffer)
+            with pytest.raises(OffsetOutOfRange):
+                log.read_into(log.max_offset + 1, buffer)
+
     def test_read_out_of_range(self, tmp_path: Path) -> None:
         with self.opened(tmp_path) as log:
             self.fill(log, 5)

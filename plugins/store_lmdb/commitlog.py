@@ -258,6 +258,11 @@ class LmdbCommitLog:
                 parts.append(value[lo:hi])
         return b"".join(parts)
 
+    def read_into(self, offset: int, buffer: bytearray | memoryview) -> int:
+        data = self.read(offset, len(buffer))
+        memoryview(buffer)[:len(data)] = data
+        return len(data)
+
     def read_record(self, offset: int) -> MessageRecord:
         if not self._min <= offset < self._dispatched:
             raise OffsetOutOfRange(offset, self._min, self._dispatched)

@@ -86,7 +86,7 @@ class MmapCommitLog:
         self._lock = DirectoryLock(root)
         try:
             self._log = SegmentQueue(os.path.join(root, COMMITLOG_DIR), segment_size, warm=True,
-                                     sync_creation_lazily=True)
+                                     sync_creation_lazily=True, read_ahead_new=False)
         except BaseException:
             self._lock.release()
             raise
@@ -387,6 +387,15 @@ class MmapCommitLog:
         self._check_range(offset)
         size = max(0, min(size, self._write_pos - offset))
         return self._log.read(offset, size) if size else b""
+
+    def read_into(self, offset: int, buffer: bytearray | memoryview) -> int:
+        self._check_open()
+        self._check_range(offset)
+        size = max(0, min(len(buffer), self._write_pos - offset))
+        if size:
+            with memoryview(buffer) as view, view[:size] as target:
+                self._log.read_into(offset, target)
+        return size
 
     def read_record(self, offset: int) -> MessageRecord:
         self._check_open()

@@ -30,7 +30,7 @@ class ConsumeQueue:
 
     def __init__(self, directory: str, entries_per_file: int, *, writable: bool = True) -> None:
         self.files = SegmentQueue(directory, entries_per_file * CQ_ENTRY_SIZE, writable=writable,
-                                  sync_creation_lazily=True)
+                                  sync_creation_lazily=True, read_ahead_new=False)
         self.min_offset = self._find_min()
         self.max_offset = max(self._find_max(), self.min_offset)
         self._synced = self.max_offset

@@ -58,6 +58,11 @@ class MemoryLog:
         end = min(offset + size, (offset // self.segment_size + 1) * self.segment_size)
         return bytes(self.data[offset - self.base : end - self.base])
 
+    def read_into(self, offset: int, buffer: bytearray | memoryview) -> int:
+        data = self.read(offset, len(buffer))
+        memoryview(buffer)[: len(data)] = data
+        return len(data)
+
     def append_raw(self, offset: int, data: bytes) -> int:
         if not self.data and offset >= self.max_offset:
             self.base = offset

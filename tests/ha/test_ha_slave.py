@@ -102,10 +102,12 @@ def in_transfer(max_offset=100, epochs=((1, 0),), min_offset=0):
 def test_contiguous_batches_are_written_and_acked():
     conn, local = in_transfer()
     actions = conn.receive_data(
-        transfer(100, 1, 0, 60, b"abc") + transfer(103, 1, 0, 200), local, 0
+        transfer(100, 1, 0, 60, b"abc") + transfer(103, 1, 0, 200, b"de"), local, 0
     )
-    assert actions == [WriteAt(100, b"abc"), ack(103), ack(103)]
-    assert conn.confirm_offset == 103  # never past the local max offset
+    # One ack after the receive's last batch, covering both.
+    assert actions == [WriteAt(100, b"abc"), WriteAt(103, b"de"), ack(105)]
+    assert conn.confirm_offset == 105  # never past the local max offset
+    assert conn.receive_data(transfer(105, 1, 0, 300), local, 0) == [ack(105)]  # heartbeat
 
 
 def test_new_epoch_is_recorded_before_its_bytes():

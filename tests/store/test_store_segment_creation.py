@@ -80,3 +80,35 @@ def test_commit_log_flush_makes_new_files_durable_first(tmp_path: Path,
     assert calls[:2] == ["fsync", "directory"]  # the commit log's file, then its data
     assert calls.count("directory") == 2 and calls.count("fsync") == 4
     log.close()
+
+
+def random_access_paths() -> set[str]:
+    """Paths of this process's file mappings advised ``MADV_RANDOM`` (VmFlags ``rr``)."""
+    found, path = set(), None
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 6:
+                path = fields[5]
+            elif fields[0] == "VmFlags:" and "rr" in fields[1:] and path:
+                found.add(path)
+    return found
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs /proc/self/smaps")
+def test_only_the_segment_being_filled_is_mapped_for_random_access(tmp_path: Path) -> None:
+    # Read-ahead over a new file's holes would zero pages far ahead of the
+    # writer, in its thread; full segments keep read-ahead for their readers.
+    queue = SegmentQueue(str(tmp_path / "q"), 4096, read_ahead_new=False)
+    queue.write(0, b"x" * 5000)
+    first, second = (seg.path for seg in queue.segments)
+    assert first not in random_access_paths()
+    assert second in random_access_paths()
+    queue.delete_from(4096)
+    queue.write(4096, b"y")  # a new segment after a removed one
+    assert queue.segments[1].path in random_access_paths()
+    queue.close()
+    plain = SegmentQueue(str(tmp_path / "p"), 4096)
+    plain.write(0, b"z")
+    assert plain.segments[0].path not in random_access_paths()
+    plain.close()
