@@ -39,9 +39,13 @@ import threading
 from typing import Protocol
 
 #: Bytes warmed ahead of the write position.
-WARM_AHEAD = 16 << 20
-#: Bytes per ``madvise`` call: the thread needs the GIL between two calls.
-WARM_CHUNK = 2 << 20
+WARM_AHEAD = 32 << 20
+#: Bytes per ``madvise`` call. The thread needs the GIL between two calls,
+#: which a writer copying into (and faulting) its pages holds: large calls
+#: keep the warmer from waiting for it often (2 MiB calls left the writer
+#: faulting more of its pages itself, in interleaved runs). ``stop`` waits for
+#: one call at most (about 10-20 ms here).
+WARM_CHUNK = 8 << 20
 _MADV_POPULATE_READ = 22
 _MADV_POPULATE_WRITE = 23
 
