@@ -25,9 +25,12 @@ async def test_a_refused_proposal_reads_the_controllers_set_back(make_cluster):
         await wait_full_sync_state_set(cluster, master)
         mode = cluster.broker(master).controller_mode
         everyone = frozenset(b.node.address for b in cluster.brokers().values())
-        epoch = mode.sync_state_set_epoch
-        # Refused as unchanged: the answer is the set the controllers hold.
+        # Refused as unchanged: the answer is the set the controllers hold,
+        # and their SyncStateSet epoch (the master may not have learned the
+        # last expansion's epoch yet).
         assert await mode.alter_sync_state_set(everyone) == everyone
+        epoch = mode.sync_state_set_epoch
+        assert epoch == group_at(cluster, await wait_leader(cluster)).sync_state_set_epoch
         # Refused as fenced by a stale SyncStateSet epoch (an earlier try was
         # committed, its answer lost): read back, epoch relearned.
         mode.sync_state_set_epoch = epoch - 1
