@@ -11,11 +11,14 @@ parquet`` (pyarrow), then measures rows per second of
 
 each Spark query materialising every column (``write.format("noop")``),
 with the data source's default options unless ``--max-bytes-per-partition``
-is given. Sessions alternate between 1 and 2 cores for ``--rounds`` rounds
-(the machine's load moves), and each session's processes (the JVM, its
-Python workers and this driver), every thread of them, run on N CPUs only
-for ``local[N]``, so that 1 -> 2 measures one CPU against two; each figure
-is the best over rounds, after one warm-up query per session. Besides
+is given (``register(spark)`` makes ``parallelism`` the session's
+``defaultParallelism``, N for ``local[N]``, as for any user). Sessions
+alternate between 1 and 2 cores for ``--rounds`` rounds (the machine's load
+moves), and each session's processes (the JVM, its Python workers and this
+driver), every thread of them, run on N CPUs only for ``local[N]``, so that
+1 -> 2 measures one CPU against two. Each session runs one warm-up query
+per read, then ``--queries`` timed ones; each figure is the best over
+rounds and queries, and the medians are printed too. Besides
 wall-clock rows per second, it reports rows per CPU-second of the Spark
 processes (the JVM and its Python workers, from ``/proc`` on Linux), which
 other programs' load moves much less. Usage::
@@ -29,6 +32,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -141,9 +145,10 @@ def cpu_timed(run) -> tuple[float, float | None]:
     return seconds, None if before is None or after is None else after - before
 
 
-def measure(spark, store: str, parquet: str, max_bytes: int | None
-            ) -> dict[str, tuple[float, float | None]]:
-    """(seconds, CPU-seconds) to read every column through the data source and from Parquet."""
+def measure(spark, store: str, parquet: str, max_bytes: int | None, queries: int
+            ) -> dict[str, list[tuple[float, float | None]]]:
+    """(seconds, CPU-seconds) of each of ``queries`` reads of every column through the
+    data source and from Parquet, after a warm-up read of each."""
     def source() -> None:
         reader = spark.read.format("triomq")
         if max_bytes is not None:
@@ -155,7 +160,11 @@ def measure(spark, store: str, parquet: str, max_bytes: int | None
 
     source()
     from_parquet()
-    return {"source": cpu_timed(source), "parquet": cpu_timed(from_parquet)}
+    found: dict[str, list[tuple[float, float | None]]] = {"source": [], "parquet": []}
+    for _ in range(queries):
+        found["source"].append(cpu_timed(source))
+        found["parquet"].append(cpu_timed(from_parquet))
+    return found
 
 
 def decode_alone(store: str, max_bytes: int | None) -> float:
@@ -185,6 +194,8 @@ def main() -> int:
     parser.add_argument("--max-bytes-per-partition", type=int,
                         help="the data source's option (default: its own default)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--queries", type=int, default=3,
+                        help="timed queries per read in each session")
     parser.add_argument("--workdir", help="keep the store and export here (default: temp)")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -205,21 +216,24 @@ def main() -> int:
         decode = decode_alone(store, args.max_bytes_per_partition)
         available = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
         pinned = False
-        best: dict[tuple[int, str], float] = {}
-        best_cpu: dict[tuple[int, str], float] = {}
+        samples: dict[tuple[int, str], list[float]] = {}
+        cpu_samples: dict[tuple[int, str], list[float]] = {}
         for _ in range(args.rounds):
             for cores in (1, 2):
                 spark = session(cores)
                 # local[N] on N CPUs: with more, the JVM and the Python workers
                 # of local[1] would run side by side on a second CPU.
                 pinned = pin_spark(set(sorted(available)[:cores]))
-                for name, (seconds, cpu) in measure(spark, store, parquet,
-                                                    args.max_bytes_per_partition).items():
-                    best[cores, name] = min(seconds, best.get((cores, name), seconds))
-                    if cpu is not None:
-                        best_cpu[cores, name] = min(cpu, best_cpu.get((cores, name), cpu))
+                for name, runs in measure(spark, store, parquet, args.max_bytes_per_partition,
+                                          args.queries).items():
+                    for seconds, cpu in runs:
+                        samples.setdefault((cores, name), []).append(seconds)
+                        if cpu is not None:
+                            cpu_samples.setdefault((cores, name), []).append(cpu)
                 spark.stop()
         pin_spark(available)
+        best = {key: min(values) for key, values in samples.items()}
+        best_cpu = {key: min(values) for key, values in cpu_samples.items()}
         n = args.records
         print("\n| read | local[1] rows/s | local[2] rows/s | speed-up 1 -> 2 "
               "| rows per CPU-s, local[1] | local[2] |")
@@ -232,6 +246,12 @@ def main() -> int:
                   f"| {' | '.join(per_cpu)} |")
         print(f"| decoding alone (one Python process, no Spark; per CPU-s) | {n / decode:,.0f} "
               "| | | | |")
+        runs = args.rounds * args.queries
+        for name, label in (("source", "data source"), ("parquet", "Parquet")):
+            one, two = (statistics.median(samples[cores, name]) for cores in (1, 2))
+            print(f"\nmedian of {runs} queries, {label}: local[1] {n / one:,.0f} rows/s, "
+                  f"local[2] {n / two:,.0f} rows/s, speed-up {one / two:.2f}x", end="")
+        print()
         for cores in (1, 2):
             ratio = best[cores, "parquet"] / best[cores, "source"]
             print(f"\ndata source / Parquet with local[{cores}]: {ratio:.0%} of the rate", end="")

@@ -7,8 +7,11 @@
  * on anything else (a length that does not add up, a bad magic or CRC,
  * invalid UTF-8, a property string of another shape, an IPv4-mapped IPv6
  * host whose text differs between Python versions, a timestamp whose
- * microseconds overflow) it returns None and the caller decodes in Python. */
-#include "_speedups.h"
+ * microseconds overflow) it returns None and the caller decodes in Python.
+ *
+ * record_starts (in _columns_starts.c): where the records of a range start,
+ * from their headers alone (a planner cutting a log into tasks). */
+#include "_columns.h"
 
 #define MAX_MILLIS (INT64_MAX / 1000)
 
@@ -542,6 +545,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"record_columns", record_columns, METH_VARARGS, record_columns_doc},
+    {"record_starts", record_starts, METH_VARARGS, record_starts_doc},
     {NULL, NULL, 0, NULL},
 };
 

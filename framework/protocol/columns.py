@@ -11,6 +11,10 @@ up to the caller and the framework needs no Arrow. Their memory is reused
 for later runs once no view of it is left (up to 64 MiB is kept), which
 spares the page faults fresh memory costs.
 
+``record_starts`` serves the planner that cuts a log into such runs: it
+hops from record to record by ``totalSize``, reading only the headers, and
+says where the walk stopped; the readers check every record later.
+
 The C pass takes only records of the plain shape: lengths that add up,
 ``MAGIC_V1``/``MAGIC_V2``, a matching body CRC (when asked), UTF-8 topic and
 properties, properties that are empty or ``key\\x01value\\x02`` pairs each
@@ -24,11 +28,13 @@ accepts the record or names what is wrong with it.
 from __future__ import annotations
 
 import array
+import struct
 from collections.abc import Sequence
 
 import attrs
 
 from framework.protocol.extensions import optional_extension
+from framework.protocol.message import MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
 
 _columns = optional_extension("_columns")  # None: callers decode in Python
 
@@ -37,6 +43,8 @@ SPEEDUPS = _columns is not None
 
 #: Positions are int32 (Arrow's offsets): a run must end below 2 GiB into its buffer.
 MAX_RUN_END = 0x7FFFFFFF
+
+_TOTAL_MAGIC = struct.Struct(">iI")
 
 
 @attrs.frozen
@@ -135,3 +143,59 @@ def record_columns(buf: bytes | bytearray | memoryview, starts: Sequence[int] | 
         store_host=VarColumn(store_host, store_host_data),
         prepared_transaction_offset=prepared,
     )
+
+
+@attrs.frozen
+class RecordStarts:
+    """Where a walk over record headers went (positions in the walked buffer).
+
+    ``stop`` is where it stopped: at or past the end asked for, or at a header
+    it did not take (zero fill, a blank, a torn or insane header: the caller
+    looks). ``last`` is the start of the last record walked (``None``: none),
+    ``cuts`` the starts of the records that begin pieces (see ``record_starts``).
+    """
+
+    stop: int
+    last: int | None
+    cuts: tuple[int, ...]
+
+
+def record_starts(buf: bytes | bytearray | memoryview, pos: int, end: int, *,
+                  first_cut: int | None = None, step: int | None = None) -> RecordStarts:
+    """Hop from the record at ``pos`` (a record boundary) by ``totalSize``.
+
+    A record is walked while it starts below ``end`` and its header is sane:
+    ``MAGIC_V1``/``MAGIC_V2``, a ``totalSize`` of at least ``MIN_RECORD_SIZE``
+    and the record inside ``buf``. Nothing else (CRC, fields) is checked.
+    ``cuts`` are the first record at or after each point of the grid
+    ``first_cut + k * step`` (``first_cut`` defaults to ``pos``; only the first
+    point when ``step`` is ``None``), each record once. Runs in C when the
+    extension is built.
+    """
+    if pos < 0 or (step is not None and step <= 0):
+        raise ValueError(f"record_starts: pos {pos} and step {step} must be positive")
+    first = pos if first_cut is None else first_cut
+    every = len(buf) + 1 if step is None else step
+    if _columns is not None:
+        stop, last, cuts = _columns.record_starts(buf, pos, end, first, every)
+        return RecordStarts(stop, None if last < 0 else last,
+                            tuple(memoryview(cuts).cast("q")))
+    return record_starts_py(buf, pos, end, first, every)
+
+
+def record_starts_py(buf: bytes | bytearray | memoryview, pos: int, end: int, first_cut: int,
+                     step: int) -> RecordStarts:
+    """``record_starts`` in pure Python: the reference for the C version."""
+    size = len(buf)
+    end = min(end, size)
+    last, cuts, next_cut = None, [], first_cut
+    while pos < end and pos + 8 <= size:
+        total, magic = _TOTAL_MAGIC.unpack_from(buf, pos)
+        if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE or total > size - pos:
+            break
+        if pos >= next_cut:
+            cuts.append(pos)
+            next_cut += ((pos - next_cut) // step + 1) * step
+        last = pos
+        pos += total
+    return RecordStarts(pos, last, tuple(cuts))

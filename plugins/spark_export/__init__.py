@@ -28,10 +28,21 @@ FORMAT = "triomq"
 
 
 def register(spark: Any) -> None:
-    """Register the ``triomq`` data source with ``spark`` (a ``SparkSession``)."""
-    from plugins.spark_export.source import TriomqDataSource
+    """Register the ``triomq`` data source with ``spark`` (a ``SparkSession``).
 
-    spark.dataSource.register(TriomqDataSource)
+    Reads default their ``parallelism`` option to the session's
+    ``defaultParallelism`` as found now (1 where a session has no
+    ``sparkContext``, as with Spark Connect).
+    """
+    from pyspark.errors import PySparkException
+
+    from plugins.spark_export.source import data_source_class
+
+    try:
+        parallelism = max(1, int(spark.sparkContext.defaultParallelism))
+    except (AttributeError, PySparkException):  # Spark Connect: no sparkContext
+        parallelism = 1
+    spark.dataSource.register(data_source_class(parallelism))
 
 
 @hookimpl

@@ -16,7 +16,12 @@ Options (names are case-insensitive, as Spark's are):
 - ``committedOnly``: ``true`` stops at the group's confirm offset, so data
   not yet replicated to the SyncStateSet is never read (default ``false``).
 - ``maxBytesPerPartition``: the largest byte range one Spark task reads
-  (default 64 MiB); a segment above it is split at record boundaries.
+  (default 64 MiB); the read is cut at record boundaries into ranges of
+  equal size, a range may span segments.
+- ``parallelism``: how many tasks Spark runs at once (default: the
+  session's ``defaultParallelism`` as ``register(spark)`` found it, else 1).
+  The number of ranges is a multiple of it, so that every task slot gets
+  the same work and none idles at the end while another still reads.
 - ``verifyCrc``: check each body's CRC while reading (default ``true``).
 
 A record is read when it lies wholly in ``[startingOffset, endingOffset)``.
@@ -38,7 +43,7 @@ _TABLE_NAMES = {name.lower(): name for name in TABLES}
 DEFAULT_MAX_BYTES_PER_PARTITION = 64 << 20
 
 _NAMES = ("path", "paths", "table", "topics", "startingOffset", "endingOffset", "committedOnly",
-          "maxBytesPerPartition", "verifyCrc")
+          "maxBytesPerPartition", "parallelism", "verifyCrc")
 _CANONICAL = {name.lower(): name for name in _NAMES}
 
 
@@ -54,11 +59,16 @@ class ReadOptions:
     ending_offset: int | str = "latest"
     committed_only: bool = False
     max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
+    parallelism: int = 1
     verify_crc: bool = True
 
 
-def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
-    """Check ``options``; ``SparkExportError`` names the first option at fault."""
+def parse_options(options: Mapping[str, str], *, streaming: bool = False,
+                  default_parallelism: int = 1) -> ReadOptions:
+    """Check ``options``; ``SparkExportError`` names the first option at fault.
+
+    ``default_parallelism`` is ``parallelism`` when the options do not set it.
+    """
     given: dict[str, str] = {}
     for key, value in options.items():
         name = _CANONICAL.get(key.lower())
@@ -92,6 +102,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
         committed_only=_bool(given, "committedOnly", False),
         max_bytes_per_partition=_positive(given, "maxBytesPerPartition",
                                           DEFAULT_MAX_BYTES_PER_PARTITION),
+        parallelism=_positive(given, "parallelism", default_parallelism, "a number of tasks"),
         verify_crc=_bool(given, "verifyCrc", True),
     )
 
@@ -146,14 +157,15 @@ def _bool(given: Mapping[str, str], name: str, default: bool) -> bool:
     raise SparkExportError(name, f"{raw!r} is not true or false")
 
 
-def _positive(given: Mapping[str, str], name: str, default: int) -> int:
+def _positive(given: Mapping[str, str], name: str, default: int,
+              what: str = "a number of bytes") -> int:
     raw = given.get(name)
     if raw is None:
         return default
     try:
         value = int(raw)
     except ValueError:
-        raise SparkExportError(name, f"{raw!r} is not a number of bytes") from None
+        raise SparkExportError(name, f"{raw!r} is not {what}") from None
     if value <= 0:
         raise SparkExportError(name, f"{value} must be positive")
     return value

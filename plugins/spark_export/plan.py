@@ -1,10 +1,9 @@
 """Planning a read: resolve the offset range, cut it into tasks, read a task.
 
 The driver resolves ``[start, end)`` against the log (``resolve``) and cuts
-it into ``ReadTask`` s (``plan_tasks``): one per segment, or several when a
-segment's range is larger than ``maxBytesPerPartition``, each starting at a
-record boundary. A task is a plain value: Spark pickles it to a worker,
-which reads its byte range from the segment file (``read_task``).
+it into ``ReadTask`` s (``plan_tasks``) of about equal size, each starting at
+a record boundary. A task is a plain value: Spark pickles it to a worker,
+which reads its byte range from the segment files (``read_task``).
 
 A torn or corrupt tail is found while resolving: the read ends at the last
 valid record and a warning on logger ``triomq.spark`` says where and why
@@ -15,36 +14,42 @@ makes the task fail with ``CorruptLogError``.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 
 import attrs
 import pyarrow as pa
 
+from framework.protocol.commitlog_layout import segment_name, segment_start
 from plugins.spark_export.arrow_decode import Stop, decode_range
 from plugins.spark_export.errors import CorruptLogError, SparkExportError
 from plugins.spark_export.options import ReadOptions
-from plugins.spark_export.store_files import LogEnd, StoreFiles, iter_segment_ranges, read_range
+from plugins.spark_export.store_files import (
+    LogEnd,
+    StoreFiles,
+    iter_segment_ranges,
+    read_range,
+    walk_file,
+)
 
 log = logging.getLogger("triomq.spark")
 
 
 @attrs.frozen
 class ReadTask:
-    """Read the records of ``path`` in ``[lo, hi)`` that start at or after ``min_offset``.
+    """Read the records in ``[lo, hi)`` that start at or after ``min_offset``.
 
-    ``lo`` is a record boundary; ``segment_start`` is the segment's first offset
-    and ``segment_size`` the log's segment size (``None``: unknown, which
-    skips the C walk of ``record_index``).
+    ``lo`` is a record boundary. The range may span segments: the files of
+    ``commitlog_dir``, ``segment_size`` bytes of log each.
     """
 
-    path: str
-    segment_start: int
+    commitlog_dir: str
+    segment_size: int
     lo: int
     hi: int
     min_offset: int
     topics: frozenset[str] | None = None
     verify_crc: bool = True
-    segment_size: int | None = None
 
 
 @attrs.frozen
@@ -116,27 +121,66 @@ def resolve(files: StoreFiles, opts: ReadOptions) -> Bounds:
 
 def plan_tasks(files: StoreFiles, start: int, end: int, opts: ReadOptions, *,
                start_is_boundary: bool = False) -> list[ReadTask]:
-    """The tasks reading ``[start, end)``, in log order."""
-    tasks = []
-    for seg, lo, hi in iter_segment_ranges(files, start, end):
-        known = start_is_boundary or lo == seg.start
-        for a, b in files.pieces(seg, lo, hi, opts.max_bytes_per_partition, lo_is_boundary=known):
-            tasks.append(ReadTask(seg.path, seg.start, a, b, start, opts.topics, opts.verify_crc,
-                                  files.segment_size))
-    return tasks
+    """The tasks reading ``[start, end)``, in log order.
+
+    The read is cut at record boundaries into ranges of about equal size, at
+    most about ``maxBytesPerPartition`` each, as many as a multiple of
+    ``parallelism``: with fewer or uneven tasks a slot would idle at the end
+    of the query while another still reads. The records are found by their
+    lengths alone (``walk_file``), from a known boundary, and only as far as
+    the last cut; the tasks check every record.
+    """
+    ranges = list(iter_segment_ranges(files, start, end))
+    total = sum(hi - lo for _, lo, hi in ranges)
+    if not total:
+        return []
+    slots = opts.parallelism
+    count = slots * -(-total // (slots * opts.max_bytes_per_partition))
+    step = -(-total // count)
+    cuts: list[int] = []
+    done = 0  # bytes of the ranges before this one
+    missed = False
+    for seg, lo, hi in ranges:
+        # Cut targets are every ``step`` bytes of the read. The first task
+        # starts at the first record; a target after a segment's last record
+        # moves to the next segment's start.
+        first = done if not cuts or missed else -(-done // step) * step
+        targets = len(range(first, done + hi - lo, step))
+        at = lo + first - done
+        done += hi - lo
+        if not targets:
+            continue
+        if (start_is_boundary or lo == seg.start) and at == lo and targets == 1:
+            cuts.append(lo)
+            missed = False
+            continue
+        walk_from = lo if start_is_boundary or lo == seg.start else seg.start
+        walked = walk_file(seg.path, walk_from - seg.start, hi - seg.start,
+                           first_cut=at - seg.start, step=step, max_cuts=targets)
+        cuts += [seg.start + cut for cut in walked.cuts]
+        missed = len(walked.cuts) < targets
+    if not cuts:  # no record starts in the read
+        return []
+    return [ReadTask(files.commitlog_dir, files.segment_size, a, b, start, opts.topics,
+                     opts.verify_crc)
+            for a, b in zip(cuts, [*cuts[1:], end], strict=True)]
 
 
 def read_task(task: ReadTask) -> Iterator[pa.RecordBatch]:
     """The record batches of ``task``; ``CorruptLogError`` on a bad record inside it."""
-    try:
-        buf = read_range(task.path, task.lo - task.segment_start, task.hi - task.segment_start)
-    except FileNotFoundError:
-        raise SparkExportError(
-            task.path, "segment file is gone (deleted by retention since the read was planned)"
-        ) from None
-    stop: list[Stop] = []
-    yield from decode_range(buf, task.lo, min_offset=task.min_offset, max_end=task.hi,
-                            topics=task.topics, verify_crc=task.verify_crc, stop=stop,
-                            segment_size=task.segment_size)
-    if stop and stop[-1].kind == "bad":
-        raise CorruptLogError(task.path, stop[-1].offset, stop[-1].reason or "bad record")
+    size = task.segment_size
+    for seg_start in range(segment_start(task.lo, size), task.hi, size):
+        lo, hi = max(task.lo, seg_start), min(task.hi, seg_start + size)
+        path = os.path.join(task.commitlog_dir, segment_name(seg_start))
+        try:
+            buf = read_range(path, lo - seg_start, hi - seg_start)
+        except FileNotFoundError:
+            raise SparkExportError(
+                path, "segment file is gone (deleted by retention since the read was planned)"
+            ) from None
+        stop: list[Stop] = []
+        yield from decode_range(buf, lo, min_offset=task.min_offset, max_end=hi,
+                                topics=task.topics, verify_crc=task.verify_crc, stop=stop,
+                                segment_size=size)
+        if stop and stop[-1].kind == "bad":
+            raise CorruptLogError(path, stop[-1].offset, stop[-1].reason or "bad record")

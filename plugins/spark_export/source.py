@@ -56,12 +56,19 @@ class TriomqDataSource(DataSource):
     """Messages of a triomq/RocketMQ store root as rows, its metadata tables, and the
     controller tables of controllers' data directories; see ``options`` for the options."""
 
+    #: The ``parallelism`` option's default (``data_source_class`` sets it).
+    default_parallelism = 1
+
     @classmethod
     def name(cls) -> str:
         return FORMAT
 
+    def _options(self, *, streaming: bool = False) -> ReadOptions:
+        return parse_options(self.options, streaming=streaming,
+                             default_parallelism=self.default_parallelism)
+
     def schema(self) -> str:
-        opts = parse_options(self.options)
+        opts = self._options()
         if opts.table in CONTROLLER_TABLES:
             controller_tables.controller_dirs(opts.paths)
             return controller_tables.SCHEMAS[opts.table]
@@ -69,7 +76,7 @@ class TriomqDataSource(DataSource):
         return metadata.SCHEMAS.get(opts.table, SCHEMA_DDL)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        opts = parse_options(self.options)
+        opts = self._options()
         if opts.table in CONTROLLER_TABLES:
             found = controller_tables.history(opts.paths)
             return metadata.TableReader(controller_tables.rows(opts.table, found))
@@ -80,9 +87,25 @@ class TriomqDataSource(DataSource):
         return MessagesReader(plan_tasks(files, bounds.start, bounds.end, opts))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        opts = parse_options(self.options, streaming=True)
+        opts = self._options(streaming=True)
         files = StoreFiles.open(opts.path)
         return MessagesStreamReader(opts, files)
+
+
+def data_source_class(parallelism: int) -> type[TriomqDataSource]:
+    """``TriomqDataSource`` with ``parallelism`` as the option's default.
+
+    A session registers a class, not an instance, and its Python workers
+    cannot ask the session how many tasks it runs at once: the default
+    travels in the class, which Spark pickles by value.
+    """
+    if parallelism == TriomqDataSource.default_parallelism:
+        return TriomqDataSource
+    return type("TriomqDataSource", (TriomqDataSource,), {
+        "default_parallelism": parallelism,
+        "__doc__": TriomqDataSource.__doc__,
+        "__qualname__": f"data_source_class.<locals>.TriomqDataSource[{parallelism}]",
+    })
 
 
 class MessagesReader(DataSourceReader):
@@ -127,8 +150,7 @@ class MessagesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         seg = self.files.segment_at(offset)
         if seg is None or offset == seg.start or offset == self._walked.offset:
             return True
-        return offset in [a for a, _ in self.files.pieces(seg, seg.start, offset + 1, 1,
-                                                           lo_is_boundary=True)]
+        return self.files.boundary_at_or_below(offset) == offset
 
     def _available(self) -> int:
         self.files.refresh()

@@ -23,9 +23,8 @@ import struct
 from collections.abc import Iterator
 
 import attrs
-import pyarrow as pa
-import pyarrow.compute as pc
 
+from framework.protocol.columns import RecordStarts, record_starts
 from framework.protocol.commitlog_layout import (
     COMMITLOG_DIR,
     DEFAULT_SEGMENT_SIZE,
@@ -46,7 +45,6 @@ from framework.protocol.message import (
 )
 from framework.protocol.store_checkpoint import CONFIRM_PHY_OFFSET, CheckpointError, read_long
 from plugins.spark_export.errors import SparkExportError
-from plugins.spark_export.record_index import checked_records
 
 log = logging.getLogger("triomq.spark")
 
@@ -148,14 +146,12 @@ class StoreFiles:
         """Walk the log from ``from_offset`` (a record boundary; default: the last
         segment's start) and return where the whole records end.
 
-        The records are found and fully checked by the C walk
-        (``record_index``); where it stops, ``scan_log`` says why (zero fill).
-        When the C walk does not apply, the walk reads record lengths in
-        Python, ``scan_log`` says why it stopped (zero fill, torn, bad), and
-        the last records walked are then fully checked (lengths, magic, body
-        CRC), newest first, until one passes:
-        a bad tail ends at the last valid record. A bad record followed by
-        valid ones is not a tail; the reader that meets it fails.
+        The walk hops by record length (``walk_file``), ``scan_log`` says why
+        it stopped (zero fill, torn, bad), and the last record walked is fully
+        checked (lengths, magic, body CRC).
+        When it fails, the records walked are checked newest first until one
+        passes: a bad tail ends at the last valid record. A bad record
+        followed by valid ones is not a tail; the reader that meets it fails.
         """
         if not self.segments:
             return LogEnd(0, "end")
@@ -164,19 +160,17 @@ class StoreFiles:
             seg = self.segment_at(offset)
             if seg is None:
                 return LogEnd(offset, "end")
+            pos = offset - seg.start
+            walked = walk_file(seg.path, pos, self.segment_size)
             with _mapped(seg.path) as buf:
-                checked_end = self._checked_end(buf, offset - seg.start, offset)
-                if checked_end is not None:  # every record before it passed the full checks
-                    if checked_end >= self.segment_size:
-                        offset = seg.start + self.segment_size
-                        continue
-                    return self._classify(buf, seg, checked_end)
-                end, starts, next_segment = self._walk(buf, offset - seg.start)
-                if next_segment or end == self.segment_size:
+                if self._blank_at(buf, walked.stop) or walked.stop == self.segment_size:
                     offset = seg.start + self.segment_size
                     continue
-                found = self._classify(buf, seg, end)
-                # Newest first: a record that fails its full check is part of the tail.
+                found = self._classify(buf, seg, walked.stop)
+                if walked.last is None or _valid(buf, seg, walked.last):
+                    return found
+                # A bad tail: check newest first where it begins.
+                starts = list(record_starts(buf, pos, walked.last + 1, step=1).cuts)
                 while starts:
                     try:
                         check(buf, starts[-1], base_offset=seg.start)
@@ -185,27 +179,12 @@ class StoreFiles:
                         found = LogEnd(seg.start + starts.pop(), "bad", exc.reason)
                 return found
 
-    def _checked_end(self, buf: memoryview, pos: int, offset: int) -> int | None:
-        """Where the C walk from ``pos`` ends (a position in ``buf``), or ``None``."""
-        with buf[pos:] as rest:
-            found = checked_records(rest, offset, self.segment_size)
-        return None if found is None else pos + found.end - offset
-
-    def _walk(self, buf: memoryview, pos: int) -> tuple[int, list[int], bool]:
-        """Record lengths from ``pos``: (where the walk stopped, record starts,
-        whether a blank sent it to the next segment)."""
-        starts = []
-        size = len(buf)
-        while pos + 8 <= size:
-            total, magic = _TOTAL_MAGIC.unpack_from(buf, pos)
-            if magic == BLANK_MAGIC and pos + total == self.segment_size:
-                return pos, starts, True
-            if (total < MIN_RECORD_SIZE or pos + total > size
-                    or magic not in (MAGIC_V1, MAGIC_V2)):
-                break
-            starts.append(pos)
-            pos += total
-        return pos, starts, False
+    def _blank_at(self, buf: memoryview, pos: int) -> bool:
+        """Whether the blank that ends a segment starts at ``pos``."""
+        if pos + 8 > len(buf):
+            return False
+        total, magic = _TOTAL_MAGIC.unpack_from(buf, pos)
+        return magic == BLANK_MAGIC and pos + total == self.segment_size
 
     def _classify(self, buf: memoryview, seg: Segment, pos: int) -> LogEnd:
         """Why the data of ``seg`` ends at ``pos`` (the walk stopped there)."""
@@ -217,43 +196,6 @@ class StoreFiles:
         del scan
         return found
 
-    def pieces(self, seg: Segment, lo: int, hi: int, step: int, *, lo_is_boundary: bool
-               ) -> list[tuple[int, int]]:
-        """Cut ``[lo, hi)`` of ``seg`` into equal ranges of at most about ``step`` bytes
-        starting at records.
-
-        Each range ``(a, b)`` starts at a record boundary; the first is the
-        first record at or after ``lo``. The records are found by the C walk
-        (``record_index``), else by walking their lengths in Python (from
-        ``lo`` when it is a known boundary, else from the segment start); the
-        readers check every record.
-        """
-        if lo_is_boundary and hi - lo <= step:
-            return [(lo, hi)]
-        # Pieces of equal size: 1.4 steps make two of 0.7, not 1 and 0.4, so
-        # that the tasks of a query keep every core busy until the end.
-        count = -(-(hi - lo) // step)
-        step = -(-(hi - lo) // count)
-        starts: list[int] = []
-        with _mapped(seg.path) as buf:
-            pos = lo - seg.start if lo_is_boundary else 0
-            end = min(len(buf), hi - seg.start)
-            with buf[pos:end] as span:
-                found = checked_records(span, seg.start + pos, self.segment_size)
-            if found is not None:
-                return _cut(found.offsets, lo, hi, step)
-            next_cut = lo
-            while pos < end and pos + 8 <= len(buf):
-                total, magic = _TOTAL_MAGIC.unpack_from(buf, pos)
-                if total <= 0 or magic == BLANK_MAGIC:
-                    break
-                at = seg.start + pos
-                if at >= next_cut:
-                    starts.append(at)
-                    next_cut = at + step
-                pos += total
-        return [(a, b) for a, b in zip(starts, [*starts[1:], hi], strict=True)]
-
     def boundary_at_or_below(self, offset: int, hint: int | None = None) -> int:
         """The last record boundary at or below ``offset``.
 
@@ -263,8 +205,8 @@ class StoreFiles:
         if seg is None or offset <= seg.start:
             return offset
         lo = hint if hint is not None and seg.start <= hint <= offset else seg.start
-        starts = [a for a, _ in self.pieces(seg, lo, offset + 1, 1, lo_is_boundary=True)]
-        return max((a for a in starts if a <= offset), default=lo)
+        walked = walk_file(seg.path, lo - seg.start, offset - seg.start + 1)
+        return lo if walked.last is None else seg.start + walked.last
 
     def confirm_offset(self) -> int | None:
         """The confirm offset recorded in ``checkpoint``, ``None`` if there is none."""
@@ -285,19 +227,74 @@ class StoreFiles:
         return os.path.join(self.root, EPOCH_CHECKPOINT)
 
 
-def _cut(offsets: pa.Array, lo: int, hi: int, step: int) -> list[tuple[int, int]]:
-    """``pieces`` from the ascending record ``offsets``: a cut at the first record
-    at or after ``lo``, then at the first record at least ``step`` past the last cut."""
-    starts: list[int] = []
-    at, cut = 0, lo
-    while at < len(offsets):
-        found = pc.index(pc.greater_equal(offsets.slice(at), cut), True).as_py()
-        if found < 0:
-            break
-        at += found
-        starts.append(offsets[at].as_py())
-        cut, at = starts[-1] + step, at + 1
-    return [(a, b) for a, b in zip(starts, [*starts[1:], hi], strict=True)]
+def _valid(buf: memoryview, seg: Segment, pos: int) -> bool:
+    """Whether the record at ``pos`` of ``seg`` passes the full checks."""
+    try:
+        check(buf, pos, base_offset=seg.start)
+    except RecordError:
+        return False
+    return True
+
+
+#: ``walk_file`` reads this much at a time into one buffer: reading into warm
+#: memory costs a third of mapping the file, whose pages fault in one by one.
+WALK_CHUNK = 4 << 20
+
+
+def walk_file(path: str, pos: int, end: int, *, first_cut: int | None = None,
+              step: int | None = None, max_cuts: int | None = None) -> RecordStarts:
+    """``columns.record_starts`` over the file at ``path`` (positions are file positions).
+
+    The file is read in chunks of ``WALK_CHUNK`` bytes (more for a longer
+    record); a record that a chunk cuts is walked in the next one, a record
+    the file cuts stops the walk there. With ``max_cuts`` the walk may stop
+    once it has found that many cuts (``stop`` is then where it got to).
+    """
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        end = min(end, size)
+        chunk = bytearray(WALK_CHUNK)
+        cuts: list[int] = []
+        last = None
+        grid = next_cut = pos if first_cut is None else first_cut
+        while pos < end:
+            if max_cuts is not None and len(cuts) >= max_cuts:
+                break
+            f.seek(pos)
+            with memoryview(chunk) as whole, whole[:f.readinto(chunk)] as view:
+                found = record_starts(view, 0, end - pos, first_cut=max(0, next_cut - pos),
+                                      step=step)
+                cuts += [pos + cut for cut in found.cuts]
+                if found.cuts and step is not None:
+                    next_cut = grid + ((cuts[-1] - grid) // step + 1) * step
+                elif found.cuts:
+                    next_cut = size + 1
+                if found.last is not None:
+                    last = pos + found.last
+                more = _cut_by_chunk(view, found.stop, size - pos)
+            pos += found.stop
+            if more is None or pos >= end:
+                break
+            if more > len(chunk):
+                chunk = bytearray(more)
+    if max_cuts is not None:
+        cuts = cuts[:max_cuts]
+    return RecordStarts(pos, last, tuple(cuts))
+
+
+def _cut_by_chunk(view: memoryview, stop: int, file_left: int) -> int | None:
+    """Why a chunk's walk stopped at ``stop`` (``file_left`` bytes of the file from
+    the chunk's start): ``None`` for a header the walk does not take or a record
+    the file cuts, else the bytes the next chunk needs (the chunk cut a header
+    or record)."""
+    if len(view) >= file_left:
+        return None
+    if stop + 8 > len(view):
+        return 8
+    total, magic = _TOTAL_MAGIC.unpack_from(view, stop)
+    if magic in (MAGIC_V1, MAGIC_V2) and MIN_RECORD_SIZE <= total <= file_left - stop:
+        return total
+    return None
 
 
 class _Mapped:

@@ -31,6 +31,18 @@ def test_rows_equal_a_direct_decode_of_the_store(spark, store):
     assert rows_of(df) == decode_store(store.root)
 
 
+def test_reads_default_to_the_sessions_parallelism(spark, store):
+    def partitions(**options):
+        reader = spark.read.format("triomq").option("maxBytesPerPartition", str(10 << 20))
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load(store.root).rdd.getNumPartitions()
+
+    # The whole store fits one task; register(spark) made it one per slot (local[2]).
+    assert spark.sparkContext.defaultParallelism == 2
+    assert (partitions(), partitions(parallelism="1"), partitions(parallelism="3")) == (2, 1, 3)
+
+
 def test_topic_filter_and_offset_range(spark, store):
     placed = store.placed
     df = (spark.read.format("triomq").option("topics", "orders, audit")

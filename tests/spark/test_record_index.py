@@ -51,19 +51,3 @@ def test_a_damaged_byte_reads_the_same_either_way(at, value):
 def test_a_cut_range_reads_the_same_either_way(cut):
     (rows, stop), (c_rows, c_stop) = both(BUF[:cut])
     assert c_rows == rows and (c_stop.kind == "bad") == (stop.kind == "bad")
-
-
-def test_planning_cuts_and_log_end_are_the_same_either_way(store, monkeypatch):
-    from plugins.spark_export import store_files
-
-    files = store_files.StoreFiles.open(store.root)
-
-    def plan():
-        cuts = [files.pieces(seg, seg.start + 1, seg.start + files.segment_size, step,
-                             lo_is_boundary=False)
-                for seg in files.segments for step in (1, 5000, 20000)]
-        return cuts, files.log_end()
-
-    with_c = plan()
-    monkeypatch.setattr(store_files, "checked_records", lambda *args: None)
-    assert plan() == with_c

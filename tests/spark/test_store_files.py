@@ -6,7 +6,7 @@ import logging
 import os
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plugins.spark_export.errors import CorruptLogError, SparkExportError
@@ -42,6 +42,37 @@ def test_tasks_split_segments_at_record_boundaries(store):
     assert len(tasks) > 2 * len(files.segments)
     starts = {p for p, _, _ in store.placed}
     assert all(t.lo in starts for t in tasks)
+    assert read_all(files, opts) == [p for p, _, _ in store.placed]
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # the store is only read
+@given(parallelism=st.integers(1, 5), step=st.integers(2_000, 200_000),
+       first=st.integers(0, 1499), last=st.integers(1500, 2999))
+def test_tasks_are_even_a_multiple_of_the_parallelism_and_read_every_record_once(
+        store, parallelism, step, first, last):
+    placed = [p for p, _, _ in store.placed]
+    files = StoreFiles.open(store.root)
+    opts = parse_options({"path": store.root, "maxBytesPerPartition": str(step),
+                          "parallelism": str(parallelism),
+                          "startingOffset": str(placed[first] + 1),  # inside a record
+                          "endingOffset": str(placed[last])})
+    bounds = resolve(files, opts)
+    tasks = plan_tasks(files, bounds.start, bounds.end, opts)
+    assert {t.lo for t in tasks} <= set(placed)
+    # Cut every ``total / count`` bytes at the next record; only a target past
+    # the last record of the read is lost.
+    count = parallelism * -(-(bounds.end - bounds.start) // (parallelism * step))
+    assert count - 1 <= len(tasks) <= count
+    assert read_all(files, opts) == placed[first + 1:last]
+
+
+def test_a_task_reads_across_segments(store):
+    files = StoreFiles.open(store.root)
+    opts = ReadOptions(path=store.root, max_bytes_per_partition=3 * files.segment_size // 2)
+    bounds = resolve(files, opts)
+    tasks = plan_tasks(files, bounds.start, bounds.end, opts)
+    assert any(t.hi - t.lo > files.segment_size for t in tasks)
     assert read_all(files, opts) == [p for p, _, _ in store.placed]
 
 
@@ -101,6 +132,8 @@ def test_corruption_before_the_tail_fails_the_task(store):
     ({"committedOnly": "maybe"}, "committedOnly"),
     ({"committedOnly": "true"}, "committedOnly"),
     ({"maxBytesPerPartition": "0"}, "maxBytesPerPartition"),
+    ({"parallelism": "0"}, "parallelism"),
+    ({"parallelism": "two"}, "parallelism"),
     ({"topics": "a,,b"}, "topics"),
     ({"table": "brokers"}, "table"),
     ({"paths": '["/a", "/b"]'}, "path"),
