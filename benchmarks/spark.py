@@ -23,7 +23,7 @@ wall-clock rows per second, it reports rows per CPU-second of the Spark
 processes (the JVM and its Python workers, from ``/proc`` on Linux), which
 other programs' load moves much less. Usage::
 
-    .venv/bin/python benchmarks/spark.py --records 1000000
+    .venv/bin/python benchmarks/spark.py --records 3000000 --rounds 2 --queries 3
 """
 
 from __future__ import annotations
