@@ -13,21 +13,51 @@ The embedding API, kept small::
 - ``PluginManager`` and ``hookimpl``: discover plugins, register your own.
 """
 
-from framework.config import NodeConfig, load_toml
-from framework.errors import ConfigError, PluginError, ServiceCrashed, TriomqError
-from framework.hookspecs import hookimpl
-from framework.plugins import PluginManager
-from framework.runtime import Node, open_node
+from __future__ import annotations
 
-__all__ = [
-    "ConfigError",
-    "Node",
-    "NodeConfig",
-    "PluginError",
-    "PluginManager",
-    "ServiceCrashed",
-    "TriomqError",
-    "hookimpl",
-    "load_toml",
-    "open_node",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the names are, for type checkers (``X as X``: re-exported)
+    from framework.config import NodeConfig as NodeConfig
+    from framework.config import load_toml as load_toml
+    from framework.errors import ConfigError as ConfigError
+    from framework.errors import PluginError as PluginError
+    from framework.errors import ServiceCrashed as ServiceCrashed
+    from framework.errors import TriomqError as TriomqError
+    from framework.hookspecs import hookimpl as hookimpl
+    from framework.plugins import PluginManager as PluginManager
+    from framework.runtime import Node as Node
+    from framework.runtime import open_node as open_node
+
+#: Each name of the embedding API and the module it comes from. They are
+#: imported on first use (PEP 562), so that importing one part of the
+#: framework (a protocol codec in a Spark worker, say) does not load the
+#: runtime, trio and every configuration with it.
+_EXPORTS = {
+    "ConfigError": "framework.errors",
+    "Node": "framework.runtime",
+    "NodeConfig": "framework.config",
+    "PluginError": "framework.errors",
+    "PluginManager": "framework.plugins",
+    "ServiceCrashed": "framework.errors",
+    "TriomqError": "framework.errors",
+    "hookimpl": "framework.hookspecs",
+    "load_toml": "framework.config",
+    "open_node": "framework.runtime",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'framework' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

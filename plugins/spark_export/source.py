@@ -32,7 +32,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from plugins.spark_export import FORMAT, controller_tables, metadata
+from plugins.spark_export import FORMAT, metadata
 from plugins.spark_export.arrow_decode import SCHEMA_DDL
 from plugins.spark_export.errors import SparkExportError
 from plugins.spark_export.options import CONTROLLER_TABLES, ReadOptions, parse_options
@@ -70,6 +70,10 @@ class TriomqDataSource(DataSource):
     def schema(self) -> str:
         opts = self._options()
         if opts.table in CONTROLLER_TABLES:
+            # Imported when used: message reads (every Spark worker) need none of
+            # the Raft and controller modules it loads.
+            from plugins.spark_export import controller_tables
+
             controller_tables.controller_dirs(opts.paths)
             return controller_tables.SCHEMAS[opts.table]
         StoreFiles.open(opts.path)
@@ -78,6 +82,8 @@ class TriomqDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = self._options()
         if opts.table in CONTROLLER_TABLES:
+            from plugins.spark_export import controller_tables
+
             found = controller_tables.history(opts.paths)
             return metadata.TableReader(controller_tables.rows(opts.table, found))
         files = StoreFiles.open(opts.path)
