@@ -68,8 +68,17 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("preparedTransactionOffset", pa.int64(), "long"),
 )
 
-ARROW_SCHEMA = pa.schema([(name, typ) for name, typ, _ in COLUMNS])
-SCHEMA_DDL = ", ".join(f"{name} {spark}" for name, _, spark in COLUMNS)
+#: The columns that may hold nulls: the first TAGS / KEYS property (a record
+#: may have none) and timestamps whose microseconds overflow. Every other
+#: column is in every record; declaring it NOT NULL spares Spark a null
+#: check per value when it turns the Arrow batches into rows (about a tenth
+#: of a local[1] query's time, in interleaved runs).
+NULLABLE = frozenset({"tags", "keys", "bornTimestamp", "storeTimestamp"})
+
+ARROW_SCHEMA = pa.schema([pa.field(name, typ, nullable=name in NULLABLE)
+                          for name, typ, _ in COLUMNS])
+SCHEMA_DDL = ", ".join(f"{name} {spark}{'' if name in NULLABLE else ' NOT NULL'}"
+                       for name, _, spark in COLUMNS)
 
 #: A batch holds up to this many records, or records spanning this many bytes.
 DEFAULT_BATCH_ROWS = 16384

@@ -27,6 +27,8 @@ def decoded(buf, **kwargs):
     stop: list[Stop] = []
     batches = list(decode_range(buf, 0, stop=stop, **kwargs))
     table = pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
+    for field in ARROW_SCHEMA:  # Spark reads a NOT NULL column without null checks
+        assert field.nullable or table[field.name].null_count == 0, field.name
     for name in ("bornTimestamp", "storeTimestamp"):
         # compare milliseconds: years past 9999 have no Python datetime
         millis = pc.divide(table[name].cast(pa.int64()), 1000)
