@@ -38,8 +38,6 @@ from plugins.spark_export.errors import SparkExportError
 
 log = logging.getLogger("triomq.spark")
 
-TABLES = ("syncStateSet", "masterHistory", "syncStateSetHistory")
-
 _STR, _INT, _LONG = (pa.string(), "string"), (pa.int32(), "int"), (pa.int64(), "long")
 _IDS = (pa.list_(pa.int64()), "array<long>")
 _GROUP = (("clusterName", *_STR), ("brokerName", *_STR))
