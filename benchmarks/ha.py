@@ -21,9 +21,15 @@ real broker nodes (``framework.open_node``, role ``broker``, mmap store):
   into a fresh mapped file: the limit for a replica that writes such a
   file (first writes to a file's pages cost page faults that the socket
   transfer alone never pays); and "fresh page cache": one thread faulting
-  in as many bytes of a new file's pages, with nothing else (the rate this
-  machine hands out page cache at, which the slave's store and its warming
-  thread share). The slave's time in ``append_raw`` (the
+  in as many bytes of a new file's pages, with nothing else, in large
+  folios as the store's warming thread does for a slave catching up (the
+  rate this machine hands out page cache at, which the slave's store and
+  its warming thread share). Each of these files is deleted before the
+  next step, so the slave's page cache, like the fresh page cache's, comes
+  from memory freed just before: a long-running broker's page cache
+  recycles its own memory, whereas memory a virtual machine has not
+  touched for a while may cost the host's lazy backing on top (several
+  times slower here). The slave's time in ``append_raw`` (the
   store: page faults, indexing) is shown, and the process's CPU time (both
   nodes, and the store's page-warming thread) beside the wall-clock time:
   on a shared machine, a wall time far above the CPU time means the run
@@ -168,15 +174,17 @@ async def raw_transfer(log, size: int, sink: Path | None = None) -> float:
         nursery.cancel_scope.cancel()
     if mm is not None:
         mm.close()
+        sink.unlink()
     return elapsed
 
 
 def fresh_pages(path: Path, size: int) -> float:
     """Seconds one thread takes to fault in ``size`` bytes of a new file's page cache.
 
-    ``madvise(MADV_POPULATE_WRITE)`` over a fresh mapping (random access, as
-    the store maps the segment it fills): what the slave's store and its
-    warming thread pay per byte besides the copy, here.
+    ``madvise(MADV_POPULATE_WRITE)`` over a fresh mapping, random access and
+    large folios, as the store warms the segment a slave catching up fills:
+    what the slave's store and its warming thread pay per byte besides the
+    copy, here. The file is deleted afterwards.
     """
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -185,10 +193,12 @@ def fresh_pages(path: Path, size: int) -> float:
     finally:
         os.close(fd)
     mm.madvise(mmap.MADV_RANDOM)
+    mm.madvise(mmap.MADV_HUGEPAGE)
     start = time.perf_counter()
     mm.madvise(MADV_POPULATE_WRITE, 0, size)
     elapsed = time.perf_counter() - start
     mm.close()
+    path.unlink()
     return elapsed
 
 

@@ -22,6 +22,23 @@ catching up, a broker not flushing per put) gets writable pages and at
 most a window of zeros written per sync, a writer synced more often (a
 flush per put) gets readable ones and no extra disk writes.
 
+Large folios for a writer that fills them between syncs: while the writer
+writes a folio or more (``FOLIO``, 2 MiB) between two syncs, the ranges it
+asks for are mapped ``MADV_HUGEPAGE`` before they are populated, so the
+kernel hands out page cache in 2 MiB folios (filesystems with large folios:
+ext4 since Linux 6.16, XFS), one fault and one allocation per folio
+instead of 512: populating runs three to six times faster on recycled
+memory here (about half as fast on memory this virtual machine had not
+touched for a while, which its host backs lazily). A written mapped folio
+is dirty as a whole, so a sync writes all of it: a writer syncing more
+often than it fills a folio (a master flushing per put, a slave that
+caught up and follows a trickle) would write 2 MiB per sync. So a sync
+that finds less than a folio written since the previous one stops the
+large folios: right after it, when the folios are clean, the large ones
+from the writer's on are dropped from the page cache (the writer's own
+faults read its folio back in small pages) and later warming uses small
+pages, until a sync finds a folio written again.
+
 Warming never changes a byte of the file, so it has no bearing on crash
 safety. A warmed queue needs no ``posix_fallocate`` ahead of its writes
 either (the populating faults reserve the blocks): that call locks the
@@ -34,6 +51,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 import sys
 import threading
 from typing import Protocol
@@ -48,6 +66,19 @@ WARM_AHEAD = 32 << 20
 WARM_CHUNK = 8 << 20
 _MADV_POPULATE_READ = 22
 _MADV_POPULATE_WRITE = 23
+
+
+def _folio_size() -> int:
+    """The kernel's PMD folio size (``hpage_pmd_size``), 2 MiB on x86-64."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 2 << 20
+
+
+#: Bytes per large folio; a writer filling one between syncs gets them.
+FOLIO = _folio_size()
 
 
 def _load_madvise():
@@ -83,11 +114,14 @@ def _populate(madvise, mm: mmap.mmap, lo: int, hi: int, advice: int) -> int:
 _madvise = _load_madvise()
 #: Whether this system can warm pages (Linux 5.14 or later).
 SUPPORTED = _madvise is not None
+#: Whether mappings take ``MADV_HUGEPAGE`` (a kernel with transparent huge pages).
+LARGE_FOLIOS = SUPPORTED and hasattr(mmap, "MADV_HUGEPAGE")
 
 
 class WarmSegment(Protocol):
     """What the warmer needs of a segment (``segments.Segment``)."""
 
+    fd: int
     mm: mmap.mmap
     size: int
 
@@ -103,6 +137,8 @@ class Warmer:
     """
 
     def __init__(self) -> None:
+        #: Off for good once the kernel refuses the advice.
+        self._large_folios = LARGE_FOLIOS
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._segment: WarmSegment | None = None
@@ -113,13 +149,45 @@ class Warmer:
         self._syncs = 0
         self._syncs_seen = 0
         self._writable = True
+        #: Where the writer got to (segment, end), now and at the last sync.
+        self._written: tuple[WarmSegment | None, int] = (None, 0)
+        self._written_at_sync: tuple[WarmSegment | None, int] = (None, 0)
+        #: Whether the writer filled a folio between the last two syncs
+        #: (or was never synced).
+        self._fills_folios = True
+        #: ``_segment`` holds large folios warmed up to here.
+        self._large_until = 0
 
     def synced(self) -> None:
-        """The queue was synced: the next pages asked for are warmed readable (see above)."""
-        self._syncs += 1
+        """The queue was synced: the next pages asked for are warmed readable,
+        and large folios stop if the writer wrote less than one since the
+        previous sync (see above)."""
+        with self._lock:
+            self._syncs += 1
+            (seg, end), (seg_before, end_before) = self._written, self._written_at_sync
+            self._written_at_sync = self._written
+            self._fills_folios = seg is not seg_before or end - end_before >= FOLIO
+            if not self._fills_folios and seg is self._segment and seg is not None:
+                lo = end - end % FOLIO
+                if self._large_until > lo:
+                    self._drop_large_folios(seg, lo, self._large_until)
+                    self._large_until = 0
+
+    def _drop_large_folios(self, seg: WarmSegment, lo: int, hi: int) -> None:
+        """Drop ``seg``'s clean pages in ``[lo, hi)`` from the page cache, and
+        map the range for small pages: faults read back what was written.
+        Dirty pages stay (bytes written since the sync, a chunk being
+        warmed): the kernel never drops those."""
+        try:
+            seg.mm.madvise(mmap.MADV_NOHUGEPAGE, lo, hi - lo)
+            seg.mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+            os.posix_fadvise(seg.fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
+        except OSError:  # left as they are; warming keeps to small pages
+            self._large_folios = False
 
     def wrote(self, seg: WarmSegment, end: int) -> None:
         """``seg`` is written up to ``end``: warm ahead of it if not already asked."""
+        self._written = (seg, end)
         if seg is self._segment and end + WARM_AHEAD // 2 <= self._target:
             return
         with self._lock:
@@ -131,15 +199,13 @@ class Warmer:
             self._syncs_seen = self._syncs
             if seg is not self._segment:
                 self._segment, self._start = seg, end
+                self._large_until = 0
             elif self._start < end:
                 # The writer caught up: it faults its next pages itself and
                 # warming goes on a chunk further, so neither waits on the other.
                 self._start = end + WARM_CHUNK
             self._target = target
-            if self._thread is None and self._start < self._target:
-                self._thread = threading.Thread(target=self._run, name="triomq-warm-segment",
-                                                daemon=True)
-                self._thread.start()
+            self._start_thread()
 
     def finish(self) -> None:
         """Wait until the pages asked for so far are warm."""
@@ -161,9 +227,15 @@ class Warmer:
         with self._lock:
             self._stopping = False
             self._segment = None
-            self._target = 0
+            self._target = self._large_until = 0
 
-    def _next(self) -> tuple[WarmSegment, int, int, int] | None:
+    def _start_thread(self) -> None:
+        if self._thread is None and self._start < self._target:
+            self._thread = threading.Thread(target=self._run, name="triomq-warm-segment",
+                                            daemon=True)
+            self._thread.start()
+
+    def _next(self) -> tuple[WarmSegment, int, int, int, bool] | None:
         with self._lock:
             seg = self._segment
             if self._stopping or seg is None or self._start >= self._target:
@@ -172,11 +244,24 @@ class Warmer:
             lo = self._start - self._start % mmap.PAGESIZE
             hi = min(self._target, lo + WARM_CHUNK)
             self._start = hi
-            return seg, lo, hi, _MADV_POPULATE_WRITE if self._writable else _MADV_POPULATE_READ
+            large = self._large_folios and self._fills_folios
+            if large:
+                try:
+                    seg.mm.madvise(mmap.MADV_HUGEPAGE, lo, hi - lo)
+                except OSError:  # a kernel without transparent huge pages
+                    self._large_folios = large = False
+            advice = _MADV_POPULATE_WRITE if self._writable else _MADV_POPULATE_READ
+            return seg, lo, hi, advice, large
 
     def _run(self) -> None:
         while (job := self._next()) is not None:
-            seg, lo, hi, advice = job
+            seg, lo, hi, advice, large = job
             # A failure (EFAULT, ENOMEM under memory pressure) only means these
             # pages fault on the writer's side, as without warming.
             _populate(_madvise, seg.mm, lo, hi, advice)
+            if large:
+                # Recorded once populated: a sync dropping large folios while
+                # this chunk was being warmed leaves it to the next sync.
+                with self._lock:
+                    if seg is self._segment:
+                        self._large_until = max(self._large_until, hi)

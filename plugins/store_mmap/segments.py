@@ -317,7 +317,9 @@ class SegmentQueue:
                 raise ValueError(f"no segment holds offset {offset + done}")
             pos = offset + done - seg.start
             n = min(len(buffer) - done, seg.size - pos)
-            buffer[done:done + n] = seg.mm[pos:pos + n]
+            # Through a view: slicing the mmap itself would copy into a new bytes first.
+            with memoryview(seg.mm) as mapped:
+                buffer[done:done + n] = mapped[pos:pos + n]
             done += n
 
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:

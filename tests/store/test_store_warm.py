@@ -66,7 +66,8 @@ def test_pages_ahead_of_the_writes_are_warmed_and_stay_zero(tmp_path: Path) -> N
 
 
 def dirty_bytes(mm: mmap.mmap) -> int:
-    """Bytes of ``mm`` dirty in memory (``/proc/self/smaps``)."""
+    """Bytes of ``mm`` dirty in memory (``/proc/self/smaps``; advice for part of a
+    mapping splits it into several areas)."""
     region = ctypes.c_char.from_buffer(mm)
     try:
         address = ctypes.addressof(region)
@@ -77,8 +78,8 @@ def dirty_bytes(mm: mmap.mmap) -> int:
         for line in f:
             head = line.split()[0]
             if "-" in head and ":" not in head:
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = lo <= address < hi
+                start = int(head.split("-")[0], 16)
+                inside = address <= start < address + len(mm)
             elif inside and head in ("Shared_Dirty:", "Private_Dirty:"):
                 dirty += int(line.split()[1]) * 1024
     return dirty
@@ -151,3 +152,73 @@ def test_refused_replicated_bytes_are_zeroed_again(tmp_path: Path) -> None:
     with open(segment, "rb") as f:
         on_disk = f.read()
     assert on_disk[:1000] == data[:1000] and not any(on_disk[1000:])
+
+
+def vma_flags(mm: mmap.mmap, offset: int) -> set[str]:
+    """The ``VmFlags`` of the mapping holding ``mm[offset]`` (``/proc/self/smaps``)."""
+    region = ctypes.c_char.from_buffer(mm, offset)
+    try:
+        address = ctypes.addressof(region)
+    finally:
+        del region
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return set(line.split()[1:])
+    raise AssertionError("mapping not found")
+
+
+def written_to_storage() -> int:
+    """Bytes this process had written to storage (``/proc/self/io``)."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("write_bytes"))
+
+
+large_folios = pytest.mark.skipif(not prefault.LARGE_FOLIOS,
+                                  reason="no transparent huge pages on this system")
+
+
+@large_folios
+def test_a_writer_far_ahead_of_its_syncs_gets_large_folios(tmp_path: Path) -> None:
+    queue = SegmentQueue(str(tmp_path), SEGMENT, warm=True)
+    queue.write(0, b"x" * 4096)
+    assert queue._warmer is not None
+    queue._warmer.finish()
+    seg = queue.segments[0]
+    assert "hg" in vma_flags(seg.mm, SEGMENT - 4096)
+    queue.close()
+
+
+@large_folios
+def test_a_writer_syncing_more_often_than_it_fills_a_folio_gets_small_pages_back(
+        tmp_path: Path) -> None:
+    queue = SegmentQueue(str(tmp_path), SEGMENT, warm=True)
+    assert queue._warmer is not None
+    written = bytearray()
+    put = b"p" * 1000
+
+    def put_and_sync() -> None:
+        queue.write(len(written), put)
+        written.extend(put)
+        queue.sync_range(0, len(written))
+        queue._warmer.finish()
+
+    for _ in range(3):  # the first sync cannot tell; the second finds 1000 bytes written
+        put_and_sync()
+    seg = queue.segments[0]
+    assert "nh" in vma_flags(seg.mm, SEGMENT - 4096)
+    # The large folios warmed ahead were dropped (not warmed again).
+    assert mapped_pages(seg.mm, prefault.FOLIO, SEGMENT) < 16
+    before = written_to_storage()
+    for _ in range(10):
+        put_and_sync()
+    # Each sync writes the pages a put dirtied, not a folio (10 x 2 MiB).
+    assert written_to_storage() - before < 1 << 20
+    assert queue.read(0, len(written)) == bytes(written)
+    assert queue.read(len(written), SEGMENT - len(written)) == bytes(SEGMENT - len(written))
+    queue.close()
