@@ -137,18 +137,32 @@ def pin_spark(cpus: set[int]) -> bool:
     return True
 
 
-def cpu_timed(run) -> tuple[float, float | None]:
-    """Seconds and Spark CPU-seconds ``run()`` takes."""
-    before = spark_cpu_seconds()
+def cpu_ticks() -> tuple[int, int] | None:
+    """The machine's (steal, all) CPU ticks so far (``/proc/stat``); ``None`` off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]
+    except OSError:
+        return None
+    return ticks[7], sum(ticks)
+
+
+def cpu_timed(run) -> tuple[float, float | None, float | None]:
+    """Seconds and Spark CPU-seconds ``run()`` takes, and the share of the machine's
+    CPU time the hypervisor gave to others meanwhile (steal)."""
+    before, ticks = spark_cpu_seconds(), cpu_ticks()
     seconds = timed(run)
-    after = spark_cpu_seconds()
-    return seconds, None if before is None or after is None else after - before
+    after, ticks_after = spark_cpu_seconds(), cpu_ticks()
+    steal = None
+    if ticks is not None and ticks_after is not None and ticks_after[1] > ticks[1]:
+        steal = (ticks_after[0] - ticks[0]) / (ticks_after[1] - ticks[1])
+    return seconds, None if before is None or after is None else after - before, steal
 
 
 def measure(spark, store: str, parquet: str, max_bytes: int | None, queries: int
-            ) -> dict[str, list[tuple[float, float | None]]]:
-    """(seconds, CPU-seconds) of each of ``queries`` reads of every column through the
-    data source and from Parquet, after a warm-up read of each."""
+            ) -> dict[str, list[tuple[float, float | None, float | None]]]:
+    """(seconds, CPU-seconds, steal) of each of ``queries`` reads of every column
+    through the data source and from Parquet, after a warm-up read of each."""
     def source() -> None:
         reader = spark.read.format("triomq")
         if max_bytes is not None:
@@ -160,7 +174,8 @@ def measure(spark, store: str, parquet: str, max_bytes: int | None, queries: int
 
     source()
     from_parquet()
-    found: dict[str, list[tuple[float, float | None]]] = {"source": [], "parquet": []}
+    found: dict[str, list[tuple[float, float | None, float | None]]] = {
+        "source": [], "parquet": []}
     for _ in range(queries):
         found["source"].append(cpu_timed(source))
         found["parquet"].append(cpu_timed(from_parquet))
@@ -218,6 +233,7 @@ def main() -> int:
         pinned = False
         samples: dict[tuple[int, str], list[float]] = {}
         cpu_samples: dict[tuple[int, str], list[float]] = {}
+        every: list[str] = []
         for _ in range(args.rounds):
             for cores in (1, 2):
                 spark = session(cores)
@@ -226,7 +242,9 @@ def main() -> int:
                 pinned = pin_spark(set(sorted(available)[:cores]))
                 for name, runs in measure(spark, store, parquet, args.max_bytes_per_partition,
                                           args.queries).items():
-                    for seconds, cpu in runs:
+                    for seconds, cpu, steal in runs:
+                        every.append(f"local[{cores}] {name} {args.records / seconds:,.0f} rows/s"
+                                     + (f", steal {steal:.0%}" if steal is not None else ""))
                         samples.setdefault((cores, name), []).append(seconds)
                         if cpu is not None:
                             cpu_samples.setdefault((cores, name), []).append(cpu)
@@ -259,6 +277,9 @@ def main() -> int:
                 cpu_ratio = best_cpu[cores, "parquet"] / best_cpu[cores, "source"]
                 print(f", {cpu_ratio:.0%} of the rows per CPU-second", end="")
         print()
+        print("every query (steal: the machine's CPU time the hypervisor gave to others):")
+        for line in every:
+            print(f"  {line}")
         print(f"Spark pinned to as many CPUs as local[N] has: {'yes' if pinned else 'no'}")
         print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
               f"columns decoded {'in C' if columns.SPEEDUPS else 'in Python (no C pass)'}")

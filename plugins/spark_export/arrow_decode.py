@@ -130,7 +130,7 @@ class _Columns:
         return len(self.props)
 
 
-def decode_range(buf: bytes, base_offset: int, *, min_offset: int = 0,
+def decode_range(buf: bytes | memoryview, base_offset: int, *, min_offset: int = 0,
                  max_end: int | None = None, topics: frozenset[str] | None = None,
                  verify_crc: bool = True, batch_rows: int = DEFAULT_BATCH_ROWS,
                  stop: list[Stop] | None = None, segment_size: int | None = None

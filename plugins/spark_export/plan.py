@@ -28,7 +28,7 @@ from plugins.spark_export.store_files import (
     LogEnd,
     StoreFiles,
     iter_segment_ranges,
-    read_range,
+    map_range,
     walk_file,
 )
 
@@ -173,7 +173,7 @@ def read_task(task: ReadTask) -> Iterator[pa.RecordBatch]:
         lo, hi = max(task.lo, seg_start), min(task.hi, seg_start + size)
         path = os.path.join(task.commitlog_dir, segment_name(seg_start))
         try:
-            buf = read_range(path, lo - seg_start, hi - seg_start)
+            buf = map_range(path, lo - seg_start, hi - seg_start)
         except FileNotFoundError:
             raise SparkExportError(
                 path, "segment file is gone (deleted by retention since the read was planned)"
