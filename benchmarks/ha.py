@@ -33,9 +33,11 @@ real broker nodes (``framework.open_node``, role ``broker``, mmap store):
   store: page faults, indexing) is shown, and the process's CPU time (both
   nodes, and the store's page-warming thread) beside the wall-clock time:
   on a shared machine, a wall time far above the CPU time means the run
-  waited for a CPU. An unreported replication of 16 MiB runs first, so
-  that the first case does not also pay the process's first-use costs
-  (imports, allocator arenas). ``--rounds`` repeats the cases, in turn.
+  waited for a CPU. An unreported replication of the first case runs
+  first, at full size, so that no case pays the process's first-use costs
+  (imports, allocator arenas, the first large runs of page cache: with a
+  16 MiB warm-up the first case ran at a third of the same case later in
+  the run). ``--rounds`` repeats the cases, in turn.
 - **put latency**: ``--puts`` sequential ``Producer.send`` calls (1 KiB
   body), first to a master alone (``min_in_sync_replicas = 1``: no wait),
   then to a master with one slave and ``all_ack_in_sync_state_set`` (each
@@ -76,8 +78,6 @@ SEGMENT = 256 << 20
 CHUNK = 256 * 1024
 #: Linux 5.14+ (not in Python 3.11's mmap module).
 MADV_POPULATE_WRITE = 23
-#: An unreported replication first, so that no case pays the process's first-use costs.
-WARM_UP_MEGABYTES = 16
 
 
 def plugins() -> PluginManager:
@@ -305,7 +305,7 @@ async def main(args: argparse.Namespace) -> None:
           "| ---: | ---: | ---: |")
     cases = [(1024, 32 * 1024), (1024, 256 * 1024), (16 * 1024, 256 * 1024)]
     with tempfile.TemporaryDirectory(prefix="triomq-ha-bench-") as tmp:
-        await replication(pm, Path(tmp), WARM_UP_MEGABYTES, *cases[0])
+        await replication(pm, Path(tmp), args.megabytes, *cases[0])
     for body_size, batch in cases * args.rounds:
         with tempfile.TemporaryDirectory(prefix="triomq-ha-bench-") as tmp:
             r = await replication(pm, Path(tmp), args.megabytes, body_size, batch)

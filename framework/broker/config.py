@@ -127,6 +127,11 @@ class BrokerConfig:
         check=positive)
     ha_reconnect_max: int = setting(
         5000, doc="ms cap of the slave's reconnect backoff.", check=positive)
+    ha_receive_buffer_size: int = setting(
+        4 * 1024 * 1024, doc="Bytes of socket receive buffer on a slave's TCP connection to "
+                             "its master (SO_RCVBUF, capped by net.core.rmem_max; 0: the "
+                             "kernel's autotuning, for links whose bandwidth-delay product "
+                             "is larger).", check=non_negative)
 
     enable_controller_mode: bool = setting(
         False, doc="Take the role from the controllers: they allocate the broker id and "
@@ -186,4 +191,5 @@ class BrokerConfig:
             max_body_size=self.ha_max_body_size,
             reconnect_min=self.ha_reconnect_min,
             reconnect_max=self.ha_reconnect_max,
+            receive_buffer_size=self.ha_receive_buffer_size,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import random
+import socket
 import struct
 
 import pytest
@@ -492,3 +493,39 @@ async def test_replication_over_tcp_loopback():
         await caught_up(m, s1, s2)
         nursery.cancel_scope.cancel()
     assert same(m, s1, s2)
+
+
+async def slave_receive_buffer(size: int) -> int:
+    """SO_RCVBUF of a slave's TCP connection with ``receive_buffer_size=size``,
+    once it caught up with its master."""
+    m, s = Replica("m"), Replica("s")
+    ha = make_master(m, 1)
+    write(m, random.Random(5), 20)
+    streams: list[trio.SocketStream] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(ha.run)
+        (listener,) = await nursery.start(
+            functools.partial(trio.serve_tcp, ha.serve, 0, host="127.0.0.1")
+        )
+        port = listener.socket.getsockname()[1]
+
+        async def connect() -> trio.abc.Stream:
+            streams.append(await trio.open_tcp_stream("127.0.0.1", port))
+            return streams[-1]
+
+        await nursery.start(make_slave(s, connect, receive_buffer_size=size).run)
+        await caught_up(m, s)
+        found = streams[0].getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        nursery.cancel_scope.cancel()
+    assert same(m, s)
+    return found
+
+
+async def test_a_slave_over_tcp_asks_for_its_receive_buffer():
+    # The kernel doubles what it is asked (bookkeeping) and caps it at
+    # net.core.rmem_max; 0 leaves the buffer to its autotuning.
+    with open("/proc/sys/net/core/rmem_max") as f:
+        rmem_max = int(f.read())
+    wanted = 1 << 20
+    assert await slave_receive_buffer(wanted) == 2 * min(wanted, rmem_max)
+    assert await slave_receive_buffer(0) != 2 * min(wanted, rmem_max)
