@@ -67,6 +67,7 @@ def session(cores: int):
 
     spark = (SparkSession.builder.master(f"local[{cores}]").appName(f"bench-{cores}")
              .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.driver.memory", "2g")
