@@ -125,6 +125,23 @@ def connector(nursery: trio.Nursery, master: HAMaster):
     return connect
 
 
+async def tcp_connector(nursery: trio.Nursery, master: HAMaster,
+                        streams: list[trio.SocketStream] | None = None):
+    """A ``connect`` to ``master`` served over TCP loopback; the streams it opens
+    are added to ``streams``."""
+    (listener,) = await nursery.start(
+        functools.partial(trio.serve_tcp, master.serve, 0, host="127.0.0.1")
+    )
+    port = listener.socket.getsockname()[1]
+    opened = [] if streams is None else streams
+
+    async def connect() -> trio.abc.Stream:
+        opened.append(await trio.open_tcp_stream("127.0.0.1", port))
+        return opened[-1]
+
+    return connect
+
+
 async def inline(function, *args):
     # No threads under the autojump clock: it would jump while a thread runs.
     return function(*args)
@@ -476,14 +493,7 @@ async def test_replication_over_tcp_loopback():
     write(m, rng, 20)
     async with trio.open_nursery() as nursery:
         await nursery.start(ha.run)
-        (listener,) = await nursery.start(
-            functools.partial(trio.serve_tcp, ha.serve, 0, host="127.0.0.1")
-        )
-        port = listener.socket.getsockname()[1]
-
-        async def connect() -> trio.abc.Stream:
-            return await trio.open_tcp_stream("127.0.0.1", port)
-
+        connect = await tcp_connector(nursery, ha)
         for slave in (s1, s2):
             await nursery.start(make_slave(slave, connect).run)
         for _ in range(5):
@@ -504,15 +514,7 @@ async def slave_receive_buffer(size: int) -> int:
     streams: list[trio.SocketStream] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(ha.run)
-        (listener,) = await nursery.start(
-            functools.partial(trio.serve_tcp, ha.serve, 0, host="127.0.0.1")
-        )
-        port = listener.socket.getsockname()[1]
-
-        async def connect() -> trio.abc.Stream:
-            streams.append(await trio.open_tcp_stream("127.0.0.1", port))
-            return streams[-1]
-
+        connect = await tcp_connector(nursery, ha, streams)
         await nursery.start(make_slave(s, connect, receive_buffer_size=size).run)
         await caught_up(m, s)
         found = streams[0].getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
