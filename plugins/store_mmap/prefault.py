@@ -23,8 +23,10 @@ most a window of zeros written per sync, a writer synced more often (a
 flush per put) gets readable ones and no extra disk writes.
 
 Large folios for a writer that fills them between syncs: while the writer
-writes a folio or more (``FOLIO``, 2 MiB) between two syncs, the ranges it
-asks for are mapped ``MADV_HUGEPAGE`` before they are populated, so the
+writes a folio or more (``FOLIO``, 2 MiB) between two syncs, or asks for
+more pages twice without a sync between (not at its first ask: a master
+flushing per put has not synced yet then), the ranges it asks for are
+mapped ``MADV_HUGEPAGE`` before they are populated, so the
 kernel hands out page cache in 2 MiB folios (filesystems with large folios:
 ext4 since Linux 6.16, XFS), one fault and one allocation per folio
 instead of 512: populating runs three to six times faster on recycled
@@ -34,10 +36,12 @@ is dirty as a whole, so a sync writes all of it: a writer syncing more
 often than it fills a folio (a master flushing per put, a slave that
 caught up and follows a trickle) would write 2 MiB per sync. So a sync
 that finds less than a folio written since the previous one stops the
-large folios: right after it, when the folios are clean, the large ones
-from the writer's on are dropped from the page cache (the writer's own
-faults read its folio back in small pages) and later warming uses small
-pages, until a sync finds a folio written again.
+large folios until a sync finds a folio written again, and drops those
+already warmed: right after the sync, when it is clean, the writer's own
+folio leaves the page cache (its faults read it back in small pages), and
+at its next write the writer punches the warmed ones ahead of it out of the
+file (``MADV_REMOVE``: they hold only zeros; only the writer's thread knows
+nothing was written there since).
 
 Warming never changes a byte of the file, so it has no bearing on crash
 safety. A warmed queue needs no ``posix_fallocate`` ahead of its writes
@@ -115,7 +119,7 @@ _madvise = _load_madvise()
 #: Whether this system can warm pages (Linux 5.14 or later).
 SUPPORTED = _madvise is not None
 #: Whether mappings take ``MADV_HUGEPAGE`` (a kernel with transparent huge pages).
-LARGE_FOLIOS = SUPPORTED and hasattr(mmap, "MADV_HUGEPAGE")
+LARGE_FOLIOS = SUPPORTED and hasattr(mmap, "MADV_HUGEPAGE") and hasattr(mmap, "MADV_REMOVE")
 
 
 class WarmSegment(Protocol):
@@ -123,6 +127,7 @@ class WarmSegment(Protocol):
 
     fd: int
     mm: mmap.mmap
+    start: int
     size: int
 
 
@@ -152,11 +157,13 @@ class Warmer:
         #: Where the writer got to (segment, end), now and at the last sync.
         self._written: tuple[WarmSegment | None, int] = (None, 0)
         self._written_at_sync: tuple[WarmSegment | None, int] = (None, 0)
-        #: Whether the writer filled a folio between the last two syncs
-        #: (or was never synced).
-        self._fills_folios = True
+        #: Whether the writer fills folios between syncs (see above).
+        self._fills_folios = False
+        self._asked = False
         #: ``_segment`` holds large folios warmed up to here.
         self._large_until = 0
+        #: Large folios the writer is to punch out, from past its end to here.
+        self._punch: tuple[WarmSegment, int] | None = None
 
     def synced(self) -> None:
         """The queue was synced: the next pages asked for are warmed readable,
@@ -166,28 +173,48 @@ class Warmer:
             self._syncs += 1
             (seg, end), (seg_before, end_before) = self._written, self._written_at_sync
             self._written_at_sync = self._written
-            self._fills_folios = seg is not seg_before or end - end_before >= FOLIO
-            if not self._fills_folios and seg is self._segment and seg is not None:
-                lo = end - end % FOLIO
-                if self._large_until > lo:
-                    self._drop_large_folios(seg, lo, self._large_until)
-                    self._large_until = 0
+            if seg is None or seg_before is None:
+                return
+            self._fills_folios = seg.start + end - seg_before.start - end_before >= FOLIO
+            lo = end - end % FOLIO
+            if not self._fills_folios and seg is self._segment and self._large_until > lo:
+                self._drop_large_folios(seg, lo)
 
-    def _drop_large_folios(self, seg: WarmSegment, lo: int, hi: int) -> None:
-        """Drop ``seg``'s clean pages in ``[lo, hi)`` from the page cache, and
-        map the range for small pages: faults read back what was written.
-        Dirty pages stay (bytes written since the sync, a chunk being
-        warmed): the kernel never drops those."""
+    def _drop_large_folios(self, seg: WarmSegment, lo: int) -> None:
+        """Right after a sync, under the lock: map ``[lo, _large_until)`` for
+        small pages, drop the writer's folio at ``lo`` (clean now) from the
+        page cache, and leave the large folios after it to the writer."""
+        hi, self._large_until = self._large_until, 0
+        folio_end = min(lo + FOLIO, hi)
         try:
             seg.mm.madvise(mmap.MADV_NOHUGEPAGE, lo, hi - lo)
-            seg.mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
-            os.posix_fadvise(seg.fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
+            seg.mm.madvise(mmap.MADV_DONTNEED, lo, folio_end - lo)
+            # Dirty pages stay: the kernel never drops those.
+            os.posix_fadvise(seg.fd, lo, folio_end - lo, os.POSIX_FADV_DONTNEED)
         except OSError:  # left as they are; warming keeps to small pages
             self._large_folios = False
+            return
+        if folio_end < hi:
+            self._punch = (seg, hi)
+
+    def _punch_ahead(self, seg: WarmSegment, end: int) -> None:
+        """On the writer's thread: punch the large folios past ``end`` out."""
+        with self._lock:
+            punch, self._punch = self._punch, None
+            if punch is None or punch[0] is not seg or seg is not self._segment:
+                return
+            lo, hi = end + (-end) % FOLIO, punch[1]
+            if lo < hi:
+                try:
+                    seg.mm.madvise(mmap.MADV_REMOVE, lo, hi - lo)
+                except OSError:  # a filesystem without hole punching
+                    self._large_folios = False
 
     def wrote(self, seg: WarmSegment, end: int) -> None:
         """``seg`` is written up to ``end``: warm ahead of it if not already asked."""
         self._written = (seg, end)
+        if self._punch is not None:
+            self._punch_ahead(seg, end)
         if seg is self._segment and end + WARM_AHEAD // 2 <= self._target:
             return
         with self._lock:
@@ -197,6 +224,9 @@ class Warmer:
             # Writable only if no sync came since the writer last asked for more.
             self._writable = self._syncs == self._syncs_seen
             self._syncs_seen = self._syncs
+            if self._writable and self._asked:
+                self._fills_folios = True  # half a window written without a sync
+            self._asked = True
             if seg is not self._segment:
                 self._segment, self._start = seg, end
                 self._large_until = 0
@@ -226,7 +256,7 @@ class Warmer:
             thread.join()
         with self._lock:
             self._stopping = False
-            self._segment = None
+            self._segment = self._punch = None
             self._target = self._large_until = 0
 
     def _start_thread(self) -> None:
@@ -261,7 +291,9 @@ class Warmer:
             _populate(_madvise, seg.mm, lo, hi, advice)
             if large:
                 # Recorded once populated: a sync dropping large folios while
-                # this chunk was being warmed leaves it to the next sync.
+                # this chunk was being warmed leaves it to the next sync. The
+                # kernel's folio at ``hi`` reaches the next folio boundary.
                 with self._lock:
                     if seg is self._segment:
-                        self._large_until = max(self._large_until, hi)
+                        until = min(seg.size, hi + (-hi) % FOLIO)
+                        self._large_until = max(self._large_until, until)

@@ -183,23 +183,42 @@ large_folios = pytest.mark.skipif(not prefault.LARGE_FOLIOS,
                                   reason="no transparent huge pages on this system")
 
 
-@large_folios
-def test_a_writer_far_ahead_of_its_syncs_gets_large_folios(tmp_path: Path) -> None:
-    queue = SegmentQueue(str(tmp_path), SEGMENT, warm=True)
-    queue.write(0, b"x" * 4096)
+#: Segments large enough for the kernel to build large folios in.
+LARGE_SEGMENT = 64 << 20
+
+
+def write_past_first_segment(queue: SegmentQueue) -> bytes:
+    """Write into the first segment, then on into the second (the writer asks
+    for warm pages twice, no sync between); return what was written."""
+    data = os.urandom(LARGE_SEGMENT + 4096)
+    queue.write(0, data[:4096])
+    queue.write(4096, data[4096:])
     assert queue._warmer is not None
     queue._warmer.finish()
-    seg = queue.segments[0]
-    assert "hg" in vma_flags(seg.mm, SEGMENT - 4096)
+    return data
+
+
+@large_folios
+def test_a_writer_far_ahead_of_its_syncs_gets_large_folios(tmp_path: Path) -> None:
+    queue = SegmentQueue(str(tmp_path), LARGE_SEGMENT, warm=True, read_ahead_new=False)
+    write_past_first_segment(queue)
+    first, second = queue.segments
+    # Not at its first ask (a writer syncing per put has not synced yet then).
+    assert "hg" not in vma_flags(first.mm, 4 << 20)
+    assert "hg" in vma_flags(second.mm, 4 << 20)
     queue.close()
 
 
 @large_folios
 def test_a_writer_syncing_more_often_than_it_fills_a_folio_gets_small_pages_back(
         tmp_path: Path) -> None:
-    queue = SegmentQueue(str(tmp_path), SEGMENT, warm=True)
-    assert queue._warmer is not None
-    written = bytearray()
+    queue = SegmentQueue(str(tmp_path), LARGE_SEGMENT, warm=True, read_ahead_new=False)
+    written = bytearray(write_past_first_segment(queue))
+    # On into the second segment's sixth folio, warmed large (the kernel
+    # builds the first few small).
+    bulk = os.urandom(5 * prefault.FOLIO + 100_000)
+    queue.write(len(written), bulk)
+    written.extend(bulk)
     put = b"p" * 1000
 
     def put_and_sync() -> None:
@@ -210,15 +229,18 @@ def test_a_writer_syncing_more_often_than_it_fills_a_folio_gets_small_pages_back
 
     for _ in range(3):  # the first sync cannot tell; the second finds 1000 bytes written
         put_and_sync()
-    seg = queue.segments[0]
-    assert "nh" in vma_flags(seg.mm, SEGMENT - 4096)
-    # The large folios warmed ahead were dropped (not warmed again).
-    assert mapped_pages(seg.mm, prefault.FOLIO, SEGMENT) < 16
+    seg = queue.segments[1]
+    assert "nh" in vma_flags(seg.mm, 16 << 20)
+    # The large folios warmed past the writer's were punched out of the file.
+    assert mapped_pages(seg.mm, 6 * prefault.FOLIO, 32 << 20) < 16
+    assert os.stat(seg.path).st_blocks * 512 <= 6 * prefault.FOLIO + (1 << 20)
     before = written_to_storage()
     for _ in range(10):
         put_and_sync()
-    # Each sync writes the pages a put dirtied, not a folio (10 x 2 MiB).
-    assert written_to_storage() - before < 1 << 20
+    # Each sync writes the (at most two) pages a put dirtied, not the folio
+    # around them.
+    assert written_to_storage() - before <= 10 * 2 * mmap.PAGESIZE
     assert queue.read(0, len(written)) == bytes(written)
-    assert queue.read(len(written), SEGMENT - len(written)) == bytes(SEGMENT - len(written))
+    rest = 2 * LARGE_SEGMENT - len(written)
+    assert queue.read(len(written), rest) == bytes(rest)
     queue.close()
