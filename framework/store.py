@@ -107,6 +107,14 @@ def store_options(options: Mapping[str, Any], known: tuple[str, ...], used: tupl
     return {k: v for k, v in options.items() if k in used}
 
 
+def read_into_by_read(read: Callable[[int, int], bytes], offset: int,
+                      buffer: bytearray | memoryview) -> int:
+    """``CommitLog.read_into`` for a log with no cheaper way than its ``read``."""
+    data = read(offset, len(buffer))
+    memoryview(buffer)[:len(data)] = data
+    return len(data)
+
+
 # --------------------------------------------------------------------------
 # Value types
 # --------------------------------------------------------------------------

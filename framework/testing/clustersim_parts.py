@@ -19,6 +19,7 @@ from framework.ha.master import MasterConnection
 from framework.ha.slave import SlaveConnection
 from framework.ha.sync_replication import ReplicationStatus, SyncReplication
 from framework.ha.sync_state import SyncStateTracker
+from framework.store import read_into_by_read
 from framework.testing.clustersim_net import Stream
 
 
@@ -78,9 +79,7 @@ class MemLog:
         return bytes(self.data[offset:offset + size])
 
     def read_into(self, offset: int, buffer: bytearray | memoryview) -> int:
-        data = self.read(offset, len(buffer))
-        memoryview(buffer)[:len(data)] = data
-        return len(data)
+        return read_into_by_read(self.read, offset, buffer)
 
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         if offset != len(self.data):

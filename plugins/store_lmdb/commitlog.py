@@ -36,6 +36,7 @@ from framework.store import (
     QueueEntry,
     StoreCorruption,
     StoreError,
+    read_into_by_read,
     store_options,
 )
 from plugins.store_lmdb.env import OPTION_KEYS, Env
@@ -259,9 +260,7 @@ class LmdbCommitLog:
         return b"".join(parts)
 
     def read_into(self, offset: int, buffer: bytearray | memoryview) -> int:
-        data = self.read(offset, len(buffer))
-        memoryview(buffer)[:len(data)] = data
-        return len(data)
+        return read_into_by_read(self.read, offset, buffer)
 
     def read_record(self, offset: int) -> MessageRecord:
         if not self._min <= offset < self._dispatched:

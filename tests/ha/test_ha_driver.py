@@ -31,6 +31,7 @@ from framework.protocol.ha import (
     Transfer,
     encode,
 )
+from framework.store import read_into_by_read
 
 
 class MemoryLog:
@@ -60,9 +61,7 @@ class MemoryLog:
         return bytes(self.data[offset - self.base : end - self.base])
 
     def read_into(self, offset: int, buffer: bytearray | memoryview) -> int:
-        data = self.read(offset, len(buffer))
-        memoryview(buffer)[: len(data)] = data
-        return len(data)
+        return read_into_by_read(self.read, offset, buffer)
 
     def append_raw(self, offset: int, data: bytes) -> int:
         if not self.data and offset >= self.max_offset:
