@@ -169,13 +169,22 @@ def record_starts(buf: bytes | bytearray | memoryview, pos: int, end: int, *,
     and the record inside ``buf``. Nothing else (CRC, fields) is checked.
     ``cuts`` are the first record at or after each point of the grid
     ``first_cut + k * step`` (``first_cut`` defaults to ``pos``; only the first
-    point when ``step`` is ``None``), each record once. Runs in C when the
+    point when ``step`` is ``None``), each record once; points before ``pos``
+    (``first_cut`` may be negative) name the record at ``pos``. Runs in C when the
     extension is built.
     """
     if pos < 0 or (step is not None and step <= 0):
         raise ValueError(f"record_starts: pos {pos} and step {step} must be positive")
     first = pos if first_cut is None else first_cut
-    every = len(buf) + 1 if step is None else step
+    # A point before pos names the record at pos, as the last such point does:
+    # moving first there keeps "no step" one point (the next lies past buf) and
+    # keeps C's sums in range.
+    if step is None:
+        first, every = max(first, pos), len(buf) + 1
+    else:
+        every = step
+        if first < pos:
+            first = pos - (pos - first) % step
     if _columns is not None:
         stop, last, cuts = _columns.record_starts(buf, pos, end, first, every)
         return RecordStarts(stop, None if last < 0 else last,

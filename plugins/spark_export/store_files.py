@@ -262,8 +262,10 @@ def walk_file(path: str, pos: int, end: int, *, first_cut: int | None = None,
                 break
             f.seek(pos)
             with memoryview(chunk) as whole, whole[:f.readinto(chunk)] as view:
-                found = record_starts(view, 0, end - pos, first_cut=max(0, next_cut - pos),
-                                      step=step)
+                # The grid stays the file's: a point not yet answered may lie before
+                # this chunk (inside a record walked earlier); the chunk's first
+                # record answers it and the next points keep their places.
+                found = record_starts(view, 0, end - pos, first_cut=next_cut - pos, step=step)
                 cuts += [pos + cut for cut in found.cuts]
                 if found.cuts and step is not None:
                     next_cut = grid + ((cuts[-1] - grid) // step + 1) * step

@@ -29,7 +29,7 @@ def walks(draw):
     buf = bytes(buf[:draw(st.integers(0, len(buf)))])
     pos = draw(st.sampled_from(STARTS))
     end = draw(st.integers(0, len(BUF) + 10))
-    first_cut = draw(st.integers(0, len(BUF)))
+    first_cut = draw(st.integers(-len(BUF), len(BUF)))  # points before pos too
     step = draw(st.integers(1, len(BUF) + 1))
     return buf, pos, end, first_cut, step
 
@@ -63,6 +63,14 @@ def test_walk_stops_at_an_insane_header_and_names_the_last_record():
         record_starts(BUF, 0, 10, step=0)
 
 
+def test_grid_points_before_the_walk_name_its_first_record():
+    pos = STARTS[3]
+    assert record_starts(BUF, pos, len(BUF), first_cut=pos - len(BUF)).cuts == (pos,)
+    for first_cut in (pos - 1000, -(2**63) + 1):  # far below: C's sums must not overflow
+        assert record_starts(BUF, pos, len(BUF), first_cut=first_cut, step=159) == (
+            record_starts_py(BUF, pos, len(BUF), first_cut, 159))
+
+
 def test_planning_cuts_and_log_end_are_the_same_either_way(store, monkeypatch):
     files = StoreFiles.open(store.root)
 
@@ -93,3 +101,30 @@ def test_walking_a_file_in_chunks_is_walking_its_bytes(tmp_path_factory, walk, c
         assert found == whole
     else:
         assert found.cuts == whole.cuts[:max_cuts]
+
+
+#: The grid 0, 159, 318, 477 has a point inside each of records 0, 1 and 2
+#: (starts 0, 176, 334, 489, 653): the cuts are records 0 to 3.
+STEP = 159
+
+
+@pytest.mark.parametrize(("file_size", "end", "chunk", "walked"), [
+    # Found by hypothesis: the second chunk starts at record 1, after the point
+    # 159 it answers; its walk took record 1 as its grid's origin (176, 335)
+    # and missed record 2, which starts below end and is whole in the file.
+    pytest.param(STARTS[3], STARTS[2] + 1, STARTS[2] - 21, 3, id="chunk-cuts-a-record"),
+    pytest.param(STARTS[4], STARTS[3] + 1, STARTS[2], 4, id="record-ends-the-chunk"),
+    pytest.param(STARTS[4], STARTS[3] + 1, STARTS[2] + 4, 4, id="chunk-cuts-a-header"),
+    # A record the file cuts is no cut: no task can start reading it.
+    pytest.param(STARTS[2] + 1, STARTS[2] + 1, STARTS[2] - 21, 2, id="file-cuts-a-record"),
+])
+def test_a_chunk_walk_keeps_the_grid_of_the_file(tmp_path, monkeypatch, file_size, end, chunk,
+                                                 walked):
+    path = tmp_path / "segment"
+    path.write_bytes(BUF[:file_size])
+    monkeypatch.setattr(store_files, "WALK_CHUNK", chunk)
+    expected = columns.RecordStarts(STARTS[walked], STARTS[walked - 1], tuple(STARTS[:walked]))
+    assert record_starts(BUF[:file_size], 0, end, first_cut=0, step=STEP) == expected
+    assert store_files.walk_file(str(path), 0, end, first_cut=0, step=STEP) == expected
+    assert store_files.walk_file(str(path), 0, end, first_cut=0, step=STEP,
+                                 max_cuts=walked).cuts == expected.cuts
