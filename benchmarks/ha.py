@@ -29,8 +29,9 @@ real broker nodes (``framework.open_node``, role ``broker``, mmap store):
   from memory freed just before: a long-running broker's page cache
   recycles its own memory, whereas memory a virtual machine has not
   touched for a while may cost the host's lazy backing on top (several
-  times slower here). The slave's time in ``append_raw`` (the
-  store: page faults, indexing) is shown, and the process's CPU time (both
+  times slower here). The slave's time in ``append_written`` (the
+  store's part once the bytes are in its mapped space: checking and
+  indexing the records) is shown, and the process's CPU time (both
   nodes, and the store's page-warming thread) beside the wall-clock time:
   on a shared machine, a wall time far above the CPU time means the run
   waited for a CPU. An unreported replication of the first case runs
@@ -203,22 +204,22 @@ def fresh_pages(path: Path, size: int) -> float:
 
 
 @contextmanager
-def timed_append_raw(log_type: type, spent: list[float]) -> Iterator[None]:
-    """Add the seconds spent in ``log_type.append_raw`` to ``spent[0]`` while inside."""
-    original = log_type.append_raw
+def timed_append_written(log_type: type, spent: list[float]) -> Iterator[None]:
+    """Add the seconds spent in ``log_type.append_written`` to ``spent[0]`` while inside."""
+    original = log_type.append_written
 
-    def append_raw(self, offset, data):
+    def append_written(self, offset, size):
         start = time.perf_counter()
         try:
-            return original(self, offset, data)
+            return original(self, offset, size)
         finally:
             spent[0] += time.perf_counter() - start
 
-    log_type.append_raw = append_raw
+    log_type.append_written = append_written
     try:
         yield
     finally:
-        log_type.append_raw = original
+        log_type.append_written = original
 
 
 @attrs.frozen
@@ -231,7 +232,7 @@ class Replication:
     raw: float
     raw_file: float
     fresh_pages: float  # one thread faulting in ``size`` bytes of new page cache
-    appending: float  # the slave's time in ``append_raw``
+    appending: float  # the slave's time in ``append_written``
     cpu: float  # the process's CPU time over ``elapsed``
 
 
@@ -245,8 +246,8 @@ async def replication(pm: PluginManager, root: Path, megabytes: int, body_size: 
         raw = await raw_transfer(master.log, size)
         raw_file = await raw_transfer(master.log, size, root / "raw-sink")
         fresh = fresh_pages(root / "fresh-pages", size)
-        # Only the slave appends raw bytes: the master's log was filled before.
-        with timed_append_raw(type(master.log), spent):
+        # Only the slave appends replicated bytes: the master's log was filled before.
+        with timed_append_written(type(master.log), spent):
             start, cpu = time.perf_counter(), time.process_time()
             first_byte = None
             async with broker(pm, "slave", root, broker_id=1, master=master.ha_address,
@@ -300,7 +301,7 @@ async def main(args: argparse.Namespace) -> None:
     print("| body | batch | bytes | raw trio TCP MB/s | raw TCP into a file MB/s "
           "| fresh page cache MB/s "
           "| HA replication MB/s | vs raw | vs raw into a file | HA ms | to first byte ms "
-          "| transfer MB/s | transfer vs raw | slave append_raw ms | process CPU ms |")
+          "| transfer MB/s | transfer vs raw | slave append_written ms | process CPU ms |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
           "| ---: | ---: | ---: |")
     cases = [(1024, 32 * 1024), (1024, 256 * 1024), (16 * 1024, 256 * 1024)]

@@ -115,6 +115,25 @@ def read_into_by_read(read: Callable[[int, int], bytes], offset: int,
     return len(data)
 
 
+class ScratchAppend:
+    """``CommitLog.append_buffer`` and ``append_written`` for a log with no space
+    of its own to lend (its bytes are not mapped): a scratch buffer, then
+    ``append_raw``. Mix it into such a log class."""
+
+    _scratch = bytearray()
+
+    def append_buffer(self, offset: int, size: int) -> memoryview:
+        size = max(1, size)
+        if len(self._scratch) < size:
+            self._scratch = bytearray(size)
+        with memoryview(self._scratch) as scratch:
+            return scratch[:size]
+
+    def append_written(self, offset: int, size: int) -> int:
+        with memoryview(self._scratch) as scratch, scratch[:size] as data:
+            return self.append_raw(offset, data)  # type: ignore[attr-defined]
+
+
 # --------------------------------------------------------------------------
 # Value types
 # --------------------------------------------------------------------------
@@ -209,6 +228,26 @@ class CommitLog(Protocol):
         that cannot be records (bad magic or lengths, body CRC, a
         physicalOffset field that is not the record's offset, a queue offset
         skipping ahead) raise ``StoreCorruption`` and nothing is written.
+        """
+
+    def append_buffer(self, offset: int, size: int) -> memoryview:
+        """Writable space for bytes to append at ``offset``: at most ``size`` bytes, at least one.
+
+        ``append_raw`` in two steps, for a replica that receives bytes
+        straight into its log: write them into this view, release it (a
+        ``with`` block), then ``append_written``. ``offset`` as for
+        ``append_raw``. A log whose segments are mapped lends the mapped
+        space after its end, up to the end of that segment; others lend a
+        scratch buffer (``ScratchAppend``). Bytes written there are not in
+        the log until ``append_written`` takes them, and the next call may
+        lend the same space again. Release the view before any other call.
+        """
+
+    def append_written(self, offset: int, size: int) -> int:
+        """Append the first ``size`` bytes written into ``append_buffer(offset, ...)``.
+
+        Returns the new end; checks, indexing and errors as ``append_raw``
+        (bad bytes: ``StoreCorruption``, nothing appended).
         """
 
     def read(self, offset: int, size: int) -> bytes:

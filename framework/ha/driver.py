@@ -4,7 +4,10 @@
 accepts them from a transport listener and calls ``serve``), keeps the
 replica group's SyncStateSet bookkeeping and completes synchronous puts.
 ``HASlave`` connects to a master, replicates, and reconnects with backoff
-after an error; cancelling it (a role change) stops it cleanly.
+after an error; cancelling it (a role change) stops it cleanly. Over TCP a
+slave reads what continues a batch's body straight into its log's mapped
+space (``CommitLog.append_buffer``): the kernel's copy out of the socket is
+the only copy of those bytes.
 
 Both work on any commit log with the ``ReplicaLog`` subset of
 ``framework.store.CommitLog``. Time is ``trio.current_time()`` in ms, so
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import socket
+import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Protocol
@@ -36,10 +40,11 @@ from framework.ha.slave import (
     WriteAt,
 )
 from framework.ha.slave import Send as SlaveSend
-from framework.ha.streams import RECEIVE_SIZE, JoinBuffer, Receiver, send_parts
+from framework.ha.streams import RECEIVE_SIZE, read_nowait, send_parts
 from framework.ha.sync_replication import PutResult, ReplicationStatus, SyncReplication
 from framework.ha.sync_state import SyncStateTracker
 from framework.protocol.ha import HAConnectionState, HAFrameError
+from framework.store import OffsetMismatch, StoreCorruption
 
 __all__ = [
     "ApproveLocally",
@@ -60,6 +65,8 @@ logger = logging.getLogger("triomq.ha")
 #: ``_SEND_PARTS`` pieces (a header and a body each; Linux's IOV_MAX is 1024).
 _SEND_SIZE = 1024 * 1024
 _SEND_PARTS = 512
+#: A slave acks at the latest after reading this many bytes without a pause.
+_ACK_AFTER = 4 * 1024 * 1024
 #: Errors that end one connection; the service keeps running.
 _CONNECTION_ERRORS = (
     HAProtocolError,
@@ -68,14 +75,19 @@ _CONNECTION_ERRORS = (
     trio.ClosedResourceError,
     OSError,
 )
+#: A slave also drops a master whose bytes its log refuses (not records, or
+#: an empty log asked to start off a segment boundary).
+_SLAVE_CONNECTION_ERRORS = (*_CONNECTION_ERRORS, StoreCorruption, OffsetMismatch)
 
 
 class ReplicaLog(Protocol):
     """What replication needs of a commit log (a subset of ``framework.store.CommitLog``).
 
-    ``append_raw`` on an empty log must accept an offset past ``max_offset``
-    (the log then starts there: a slave syncing from the master's last
-    segment); otherwise the offset must equal ``max_offset``.
+    ``append_buffer`` on an empty log must accept an offset past
+    ``max_offset`` (the log then starts there: a slave syncing from the
+    master's last segment); otherwise the offset must equal ``max_offset``.
+    A log without mapped space to lend gets the two append calls from
+    ``framework.store.ScratchAppend``.
     """
 
     segment_size: int
@@ -86,11 +98,11 @@ class ReplicaLog(Protocol):
     @property
     def max_offset(self) -> int: ...
 
-    def read(self, offset: int, size: int) -> bytes: ...
-
     def read_into(self, offset: int, buffer: bytearray | memoryview) -> int: ...
 
-    def append_raw(self, offset: int, data: bytes | memoryview) -> int: ...
+    def append_buffer(self, offset: int, size: int) -> memoryview: ...
+
+    def append_written(self, offset: int, size: int) -> int: ...
 
     def truncate(self, offset: int) -> None: ...
 
@@ -459,7 +471,6 @@ class HASlave:
         self.confirm_offset = -1
         self.connections = 0
         self.last_error: BaseException | None = None
-        self._joined = JoinBuffer()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Replicate until cancelled, reconnecting with exponential backoff."""
@@ -473,7 +484,8 @@ class HASlave:
                 self.connections += 1
                 async with stream:
                     handshook = await self.run_connection(stream)
-            except* _CONNECTION_ERRORS as group:
+            except* _SLAVE_CONNECTION_ERRORS as group:
+                _clear_frames(group)
                 self.last_error = group.exceptions[0]
                 logger.warning("HA connection to master failed: %s", _describe(group))
             if handshook:
@@ -494,58 +506,155 @@ class HASlave:
             ack_interval_ms=self.config.ha_send_heartbeat_interval,
             max_body_size=self.config.max_body_size,
         )
-        # Held while one receive's actions are applied: a periodic ack reports
-        # the state machine's max offset, which counts actions not yet applied.
+        # Held while received bytes are applied: a periodic ack reports the
+        # state machine's max offset, which counts actions not yet applied.
         lock = trio.Lock()
         if isinstance(stream, trio.SocketStream) and self.config.receive_buffer_size:
             # The kernel caps it at net.core.rmem_max.
             stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF,
                               self.config.receive_buffer_size)
-        receive = Receiver(stream)
         await stream.send_all(conn.start())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._ack_loop, stream, conn, lock)
-            while data := await receive():
-                view = SlaveLog(self.log.max_offset, self.log.min_offset, self.epochs)
-                async with lock:
-                    # Bodies are views of the receive buffer: every action is
-                    # applied before the next receive overwrites it.
-                    await self._perform(conn.receive_data(data, view, _now_ms()), stream)
-                self.confirm_offset = conn.confirm_offset
+            if isinstance(stream, trio.SocketStream):
+                await self._replicate_from_socket(stream, conn, lock)
+            else:
+                await self._replicate_from_stream(stream, conn, lock)
             nursery.cancel_scope.cancel()
         return conn.max_offset >= 0
 
-    async def _perform(self, actions: list[SlaveAction], stream: trio.abc.Stream) -> None:
-        # In order, each durable before the next (see framework.ha.slave).
-        # Contiguous writes go to the log as one append; acks carry the max
-        # offset, so of one receive's acks only the last is sent, after
-        # every action before it.
+    async def _replicate_from_stream(
+        self, stream: trio.abc.Stream, conn: SlaveConnection, lock: trio.Lock
+    ) -> None:
+        while data := await stream.receive_some(RECEIVE_SIZE):
+            async with lock:
+                ack = await self._apply(conn, data)
+                if ack:
+                    await stream.send_all(ack)
+
+    async def _replicate_from_socket(
+        self, stream: trio.SocketStream, conn: SlaveConnection, lock: trio.Lock
+    ) -> None:
+        """Receive with non-blocking reads, into the log's space where a batch's body
+        continues (``_receive_nowait``), else into one reused buffer; ack once
+        the socket is drained between two frames (or every ``_ACK_AFTER`` bytes)."""
+        sock = stream.socket
+        buffer = memoryview(bytearray(RECEIVE_SIZE))
+        ack = b""
+        unacked = 0
+        while True:
+            # Acquiring the lock is a checkpoint: the master, when it runs in this
+            # thread too, sends more before the next read.
+            async with lock:
+                n, actions, in_place = self._receive_nowait(sock, conn, buffer)
+                if n == 0:
+                    return
+                if n is not None:
+                    unacked += n
+                    ack = await self._apply_actions(actions, in_place) or ack
+                # Inside a frame more bytes are on their way: the ack waits for them.
+                if ack and ((n is None and not conn.mid_frame) or unacked >= _ACK_AFTER):
+                    await stream.send_all(ack)
+                    ack, unacked = b"", 0
+            if n is None:
+                await trio.lowlevel.wait_readable(sock)
+
+    def _receive_nowait(
+        self, sock: trio.socket.SocketType, conn: SlaveConnection, buffer: memoryview
+    ) -> tuple[int | None, list[SlaveAction], int]:
+        """One non-blocking read and its actions: (bytes read or None if none are
+        waiting, actions, the offset the bytes were read to in the log or -1).
+
+        In the middle of a batch's body the bytes go straight to the log's
+        space where that body continues: they start with the rest of it, in
+        place; the batches after it land a header further each and are moved
+        down onto their offsets by ``_append`` (in memory just written). Bytes
+        a header ahead of their place never pass a record check after a crash:
+        each record's physicalOffset field names its place.
+        """
+        if conn.body_remaining:
+            offset = conn.body_offset
+            with self.log.append_buffer(offset, len(buffer)) as space:
+                n = read_nowait(sock, space)
+                if not n:
+                    return n, [], -1
+                return n, self._receive_data(conn, space[:n]), offset
+        n = read_nowait(sock, buffer)
+        if not n:
+            return n, [], -1
+        return n, self._receive_data(conn, buffer[:n]), -1
+
+    def _receive_data(self, conn: SlaveConnection, data: memoryview) -> list[SlaveAction]:
+        view = SlaveLog(self.log.max_offset, self.log.min_offset, self.epochs)
+        actions = conn.receive_data(data, view, _now_ms())
+        self.confirm_offset = conn.confirm_offset
+        return actions
+
+    async def _apply(self, conn: SlaveConnection, data: bytes | memoryview) -> bytes:
+        return await self._apply_actions(self._receive_data(conn, data), -1)
+
+    async def _apply_actions(self, actions: list[SlaveAction], in_place: int) -> bytes:
+        """Perform ``actions`` in order, each durable before the next (see
+        framework.ha.slave); return the last ack among them (it carries the
+        max offset, so it acks everything before it). A write at ``in_place``
+        was received straight into the log's space.
+
+        No view of that space lives across an await (the log could not be
+        closed or truncated meanwhile, e.g. on cancellation): writes after an
+        awaited action are copied out first, and every view is released once
+        written.
+        """
         writes: list[WriteAt] = []
         ack = b""
-        for action in actions:
-            if isinstance(action, WriteAt):
-                if writes and action.offset != writes[-1].offset + len(writes[-1].data):
-                    self._write(writes)
-                writes.append(action)
-            elif isinstance(action, SlaveSend):
-                ack = action.data
-            elif isinstance(action, Truncate | RecordEpoch):
-                self._write(writes)
-                if isinstance(action, Truncate):
-                    logger.info("truncating the commit log at %d", action.offset)
-                    await self.offload(self.log.truncate, action.offset)
-                await self._save_epochs(action.epochs)
-        self._write(writes)
-        if ack:
-            await stream.send_all(ack)
+        try:
+            for i, action in enumerate(actions):
+                if isinstance(action, WriteAt):
+                    if writes and action.offset != writes[-1].offset + len(writes[-1].data):
+                        self._append(writes, in_place)
+                    writes.append(action)
+                elif isinstance(action, SlaveSend):
+                    ack = action.data
+                elif isinstance(action, Truncate | RecordEpoch):
+                    self._append(writes, in_place)
+                    _detach_writes(actions, i + 1)
+                    if isinstance(action, Truncate):
+                        logger.info("truncating the commit log at %d", action.offset)
+                        await self.offload(self.log.truncate, action.offset)
+                    await self._save_epochs(action.epochs)
+            self._append(writes, in_place)
+        finally:
+            _release_writes(actions)
+        return ack
 
-    def _write(self, writes: list[WriteAt]) -> None:
-        if len(writes) == 1:
-            self.log.append_raw(writes[0].offset, writes[0].data)
-        elif writes:
-            with self._joined.join([w.data for w in writes]) as data:
-                self.log.append_raw(writes[0].offset, data)
+    def _append(self, writes: list[WriteAt], in_place: int) -> None:
+        """Append contiguous writes: copied into the log's space, one append per
+        segment touched, except a write already received there. A write may lie
+        in that space itself, further on (``_receive_nowait``): the copy moves it
+        down (memoryview assignment is a memmove), before the next is moved."""
+        if not writes:
+            return
+        offset = writes[0].offset
+        parts = [w.data for w in writes]
         writes.clear()
+        # The bytes at the start of the space that are there already.
+        there = len(parts[0]) if offset == in_place else 0
+        while parts:
+            size = sum(len(part) for part in parts)
+            with self.log.append_buffer(offset, size) as space:
+                filled = 0
+                while parts and filled < len(space):
+                    part = parts[0]
+                    take = min(len(part), len(space) - filled)
+                    if there:
+                        there -= take
+                    else:
+                        space[filled : filled + take] = part[:take]
+                    filled += take
+                    if take < len(part):
+                        parts[0] = part[take:]
+                    else:
+                        parts.pop(0)
+            offset = self.log.append_written(offset, filled)
 
     async def _save_epochs(self, epochs: EpochCache) -> None:
         await self.offload(self.epoch_store.save, epochs)
@@ -562,6 +671,42 @@ class HASlave:
                     await stream.send_all(ack)
             if ack is None and conn.state != HAConnectionState.TRANSFER:
                 await trio.sleep(self.config.ha_send_heartbeat_interval / 1000)
+
+
+def _detach_writes(actions: list[SlaveAction], start: int) -> None:
+    """Copy the bytes of the writes from ``actions[start]`` on out of the buffer
+    they were received in."""
+    for i in range(start, len(actions)):
+        action = actions[i]
+        if isinstance(action, WriteAt) and isinstance(action.data, memoryview):
+            actions[i] = WriteAt(action.offset, action.data.tobytes())
+            action.data.release()
+
+
+def _release_writes(actions: list[SlaveAction]) -> None:
+    for action in actions:
+        if isinstance(action, WriteAt) and isinstance(action.data, memoryview):
+            action.data.release()
+
+
+def _clear_frames(error: BaseException | None) -> None:
+    """Drop the locals of the frames ``error`` went through (causes included).
+
+    A slave's locals hold views of its log's mapped space while it receives;
+    kept by a traceback, they would keep the segment from being unmapped (a
+    truncation after the reconnect would fail).
+    """
+    seen: set[int] = set()
+    stack = [error]
+    while stack:
+        error = stack.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        stack += [error.__cause__, error.__context__]
+        if isinstance(error, BaseExceptionGroup):
+            stack += error.exceptions
 
 
 def _describe(group: BaseExceptionGroup) -> str:

@@ -6,8 +6,10 @@ master's epochs with its own (``find_consistent_point``), truncates its
 commit log and epoch cache there and acks the resulting max offset.
 TRANSFER: each batch must start exactly where the local log ends (a gap or
 an overlap is a protocol error, never written); a new epoch in a header is
-recorded before its bytes; the batches of each ``receive_data`` are acked
-once, after the last, and ``poll`` acks periodically.
+recorded before its bytes; a batch's bytes are written as they arrive (the
+header is checked first, so the rest of a body may be received straight
+into the log: ``body_remaining``); each ``receive_data`` that brought
+transfer bytes ends with one ack, and ``poll`` acks periodically.
 
 The object reads the local log once, at the handshake (a ``SlaveLog``
 snapshot); afterwards it tracks the max offset and epoch cache itself from
@@ -30,6 +32,8 @@ so far; the driver must not send it while actions are still being applied.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import attrs
 
 from framework.ha.epoch import EpochCache, find_consistent_point
@@ -41,7 +45,8 @@ from framework.protocol.ha import (
     MasterFrameDecoder,
     MasterHandshake,
     SlaveHandshake,
-    Transfer,
+    TransferBody,
+    TransferHeader,
     encode,
 )
 
@@ -85,11 +90,11 @@ class RecordEpoch:
     epochs: EpochCache
 
 
-@attrs.frozen
-class WriteAt:
+class WriteAt(NamedTuple):
     """Write ``data`` to the commit log at ``offset`` (its current end).
 
-    ``data`` may be a read-only ``memoryview`` of the received bytes.
+    ``data`` is a read-only ``memoryview`` of the received bytes. A tuple:
+    one is built per batch.
     """
 
     offset: int
@@ -130,6 +135,9 @@ class SlaveConnection:
         self._log_empty = True
         self._last_ack_ms = now_ms
         self._decoder = MasterFrameDecoder(max_body_size)
+        #: Where the current batch's next bytes go, and its confirmOffset.
+        self._write_at = -1
+        self._frame_confirm_offset = -1
 
     def start(self) -> bytes:
         """Leave READY: the handshake to send to the master."""
@@ -143,7 +151,7 @@ class SlaveConnection:
     ) -> list[SlaveAction]:
         """Handle bytes from the master; raises ``HAProtocolError`` / ``HAFrameError``.
 
-        ``WriteAt`` data may be views of ``data``: perform the actions before
+        ``WriteAt`` data are views of ``data``: perform the actions before
         changing ``data`` (e.g. receiving into it again). ``log`` is read
         only when the master's handshake arrives. After an
         error, close the connection and drop this object: the actions of the
@@ -151,19 +159,39 @@ class SlaveConnection:
         starts again from the log as it is.
         """
         actions: list[SlaveAction] = []
-        frames = self._decoder.feed(data)
-        for frame in frames:
-            if isinstance(frame, Transfer):
-                self._on_transfer(frame, actions)
+        events = self._decoder.feed(data)
+        transferred = False
+        for event in events:
+            if isinstance(event, TransferBody):
+                self._on_body(event.data, actions)
+            elif isinstance(event, TransferHeader):
+                self._on_transfer(event, actions)
             else:
-                actions += self._on_handshake(frame, log)
-        if frames:
+                actions += self._on_handshake(event, log)
+                continue
+            transferred = True
+        if events:
             self._last_ack_ms = now_ms
-            if isinstance(frames[-1], Transfer):
-                # One ack after the last batch: it carries the max offset, so
-                # it acks every batch before it too (RocketMQ acks once per read).
+            if transferred:
+                # One ack after the last bytes: it carries the max offset, so it
+                # acks every batch before it too (RocketMQ acks once per read).
                 actions.append(Send(encode(Ack(self.max_offset))))
         return actions
+
+    @property
+    def body_remaining(self) -> int:
+        """Bytes of the current batch's body still to come, for the log at ``body_offset``."""
+        return self._decoder.body_remaining
+
+    @property
+    def mid_frame(self) -> bool:
+        """Whether the bytes so far end inside a frame (more of it is on its way)."""
+        return bool(self._decoder.body_remaining or self._decoder.buffered)
+
+    @property
+    def body_offset(self) -> int:
+        """Where the current batch's next bytes go in the log."""
+        return self._write_at
 
     def poll(self, now_ms: int) -> bytes | None:
         """A periodic ack when one is due, else None."""
@@ -216,7 +244,7 @@ class SlaveConnection:
             )
         return master
 
-    def _on_transfer(self, frame: Transfer, actions: list[SlaveAction]) -> None:
+    def _on_transfer(self, frame: TransferHeader, actions: list[SlaveAction]) -> None:
         if self.state != HAConnectionState.TRANSFER:
             raise HAProtocolError(f"transfer in state {self.state.name}", "master")
         self._check_position(frame)
@@ -224,14 +252,25 @@ class SlaveConnection:
         if record is not None:
             self.epochs = record.epochs
             actions.append(record)
-        if frame.body:
-            actions.append(WriteAt(frame.offset, frame.body))
-            self.max_offset = frame.offset + len(frame.body)
-            self._log_empty = False
+        self._write_at = frame.offset
+        self._frame_confirm_offset = frame.confirm_offset
         self.master_epoch = max(self.master_epoch, frame.epoch)
-        self.confirm_offset = max(self.confirm_offset, min(frame.confirm_offset, self.max_offset))
+        self._confirm()
 
-    def _check_position(self, frame: Transfer) -> None:
+    def _on_body(self, data: memoryview, actions: list[SlaveAction]) -> None:
+        actions.append(WriteAt(self._write_at, data))
+        self._write_at += len(data)
+        self.max_offset = self._write_at
+        self._log_empty = False
+        if self.confirm_offset < self._frame_confirm_offset:
+            self._confirm()
+
+    def _confirm(self) -> None:
+        # Never past the local max offset.
+        confirm = min(self._frame_confirm_offset, self.max_offset)
+        self.confirm_offset = max(self.confirm_offset, confirm)
+
+    def _check_position(self, frame: TransferHeader) -> None:
         if frame.offset == self.max_offset:
             return
         # An empty log may start anywhere ahead (the master's last segment or
@@ -243,7 +282,7 @@ class SlaveConnection:
                 "master",
             )
 
-    def _epoch_change(self, frame: Transfer) -> RecordEpoch | None:
+    def _epoch_change(self, frame: TransferHeader) -> RecordEpoch | None:
         last = self.epochs.last
         if last is not None and frame.epoch == last.epoch:
             if frame.epoch_start_offset != last.start_offset:

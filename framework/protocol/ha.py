@@ -1,8 +1,9 @@
 """AutoSwitch HA frames: the wire codec between a master and its slaves.
 
 Sans-I/O: encoders turn frame values into bytes; two incremental decoders
-turn bytes, fed in any chunking, back into frames. All integers are
-big-endian and signed, as Java writes them.
+turn bytes, fed in any chunking, back into frames (a transfer into a header
+and its body as it arrives). All integers are big-endian and signed, as
+Java writes them.
 
 Frames (DESIGN.md, "AutoSwitch HA frames")::
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from typing import NamedTuple
 
 import attrs
 
@@ -42,6 +44,7 @@ __all__ = [
     "EpochStart",
     "HAConnectionState",
     "HAFrameError",
+    "MasterEvent",
     "MasterFrame",
     "MasterFrameDecoder",
     "MasterHandshake",
@@ -49,6 +52,8 @@ __all__ = [
     "SlaveFrameDecoder",
     "SlaveHandshake",
     "Transfer",
+    "TransferBody",
+    "TransferHeader",
     "encode",
     "encode_transfer_header",
 ]
@@ -136,8 +141,8 @@ class MasterHandshake:
 class Transfer:
     """A batch of commit-log bytes starting at ``offset``, all in one epoch.
 
-    An empty ``body`` is a heartbeat. A decoded body may be a read-only
-    ``memoryview`` of the received bytes (equal to the same ``bytes``).
+    An empty ``body`` is a heartbeat. What ``encode`` takes; decoding yields
+    a ``TransferHeader`` and the body in ``TransferBody`` pieces instead.
     """
 
     offset: int
@@ -147,8 +152,29 @@ class Transfer:
     body: bytes | memoryview = b""
 
 
+class TransferHeader(NamedTuple):
+    """A transfer's header, as decoded: ``body_size`` bytes of body follow.
+
+    A tuple, as ``TransferBody``: one of each is built per batch.
+    """
+
+    offset: int
+    epoch: int
+    epoch_start_offset: int
+    confirm_offset: int
+    body_size: int
+
+
+class TransferBody(NamedTuple):
+    """The next bytes of the current transfer's body: a read-only view of the fed chunk."""
+
+    data: memoryview
+
+
 SlaveFrame = SlaveHandshake | Ack
 MasterFrame = MasterHandshake | Transfer
+#: What ``MasterFrameDecoder`` turns a master's bytes into.
+MasterEvent = MasterHandshake | TransferHeader | TransferBody
 
 
 def encode(frame: SlaveFrame | MasterFrame) -> bytes:
@@ -317,15 +343,15 @@ class SlaveFrameDecoder(_Decoder):
 class MasterFrameDecoder:
     """Decodes what a master sends; runs on the slave side of a connection.
 
-    ``max_body_size`` bounds a frame's body so a bad peer cannot make the
-    slave buffer without limit.
-
-    Bodies are not copied when they lie whole in one fed chunk: the body
-    is the chunk or a read-only ``memoryview`` of it, valid as long as the
-    caller leaves the chunk unchanged (a receive buffer may be reused once
-    the frames of one ``feed`` are handled). A body spread over several
-    chunks is copied as its pieces arrive, so nothing of a chunk is kept
-    once ``feed`` returns.
+    A transfer comes out as it arrives: a ``TransferHeader`` once its 36
+    bytes are in, then its body as ``TransferBody`` events, each a
+    read-only view of the fed chunk (valid as long as the caller leaves the
+    chunk unchanged; a receive buffer may be reused once the events of one
+    ``feed`` are handled). Commit-log bytes are never buffered or copied
+    here, so a slave can write each piece where it belongs, or receive the
+    rest of a body (``body_remaining``) straight into its log and feed it
+    from there. Only headers and the master's handshake, whose body
+    ``max_body_size`` bounds, are buffered until whole.
     """
 
     def __init__(self, max_body_size: int = DEFAULT_MAX_BODY_SIZE) -> None:
@@ -339,43 +365,49 @@ class MasterFrameDecoder:
         self._header_size = 0
         self._body_size = -1
         self._partial = bytearray()
+        #: Bytes of the current transfer's body still to come.
+        self.body_remaining = 0
 
     @property
     def buffered(self) -> int:
-        """Bytes received but not yet part of a whole frame."""
+        """Bytes received but not yet part of an event."""
         return len(self._head) + len(self._partial)
 
     def _fail(self, error: HAFrameError) -> HAFrameError:
         self._failure = error
         return error
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[MasterFrame]:
-        """Take ``data`` and return every frame it completes, in order."""
+    def feed(self, data: bytes | bytearray | memoryview) -> list[MasterEvent]:
+        """Take ``data`` and return every event it completes, in order."""
         if self._failure is not None:
             raise self._failure
         view = memoryview(data).toreadonly()
         size = len(view)
         pos = 0
-        frames: list[MasterFrame] = []
-        while True:
+        events: list[MasterEvent] = []
+        while pos < size:
+            if self.body_remaining:
+                take = min(self.body_remaining, size - pos)
+                events.append(TransferBody(view[pos : pos + take]))
+                self.body_remaining -= take
+                pos += take
+                continue
             if self._body_size < 0 and not self._head and size - pos >= TRANSFER_HEADER_SIZE:
-                # The bulk of a replication: a valid transfer whole in this chunk,
-                # read in one step. Anything else takes the general path below,
-                # which also names what is wrong.
+                # The bulk of a replication: a valid transfer header whole in this
+                # chunk, read in one step. Anything else takes the general path
+                # below, which also names what is wrong.
                 state, body_size, offset, epoch, epoch_start, confirm = (
                     _TRANSFER_HEADER.unpack_from(view, pos)
                 )
-                start = pos + TRANSFER_HEADER_SIZE
-                end = start + body_size
                 if (
                     state == _TRANSFER
                     and 0 <= body_size <= self.max_body_size
-                    and end <= size
                     and min(offset, epoch, epoch_start, confirm) >= 0
                     and offset + body_size <= _LONG_MAX
                 ):
-                    frames.append(Transfer(offset, epoch, epoch_start, confirm, view[start:end]))
-                    pos = end
+                    events.append(TransferHeader(offset, epoch, epoch_start, confirm, body_size))
+                    self.body_remaining = body_size
+                    pos += TRANSFER_HEADER_SIZE
                     continue
             if self._body_size < 0:
                 take = min(8 - len(self._head), size - pos)
@@ -391,30 +423,22 @@ class MasterFrameDecoder:
                 pos += take
                 if take < missing:
                     break
-            need = self._body_size - len(self._partial)
-            body: bytes | memoryview
-            if not self._partial and size - pos >= need:
-                if type(data) is bytes and pos == 0 and need == size:
-                    body = data
-                else:
-                    body = view[pos : pos + need]
-                pos += need
-            else:
-                take = min(need, size - pos)
-                self._partial += view[pos : pos + take]
-                pos += take
-                if take < need:
-                    break
-                body = memoryview(self._partial).toreadonly()
-                self._partial = bytearray()
             header = bytes(self._head)
+            if self._state == HAConnectionState.TRANSFER:
+                self._head.clear()
+                self._body_size = -1
+                events.append(self._transfer(header))
+                continue
+            take = min(self._body_size - len(self._partial), size - pos)
+            self._partial += view[pos : pos + take]
+            pos += take
+            if len(self._partial) < self._body_size:
+                break
+            body, self._partial = bytes(self._partial), bytearray()
             self._head.clear()
             self._body_size = -1
-            if self._state == HAConnectionState.HANDSHAKE:
-                frames.append(self._master_handshake(header, body))
-            else:
-                frames.append(self._transfer(header, body))
-        return frames
+            events.append(self._master_handshake(header, body))
+        return events
 
     def _shape(self) -> None:
         """Check a frame's state and bodySize as soon as they are in."""
@@ -447,7 +471,7 @@ class MasterFrameDecoder:
         self._state = state
         self._header_size, self._body_size = header_size, body_size
 
-    def _master_handshake(self, header: bytes, body: bytes | memoryview) -> MasterHandshake:
+    def _master_handshake(self, header: bytes, body: bytes) -> MasterHandshake:
         where = "master handshake"
         _, _, max_offset, epoch = _MASTER_HANDSHAKE_HEADER.unpack(header)
         self._non_negative(where, maxOffset=max_offset, epoch=epoch)
@@ -457,8 +481,8 @@ class MasterFrameDecoder:
             entries.append(EpochStart(entry_epoch, start))
         return MasterHandshake(max_offset, epoch, tuple(entries))
 
-    def _transfer(self, header: bytes, body: bytes | memoryview) -> Transfer:
-        _, _, offset, epoch, epoch_start, confirm = _TRANSFER_HEADER.unpack(header)
+    def _transfer(self, header: bytes) -> TransferHeader:
+        _, body_size, offset, epoch, epoch_start, confirm = _TRANSFER_HEADER.unpack(header)
         self._non_negative(
             "transfer",
             offset=offset,
@@ -466,11 +490,12 @@ class MasterFrameDecoder:
             epochStartOffset=epoch_start,
             confirmOffset=confirm,
         )
-        if offset + len(body) > _LONG_MAX:
+        if offset + body_size > _LONG_MAX:
             raise self._fail(
-                HAFrameError(f"offset {offset} + bodySize {len(body)} overflows", "transfer")
+                HAFrameError(f"offset {offset} + bodySize {body_size} overflows", "transfer")
             )
-        return Transfer(offset, epoch, epoch_start, confirm, body)
+        self.body_remaining = body_size
+        return TransferHeader(offset, epoch, epoch_start, confirm, body_size)
 
     def _non_negative(self, where: str, **fields: int) -> None:
         for name, value in fields.items():

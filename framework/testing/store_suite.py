@@ -312,6 +312,54 @@ class CommitLogSuite(_StoreSuite):
             with pytest.raises(OffsetMismatch):
                 slave.append_raw(pos - 1, b"x")
 
+    def test_append_into_lent_space_replicates_byte_for_byte(self, tmp_path: Path) -> None:
+        """``append_buffer`` + ``append_written``: ``append_raw`` without a copy."""
+        rng = random.Random(11)
+        with self.opened(tmp_path / "m") as master, self.opened(tmp_path / "s") as slave:
+            self.fill(master, 90)
+            data = master.read(0, master.max_offset)
+            pos = 0
+            while pos < len(data):
+                want = min(rng.randint(1, 3000), len(data) - pos)
+                with slave.append_buffer(pos, want) as space:
+                    assert 1 <= len(space) <= want
+                    space[:] = data[pos:pos + len(space)]
+                    n = len(space)
+                if rng.random() < 0.3:
+                    n = rng.randint(0, n)  # less than lent
+                assert slave.append_written(pos, n) == pos + n
+                pos += n
+            assert slave.read(0, slave.max_offset) == data
+            assert slave.last_whole_record_end() == master.max_offset
+            for topic, qid in master.queues():
+                assert (slave.queue_entries(topic, qid, 0, 100)
+                        == master.queue_entries(topic, qid, 0, 100))
+            with pytest.raises(OffsetMismatch):
+                slave.append_written(pos + 1, 1)
+        with self.opened(tmp_path / "s") as slave:
+            assert slave.read(0, slave.max_offset) == data
+
+    def test_lent_space_refuses_garbage_and_stays_usable(self, tmp_path: Path) -> None:
+        with self.opened(tmp_path / "m") as master, self.opened(tmp_path / "s") as slave:
+            self.fill(master, 10, queues=1)
+            data = master.read(0, master.max_offset)
+            bad = bytearray(data)
+            bad[4] ^= 0xFF  # the first record's magic code
+            with slave.append_buffer(0, len(bad)) as space:
+                n = len(space)
+                space[:] = bad[:n]
+            with pytest.raises(StoreCorruption):
+                slave.append_written(0, n)
+            assert slave.max_offset == 0
+            pos = 0
+            while pos < len(data):
+                with slave.append_buffer(pos, len(data) - pos) as space:
+                    n = len(space)
+                    space[:] = data[pos:pos + n]
+                pos = slave.append_written(pos, n)
+            assert slave.read(0, slave.max_offset) == data
+            assert slave.queue_max_offset("t", 0) == 10
+
     def test_empty_replica_starts_at_a_later_segment(self, tmp_path: Path) -> None:
         with self.opened(tmp_path / "m") as master, self.opened(tmp_path / "s") as slave:
             self.fill(master, 90)

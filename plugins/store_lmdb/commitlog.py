@@ -34,6 +34,7 @@ from framework.store import (
     OffsetMismatch,
     OffsetOutOfRange,
     QueueEntry,
+    ScratchAppend,
     StoreCorruption,
     StoreError,
     read_into_by_read,
@@ -54,7 +55,7 @@ def _qkey(topic: str, queue_id: int) -> bytes:
     return topic.encode() + b"\x00" + _QID.pack(queue_id)
 
 
-class LmdbCommitLog:
+class LmdbCommitLog(ScratchAppend):
     """A ``framework.store.CommitLog`` in one LMDB environment.
 
     Options: ``segment_size`` (virtual segment size for blank padding;

@@ -322,11 +322,29 @@ class MmapCommitLog:
             self._start_at(offset)
         if not data:
             return self._write_pos
+        self._log.write(offset, data)
+        return self._take_written(offset, offset + len(data))
+
+    def append_buffer(self, offset: int, size: int) -> memoryview:
+        self._check_open()
+        if offset != self._write_pos:
+            self._start_at(offset)
+        return self._log.lend(offset, size)
+
+    def append_written(self, offset: int, size: int) -> int:
+        self._check_open()
+        if offset != self._write_pos:
+            raise OffsetMismatch(offset, self._write_pos)
+        if not size:
+            return self._write_pos
+        self._log.lent_written(offset + size)
+        return self._take_written(offset, offset + size)
+
+    def _take_written(self, offset: int, end: int) -> int:
+        """Check and index the bytes ``[offset, end)`` written past the end; append them."""
         start = self._dispatched
-        end = offset + len(data)
         # Written first, past max_offset where nothing reads it, then checked
         # in place: the bytes are copied once. Refused bytes are zeroed again.
-        self._log.write(offset, data)
         seg = self._log.find(start)
         if seg is not None and end <= seg.end:
             with memoryview(seg.mm) as view, view[start - seg.start:end - seg.start] as part:

@@ -25,13 +25,15 @@ flush per put) gets readable ones and no extra disk writes.
 Large folios for a writer that fills them between syncs: while the writer
 writes a folio or more (``FOLIO``, 2 MiB) between two syncs, or asks for
 more pages twice without a sync between (not at its first ask: a master
-flushing per put has not synced yet then), the ranges it asks for are
-mapped ``MADV_HUGEPAGE`` before they are populated, so the
-kernel hands out page cache in 2 MiB folios (filesystems with large folios:
-ext4 since Linux 6.16, XFS), one fault and one allocation per folio
-instead of 512: populating runs three to six times faster on recycled
-memory here (about half as fast on memory this virtual machine had not
-touched for a while, which its host backs lazily). A written mapped folio
+flushing per put has not synced yet then; so the first ask warms only two
+folios ahead, and a writer that goes on without a sync asks again one folio
+later), the segment is mapped ``MADV_HUGEPAGE`` from the range it asks for
+to its end (the writer's own faults, where it overtakes the warming, get
+large folios too), so the kernel hands out page cache in 2 MiB folios
+(filesystems with large folios: ext4 since Linux 6.16, XFS), one fault and
+one allocation per folio instead of 512: populating runs three to six
+times faster on recycled memory here (about half as fast on memory this
+virtual machine had not touched for a while, which its host backs lazily). A written mapped folio
 is dirty as a whole, so a sync writes all of it: a writer syncing more
 often than it fills a folio (a master flushing per put, a slave that
 caught up and follows a trickle) would write 2 MiB per sync. So a sync
@@ -160,6 +162,9 @@ class Warmer:
         #: Whether the writer fills folios between syncs (see above).
         self._fills_folios = False
         self._asked = False
+        #: Bytes warmed ahead at each ask: two folios at the first, until the
+        #: writer shows whether it fills folios between syncs.
+        self._window = 2 * FOLIO
         #: ``_segment`` holds large folios warmed up to here.
         self._large_until = 0
         #: Large folios the writer is to punch out, from past its end to here.
@@ -187,7 +192,7 @@ class Warmer:
         hi, self._large_until = self._large_until, 0
         folio_end = min(lo + FOLIO, hi)
         try:
-            seg.mm.madvise(mmap.MADV_NOHUGEPAGE, lo, hi - lo)
+            seg.mm.madvise(mmap.MADV_NOHUGEPAGE, lo, seg.size - lo)
             seg.mm.madvise(mmap.MADV_DONTNEED, lo, folio_end - lo)
             # Dirty pages stay: the kernel never drops those.
             os.posix_fadvise(seg.fd, lo, folio_end - lo, os.POSIX_FADV_DONTNEED)
@@ -215,10 +220,12 @@ class Warmer:
         self._written = (seg, end)
         if self._punch is not None:
             self._punch_ahead(seg, end)
-        if seg is self._segment and end + WARM_AHEAD // 2 <= self._target:
+        if seg is self._segment and end + self._window // 2 <= self._target:
             return
         with self._lock:
-            target = min(seg.size, end + WARM_AHEAD)
+            if self._asked:
+                self._window = WARM_AHEAD
+            target = min(seg.size, end + self._window)
             if self._stopping or (seg is self._segment and target <= self._target):
                 return
             # Writable only if no sync came since the writer last asked for more.
@@ -277,7 +284,7 @@ class Warmer:
             large = self._large_folios and self._fills_folios
             if large:
                 try:
-                    seg.mm.madvise(mmap.MADV_HUGEPAGE, lo, hi - lo)
+                    seg.mm.madvise(mmap.MADV_HUGEPAGE, lo, seg.size - lo)
                 except OSError:  # a kernel without transparent huge pages
                     self._large_folios = large = False
             advice = _MADV_POPULATE_WRITE if self._writable else _MADV_POPULATE_READ

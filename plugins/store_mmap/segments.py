@@ -346,6 +346,22 @@ class SegmentQueue:
             if self._warmer is not None:
                 self._warmer.wrote(seg, pos + n)
 
+    def lend(self, offset: int, size: int) -> memoryview:
+        """A writable view of ``[offset, offset + n)``, ``1 <= n <= size``, in one
+        segment (created if needed). Call ``lent_written`` once bytes are in."""
+        seg = self.get_or_create(offset)
+        pos = offset - seg.start
+        end = min(pos + max(1, size), seg.size)
+        if end > seg.allocated and self._preallocate:
+            self._reserve(seg, pos, end)
+        with memoryview(seg.mm) as mapped:
+            return mapped[pos:end]
+
+    def lent_written(self, end: int) -> None:
+        """Bytes were written into lent space up to offset ``end``."""
+        if self._warmer is not None and (seg := self.find(end - 1)) is not None:
+            self._warmer.wrote(seg, end - seg.start)
+
     def _reserve(self, seg: Segment, lo: int, hi: int) -> None:
         """Allocate ``seg``'s blocks from ``lo`` to ``hi`` rounded up to a chunk."""
         start = max(seg.allocated, lo - lo % PREALLOCATE_CHUNK)

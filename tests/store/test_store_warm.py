@@ -47,15 +47,21 @@ def mapped_pages(mm: mmap.mmap, lo: int, hi: int) -> int:
 
 def test_pages_ahead_of_the_writes_are_warmed_and_stay_zero(tmp_path: Path) -> None:
     queue = SegmentQueue(str(tmp_path), SEGMENT, warm=True)
-    data = os.urandom(100_000)
-    queue.write(0, data)
+    data = os.urandom(100_000 + prefault.FOLIO + 4096)
+    queue.write(0, data[:100_000])
     seg = queue.segments[0]
     assert queue._warmer is not None
     queue._warmer.finish()
     # Written pages are mapped by the writer's own faults; the rest only by
     # warming (a write fault maps no page around it). Reclaim may take a few.
-    ahead = (SEGMENT - (1 << 20)) // mmap.PAGESIZE
-    assert mapped_pages(seg.mm, 1 << 20, SEGMENT) > ahead * 0.9
+    # The first ask warms two folios ahead, the next (a folio on) a window.
+    probe = 2 * prefault.FOLIO
+    assert mapped_pages(seg.mm, 1 << 20, probe) > (probe - (1 << 20)) // mmap.PAGESIZE * 0.9
+    assert mapped_pages(seg.mm, probe + (1 << 20), SEGMENT) == 0
+    queue.write(100_000, data[100_000:])
+    queue._warmer.finish()
+    ahead = (SEGMENT - probe) // mmap.PAGESIZE
+    assert mapped_pages(seg.mm, probe, SEGMENT) > ahead * 0.9
     assert queue.read(0, len(data)) == data
     assert queue.read(len(data), SEGMENT - len(data)) == bytes(SEGMENT - len(data))
     queue.close()
@@ -90,6 +96,7 @@ def test_pages_are_warmed_writable_only_while_the_writer_runs_ahead_of_syncs(
     queue = SegmentQueue(str(tmp_path), SEGMENT, warm=True)
     assert queue._warmer is not None
     queue.write(0, b"x" * 4096)
+    queue.write(4096, b"x" * (prefault.FOLIO + 4096))  # a folio past the first ask
     queue._warmer.finish()
     first = queue.segments[0].mm
     assert dirty_bytes(first) > SEGMENT * 0.9  # no sync yet: warmed writable
@@ -244,3 +251,21 @@ def test_a_writer_syncing_more_often_than_it_fills_a_folio_gets_small_pages_back
     rest = 2 * LARGE_SEGMENT - len(written)
     assert queue.read(len(written), rest) == bytes(rest)
     queue.close()
+
+
+def test_lent_space_is_the_mapping_up_to_the_segment_end_and_warms_ahead(
+        tmp_path: Path) -> None:
+    with MmapCommitLog(str(tmp_path / "m"), segment_size=SEGMENT) as master:
+        master.append_batch([make_record(i, body_size=900) for i in range(3000)])
+        data = master.read(0, 3 << 20)
+    with MmapCommitLog(str(tmp_path / "s"), segment_size=SEGMENT) as slave:
+        with slave.append_buffer(0, 2 * SEGMENT) as space:
+            seg = slave._log.segments[0]
+            assert space.obj is seg.mm and len(space) == SEGMENT  # no copy, one segment
+            space[:len(data)] = data
+        assert slave.append_written(0, len(data)) == len(data)
+        slave._log._warmer.finish()
+        # Warmed ahead as after a write (a first ask: two folios).
+        lo, hi = 4 << 20, (3 << 20) + 2 * prefault.FOLIO
+        assert mapped_pages(seg.mm, lo, hi) > (hi - lo) // mmap.PAGESIZE * 0.9
+        assert slave.read(0, len(data)) == data

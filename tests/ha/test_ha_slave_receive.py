@@ -1,0 +1,219 @@
+"""A slave's receive path against a hand-written master, into real mmap logs.
+
+Over TCP the slave reads the rest of a batch's body straight into its log's
+mapped space, with whatever follows it in the same read (headers, the next
+batches, a header cut in two), and moves those down onto their offsets. The
+master below sends batches of random sizes across segment ends and an epoch
+change, in random pieces; the slave's log must end byte for byte the
+master's, with the same epochs and consume queues. A master whose bytes are
+not records is dropped, and nothing of them stays.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from framework.ha.checkpoint import EpochCheckpointFile
+from framework.ha.driver import HASlave, HASlaveConfig
+from framework.ha.epoch import EpochCache, EpochStart
+from framework.protocol.ha import MasterHandshake, SlaveFrameDecoder, Transfer, encode
+from framework.protocol.message import MessageRecord
+from framework.store import StoreCorruption
+from plugins.store_mmap.commitlog import MmapCommitLog
+
+SEGMENT = 64 * 1024
+
+Script = Callable[[trio.abc.Stream, int], Awaitable[None]]
+
+
+async def inline(function, *args):
+    return function(*args)
+
+
+def filled_master(root: Path, rng: random.Random) -> MmapCommitLog:
+    log = MmapCommitLog(str(root), segment_size=SEGMENT)
+    while log.max_offset < 9 * SEGMENT:
+        body = rng.randbytes(rng.randint(1, 3000))
+        topic = f"t{rng.randrange(3)}"
+        log.append(MessageRecord(topic=topic, body=body, queue_id=rng.randrange(2)))
+    return log
+
+
+def wire(log: MmapCommitLog, epoch_starts: list[EpochStart], rng: random.Random,
+         offset: int = 0) -> bytes:
+    """The log from ``offset`` as transfers of random sizes, none across an epoch's
+    start, with heartbeats between some."""
+    frames = []
+    while offset < log.max_offset:
+        current = max((e for e in epoch_starts if e.start_offset <= offset),
+                      key=lambda e: e.start_offset)
+        later = [e.start_offset for e in epoch_starts if e.start_offset > offset]
+        end = min([offset + rng.randint(1, 40_000), log.max_offset, *later])
+        body = log.read(offset, end - offset)
+        frames.append(Transfer(offset, current.epoch, current.start_offset, offset, body))
+        if rng.random() < 0.2:
+            frames.append(Transfer(end, current.epoch, current.start_offset, end))
+        offset = end
+    return b"".join(encode(f) for f in frames)
+
+
+async def wait_for_handshake(stream: trio.abc.Stream) -> int:
+    """The offset the slave acks after the handshake (where it wants bytes from)."""
+    decoder = SlaveFrameDecoder()
+    frames = []
+    while len(frames) < 2:  # the slave's handshake, then its ack of the consistent point
+        frames += decoder.feed(await stream.receive_some())
+    return frames[1].max_offset
+
+
+async def send_in_pieces(stream: trio.abc.Stream, data: bytes, rng: random.Random) -> None:
+    pos = 0
+    while pos < len(data):
+        n = rng.choice([1, 7, 36, 37, 500, 4096, 70_000, 300_000])
+        await stream.send_all(data[pos:pos + n])
+        pos += n
+        await trio.sleep(0)
+
+
+async def run_slave(tmp_path: Path, kind: str, script: Script,
+                    until: Callable[[HASlave], bool], *, close: bool = False) -> HASlave:
+    """Replicate from ``script`` (called per connection with its number) until ``until``;
+    with ``close``, cancel the slave from outside and close its log while the
+    cancellation unwinds (as a broker does on a role change or shutdown)."""
+    root = tmp_path / "slave"
+    log = MmapCommitLog(str(root), segment_size=SEGMENT)
+    slaves: list[HASlave] = []
+    with trio.CancelScope() as outside:
+        try:
+            await _replicate(root, log, kind, script, until, slaves, outside if close else None)
+        finally:
+            if close:
+                log.close()  # raises BufferError if a view of it were still alive
+    return slaves[0]
+
+
+async def _replicate(root: Path, log: MmapCommitLog, kind: str, script: Script,
+                     until: Callable[[HASlave], bool], slaves: list[HASlave],
+                     cancel: trio.CancelScope | None) -> None:
+    sessions = 0
+    async with trio.open_nursery() as nursery:
+        if kind == "tcp":
+            async def handler(stream: trio.SocketStream) -> None:
+                nonlocal sessions
+                sessions += 1
+                async with stream:
+                    await script(stream, sessions)
+
+            (listener,) = await nursery.start(
+                functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+            port = listener.socket.getsockname()[1]
+
+            async def connect() -> trio.abc.Stream:
+                return await trio.open_tcp_stream("127.0.0.1", port)
+        else:
+            async def connect() -> trio.abc.Stream:
+                nonlocal sessions
+                sessions += 1
+                client, server = trio.testing.memory_stream_pair()
+                nursery.start_soon(script, server, sessions)
+                return client
+
+        slave = HASlave(log=log, epoch_store=EpochCheckpointFile(root), address="s",
+                        connect=connect, offload=inline,
+                        config=HASlaveConfig(reconnect_min=10, reconnect_max=10))
+        slaves.append(slave)
+        await nursery.start(slave.run)
+        with trio.fail_after(30):
+            while not until(slave):
+                await trio.sleep(0)
+        if cancel is not None:
+            cancel.cancel()
+            await trio.sleep_forever()
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("kind", ["tcp", "memory"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_batches_in_any_pieces_land_where_they_belong(tmp_path, kind, seed):
+    rng = random.Random(seed)
+    master = filled_master(tmp_path / "master", rng)
+    records = list(master.iter_records())
+    epoch_starts = [EpochStart(1, 0), EpochStart(3, records[len(records) // 2].physical_offset)]
+    data = wire(master, epoch_starts, rng)
+    handshake = encode(MasterHandshake(master.max_offset, 3, tuple(epoch_starts)))
+
+    async def script(stream: trio.abc.Stream, session: int) -> None:
+        await stream.send_all(handshake)
+        await wait_for_handshake(stream)
+        await send_in_pieces(stream, data, rng)
+        await trio.sleep_forever()
+
+    slave = await run_slave(tmp_path, kind, script,
+                            lambda s: s.log.max_offset == master.max_offset)
+    assert slave.connections == 1 and slave.last_error is None
+    assert slave.log.read(0, master.max_offset) == master.read(0, master.max_offset)
+    assert slave.epochs == EpochCache(epoch_starts)
+    assert EpochCheckpointFile(tmp_path / "slave").load() == EpochCache(epoch_starts)
+    for topic, queue_id in master.queues():
+        assert (slave.log.queue_entries(topic, queue_id, 0, 10_000)
+                == master.queue_entries(topic, queue_id, 0, 10_000))
+    slave.log.close()
+    master.close()
+
+
+@pytest.mark.parametrize("kind", ["tcp", "memory"])
+async def test_a_master_whose_bytes_are_not_records_is_dropped(tmp_path, kind):
+    rng = random.Random(4)
+    master = filled_master(tmp_path / "master", rng)
+    epoch_starts = (EpochStart(1, 0),)
+    handshake = encode(MasterHandshake(master.max_offset, 1, epoch_starts))
+    # Well-formed frames; the second batch's body is no record.
+    first = master.read(0, 30_000)
+    garbage = (encode(Transfer(0, 1, 0, 0, first))
+               + encode(Transfer(len(first), 1, 0, 0, b"\x01" * 100_000)))
+
+    async def script(stream: trio.abc.Stream, session: int) -> None:
+        await stream.send_all(handshake)
+        acked = await wait_for_handshake(stream)
+        good = wire(master, list(epoch_starts), rng, acked)
+        await send_in_pieces(stream, garbage if session == 1 else good, rng)
+        await trio.sleep_forever()
+
+    slave = await run_slave(tmp_path, kind, script,
+                            lambda s: s.log.max_offset == master.max_offset)
+    assert slave.connections == 2
+    assert isinstance(slave.last_error, StoreCorruption)
+    assert slave.log.read(0, master.max_offset) == master.read(0, master.max_offset)
+    slave.log.close()
+    master.close()
+
+
+@pytest.mark.parametrize("kind", ["tcp", "memory"])
+async def test_a_slave_cancelled_mid_transfer_leaves_a_closable_log(tmp_path, kind):
+    """A role change cancels the slave anywhere: no view of the log's space may
+    outlive it (the log is closed or truncated next), and the log holds a prefix."""
+    rng = random.Random(5)
+    master = filled_master(tmp_path / "master", rng)
+    epoch_starts = [EpochStart(1, 0), EpochStart(2, master.max_offset // 2)]
+    handshake = encode(MasterHandshake(master.max_offset, 2, tuple(epoch_starts)))
+
+    async def script(stream: trio.abc.Stream, session: int) -> None:
+        await stream.send_all(handshake)
+        acked = await wait_for_handshake(stream)
+        await send_in_pieces(stream, wire(master, epoch_starts, rng, acked), rng)
+        await trio.sleep_forever()
+
+    for round_ in range(12):
+        target = (round_ + 1) * master.max_offset // 13
+        await run_slave(tmp_path, kind, script,
+                        lambda s, target=target: s.log.max_offset >= target, close=True)
+        with MmapCommitLog(str(tmp_path / "slave"), segment_size=SEGMENT) as log:
+            assert log.read(0, log.max_offset) == master.read(0, log.max_offset)
+    master.close()
