@@ -65,6 +65,8 @@ logger = logging.getLogger("triomq.ha")
 #: ``_SEND_PARTS`` pieces (a header and a body each; Linux's IOV_MAX is 1024).
 _SEND_SIZE = 1024 * 1024
 _SEND_PARTS = 512
+#: Bytes a master asks of one receive from a slave.
+_SLAVE_FRAMES_RECEIVE_SIZE = 4096
 #: A slave acks at the latest after reading this many bytes without a pause.
 _ACK_AFTER = 4 * 1024 * 1024
 #: Errors that end one connection; the service keeps running.
@@ -352,7 +354,9 @@ class HAMaster:
     async def _read_loop(
         self, stream: trio.abc.Stream, conn: MasterConnection, outbox: deque[bytes]
     ) -> None:
-        while data := await stream.receive_some(RECEIVE_SIZE):
+        # A slave sends handshakes and 12-byte acks: a receive asks for little, as
+        # a socket's receive allocates what it asks for.
+        while data := await stream.receive_some(_SLAVE_FRAMES_RECEIVE_SIZE):
             for out in conn.receive_data(data, self._view(), _now_ms()):
                 if isinstance(out, Send):
                     outbox.append(out.data)
