@@ -643,9 +643,17 @@ class HASlave:
         # The bytes at the start of the space that are there already.
         there = len(parts[0]) if offset == in_place else 0
         while parts:
-            size = sum(len(part) for part in parts)
+            size = sum(map(len, parts))
             with self.log.append_buffer(offset, size) as space:
-                filled = 0
+                if size <= len(space):  # the usual case: all in one segment
+                    filled = there
+                    for part in parts[1:] if there else parts:
+                        end = filled + len(part)
+                        space[filled:end] = part
+                        filled = end
+                    parts = []
+                else:
+                    filled = 0
                 while parts and filled < len(space):
                     part = parts[0]
                     take = min(len(part), len(space) - filled)

@@ -11,6 +11,7 @@ not records is dropped, and nothing of them stays.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 from collections.abc import Awaitable, Callable
@@ -82,6 +83,12 @@ async def send_in_pieces(stream: trio.abc.Stream, data: bytes, rng: random.Rando
         await trio.sleep(0)
 
 
+async def hung_up_on(session: Awaitable[None]) -> None:
+    """Run a master's session; the slave may hang up on it (a bad master)."""
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await session
+
+
 async def run_slave(tmp_path: Path, kind: str, script: Script,
                     until: Callable[[HASlave], bool], *, close: bool = False) -> HASlave:
     """Replicate from ``script`` (called per connection with its number) until ``until``;
@@ -109,7 +116,7 @@ async def _replicate(root: Path, log: MmapCommitLog, kind: str, script: Script,
                 nonlocal sessions
                 sessions += 1
                 async with stream:
-                    await script(stream, sessions)
+                    await hung_up_on(script(stream, sessions))
 
             (listener,) = await nursery.start(
                 functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
@@ -122,7 +129,7 @@ async def _replicate(root: Path, log: MmapCommitLog, kind: str, script: Script,
                 nonlocal sessions
                 sessions += 1
                 client, server = trio.testing.memory_stream_pair()
-                nursery.start_soon(script, server, sessions)
+                nursery.start_soon(hung_up_on, script(server, sessions))
                 return client
 
         slave = HASlave(log=log, epoch_store=EpochCheckpointFile(root), address="s",
