@@ -640,33 +640,16 @@ class HASlave:
         offset = writes[0].offset
         parts = [w.data for w in writes]
         writes.clear()
-        # The bytes at the start of the space that are there already.
-        there = len(parts[0]) if offset == in_place else 0
-        while parts:
-            size = sum(map(len, parts))
-            with self.log.append_buffer(offset, size) as space:
-                if size <= len(space):  # the usual case: all in one segment
-                    filled = there
-                    for part in parts[1:] if there else parts:
-                        end = filled + len(part)
-                        space[filled:end] = part
-                        filled = end
-                    parts = []
-                else:
-                    filled = 0
-                while parts and filled < len(space):
-                    part = parts[0]
-                    take = min(len(part), len(space) - filled)
-                    if there:
-                        there -= take
-                    else:
-                        space[filled : filled + take] = part[:take]
-                    filled += take
-                    if take < len(part):
-                        parts[0] = part[take:]
-                    else:
-                        parts.pop(0)
+        # A write received in place was read into the space lent at its offset:
+        # it fits the space lent there again.
+        there = len(parts.pop(0)) if offset == in_place else 0
+        while True:
+            with self.log.append_buffer(offset, there + sum(map(len, parts))) as space:
+                filled, parts = _fill(space, there, parts)
             offset = self.log.append_written(offset, filled)
+            if not parts:
+                return
+            there = 0
 
     async def _save_epochs(self, epochs: EpochCache) -> None:
         await self.offload(self.epoch_store.save, epochs)
@@ -683,6 +666,21 @@ class HASlave:
                     await stream.send_all(ack)
             if ack is None and conn.state != HAConnectionState.TRANSFER:
                 await trio.sleep(self.config.ha_send_heartbeat_interval / 1000)
+
+
+def _fill(space: memoryview, filled: int, parts: list[bytes | memoryview]
+          ) -> tuple[int, list[bytes | memoryview]]:
+    """Copy ``parts`` into ``space`` after its first ``filled`` bytes, as far as it
+    holds them; return how far it is filled and the parts' rest."""
+    for i, part in enumerate(parts):
+        end = filled + len(part)
+        if end > len(space):
+            take = len(space) - filled
+            space[filled:] = part[:take]
+            return len(space), [part[take:], *parts[i + 1:]]
+        space[filled:end] = part
+        filled = end
+    return filled, []
 
 
 def _detach_writes(actions: list[SlaveAction], start: int) -> None:

@@ -289,6 +289,17 @@ class CommitLogSuite(_StoreSuite):
             assert log.max_offset > 2 * SEGMENT_SIZE
             assert len(list(log.iter_records(2 * SEGMENT_SIZE))) == 1
 
+    @staticmethod
+    def assert_replica(slave: CommitLog, master: CommitLog) -> None:
+        """``slave`` holds ``master``'s bytes and consume queues."""
+        assert slave.read(0, slave.max_offset) == master.read(0, master.max_offset)
+        assert slave.last_whole_record_end() == master.max_offset
+        assert slave.queues() == master.queues()
+        for topic, qid in master.queues():
+            assert slave.queue_max_offset(topic, qid) == master.queue_max_offset(topic, qid)
+            assert (slave.queue_entries(topic, qid, 0, 100)
+                    == master.queue_entries(topic, qid, 0, 100))
+
     def test_append_raw_replicates_byte_for_byte(self, tmp_path: Path) -> None:
         rng = random.Random(7)
         with self.opened(tmp_path / "m") as master, self.opened(tmp_path / "s") as slave:
@@ -300,13 +311,7 @@ class CommitLogSuite(_StoreSuite):
                 assert slave.append_raw(pos, data[pos:pos + n]) == min(pos + n, len(data))
                 assert slave.last_whole_record_end() <= slave.max_offset
                 pos += n
-            assert slave.read(0, slave.max_offset) == data
-            assert slave.last_whole_record_end() == master.max_offset
-            assert slave.queues() == master.queues()
-            for topic, qid in master.queues():
-                assert slave.queue_max_offset(topic, qid) == master.queue_max_offset(topic, qid)
-                assert (slave.queue_entries(topic, qid, 0, 100)
-                        == master.queue_entries(topic, qid, 0, 100))
+            self.assert_replica(slave, master)
             with pytest.raises(OffsetMismatch):
                 slave.append_raw(pos + 1, b"x")
             with pytest.raises(OffsetMismatch):
@@ -329,11 +334,7 @@ class CommitLogSuite(_StoreSuite):
                     n = rng.randint(0, n)  # less than lent
                 assert slave.append_written(pos, n) == pos + n
                 pos += n
-            assert slave.read(0, slave.max_offset) == data
-            assert slave.last_whole_record_end() == master.max_offset
-            for topic, qid in master.queues():
-                assert (slave.queue_entries(topic, qid, 0, 100)
-                        == master.queue_entries(topic, qid, 0, 100))
+            self.assert_replica(slave, master)
             with pytest.raises(OffsetMismatch):
                 slave.append_written(pos + 1, 1)
         with self.opened(tmp_path / "s") as slave:
