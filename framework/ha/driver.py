@@ -340,8 +340,7 @@ class HAMaster:
         outbox: deque[bytes] = deque()
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write_loop, stream, conn, outbox,
-                                   bytearray(_SEND_SIZE + self.config.ha_transfer_batch_size))
+                nursery.start_soon(self._write_loop, stream, conn, outbox, bytearray(_SEND_SIZE))
                 await self._read_loop(stream, conn, outbox)
                 nursery.cancel_scope.cancel()
         except* _CONNECTION_ERRORS as group:
@@ -382,40 +381,25 @@ class HAMaster:
         buffer: bytearray,
     ) -> None:
         # The log is read into ``buffer``, reused for every send: fresh memory
-        # per read would cost page faults and zeroing on every batch. One
-        # send's reads fit (a read starts below _SEND_SIZE and takes at most
-        # max(batch, what is left of _SEND_SIZE)); a shorter read would only
-        # make a shorter batch.
+        # per read would cost page faults and zeroing on every batch. A slave
+        # behind gets the batches of up to one buffer per send, read from the
+        # log at once: fewer reads, syscalls and wake-ups on both sides.
         reused = memoryview(buffer)
+        most = min(len(buffer), _SEND_PARTS // 2 * self.config.ha_transfer_batch_size)
         while True:
             while outbox:
                 await stream.send_all(outbox.popleft())
             changed = self._changed
             now = _now_ms()
-            # A slave behind gets several batches per send, read from the log
-            # at once: fewer reads, syscalls and wake-ups on both sides.
-            parts: list[bytes | memoryview] = []
-            pending = used = 0
-            ahead, ahead_at = memoryview(b""), 0
-            view = self._view()  # nothing awaits until the send: the log stays as is
-            while (
-                pending < _SEND_SIZE
-                and len(parts) < _SEND_PARTS
-                and (plan := conn.poll_transfer(view, now))
-            ):
-                start = plan.offset - ahead_at
-                if plan.max_size and not 0 <= start < len(ahead):
-                    size = max(plan.max_size, _SEND_SIZE - pending)
-                    read = self.log.read_into(plan.offset, reused[used : used + size])
-                    ahead = reused[used : used + read]
-                    ahead_at, start, used = plan.offset, 0, used + read
-                body = ahead[start : start + plan.max_size] if plan.max_size else b""
-                parts += (conn.build_transfer_header(plan, len(body), now), body)
-                pending += len(body)
-                if not body:  # a heartbeat goes alone
-                    break
-            if parts:
-                await send_parts(stream, parts)
+            plan = conn.poll_transfer(self._view(), now, most)
+            if plan is not None:
+                with reused[: self.log.read_into(plan.offset, reused[: plan.max_size])] as body:
+                    parts: list[bytes | memoryview] = []
+                    at = 0
+                    for header, size in conn.build_transfer_headers(plan, len(body), now):
+                        parts += (header, body[at : at + size])
+                        at += size
+                    await send_parts(stream, parts)
                 continue
             if conn.next_transfer_from < 0:
                 await changed.wait()

@@ -87,9 +87,10 @@ MasterOutput = Send | SlaveJoined | SlaveAcked
 
 @attrs.frozen
 class TransferPlan:
-    """The next frame to send: read up to ``max_size`` bytes at ``offset``.
+    """What to send next: read up to ``max_size`` bytes at ``offset``.
 
-    ``max_size`` 0 is a heartbeat. The batch stays inside epoch ``epoch``.
+    ``max_size`` 0 is a heartbeat. The bytes stay inside epoch ``epoch``;
+    they go out as batches of at most ``transfer_batch_size`` each.
     """
 
     offset: int
@@ -206,8 +207,14 @@ class MasterConnection:
             )
         return ack
 
-    def poll_transfer(self, log: MasterLog, now_ms: int) -> TransferPlan | None:
-        """The next batch or heartbeat to send, or None when nothing is due."""
+    def poll_transfer(
+        self, log: MasterLog, now_ms: int, max_size: int | None = None
+    ) -> TransferPlan | None:
+        """The next batch or heartbeat to send, or None when nothing is due.
+
+        ``max_size`` (default: one batch) plans up to that many bytes at once,
+        as consecutive batches of the same epoch (``build_transfer_headers``).
+        """
         if self.state != HAConnectionState.TRANSFER or self.next_transfer_from < 0:
             return None
         offset = self.next_transfer_from
@@ -235,7 +242,7 @@ class MasterConnection:
         self.current_transfer_epoch_end_offset = -1 if end is None else end
         limit = log.max_offset if end is None else min(end, log.max_offset)
         if offset < limit:
-            size = min(self.transfer_batch_size, limit - offset)
+            size = min(max_size or self.transfer_batch_size, limit - offset)
         elif now_ms - self._last_send_ms >= self.heartbeat_interval_ms:
             size = 0
         else:
@@ -245,30 +252,45 @@ class MasterConnection:
         )
 
     def build_transfer(self, plan: TransferPlan, body: bytes, now_ms: int) -> bytes:
-        """Record that ``body`` (read for ``plan``) is sent and return the frame's bytes.
+        """Record that ``body`` (read for ``plan``) is sent and return its frames' bytes.
 
         ``body`` may be shorter than ``plan.max_size`` (a read stops at a
         segment end); the next plan continues after it.
         """
-        return self.build_transfer_header(plan, len(body), now_ms) + body
+        frames = []
+        at = 0
+        for header, size in self.build_transfer_headers(plan, len(body), now_ms):
+            frames += (header, body[at : at + size])
+            at += size
+        return b"".join(frames)
 
-    def build_transfer_header(self, plan: TransferPlan, body_size: int, now_ms: int) -> bytes:
-        """Like ``build_transfer`` for a body of ``body_size`` bytes, returning only the header.
+    def build_transfer_headers(
+        self, plan: TransferPlan, body_size: int, now_ms: int
+    ) -> list[tuple[bytes, int]]:
+        """Like ``build_transfer`` for ``body_size`` bytes: each batch's header and
+        body size, in order.
 
-        The caller sends the body right after it, so a batch is never
-        copied into its frame.
+        The caller sends each header followed by that many of the bytes, so
+        a batch is never copied into its frame.
         """
         if plan.offset != self.next_transfer_from:
             raise ValueError(f"stale plan at {plan.offset}, next is {self.next_transfer_from}")
         if body_size > plan.max_size:
             raise ValueError(f"body of {body_size} bytes exceeds the plan's {plan.max_size}")
-        header = encode_transfer_header(
-            plan.offset, plan.epoch, plan.epoch_start_offset, plan.confirm_offset, body_size
-        )
-        self.next_transfer_from += body_size
+        headers = []
+        offset, end = plan.offset, plan.offset + body_size
+        while True:
+            size = min(self.transfer_batch_size, end - offset)
+            headers.append((encode_transfer_header(
+                offset, plan.epoch, plan.epoch_start_offset, plan.confirm_offset, size
+            ), size))
+            offset += size
+            if offset >= end:
+                break
+        self.next_transfer_from = end
         self._last_send_ms = now_ms
         self._recorded_transfer(plan.master_max_offset, now_ms)
-        return header
+        return headers
 
     def heartbeat_due_ms(self) -> int:
         """When a heartbeat is due if nothing is sent before."""

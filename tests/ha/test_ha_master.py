@@ -71,6 +71,26 @@ def test_transfer_batches_stop_at_epoch_boundaries():
     assert conn.current_transfer_epoch_end_offset == -1
 
 
+def test_several_batches_planned_at_once_keep_to_the_batch_size_and_the_epoch():
+    conn, _ = connected()
+    conn.receive_data(ack_bytes(40), LOG, 5)
+    plan = conn.poll_transfer(LOG, 5, max_size=1000)
+    assert (plan.offset, plan.max_size, plan.epoch) == (40, 60, 1)  # epoch 1 ends at 100
+    conn.build_transfer_headers(plan, 60, 5)
+    plan = conn.poll_transfer(LOG, 5, max_size=1000)
+    assert (plan.offset, plan.max_size, plan.epoch) == (100, 150, 3)
+    headers = conn.build_transfer_headers(plan, 140, 5)  # a read stopped short
+    assert [size for _, size in headers] == [64, 64, 12]
+    assert [transfer_header(header)[1:4] for header, _ in headers] == [
+        (64, 100, 3), (64, 164, 3), (12, 228, 3)]
+    for offset, size, epoch in [(240, 10, 3), (250, 50, 4)]:
+        plan = conn.poll_transfer(LOG, 5, max_size=1000)
+        assert (plan.offset, plan.max_size, plan.epoch) == (offset, size, epoch)
+        conn.build_transfer_headers(plan, size, 5)
+    heartbeat = conn.poll_transfer(LOG, 2000, max_size=1000)
+    assert [size for _, size in conn.build_transfer_headers(heartbeat, 0, 2000)] == [0]
+
+
 def test_current_transfer_epoch_end_inside_an_old_epoch():
     conn, _ = connected()
     conn.receive_data(ack_bytes(10), LOG, 0)
