@@ -32,13 +32,15 @@ real broker nodes (``framework.open_node``, role ``broker``, mmap store):
   times slower here). The slave's time in ``append_written`` (the
   store's part once the bytes are in its mapped space: checking and
   indexing the records) is shown, and the process's CPU time (both
-  nodes, and the store's page-warming thread) beside the wall-clock time:
-  on a shared machine, a wall time far above the CPU time means the run
-  waited for a CPU. An unreported replication of the first case runs
-  first, at full size, so that no case pays the process's first-use costs
-  (imports, allocator arenas, the first large runs of page cache: with a
-  16 MiB warm-up the first case ran at a third of the same case later in
-  the run). ``--rounds`` repeats the cases, in turn.
+  nodes, and the store's page-warming thread) and the trio thread's (both
+  nodes) beside the wall-clock time: on a shared machine, a wall time far
+  above the CPU time means the run waited for a CPU; a wall time far above
+  the trio thread's means the nodes waited (for a disk, for page cache).
+  An unreported replication of the first case runs first, at full size,
+  so that no case pays the process's first-use costs (imports, allocator
+  arenas, the first large runs of page cache: with a 16 MiB warm-up the
+  first case ran at a third of the same case later in the run).
+  ``--rounds`` repeats the cases, in turn.
 - **put latency**: ``--puts`` sequential ``Producer.send`` calls (1 KiB
   body), first to a master alone (``min_in_sync_replicas = 1``: no wait),
   then to a master with one slave and ``all_ack_in_sync_state_set`` (each
@@ -234,6 +236,7 @@ class Replication:
     fresh_pages: float  # one thread faulting in ``size`` bytes of new page cache
     appending: float  # the slave's time in ``append_written``
     cpu: float  # the process's CPU time over ``elapsed``
+    loop_cpu: float  # the trio thread's (both nodes') CPU time over ``elapsed``
 
 
 async def replication(pm: PluginManager, root: Path, megabytes: int, body_size: int,
@@ -249,6 +252,7 @@ async def replication(pm: PluginManager, root: Path, megabytes: int, body_size: 
         # Only the slave appends replicated bytes: the master's log was filled before.
         with timed_append_written(type(master.log), spent):
             start, cpu = time.perf_counter(), time.process_time()
+            loop_cpu = time.thread_time()
             first_byte = None
             async with broker(pm, "slave", root, broker_id=1, master=master.ha_address,
                               extra=extra) as slave:
@@ -259,8 +263,9 @@ async def replication(pm: PluginManager, root: Path, megabytes: int, body_size: 
                         await trio.sleep(0.001)
                 elapsed = time.perf_counter() - start
                 cpu = time.process_time() - cpu
+                loop_cpu = time.thread_time() - loop_cpu
     return Replication(size, elapsed, elapsed if first_byte is None else first_byte, raw,
-                       raw_file, fresh, spent[0], cpu)
+                       raw_file, fresh, spent[0], cpu, loop_cpu)
 
 
 async def put_latencies(pm: PluginManager, root: Path, puts: int, with_slave: bool
@@ -301,9 +306,10 @@ async def main(args: argparse.Namespace) -> None:
     print("| body | batch | bytes | raw trio TCP MB/s | raw TCP into a file MB/s "
           "| fresh page cache MB/s "
           "| HA replication MB/s | vs raw | vs raw into a file | HA ms | to first byte ms "
-          "| transfer MB/s | transfer vs raw | slave append_written ms | process CPU ms |")
+          "| transfer MB/s | transfer vs raw | slave append_written ms | process CPU ms "
+          "| trio thread CPU ms |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-          "| ---: | ---: | ---: |")
+          "| ---: | ---: | ---: | ---: |")
     cases = [(1024, 32 * 1024), (1024, 256 * 1024), (16 * 1024, 256 * 1024)]
     with tempfile.TemporaryDirectory(prefix="triomq-ha-bench-") as tmp:
         await replication(pm, Path(tmp), args.megabytes, *cases[0])
@@ -316,7 +322,8 @@ async def main(args: argparse.Namespace) -> None:
               f"{mb / r.raw_file:,.0f} | {mb / r.fresh_pages:,.0f} | {mb / r.elapsed:,.0f} | "
               f"{r.raw / r.elapsed:.0%} | {r.raw_file / r.elapsed:.0%} | {r.elapsed * 1000:,.0f} | "
               f"{r.first_byte * 1000:,.0f} | {mb / transfer:,.0f} | {r.raw / transfer:.0%} | "
-              f"{r.appending * 1000:,.0f} | {r.cpu * 1000:,.0f} |", flush=True)
+              f"{r.appending * 1000:,.0f} | {r.cpu * 1000:,.0f} | {r.loop_cpu * 1000:,.0f} |",
+              flush=True)
     print("\n| put (1 KiB, sequential) | p50 ms | p99 ms | puts/s |")
     print("| --- | ---: | ---: | ---: |")
     results = {}
