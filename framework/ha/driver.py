@@ -67,9 +67,10 @@ _SEND_SIZE = 1024 * 1024
 _SEND_PARTS = 512
 #: Bytes a master asks of one receive from a slave.
 _SLAVE_FRAMES_RECEIVE_SIZE = 4096
-#: A slave acks at the latest after reading this many bytes without a pause
-#: (synchronous puts wait for acks while a slave catches up).
-_ACK_AFTER = 1024 * 1024
+#: A slave acks at the latest after reading this many bytes without a pause,
+#: as RocketMQ's slave acks once per read of up to 4 MiB. Acks are not free:
+#: one per 1 MiB instead made replication about 20% slower.
+_ACK_AFTER = 4 * 1024 * 1024
 #: Errors that end one connection; the service keeps running.
 _CONNECTION_ERRORS = (
     HAProtocolError,
