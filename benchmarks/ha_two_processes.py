@@ -82,15 +82,15 @@ async def raw_two_processes(log, size: int) -> float:
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = listeners[0].socket.getsockname()[1]
     child = await trio.to_thread.run_sync(started, ["raw", str(port), str(size)])
-    chunk = memoryview(bytearray(ha.CHUNK))
+    scratch = memoryview(bytearray(ha.CHUNK))
     start = time.perf_counter()
     go(child)
     stream = await listeners[0].accept()
     offset = 0
     while offset < size:
-        n = log.read_into(offset, chunk)
-        await stream.send_all(chunk[:n])
-        offset += n
+        with log.read_view(offset, scratch) as chunk:
+            await stream.send_all(chunk)
+            offset += len(chunk)
     await stream.receive_some(1)
     elapsed = time.perf_counter() - start
     await stream.aclose()

@@ -115,6 +115,16 @@ def read_into_by_read(read: Callable[[int, int], bytes], offset: int,
     return len(data)
 
 
+class ScratchRead:
+    """``CommitLog.read_view`` for a log with no mapped bytes to lend: its
+    ``read_into`` copies them into the caller's scratch buffer. Mix it into
+    such a log class."""
+
+    def read_view(self, offset: int, scratch: bytearray | memoryview) -> memoryview:
+        with memoryview(scratch) as view:
+            return view[:self.read_into(offset, view)].toreadonly()  # type: ignore[attr-defined]
+
+
 class ScratchAppend:
     """``CommitLog.append_buffer`` and ``append_written`` for a log with no space
     of its own to lend (its bytes are not mapped): a scratch buffer, then
@@ -263,6 +273,19 @@ class CommitLog(Protocol):
         ``read`` without a fresh buffer per call: a replication master sends
         from one reused buffer, instead of allocating (and the kernel zeroing)
         new memory for every batch. ``OffsetOutOfRange`` as for ``read``.
+        """
+
+    def read_view(self, offset: int, scratch: bytearray | memoryview) -> memoryview:
+        """A read-only view of the bytes from ``offset``: at most ``len(scratch)``,
+        at least one if ``offset < max_offset``.
+
+        ``read_into`` without the copy where the log can lend its bytes: a
+        log whose segments are mapped returns a view of the mapping (up to
+        the end of that segment), others copy into ``scratch``
+        (``ScratchRead``) and return a view of it. A replication master
+        sends from it. Release the view (a ``with`` block, and every slice
+        of it) before the log is truncated or closed: a mapping with views
+        left cannot be unmapped. ``OffsetOutOfRange`` as for ``read``.
         """
 
     def read_record(self, offset: int) -> MessageRecord:

@@ -21,7 +21,7 @@ import math
 import socket
 import traceback
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -40,10 +40,16 @@ from framework.ha.slave import (
     WriteAt,
 )
 from framework.ha.slave import Send as SlaveSend
-from framework.ha.streams import RECEIVE_SIZE, read_nowait, send_parts
+from framework.ha.streams import (
+    RECEIVE_SIZE,
+    laid_out_as_sent,
+    read_nowait,
+    scatter_layout,
+    send_parts,
+)
 from framework.ha.sync_replication import PutResult, ReplicationStatus, SyncReplication
 from framework.ha.sync_state import SyncStateTracker
-from framework.protocol.ha import HAConnectionState, HAFrameError
+from framework.protocol.ha import TRANSFER_HEADER_SIZE, HAConnectionState, HAFrameError
 from framework.store import OffsetMismatch, StoreCorruption
 
 __all__ = [
@@ -63,8 +69,15 @@ logger = logging.getLogger("triomq.ha")
 
 #: How many bytes of batches the master gathers into one send, in at most
 #: ``_SEND_PARTS`` pieces (a header and a body each; Linux's IOV_MAX is 1024).
-_SEND_SIZE = 1024 * 1024
+#: Sends of 1 MiB made replication about 10% slower: the socket's buffers
+#: then cycle through more memory than a core's cache holds.
+_SEND_SIZE = 256 * 1024
 _SEND_PARTS = 512
+#: Header slots of a slave's scattered read: up to twice as many buffers
+#: (Linux's IOV_MAX is 1024).
+_SCATTER_FRAMES = 256
+#: No bytes received in the log's space.
+_NOWHERE = (0, 0)
 #: Bytes a master asks of one receive from a slave.
 _SLAVE_FRAMES_RECEIVE_SIZE = 4096
 #: A slave acks at the latest after reading this many bytes without a pause,
@@ -102,7 +115,7 @@ class ReplicaLog(Protocol):
     @property
     def max_offset(self) -> int: ...
 
-    def read_into(self, offset: int, buffer: bytearray | memoryview) -> int: ...
+    def read_view(self, offset: int, scratch: bytearray | memoryview) -> memoryview: ...
 
     def append_buffer(self, offset: int, size: int) -> memoryview: ...
 
@@ -342,7 +355,8 @@ class HAMaster:
         outbox: deque[bytes] = deque()
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write_loop, stream, conn, outbox, bytearray(_SEND_SIZE))
+                nursery.start_soon(self._write_loop, stream, conn, outbox,
+                                   memoryview(bytearray(_SEND_SIZE)))
                 await self._read_loop(stream, conn, outbox)
                 nursery.cancel_scope.cancel()
         except* _CONNECTION_ERRORS as group:
@@ -380,14 +394,14 @@ class HAMaster:
         stream: trio.abc.Stream,
         conn: MasterConnection,
         outbox: deque[bytes],
-        buffer: bytearray,
+        scratch: memoryview,
     ) -> None:
-        # The log is read into ``buffer``, reused for every send: fresh memory
-        # per read would cost page faults and zeroing on every batch. A slave
-        # behind gets the batches of up to one buffer per send, read from the
-        # log at once: fewer reads, syscalls and wake-ups on both sides.
-        reused = memoryview(buffer)
-        most = min(len(buffer), _SEND_PARTS // 2 * self.config.ha_transfer_batch_size)
+        # A slave behind gets the batches of up to one scratch buffer per send,
+        # viewed in the log at once: fewer reads, syscalls and wake-ups on both
+        # sides. A mapped log lends its bytes (the kernel's copy into the socket
+        # is the only one); others copy into ``scratch``, reused for every send
+        # (fresh memory per read would cost page faults and zeroing).
+        most = min(len(scratch), _SEND_PARTS // 2 * self.config.ha_transfer_batch_size)
         while True:
             while outbox:
                 await stream.send_all(outbox.popleft())
@@ -395,13 +409,18 @@ class HAMaster:
             now = _now_ms()
             plan = conn.poll_transfer(self._view(), now, most)
             if plan is not None:
-                with reused[: self.log.read_into(plan.offset, reused[: plan.max_size])] as body:
+                with self.log.read_view(plan.offset, scratch[: plan.max_size]) as body:
                     parts: list[bytes | memoryview] = []
                     at = 0
                     for header, size in conn.build_transfer_headers(plan, len(body), now):
                         parts += (header, body[at : at + size])
                         at += size
-                    await send_parts(stream, parts)
+                    try:
+                        await send_parts(stream, parts)
+                    finally:
+                        # No view of the log outlives the send (a cancelled send's
+                        # traceback would keep it from being truncated or closed).
+                        _release_views(parts)
                 continue
             if conn.next_transfer_from < 0:
                 await changed.wait()
@@ -525,18 +544,19 @@ class HASlave:
     async def _replicate_from_socket(
         self, stream: trio.SocketStream, conn: SlaveConnection, lock: trio.Lock
     ) -> None:
-        """Receive with non-blocking reads, into the log's space where a batch's body
-        continues (``_receive_nowait``), else into one reused buffer; ack once
-        the socket is drained between two frames (or every ``_ACK_AFTER`` bytes)."""
+        """Receive with non-blocking reads, the bodies into the log's space at their
+        places once a batch was seen (``_receive_nowait``); ack once the socket is
+        drained between two frames (or every ``_ACK_AFTER`` bytes)."""
         sock = stream.socket
-        buffer = memoryview(bytearray(RECEIVE_SIZE))
+        headers = memoryview(bytearray(TRANSFER_HEADER_SIZE * _SCATTER_FRAMES))
+        buffer = memoryview(bytearray(RECEIVE_SIZE + len(headers)))
         ack = b""
         unacked = 0
         while True:
             # Acquiring the lock is a checkpoint: the master, when it runs in this
             # thread too, sends more before the next read.
             async with lock:
-                n, actions, in_place = self._receive_nowait(sock, conn, buffer)
+                n, actions, in_place = self._receive_nowait(sock, conn, buffer, headers)
                 if n == 0:
                     return
                 if n is not None:
@@ -550,44 +570,67 @@ class HASlave:
                 await trio.lowlevel.wait_readable(sock)
 
     def _receive_nowait(
-        self, sock: trio.socket.SocketType, conn: SlaveConnection, buffer: memoryview
-    ) -> tuple[int | None, list[SlaveAction], int]:
+        self, sock: trio.socket.SocketType, conn: SlaveConnection, buffer: memoryview,
+        headers: memoryview,
+    ) -> tuple[int | None, list[SlaveAction], tuple[int, int]]:
         """One non-blocking read and its actions: (bytes read or None if none are
-        waiting, actions, the offset the bytes were read to in the log or -1).
+        waiting, actions, the log's range received in place).
 
-        In the middle of a batch's body the bytes go straight to the log's
-        space where that body continues: they start with the rest of it, in
-        place; the batches after it land a header further each and are moved
-        down onto their offsets by ``_append`` (in memory just written). Bytes
-        a header ahead of their place never pass a record check after a crash:
-        each record's physicalOffset field names its place.
+        Once a batch was seen, the read is scattered (``scatter_layout``): the
+        rest of the current body and the bodies after it land in the log's
+        space at their places, their headers in slots of ``headers``, as if
+        every next batch had the size of the largest so far (a master's are
+        all of its haTransferBatchSize but at the end of what it has). A read
+        whose headers say otherwise (``laid_out_as_sent``), and any read
+        before the first batch or inside a header, is handled from ``buffer``
+        (copied there in order), and ``_append`` copies its bodies. Bytes in
+        the log's space are not in the log until ``_append`` takes them.
         """
-        if conn.body_remaining:
+        body_size = conn.likely_body_size
+        if body_size and (conn.body_remaining or not conn.mid_frame):
             offset = conn.body_offset
-            with self.log.append_buffer(offset, len(buffer)) as space:
-                n = read_nowait(sock, space)
+            with self.log.append_buffer(offset, len(buffer) - len(headers)) as space:
+                pieces = scatter_layout(space, conn.body_remaining, body_size, headers)
+            filled: list[memoryview] = []
+            try:
+                n = read_nowait(sock, pieces)
                 if not n:
-                    return n, [], -1
-                return n, self._receive_data(conn, space[:n]), offset
-        n = read_nowait(sock, buffer)
-        if not n:
-            return n, [], -1
-        return n, self._receive_data(conn, buffer[:n]), -1
+                    return n, [], _NOWHERE
+                body_first = bool(conn.body_remaining)
+                filled = laid_out_as_sent(pieces, n, body_first)
+                if filled:
+                    in_place = sum(map(len, filled[0 if body_first else 1::2]))
+                    return n, self._receive_data(conn, filled), (offset, offset + in_place)
+                at = 0
+                for piece in pieces:
+                    got = min(len(piece), n - at)
+                    buffer[at:at + got] = piece[:got]
+                    at += got
+            finally:
+                _release_views(pieces)
+                _release_views(filled)
+        else:
+            n = read_nowait(sock, (buffer,))
+            if not n:
+                return n, [], _NOWHERE
+        return n, self._receive_data(conn, (buffer[:n],)), _NOWHERE
 
-    def _receive_data(self, conn: SlaveConnection, data: memoryview) -> list[SlaveAction]:
+    def _receive_data(self, conn: SlaveConnection, pieces: Sequence[memoryview]
+                      ) -> list[SlaveAction]:
         view = SlaveLog(self.log.max_offset, self.log.min_offset, self.epochs)
-        actions = conn.receive_data(data, view, _now_ms())
+        actions = conn.receive_pieces(pieces, view, _now_ms())
         self.confirm_offset = conn.confirm_offset
         return actions
 
     async def _apply(self, conn: SlaveConnection, data: bytes | memoryview) -> bytes:
-        return await self._apply_actions(self._receive_data(conn, data), -1)
+        return await self._apply_actions(self._receive_data(conn, (data,)), _NOWHERE)
 
-    async def _apply_actions(self, actions: list[SlaveAction], in_place: int) -> bytes:
+    async def _apply_actions(self, actions: list[SlaveAction], in_place: tuple[int, int]
+                             ) -> bytes:
         """Perform ``actions`` in order, each durable before the next (see
         framework.ha.slave); return the last ack among them (it carries the
-        max offset, so it acks everything before it). A write at ``in_place``
-        was received straight into the log's space.
+        max offset, so it acks everything before it). The bytes of the log's
+        range ``in_place`` were received in its space at their places.
 
         No view of that space lives across an await (the log could not be
         closed or truncated meanwhile, e.g. on cancellation): writes after an
@@ -616,19 +659,20 @@ class HASlave:
             _release_writes(actions)
         return ack
 
-    def _append(self, writes: list[WriteAt], in_place: int) -> None:
+    def _append(self, writes: list[WriteAt], in_place: tuple[int, int]) -> None:
         """Append contiguous writes: copied into the log's space, one append per
-        segment touched, except a write already received there. A write may lie
-        in that space itself, further on (``_receive_nowait``): the copy moves it
-        down (memoryview assignment is a memmove), before the next is moved."""
+        segment touched, except the bytes received there at their places (the
+        range ``in_place``; a write copied out of it across an await is still
+        there too, so it is not copied back)."""
         if not writes:
             return
         offset = writes[0].offset
         parts = [w.data for w in writes]
         writes.clear()
-        # A write received in place was read into the space lent at its offset:
-        # it fits the space lent there again.
-        there = len(parts.pop(0)) if offset == in_place else 0
+        lo, hi = in_place
+        there = 0
+        while parts and lo <= offset + there and offset + there + len(parts[0]) <= hi:
+            there += len(parts.pop(0))
         while True:
             with self.log.append_buffer(offset, there + sum(map(len, parts))) as space:
                 filled, parts = _fill(space, there, parts)
@@ -677,6 +721,12 @@ def _detach_writes(actions: list[SlaveAction], start: int) -> None:
         if isinstance(action, WriteAt) and isinstance(action.data, memoryview):
             actions[i] = WriteAt(action.offset, action.data.tobytes())
             action.data.release()
+
+
+def _release_views(parts: list[bytes | memoryview]) -> None:
+    for part in parts:
+        if isinstance(part, memoryview):
+            part.release()
 
 
 def _release_writes(actions: list[SlaveAction]) -> None:

@@ -32,6 +32,7 @@ so far; the driver must not send it while actions are still being applied.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import attrs
@@ -42,6 +43,7 @@ from framework.protocol.ha import (
     DEFAULT_MAX_BODY_SIZE,
     Ack,
     HAConnectionState,
+    MasterEvent,
     MasterFrameDecoder,
     MasterHandshake,
     SlaveHandshake,
@@ -138,6 +140,7 @@ class SlaveConnection:
         #: Where the current batch's next bytes go, and its confirmOffset.
         self._write_at = -1
         self._frame_confirm_offset = -1
+        self._largest_body = 0
 
     def start(self) -> bytes:
         """Leave READY: the handshake to send to the master."""
@@ -158,8 +161,18 @@ class SlaveConnection:
         failing call are not returned, and the next connection's handshake
         starts again from the log as it is.
         """
+        return self.receive_pieces((data,), log, now_ms)
+
+    def receive_pieces(
+        self, pieces: Sequence[bytes | bytearray | memoryview], log: SlaveLog, now_ms: int
+    ) -> list[SlaveAction]:
+        """``receive_data`` for the bytes of one read that landed in several buffers
+        (a scattered read), in order: the same as their concatenation, without
+        joining them. ``WriteAt`` data are views of the pieces."""
         actions: list[SlaveAction] = []
-        events = self._decoder.feed(data)
+        events: list[MasterEvent] = []
+        for piece in pieces:
+            events += self._decoder.feed(piece)
         transferred = False
         for event in events:
             if isinstance(event, TransferBody):
@@ -190,8 +203,16 @@ class SlaveConnection:
 
     @property
     def body_offset(self) -> int:
-        """Where the current batch's next bytes go in the log."""
+        """Where the current batch's next bytes go in the log (after a batch, its
+        end: where the next one's go); -1 before the first batch."""
         return self._write_at
+
+    @property
+    def likely_body_size(self) -> int:
+        """The largest batch body so far on this connection (0 before the first):
+        a master sends full batches of its haTransferBatchSize but at the end of
+        what it has, so the next bodies most likely have this size."""
+        return self._largest_body
 
     def poll(self, now_ms: int) -> bytes | None:
         """A periodic ack when one is due, else None."""
@@ -254,6 +275,7 @@ class SlaveConnection:
             actions.append(record)
         self._write_at = frame.offset
         self._frame_confirm_offset = frame.confirm_offset
+        self._largest_body = max(self._largest_body, frame.body_size)
         self.master_epoch = max(self.master_epoch, frame.epoch)
         self._confirm()
 

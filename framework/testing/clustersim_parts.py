@@ -19,7 +19,7 @@ from framework.ha.master import MasterConnection
 from framework.ha.slave import SlaveConnection
 from framework.ha.sync_replication import ReplicationStatus, SyncReplication
 from framework.ha.sync_state import SyncStateTracker
-from framework.store import ScratchAppend, read_into_by_read
+from framework.store import ScratchAppend, ScratchRead, read_into_by_read
 from framework.testing.clustersim_net import Stream
 
 
@@ -59,7 +59,7 @@ class PutResponse:
     status: ReplicationStatus | None
 
 
-class MemLog(ScratchAppend):
+class MemLog(ScratchAppend, ScratchRead):
     """An in-memory commit log of message records (the ``ReplicaLog`` and ``TermLog`` calls)."""
 
     segment_size = 1 << 20

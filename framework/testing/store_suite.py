@@ -184,6 +184,28 @@ class CommitLogSuite(_StoreSuite):
             with pytest.raises(OffsetOutOfRange):
                 log.read_into(log.max_offset + 1, buffer)
 
+    def test_read_view_equals_read(self, tmp_path: Path) -> None:
+        with self.opened(tmp_path) as log:
+            self.fill(log, 100)
+            whole = log.read(0, log.max_offset)
+            scratch = bytearray(3000)
+            for offset in (0, SEGMENT_SIZE - 10, log.max_offset - 5, log.max_offset):
+                with log.read_view(offset, scratch) as view:
+                    assert view.readonly
+                    # Up to the scratch's size, the log's end or (lent) a segment's end.
+                    end = min(offset + len(scratch), log.max_offset)
+                    assert (len(view) == end - offset
+                            or (len(view) > 0 and (offset + len(view)) % SEGMENT_SIZE == 0))
+                    assert view == whole[offset:offset + len(view)]
+            with pytest.raises(OffsetOutOfRange):
+                log.read_view(log.max_offset + 1, scratch)
+        # Every view released: the log truncated and closed as usual.
+        with self.opened(tmp_path) as log:
+            with log.read_view(0, scratch) as view:
+                assert len(view) > 0
+            log.truncate(0)
+            assert log.max_offset == 0
+
     def test_read_out_of_range(self, tmp_path: Path) -> None:
         with self.opened(tmp_path) as log:
             self.fill(log, 5)

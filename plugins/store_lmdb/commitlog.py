@@ -35,6 +35,7 @@ from framework.store import (
     OffsetOutOfRange,
     QueueEntry,
     ScratchAppend,
+    ScratchRead,
     StoreCorruption,
     StoreError,
     read_into_by_read,
@@ -55,7 +56,7 @@ def _qkey(topic: str, queue_id: int) -> bytes:
     return topic.encode() + b"\x00" + _QID.pack(queue_id)
 
 
-class LmdbCommitLog(ScratchAppend):
+class LmdbCommitLog(ScratchAppend, ScratchRead):
     """A ``framework.store.CommitLog`` in one LMDB environment.
 
     Options: ``segment_size`` (virtual segment size for blank padding;

@@ -415,6 +415,14 @@ class MmapCommitLog:
                 self._log.read_into(offset, target)
         return size
 
+    def read_view(self, offset: int, scratch: bytearray | memoryview) -> memoryview:
+        self._check_open()
+        self._check_range(offset)
+        size = min(len(scratch), self._write_pos - offset)
+        if size <= 0:
+            return memoryview(b"")
+        return self._log.view(offset, size)
+
     def read_record(self, offset: int) -> MessageRecord:
         self._check_open()
         self._check_range(offset)

@@ -322,6 +322,16 @@ class SegmentQueue:
                 buffer[done:done + n] = mapped[pos:pos + n]
             done += n
 
+    def view(self, offset: int, size: int) -> memoryview:
+        """A read-only view of ``[offset, offset + n)``, ``n <= size``, in the one
+        segment holding ``offset`` (it must exist)."""
+        seg = self.find(offset)
+        if seg is None:
+            raise ValueError(f"no segment holds offset {offset}")
+        pos = offset - seg.start
+        with memoryview(seg.mm) as mapped, mapped[pos:min(pos + size, seg.size)] as part:
+            return part.toreadonly()
+
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         """Write ``data`` at ``offset``, creating segments as needed."""
         if self.segments:  # the usual case: inside the last segment, blocks reserved

@@ -33,10 +33,10 @@ from framework.protocol.ha import (
     TransferHeader,
     encode,
 )
-from framework.store import ScratchAppend, read_into_by_read
+from framework.store import ScratchAppend, ScratchRead, read_into_by_read
 
 
-class MemoryLog(ScratchAppend):
+class MemoryLog(ScratchAppend, ScratchRead):
     """A commit log in memory: bytes from ``base``; reads stop at segment ends."""
 
     segment_size = 256
