@@ -2,8 +2,10 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-# Reinstall only when the packaging metadata changed (the install is editable).
+# Reinstall only when the packaging metadata or a C extension's source changed
+# (the install is editable; the extensions are built by it).
 STAMP := $(VENV)/.installed
+C_SOURCES := $(wildcard framework/protocol/*.c framework/protocol/*.h)
 
 .PHONY: test run lint clean soak
 
@@ -11,7 +13,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml $(C_SOURCES) | $(BIN)/python
 	$(BIN)/pip install -e '.[spark,dev]'
 	touch $(STAMP)
 

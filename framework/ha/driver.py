@@ -42,6 +42,7 @@ from framework.ha.slave import (
 from framework.ha.slave import Send as SlaveSend
 from framework.ha.streams import (
     RECEIVE_SIZE,
+    bytes_waiting,
     laid_out_as_sent,
     read_nowait,
     scatter_layout,
@@ -420,7 +421,7 @@ class HAMaster:
                     finally:
                         # No view of the log outlives the send (a cancelled send's
                         # traceback would keep it from being truncated or closed).
-                        _release_views(parts)
+                        parts.clear()
                 continue
             if conn.next_transfer_from < 0:
                 await changed.wait()
@@ -589,8 +590,10 @@ class HASlave:
         body_size = conn.likely_body_size
         if body_size and (conn.body_remaining or not conn.mid_frame):
             offset = conn.body_offset
+            waiting = bytes_waiting(sock)
             with self.log.append_buffer(offset, len(buffer) - len(headers)) as space:
-                pieces = scatter_layout(space, conn.body_remaining, body_size, headers)
+                pieces = scatter_layout(space, conn.body_remaining, body_size, headers,
+                                        max(waiting, 1))
             filled: list[memoryview] = []
             try:
                 n = read_nowait(sock, pieces)
@@ -607,8 +610,9 @@ class HASlave:
                     buffer[at:at + got] = piece[:got]
                     at += got
             finally:
-                _release_views(pieces)
-                _release_views(filled)
+                # Dropped, so released: none of these views outlives the read.
+                pieces.clear()
+                filled.clear()
         else:
             n = read_nowait(sock, (buffer,))
             if not n:
@@ -721,12 +725,6 @@ def _detach_writes(actions: list[SlaveAction], start: int) -> None:
         if isinstance(action, WriteAt) and isinstance(action.data, memoryview):
             actions[i] = WriteAt(action.offset, action.data.tobytes())
             action.data.release()
-
-
-def _release_views(parts: list[bytes | memoryview]) -> None:
-    for part in parts:
-        if isinstance(part, memoryview):
-            part.release()
 
 
 def _release_writes(actions: list[SlaveAction]) -> None:

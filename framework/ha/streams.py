@@ -9,8 +9,10 @@ them into slots of their own (``scatter_layout``, ``laid_out_as_sent``).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import struct
+import termios
 from collections.abc import Sequence
 
 import trio
@@ -19,6 +21,7 @@ from framework.protocol.ha import TRANSFER_HEADER_SIZE, HAConnectionState
 
 __all__ = [
     "RECEIVE_SIZE",
+    "bytes_waiting",
     "laid_out_as_sent",
     "read_nowait",
     "scatter_layout",
@@ -29,6 +32,7 @@ __all__ = [
 RECEIVE_SIZE = 1024 * 1024
 #: A transfer header's state and bodySize.
 _STATE_AND_BODY_SIZE = struct.Struct(">ii")
+_INT = struct.Struct("i")
 
 
 def read_nowait(sock: trio.socket.SocketType, buffers: Sequence[memoryview]) -> int | None:
@@ -40,19 +44,28 @@ def read_nowait(sock: trio.socket.SocketType, buffers: Sequence[memoryview]) -> 
         return None
 
 
+def bytes_waiting(sock: trio.socket.SocketType) -> int:
+    """How many bytes ``sock``'s receive queue holds (0 also at the end of the stream)."""
+    return _INT.unpack(fcntl.ioctl(sock.fileno(), termios.FIONREAD, bytes(_INT.size)))[0]
+
+
 def scatter_layout(space: memoryview, body_remaining: int, body_size: int,
-                   headers: memoryview) -> list[memoryview]:
-    """Buffers for a read in which transfer bodies land in ``space`` at their places.
+                   headers: memoryview, size: int) -> list[memoryview]:
+    """Buffers for a read of about ``size`` bytes in which transfer bodies land in
+    ``space`` at their places.
 
     ``space`` holds the log from where the next body bytes go: first the
     ``body_remaining`` bytes of the current body, then, as far as ``space``
     and the header slots in ``headers`` go, a header slot and a body of
-    ``body_size`` bytes in turn (the last body cut at the end of ``space``).
+    ``body_size`` bytes in turn (the last body cut at the end of ``space``),
+    until the buffers hold ``size`` bytes or more (the bytes waiting: a
+    small frame must not cost a layout of the whole space).
     """
     at = min(body_remaining, len(space))
     pieces = [space[:at]] if at else []
     slot = 0
-    while at < len(space) and slot + TRANSFER_HEADER_SIZE <= len(headers):
+    while (at + slot < size and at < len(space)
+           and slot + TRANSFER_HEADER_SIZE <= len(headers)):
         pieces.append(headers[slot:slot + TRANSFER_HEADER_SIZE])
         slot += TRANSFER_HEADER_SIZE
         end = min(at + body_size, len(space))
@@ -111,13 +124,11 @@ async def send_parts(stream: trio.abc.Stream, parts: list[bytes | memoryview]) -
                 await trio.lowlevel.wait_writable(sock)
                 continue
             while views and sent >= len(views[0]):
-                done = views.pop(0)
-                sent -= len(done)
-                done.release()
+                sent -= len(views.pop(0))
             if sent:
                 views[0] = views[0][sent:]
         await trio.lowlevel.checkpoint()
     finally:
-        # The parts may view a log's mapping: none of these views outlives the send.
-        for view in views:
-            view.release()
+        # The parts may view a log's mapping: none of these views outlives the
+        # send (dropped, so released).
+        views.clear()

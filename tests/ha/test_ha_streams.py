@@ -54,14 +54,15 @@ def read_into(pieces: list[memoryview], data: bytes) -> int:
     expected=st.integers(1, 300),
     space_size=st.integers(1, 2000),
     cut=st.integers(0, 5000),
+    waiting=st.integers(1, 5000),
 )
 def test_a_read_claimed_laid_out_holds_every_body_byte_at_its_place(
-    rest, frames, expected, space_size, cut
+    rest, frames, expected, space_size, cut, waiting
 ):
     wire, log = stream_of(rest, frames)
     space = memoryview(bytearray(b"\xee" * space_size))
     headers = memoryview(bytearray(TRANSFER_HEADER_SIZE * HEADERS))
-    pieces = scatter_layout(space, rest, expected, headers)
+    pieces = scatter_layout(space, rest, expected, headers, waiting)
     count = read_into(pieces, wire[:cut])
 
     filled = laid_out_as_sent(pieces, count, rest > 0)
@@ -81,13 +82,16 @@ def test_full_batches_are_laid_out_and_another_size_is_not():
     space = memoryview(bytearray(1000))
     headers = memoryview(bytearray(TRANSFER_HEADER_SIZE * HEADERS))
 
-    pieces = scatter_layout(space, 40, 100, headers)
+    pieces = scatter_layout(space, 40, 100, headers, 1000)
     assert [len(p) for p in pieces][:5] == [40, 36, 100, 36, 100]
+    # Laid out as far as the bytes waiting, no further.
+    assert [len(p) for p in scatter_layout(space, 40, 100, headers, 77)] == [40, 36, 100]
+    assert [len(p) for p in scatter_layout(space, 0, 100, headers, 1)] == [36, 100]
     filled = laid_out_as_sent(pieces, read_into(pieces, wire), True)
     assert filled and space[:340] == log
 
-    pieces = scatter_layout(space, 40, 120, headers)  # the slave expected bigger batches
+    pieces = scatter_layout(space, 40, 120, headers, 1000)  # expected bigger batches
     assert laid_out_as_sent(pieces, read_into(pieces, wire), True) == []
     # Cut inside the first body of another size: its bytes are still at their places.
-    pieces = scatter_layout(space, 40, 120, headers)
+    pieces = scatter_layout(space, 40, 120, headers, 1000)
     assert laid_out_as_sent(pieces, read_into(pieces, wire[:40 + 36 + 90]), True)
