@@ -21,7 +21,8 @@ from typing import Literal
 import attrs
 
 from framework.errors import ConfigError
-from framework.ha.driver import HAMasterConfig, HASlaveConfig
+from framework.ha.master_driver import HAMasterConfig
+from framework.ha.slave_driver import HASlaveConfig
 from framework.settings import non_negative, one_of, port, positive, setting
 from framework.store import FLUSH_POLICIES
 

@@ -60,8 +60,8 @@ from framework.controller.wire import (
     encode_epoch_cache,
 )
 from framework.errors import ConfigError
-from framework.ha.driver import MasterFenced
 from framework.ha.errors import EpochError
+from framework.ha.master_driver import MasterFenced
 from framework.protocol.remoting import RemotingCommand
 from framework.rpc import Backoff, RpcConnection, RpcError, open_rpc_client
 

@@ -23,18 +23,15 @@ from typing import Protocol
 import attrs
 import trio
 
-from framework.ha.driver import (
+from framework.ha.driver import Offload, ReplicaLog
+from framework.ha.master_driver import (
     ApproveLocally,
-    EpochStore,
     HAMaster,
     HAMasterConfig,
-    HASlave,
-    HASlaveConfig,
-    Offload,
-    ReplicaLog,
     SyncStateSetReporter,
 )
 from framework.ha.roles import TermLog, become_master, become_slave
+from framework.ha.slave_driver import EpochStore, HASlave, HASlaveConfig
 from framework.ha.sync_replication import ReplicationStatus
 from framework.protocol.ha import ADDRESS_FIELD_SIZE
 from framework.transport import Listener

@@ -13,9 +13,10 @@ from typing import Protocol
 
 import trio
 
-from framework.ha.driver import EpochStore, Offload
+from framework.ha.driver import Offload
 from framework.ha.epoch import EpochCache
 from framework.ha.errors import EpochError
+from framework.ha.slave_driver import EpochStore
 
 __all__ = ["TermLog", "become_master", "become_slave"]
 

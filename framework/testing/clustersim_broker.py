@@ -4,7 +4,7 @@ It mirrors ``framework/broker/controller_mode.py`` (identity, registration,
 heartbeats, polling, role changes from the newest replica info, SyncStateSet
 proposals fenced by both epochs), ``framework/broker/replicas_manager.py``
 (terms, ``become_master`` / ``become_slave`` from ``framework.ha.roles``,
-pending puts failing when a term ends) and ``framework/ha/driver.py``
+pending puts failing when a term ends) and ``framework/ha/master_driver.py``
 (``MasterConnection`` / ``SlaveConnection`` per HA stream,
 ``SyncStateTracker`` and ``SyncReplication`` on the master), with the
 simulation's generator tasks and streams instead of trio.
@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 from framework.controller import ResponseCode
 from framework.controller.wire import ReplicaInfo
 from framework.ha import roles
-from framework.ha.driver import MasterFenced
 from framework.ha.errors import EpochError, HAProtocolError
 from framework.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
+from framework.ha.master_driver import MasterFenced
 from framework.ha.slave import RecordEpoch, SlaveConnection, SlaveLog, Truncate, WriteAt
 from framework.ha.slave import Send as SlaveSend
 from framework.ha.sync_replication import ReplicationStatus, SyncReplication

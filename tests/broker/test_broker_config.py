@@ -9,7 +9,8 @@ import pytest
 from framework.broker.config import BrokerConfig
 from framework.config import NodeConfig, describe, from_mapping
 from framework.errors import ConfigError
-from framework.ha.driver import HAMasterConfig, HASlaveConfig
+from framework.ha.master_driver import HAMasterConfig
+from framework.ha.slave_driver import HASlaveConfig
 
 
 def node(text: str) -> NodeConfig:

@@ -1,7 +1,7 @@
 """Bugs the simulation found in the framework, kept as regression scenarios.
 
 - an expand whose answer is lost stays counted until it is read back
-  (``framework/ha/driver.py``, ``framework/broker/controller_mode.py``);
+  (``framework/ha/master_driver.py``, ``framework/broker/controller_mode.py``);
 - the master adopts the SyncStateSet each poll of its own epoch shows;
 - a restarted master confirms nothing its SyncStateSet members lack
   (``framework/broker/replicas_manager.py``);

@@ -13,7 +13,7 @@ from controller_service_helpers import (
 
 from framework.broker.replicas_manager import BrokerRole
 from framework.controller.client import ControllerClient
-from framework.ha.driver import MasterFenced
+from framework.ha.master_driver import MasterFenced
 from plugins.transport_inproc import get_network
 
 

@@ -12,16 +12,10 @@ import trio
 import trio.testing
 
 from framework.ha.checkpoint import EpochCheckpointFile
-from framework.ha.driver import (
-    ApproveLocally,
-    HAMaster,
-    HAMasterConfig,
-    HASlave,
-    HASlaveConfig,
-    MasterFenced,
-)
 from framework.ha.epoch import EpochCache, EpochStart
 from framework.ha.errors import HAProtocolError
+from framework.ha.master_driver import ApproveLocally, HAMaster, HAMasterConfig, MasterFenced
+from framework.ha.slave_driver import HASlave, HASlaveConfig
 from framework.ha.sync_replication import ReplicationStatus
 from framework.protocol.ha import (
     Ack,

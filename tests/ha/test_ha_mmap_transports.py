@@ -12,8 +12,9 @@ import pytest
 import trio
 
 from framework.ha.checkpoint import CHECKPOINT_FILE, EpochCheckpointFile
-from framework.ha.driver import ApproveLocally, HAMaster, HAMasterConfig, HASlave, HASlaveConfig
+from framework.ha.master_driver import ApproveLocally, HAMaster, HAMasterConfig
 from framework.ha.roles import become_master, become_slave
+from framework.ha.slave_driver import HASlave, HASlaveConfig
 from framework.protocol.message import MessageRecord
 from plugins.store_mmap.commitlog import MmapCommitLog
 from plugins.transport_inproc import InprocNetwork, InprocTransport

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from framework.ha.epoch import EpochCache, EpochStart
 from framework.ha.errors import HAProtocolError, NoConsistentPoint
@@ -183,3 +186,42 @@ def test_bad_address_and_double_start():
     conn = started()
     with pytest.raises(ValueError, match="start"):
         conn.start()
+
+
+@given(
+    bodies=st.lists(st.binary(max_size=60), max_size=8),
+    new_epoch_at=st.integers(0, 8),
+    cuts=st.lists(st.integers(0, 600), max_size=12),
+)
+def test_pieces_are_handled_as_their_concatenation(bodies, new_epoch_at, cuts):
+    """``receive_pieces`` of a read landed in any number of buffers does what
+    ``receive_data`` does with the same bytes in one."""
+    wire, offset, epoch, epoch_start = [], 100, 1, 0
+    for i, body in enumerate(bodies):
+        if i == new_epoch_at:
+            epoch, epoch_start = 2, offset
+        wire.append(transfer(offset, epoch, epoch_start, 0, body))
+        offset += len(body)
+    data = b"".join(wire)
+    bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+    pieces = [memoryview(data)[a:b] for a, b in itertools.pairwise(bounds)]
+
+    whole, _ = in_transfer()
+    split, local = in_transfer()
+    expected = whole.receive_data(data, local, 0)
+    actual = split.receive_pieces(pieces, local, 0)
+
+    def joined(actions):  # writes merged where contiguous: pieces may cut a body in two
+        out = []
+        for action in actions:
+            if (isinstance(action, WriteAt) and out and isinstance(out[-1], WriteAt)
+                    and out[-1].offset + len(out[-1].data) == action.offset):
+                out[-1] = WriteAt(out[-1].offset, bytes(out[-1].data) + bytes(action.data))
+            else:
+                out.append(WriteAt(action.offset, bytes(action.data))
+                           if isinstance(action, WriteAt) else action)
+        return out
+
+    assert joined(actual) == joined(expected)
+    assert (split.max_offset, split.confirm_offset, split.epochs, split.likely_body_size) == (
+        whole.max_offset, whole.confirm_offset, whole.epochs, whole.likely_body_size)

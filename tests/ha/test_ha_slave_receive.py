@@ -1,12 +1,13 @@
 """A slave's receive path against a hand-written master, into real mmap logs.
 
-Over TCP the slave reads the rest of a batch's body straight into its log's
-mapped space, with whatever follows it in the same read (headers, the next
-batches, a header cut in two), and moves those down onto their offsets. The
-master below sends batches of random sizes across segment ends and an epoch
-change, in random pieces; the slave's log must end byte for byte the
-master's, with the same epochs and consume queues. A master whose bytes are
-not records is dropped, and nothing of them stays.
+Over TCP the slave scatters a read: bodies straight into its log's mapped
+space at their places, headers into slots between them, as long as the
+batches have the size it expects; any other read (batches of other sizes,
+heartbeats, a header cut in two) is handled from a buffer. The master below
+sends batches of random sizes, or full batches as a master does, across
+segment ends and an epoch change, in random pieces; the slave's log must
+end byte for byte the master's, with the same epochs and consume queues. A
+master whose bytes are not records is dropped, and nothing of them stays.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import pytest
 import trio
 import trio.testing
 
-import framework.ha.driver as driver
+import framework.ha.slave_driver as slave_driver
 from framework.ha.checkpoint import EpochCheckpointFile
-from framework.ha.driver import HASlave, HASlaveConfig
 from framework.ha.epoch import EpochCache, EpochStart
+from framework.ha.slave import RecordEpoch, WriteAt
+from framework.ha.slave_driver import HASlave, HASlaveConfig
 from framework.ha.streams import laid_out_as_sent
 from framework.protocol.ha import MasterHandshake, SlaveFrameDecoder, Transfer, encode
 from framework.protocol.message import MessageRecord
@@ -188,7 +190,7 @@ async def test_a_masters_full_batches_are_read_into_place(tmp_path, monkeypatch)
     data = wire(master, epoch_starts, rng, batch=8192, heartbeats=0.01)
     handshake = encode(MasterHandshake(master.max_offset, 1, tuple(epoch_starts)))
     claimed = []
-    monkeypatch.setattr(driver, "laid_out_as_sent", lambda *args: claimed.append(
+    monkeypatch.setattr(slave_driver, "laid_out_as_sent", lambda *args: claimed.append(
         bool(laid := laid_out_as_sent(*args))) or laid)
 
     async def script(stream: trio.abc.Stream, session: int) -> None:
@@ -256,4 +258,48 @@ async def test_a_slave_cancelled_mid_transfer_leaves_a_closable_log(tmp_path, ki
                         lambda s, target=target: s.log.max_offset >= target, close=True)
         with MmapCommitLog(str(tmp_path / "slave"), segment_size=SEGMENT) as log:
             assert log.read(0, log.max_offset) == master.read(0, log.max_offset)
+    master.close()
+
+
+class PunchingLog(MmapCommitLog):
+    """Zeroes its lent space past its end after every append, as the page warmer
+    may (it punches the folios warmed ahead of a writer that turned to a
+    trickle out of the file at the writer's next write)."""
+
+    def append_written(self, offset: int, size: int) -> int:
+        end = super().append_written(offset, size)
+        with self.append_buffer(end, SEGMENT) as space:
+            space[:] = bytes(len(space))
+        return end
+
+
+async def test_bytes_of_a_new_epoch_received_in_place_survive_the_append_before_it(tmp_path):
+    """A read whose bytes land in place across an epoch change: the bytes before it
+    are appended, the epoch saved, then the rest; changes to the log's space
+    past its end in between must not reach the rest."""
+    rng = random.Random(7)
+    master = filled_master(tmp_path / "master", rng)
+    records = list(master.iter_records())
+    cut = records[3].physical_offset
+    end = records[6].physical_offset
+    log = PunchingLog(str(tmp_path / "slave"), segment_size=SEGMENT)
+    slave = HASlave(log=log, epoch_store=EpochCheckpointFile(tmp_path / "slave"), address="s",
+                    connect=trio.open_tcp_stream, offload=inline)
+    slave.epochs = EpochCache([EpochStart(1, 0)])
+    space = log.append_buffer(0, end)
+    space[:end] = master.read(0, end)  # received in place, as a scattered read lands them
+    actions = [
+        WriteAt(0, space[:cut].toreadonly()),
+        RecordEpoch(2, cut, EpochCache([EpochStart(1, 0), EpochStart(2, cut)])),
+        WriteAt(cut, space[cut:end].toreadonly()),
+    ]
+    space.release()
+
+    await slave._apply_actions(actions, (0, end))
+
+    assert log.max_offset == end
+    assert log.read(0, end) == master.read(0, end)
+    assert EpochCheckpointFile(tmp_path / "slave").load() == EpochCache(
+        [EpochStart(1, 0), EpochStart(2, cut)])
+    log.close()
     master.close()
