@@ -43,7 +43,6 @@ from framework.protocol.ha import (
     DEFAULT_MAX_BODY_SIZE,
     Ack,
     HAConnectionState,
-    MasterEvent,
     MasterFrameDecoder,
     MasterHandshake,
     SlaveHandshake,
@@ -161,18 +160,8 @@ class SlaveConnection:
         failing call are not returned, and the next connection's handshake
         starts again from the log as it is.
         """
-        return self.receive_pieces((data,), log, now_ms)
-
-    def receive_pieces(
-        self, pieces: Sequence[bytes | bytearray | memoryview], log: SlaveLog, now_ms: int
-    ) -> list[SlaveAction]:
-        """``receive_data`` for the bytes of one read that landed in several buffers
-        (a scattered read), in order: the same as their concatenation, without
-        joining them. ``WriteAt`` data are views of the pieces."""
         actions: list[SlaveAction] = []
-        events: list[MasterEvent] = []
-        for piece in pieces:
-            events += self._decoder.feed(piece)
+        events = self._decoder.feed(data)
         transferred = False
         for event in events:
             if isinstance(event, TransferBody):
@@ -184,12 +173,64 @@ class SlaveConnection:
                 continue
             transferred = True
         if events:
-            self._last_ack_ms = now_ms
-            if transferred:
-                # One ack after the last bytes: it carries the max offset, so it
-                # acks every batch before it too (RocketMQ acks once per read).
-                actions.append(Send(encode(Ack(self.max_offset))))
+            self._acked_after(transferred, actions, now_ms)
         return actions
+
+    def receive_laid_out(
+        self, bodies: memoryview, headers: Sequence[bytes | bytearray | memoryview],
+        log: SlaveLog, now_ms: int,
+    ) -> list[SlaveAction]:
+        """``receive_data`` for a read whose bodies and headers landed apart (a
+        scattered read): ``bodies`` holds every body byte of it in order (the
+        rest of the current body first), ``headers`` the bytes between them, a
+        frame header each, in order (the last may be cut short, with nothing
+        after it). The same as the bytes in the order they came, but with one
+        ``WriteAt`` per run of contiguous bodies of one epoch: a view of
+        ``bodies``, which must hold no byte past the bodies the headers say.
+        """
+        actions: list[SlaveAction] = []
+        decoder = self._decoder
+        at = self._take_body(bodies, 0)
+        run, run_offset = 0, self._write_at - at
+        transferred = at > 0
+        for header in headers:
+            for event in decoder.feed(header):
+                if not isinstance(event, TransferHeader):
+                    actions += self._on_handshake(event, log)  # refused in TRANSFER
+                    continue
+                last = self.epochs.last
+                if event.offset != run_offset + at - run or last is None or (
+                        event.epoch != last.epoch):
+                    # A new run: after the bytes before it (and before a new
+                    # epoch's RecordEpoch, which must come before its bytes).
+                    if at > run:
+                        actions.append(WriteAt(run_offset, bodies[run:at]))
+                    run, run_offset = at, event.offset
+                self._on_transfer(event, actions)
+                transferred = True
+            at = self._take_body(bodies, at)
+        if at != len(bodies):
+            raise ValueError(f"{len(bodies) - at} bytes of bodies past the headers' bodies")
+        if at > run:
+            actions.append(WriteAt(run_offset, bodies[run:at]))
+        if transferred:
+            self._acked_after(True, actions, now_ms)
+        return actions
+
+    def _take_body(self, bodies: memoryview, at: int) -> int:
+        """Take what ``bodies`` holds of the current body from ``at`` on; the end."""
+        size = min(self._decoder.body_remaining, len(bodies) - at)
+        if size:
+            self._decoder.take_body(size)
+            self._advance(size)
+        return at + size
+
+    def _acked_after(self, transferred: bool, actions: list[SlaveAction], now_ms: int) -> None:
+        self._last_ack_ms = now_ms
+        if transferred:
+            # One ack after the last bytes: it carries the max offset, so it
+            # acks every batch before it too (RocketMQ acks once per read).
+            actions.append(Send(encode(Ack(self.max_offset))))
 
     @property
     def body_remaining(self) -> int:
@@ -281,7 +322,11 @@ class SlaveConnection:
 
     def _on_body(self, data: memoryview, actions: list[SlaveAction]) -> None:
         actions.append(WriteAt(self._write_at, data))
-        self._write_at += len(data)
+        self._advance(len(data))
+
+    def _advance(self, size: int) -> None:
+        """``size`` more bytes of the current body are written."""
+        self._write_at += size
         self.max_offset = self._write_at
         self._log_empty = False
         if self.confirm_offset < self._frame_confirm_offset:

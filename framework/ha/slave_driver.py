@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import attrs
@@ -223,9 +223,9 @@ class HASlave:
         if body_size and (conn.body_remaining or not conn.mid_frame):
             offset = conn.body_offset
             waiting = bytes_waiting(sock)
-            with self.log.append_buffer(offset, len(buffer) - len(headers)) as space:
-                pieces = scatter_layout(space, conn.body_remaining, body_size, headers,
-                                        max(waiting, 1))
+            space = self.log.append_buffer(offset, len(buffer) - len(headers))
+            pieces = scatter_layout(space, conn.body_remaining, body_size, headers,
+                                    max(waiting, 1))
             filled: list[memoryview] = []
             try:
                 n = read_nowait(sock, pieces)
@@ -235,7 +235,11 @@ class HASlave:
                 filled = laid_out_as_sent(pieces, n, body_first)
                 if filled:
                     in_place = sum(map(len, filled[0 if body_first else 1::2]))
-                    return n, self._receive_data(conn, filled), (offset, offset + in_place)
+                    with space[:in_place] as bodies:
+                        actions = conn.receive_laid_out(
+                            bodies, filled[1 if body_first else 0::2], self._view(), now_ms())
+                    self.confirm_offset = conn.confirm_offset
+                    return n, actions, (offset, offset + in_place)
                 at = 0
                 for piece in pieces:
                     got = min(len(piece), n - at)
@@ -245,21 +249,23 @@ class HASlave:
                 # Dropped, so released: none of these views outlives the read.
                 pieces.clear()
                 filled.clear()
+                space.release()
         else:
             n = read_nowait(sock, (buffer,))
             if not n:
                 return n, [], _NOWHERE
-        return n, self._receive_data(conn, (buffer[:n],)), _NOWHERE
+        return n, self._receive_data(conn, buffer[:n]), _NOWHERE
 
-    def _receive_data(self, conn: SlaveConnection, pieces: Sequence[memoryview]
-                      ) -> list[SlaveAction]:
-        view = SlaveLog(self.log.max_offset, self.log.min_offset, self.epochs)
-        actions = conn.receive_pieces(pieces, view, now_ms())
+    def _view(self) -> SlaveLog:
+        return SlaveLog(self.log.max_offset, self.log.min_offset, self.epochs)
+
+    def _receive_data(self, conn: SlaveConnection, data: bytes | memoryview) -> list[SlaveAction]:
+        actions = conn.receive_data(data, self._view(), now_ms())
         self.confirm_offset = conn.confirm_offset
         return actions
 
     async def _apply(self, conn: SlaveConnection, data: bytes | memoryview) -> bytes:
-        return await self._apply_actions(self._receive_data(conn, (data,)), _NOWHERE)
+        return await self._apply_actions(self._receive_data(conn, data), _NOWHERE)
 
     async def _apply_actions(self, actions: list[SlaveAction], in_place: tuple[int, int]
                              ) -> bytes:

@@ -440,6 +440,13 @@ class MasterFrameDecoder:
             events.append(self._master_handshake(header, body))
         return events
 
+    def take_body(self, size: int) -> None:
+        """``feed`` of ``size`` bytes of the current body that the caller holds
+        itself (received where they belong), without events."""
+        if not 0 <= size <= self.body_remaining:
+            raise ValueError(f"{size} bytes of body taken, {self.body_remaining} remaining")
+        self.body_remaining -= size
+
     def _shape(self) -> None:
         """Check a frame's state and bodySize as soon as they are in."""
         state, body_size = struct.unpack_from(">ii", self._head)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import struct
 
 import pytest
@@ -191,27 +190,36 @@ def test_bad_address_and_double_start():
 @given(
     bodies=st.lists(st.binary(max_size=60), max_size=8),
     new_epoch_at=st.integers(0, 8),
-    cuts=st.lists(st.integers(0, 600), max_size=12),
+    start=st.integers(0, 700),
+    end=st.integers(0, 700),
 )
-def test_pieces_are_handled_as_their_concatenation(bodies, new_epoch_at, cuts):
-    """``receive_pieces`` of a read landed in any number of buffers does what
-    ``receive_data`` does with the same bytes in one."""
-    wire, offset, epoch, epoch_start = [], 100, 1, 0
+def test_a_read_laid_out_apart_is_handled_as_the_bytes_it_holds(bodies, new_epoch_at, start,
+                                                                 end):
+    """``receive_laid_out`` of a read whose bodies and headers landed apart does
+    what ``receive_data`` does with the same bytes in order (writes merged)."""
+    wire, kinds, offset, epoch, epoch_start = [], [], 100, 1, 0
     for i, body in enumerate(bodies):
         if i == new_epoch_at:
             epoch, epoch_start = 2, offset
-        wire.append(transfer(offset, epoch, epoch_start, 0, body))
+        frame = transfer(offset, epoch, epoch_start, 0, body)
+        wire.append(frame)
+        kinds += [i] * (len(frame) - len(body)) + [-1] * len(body)  # header i, or body
         offset += len(body)
     data = b"".join(wire)
-    bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
-    pieces = [memoryview(data)[a:b] for a, b in itertools.pairwise(bounds)]
+    start, end = sorted((min(start, len(data)), min(end, len(data))))
+    read = list(zip(data[start:end], kinds[start:end], strict=True))
+    body_bytes = bytes(b for b, kind in read if kind < 0)
+    headers = [bytes(b for b, kind in read if kind == i)
+               for i in sorted({kind for _, kind in read if kind >= 0})]
 
-    whole, _ = in_transfer()
-    split, local = in_transfer()
-    expected = whole.receive_data(data, local, 0)
-    actual = split.receive_pieces(pieces, local, 0)
+    whole, local = in_transfer()
+    apart, _ = in_transfer()
+    for conn in (whole, apart):
+        conn.receive_data(data[:start], local, 0)
+    expected = whole.receive_data(data[start:end], local, 0)
+    actual = apart.receive_laid_out(memoryview(body_bytes), headers, local, 0)
 
-    def joined(actions):  # writes merged where contiguous: pieces may cut a body in two
+    def joined(actions):
         out = []
         for action in actions:
             if (isinstance(action, WriteAt) and out and isinstance(out[-1], WriteAt)
@@ -223,5 +231,5 @@ def test_pieces_are_handled_as_their_concatenation(bodies, new_epoch_at, cuts):
         return out
 
     assert joined(actual) == joined(expected)
-    assert (split.max_offset, split.confirm_offset, split.epochs, split.likely_body_size) == (
-        whole.max_offset, whole.confirm_offset, whole.epochs, whole.likely_body_size)
+    assert (apart.max_offset, apart.confirm_offset, apart.epochs, apart.mid_frame) == (
+        whole.max_offset, whole.confirm_offset, whole.epochs, whole.mid_frame)
