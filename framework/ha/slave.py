@@ -193,8 +193,18 @@ class SlaveConnection:
         at = self._take_body(bodies, 0)
         run, run_offset = 0, self._write_at - at
         transferred = at > 0
-        for header in headers:
-            for event in decoder.feed(header):
+        i = 0
+        while i < len(headers):
+            header = headers[i]
+            i += 1
+            taken = decoder.transfer_header(header)
+            if taken is not None and self._continues(taken):
+                # The bulk of a replication: batches that go on with the run.
+                i, at, taken = self._take_batches(taken, headers, i, bodies, at)
+                transferred = True
+                if taken is None:
+                    continue
+            for event in decoder.feed(header) if taken is None else (taken,):
                 if not isinstance(event, TransferHeader):
                     actions += self._on_handshake(event, log)  # refused in TRANSFER
                     continue
@@ -319,6 +329,57 @@ class SlaveConnection:
         self._largest_body = max(self._largest_body, frame.body_size)
         self.master_epoch = max(self.master_epoch, frame.epoch)
         self._confirm()
+
+    def _continues(self, frame: TransferHeader) -> bool:
+        """Whether ``frame`` is the next batch of the current epoch right where the
+        last one ended, in TRANSFER: it passes every check of ``_on_transfer``
+        and its body extends the current run of bytes."""
+        last = self.epochs.last
+        return (frame.offset == self._write_at == self.max_offset and last is not None
+                and frame.epoch == last.epoch and frame.epoch_start_offset == last.start_offset
+                and self.state == HAConnectionState.TRANSFER)
+
+    def _take_batches(
+        self, frame: TransferHeader, headers: Sequence[bytes | bytearray | memoryview], i: int,
+        bodies: memoryview, at: int,
+    ) -> tuple[int, int, TransferHeader | None]:
+        """Take ``frame`` (it ``_continues``) with its body from ``bodies[at:]``,
+        then ``headers[i:]`` with theirs while they continue too: what
+        ``_on_transfer`` and ``_take_body`` do, in one loop. Returns the next
+        header's index, where its body starts, and the header taken from the
+        decoder that did not continue the run, if any (``_on_transfer``'s).
+        """
+        decoder = self._decoder
+        write_at, epoch, start = frame.offset, frame.epoch, frame.epoch_start_offset
+        confirm, largest = self.confirm_offset, self._largest_body
+        room = len(bodies)
+        other = None
+        while True:
+            size, frame_confirm = frame.body_size, frame.confirm_offset
+            take = min(size, room - at)
+            decoder.take_body(take)
+            at += take
+            write_at += take
+            largest = max(largest, size)
+            confirm = max(confirm, min(frame_confirm, write_at))
+            if i == len(headers) or take < size:
+                break
+            frame = decoder.transfer_header(headers[i])
+            if frame is None:
+                break
+            i += 1
+            if frame.offset != write_at or frame.epoch != epoch or (
+                    frame.epoch_start_offset != start):
+                other = frame
+                break
+        if write_at != self._write_at:
+            self._log_empty = False
+        self._write_at = self.max_offset = write_at
+        self._frame_confirm_offset = frame_confirm
+        self._largest_body = largest
+        self.master_epoch = max(self.master_epoch, epoch)
+        self.confirm_offset = confirm
+        return i, at, other
 
     def _on_body(self, data: memoryview, actions: list[SlaveAction]) -> None:
         actions.append(WriteAt(self._write_at, data))

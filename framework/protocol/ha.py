@@ -97,6 +97,7 @@ _TRANSFER_HEADER = struct.Struct(">iiqiqq")
 _EPOCH_ENTRY = struct.Struct(">iq")
 _STATE = struct.Struct(">i")
 _TRANSFER = int(HAConnectionState.TRANSFER)
+_new_tuple = tuple.__new__
 
 
 def _check_range(value: int, high: int, where: str, name: str) -> None:
@@ -396,17 +397,9 @@ class MasterFrameDecoder:
                 # The bulk of a replication: a valid transfer header whole in this
                 # chunk, read in one step. Anything else takes the general path
                 # below, which also names what is wrong.
-                state, body_size, offset, epoch, epoch_start, confirm = (
-                    _TRANSFER_HEADER.unpack_from(view, pos)
-                )
-                if (
-                    state == _TRANSFER
-                    and 0 <= body_size <= self.max_body_size
-                    and min(offset, epoch, epoch_start, confirm) >= 0
-                    and offset + body_size <= _LONG_MAX
-                ):
-                    events.append(TransferHeader(offset, epoch, epoch_start, confirm, body_size))
-                    self.body_remaining = body_size
+                header = self._whole_transfer(view, pos)
+                if header is not None:
+                    events.append(header)
                     pos += TRANSFER_HEADER_SIZE
                     continue
             if self._body_size < 0:
@@ -439,6 +432,35 @@ class MasterFrameDecoder:
             self._body_size = -1
             events.append(self._master_handshake(header, body))
         return events
+
+    def transfer_header(self, header: bytes | bytearray | memoryview) -> TransferHeader | None:
+        """``feed`` of one whole header at a frame's start, if it is a valid
+        transfer's, without an event list (a slave handles most headers of a
+        replication so): the header; its body is expected next
+        (``body_remaining``). None, with nothing taken, for anything else:
+        ``feed`` it then."""
+        if (self._failure is not None or self.body_remaining or self._head
+                or len(header) != TRANSFER_HEADER_SIZE):
+            return None
+        return self._whole_transfer(header, 0)
+
+    def _whole_transfer(self, view: bytes | bytearray | memoryview, pos: int
+                        ) -> TransferHeader | None:
+        """The valid transfer header at ``pos`` of ``view`` (taken: its body is
+        expected next), or None (nothing taken)."""
+        state, body_size, offset, epoch, epoch_start, confirm = (
+            _TRANSFER_HEADER.unpack_from(view, pos)
+        )
+        if (
+            state == _TRANSFER
+            and 0 <= body_size <= self.max_body_size
+            and min(offset, epoch, epoch_start, confirm) >= 0
+            and offset + body_size <= _LONG_MAX
+        ):
+            self.body_remaining = body_size
+            # The tuple's own constructor: one per batch, without a Python frame.
+            return _new_tuple(TransferHeader, (offset, epoch, epoch_start, confirm, body_size))
+        return None
 
     def take_body(self, size: int) -> None:
         """``feed`` of ``size`` bytes of the current body that the caller holds
