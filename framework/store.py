@@ -135,7 +135,10 @@ class ScratchAppend:
     def append_buffer(self, offset: int, size: int) -> memoryview:
         size = max(1, size)
         if len(self._scratch) < size:
-            self._scratch = bytearray(size)
+            # Grown with what it holds: bytes written before this call stay lent.
+            grown = bytearray(size)
+            grown[:len(self._scratch)] = self._scratch
+            self._scratch = grown
         with memoryview(self._scratch) as scratch:
             return scratch[:size]
 
@@ -250,7 +253,10 @@ class CommitLog(Protocol):
         space after its end, up to the end of that segment; others lend a
         scratch buffer (``ScratchAppend``). Bytes written there are not in
         the log until ``append_written`` takes them, and the next call may
-        lend the same space again. Release the view before any other call.
+        lend the same space again. Asked again at the same ``offset`` before
+        that, for as many bytes or more, it lends the same space with the
+        bytes written so far (a replica may receive several reads before it
+        appends them). Release the view before any other call.
         """
 
     def append_written(self, offset: int, size: int) -> int:

@@ -362,6 +362,29 @@ class CommitLogSuite(_StoreSuite):
         with self.opened(tmp_path / "s") as slave:
             assert slave.read(0, slave.max_offset) == data
 
+    def test_space_lent_again_keeps_the_bytes_written(self, tmp_path: Path) -> None:
+        """A replica may receive several reads into lent space before one
+        ``append_written``: lent again at the same offset, for more bytes, the
+        space still holds what was written."""
+        rng = random.Random(12)
+        with self.opened(tmp_path / "m") as master, self.opened(tmp_path / "s") as slave:
+            self.fill(master, 90)
+            data = master.read(0, master.max_offset)
+            pos = 0
+            while pos < len(data):
+                held = 0
+                for _ in range(rng.randint(1, 4)):
+                    want = held + min(rng.randint(1, 2000), len(data) - pos - held)
+                    with slave.append_buffer(pos, want) as space:
+                        assert space[:held] == data[pos:pos + held]
+                        space[held:] = data[pos + held:pos + len(space)]
+                        held = len(space)
+                    if pos + held == len(data):
+                        break
+                assert slave.append_written(pos, held) == pos + held
+                pos += held
+            self.assert_replica(slave, master)
+
     def test_lent_space_refuses_garbage_and_stays_usable(self, tmp_path: Path) -> None:
         with self.opened(tmp_path / "m") as master, self.opened(tmp_path / "s") as slave:
             self.fill(master, 10, queues=1)

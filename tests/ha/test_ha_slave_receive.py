@@ -96,16 +96,21 @@ async def hung_up_on(session: Awaitable[None]) -> None:
 
 
 async def run_slave(tmp_path: Path, kind: str, script: Script,
-                    until: Callable[[HASlave], bool], *, close: bool = False) -> HASlave:
+                    until: Callable[[HASlave], bool], *, close: bool = False,
+                    log_type: type[MmapCommitLog] = MmapCommitLog,
+                    ack_interval_ms: int = 200) -> HASlave:
     """Replicate from ``script`` (called per connection with its number) until ``until``;
     with ``close``, cancel the slave from outside and close its log while the
     cancellation unwinds (as a broker does on a role change or shutdown)."""
     root = tmp_path / "slave"
-    log = MmapCommitLog(str(root), segment_size=SEGMENT)
+    log = log_type(str(root), segment_size=SEGMENT)
     slaves: list[HASlave] = []
+    config = HASlaveConfig(reconnect_min=10, reconnect_max=10,
+                           ha_send_heartbeat_interval=ack_interval_ms)
     with trio.CancelScope() as outside:
         try:
-            await _replicate(root, log, kind, script, until, slaves, outside if close else None)
+            await _replicate(root, log, kind, script, until, slaves, config,
+                             outside if close else None)
         finally:
             if close:
                 log.close()  # raises BufferError if a view of it were still alive
@@ -114,7 +119,7 @@ async def run_slave(tmp_path: Path, kind: str, script: Script,
 
 async def _replicate(root: Path, log: MmapCommitLog, kind: str, script: Script,
                      until: Callable[[HASlave], bool], slaves: list[HASlave],
-                     cancel: trio.CancelScope | None) -> None:
+                     config: HASlaveConfig, cancel: trio.CancelScope | None) -> None:
     sessions = 0
     async with trio.open_nursery() as nursery:
         if kind == "tcp":
@@ -139,8 +144,7 @@ async def _replicate(root: Path, log: MmapCommitLog, kind: str, script: Script,
                 return client
 
         slave = HASlave(log=log, epoch_store=EpochCheckpointFile(root), address="s",
-                        connect=connect, offload=inline,
-                        config=HASlaveConfig(reconnect_min=10, reconnect_max=10))
+                        connect=connect, offload=inline, config=config)
         slaves.append(slave)
         await nursery.start(slave.run)
         with trio.fail_after(30):
@@ -206,6 +210,74 @@ async def test_a_masters_full_batches_are_read_into_place(tmp_path, monkeypatch)
     assert slave.log.read(0, master.max_offset) == master.read(0, master.max_offset)
     # Only a read that meets a heartbeat, or the last batch, is not laid out as sent.
     assert claimed and sum(claimed) >= 0.8 * len(claimed)
+    slave.log.close()
+    master.close()
+
+
+class CountingLog(MmapCommitLog):
+    """Counts its appends of replicated bytes."""
+
+    appends = 0
+
+    def append_written(self, offset: int, size: int) -> int:
+        self.appends += 1
+        return super().append_written(offset, size)
+
+
+async def test_reads_are_appended_together_and_acks_report_only_appended_bytes(tmp_path):
+    """Over TCP a slave holds reads that brought only bodies in place and appends
+    them together (fewer appends than reads); every ack it sends, after reads
+    or periodic while a frame is still coming, reports only bytes its log
+    holds."""
+    rng = random.Random(8)
+    master = filled_master(tmp_path / "master", rng)
+    epoch_starts = [EpochStart(1, 0)]
+    data = wire(master, epoch_starts, rng, batch=8192, heartbeats=0)
+    handshake = encode(MasterHandshake(master.max_offset, 1, tuple(epoch_starts)))
+    slaves: list[HASlave] = []
+    acks: list[tuple[int, int]] = []  # (acked, the slave log's max offset then)
+    reads = 0
+
+    def read_nowait(*args):
+        nonlocal reads
+        n = real_read_nowait(*args)
+        reads += bool(n)
+        return n
+
+    async def read_acks(stream: trio.abc.Stream) -> None:
+        decoder = SlaveFrameDecoder()
+        while True:
+            for frame in decoder.feed(await stream.receive_some()):
+                acks.append((frame.max_offset, slaves[0].log.max_offset))
+
+    async def script(stream: trio.abc.Stream, session: int) -> None:
+        await stream.send_all(handshake)
+        await wait_for_handshake(stream)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read_acks, stream)
+            pos = 0
+            while pos < len(data):
+                n = rng.choice([5_000, 30_000, 200_000])
+                await stream.send_all(data[pos:pos + n])
+                pos += n
+                # Pauses, often inside a frame: periodic acks come meanwhile.
+                await trio.sleep(0.003 if rng.random() < 0.2 else 0)
+            with trio.fail_after(10):
+                while not acks or acks[-1][0] < master.max_offset:
+                    await trio.sleep(0.001)
+            nursery.cancel_scope.cancel()
+        await trio.sleep_forever()
+
+    real_read_nowait = slave_driver.read_nowait
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(slave_driver, "read_nowait", read_nowait)
+        slave = await run_slave(
+            tmp_path, "tcp", script,
+            lambda s: (slaves or slaves.append(s)) and acks and acks[-1][0] == master.max_offset,
+            log_type=CountingLog, ack_interval_ms=1)
+    assert slave.log.read(0, master.max_offset) == master.read(0, master.max_offset)
+    assert all(acked <= held for acked, held in acks)
+    assert slave.log.appends < reads
     slave.log.close()
     master.close()
 
