@@ -116,6 +116,7 @@ async def send_parts(stream: trio.abc.Stream, parts: list[bytes | memoryview]) -
         return
     sock = stream.socket
     views = [memoryview(part) for part in parts if part]
+    left = sum(map(len, views))
     try:
         while views:
             try:
@@ -123,7 +124,10 @@ async def send_parts(stream: trio.abc.Stream, parts: list[bytes | memoryview]) -
             except BlockingIOError:
                 await trio.lowlevel.wait_writable(sock)
                 continue
-            while views and sent >= len(views[0]):
+            left -= sent
+            if not left:
+                break
+            while sent >= len(views[0]):
                 sent -= len(views.pop(0))
             if sent:
                 views[0] = views[0][sent:]

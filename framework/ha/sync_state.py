@@ -142,9 +142,19 @@ class SyncStateTracker:
         While a member has not acked in this term the value holds (RocketMQ
         issue 6662): its log may be anywhere.
         """
-        acks = [self.ack_offset(m, master_max_offset) for m in self.effective_sync_state_set]
-        if min(acks) >= 0:
-            self._confirm_offset = max(self._confirm_offset, min(acks))
+        # effective_sync_state_set and ack_offset, unrolled: asked at every send.
+        members = self.sync_state_set | self.pending if self.pending else self.sync_state_set
+        low = master_max_offset
+        for member in members:
+            if member == self.master:
+                continue
+            progress = self.slaves.get(member)
+            if progress is None:
+                return self._confirm_offset
+            if not progress.is_async_learner:
+                low = min(low, progress.ack_offset)
+        if low >= 0:
+            self._confirm_offset = max(self._confirm_offset, low)
         return self._confirm_offset
 
     # -- decisions -------------------------------------------------------------

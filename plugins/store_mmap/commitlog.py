@@ -30,6 +30,7 @@ from framework.protocol.commitlog_layout import (
     CQ_ENTRY_SIZE,
     DEFAULT_CQ_ENTRIES_PER_FILE,
     DEFAULT_SEGMENT_SIZE,
+    QueueRun,
     check_placement,
     index_records,
     iter_spans,
@@ -352,18 +353,36 @@ class MmapCommitLog:
         else:  # the bytes to check span two segments
             index = index_records(self._log.read(start, end - start), start,
                                   self.segment_size)
-        if index is None or index[1] == "zero" or not runs_fit(index[2], self._queue_bounds):
+        if index is not None and index[1] != "zero":
+            queues = self._continued_queues(index[2])
+            if queues is None and runs_fit(index[2], self._queue_bounds):
+                queues = [self._queue(topic, queue_id) for topic, queue_id, _, _ in index[2]]
+        else:
+            queues = None
+        if queues is None:
             try:
                 return self._append_raw_checked(offset, end, start)
             except StoreCorruption:
                 self._log.zero(offset, end)
                 raise
         records_end, _, runs = index
-        for topic, queue_id, first, entries in runs:
-            self._queue(topic, queue_id).put_run(first, entries)
+        for cq, (_, _, first, entries) in zip(queues, runs, strict=True):
+            cq.put_run(first, entries)
         self._write_pos = end
         self._dispatched = records_end
         return self._write_pos
+
+    def _continued_queues(self, runs: list[QueueRun]) -> list[ConsumeQueue] | None:
+        """The queues of ``runs`` if each starts where its queue ends (a replica's
+        usual case, which ``runs_fit`` accepts), else None."""
+        cqs = self._cqs
+        queues = []
+        for topic, queue_id, first, _ in runs:
+            cq = cqs.get((topic, queue_id))
+            if cq is None or first != cq.max_offset:
+                return None
+            queues.append(cq)
+        return queues
 
     def _append_raw_checked(self, offset: int, end: int, start: int) -> int:
         """``append_raw``'s bytes ``[offset, end)``, already written, checked record by

@@ -78,11 +78,10 @@ class ConsumeQueue:
 
     def _ensure(self, queue_offset: int) -> None:
         """Restart an empty queue whose next entry would leave a gap in its files."""
-        end = self.files.end
-        if (self.max_offset == self.min_offset and queue_offset != self.max_offset
-                and (end is None or queue_offset * CQ_ENTRY_SIZE > end
-                     or queue_offset < self.min_offset)):
-            self._start_at(queue_offset)
+        if self.max_offset == self.min_offset and queue_offset != self.max_offset:
+            end = self.files.end
+            if end is None or queue_offset * CQ_ENTRY_SIZE > end or queue_offset < self.min_offset:
+                self._start_at(queue_offset)
 
     def put(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> None:
         """Write entry ``queue_offset`` (idempotent: recovery may rewrite it)."""
