@@ -118,7 +118,7 @@ async def send_parts(stream: trio.abc.Stream, parts: list[bytes | memoryview]) -
     views = [memoryview(part) for part in parts if part]
     left = sum(map(len, views))
     try:
-        while views:
+        while left:
             try:
                 sent = os.writev(sock.fileno(), views)
             except BlockingIOError:

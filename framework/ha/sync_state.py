@@ -24,7 +24,7 @@ are this term's bytes, not a stale tail).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import attrs
 
@@ -126,8 +126,11 @@ class SyncStateTracker:
     @property
     def effective_sync_state_set(self) -> frozenset[str]:
         """The members acks are counted over: confirmed plus in-flight (see module doc)."""
-        members = self.sync_state_set | (self.pending or frozenset())
-        return frozenset(m for m in members if not self._is_learner(m))
+        return frozenset(self._effective_members())
+
+    def _effective_members(self) -> Iterator[str]:
+        members = self.sync_state_set | self.pending if self.pending else self.sync_state_set
+        return (m for m in members if not self._is_learner(m))
 
     def ack_offset(self, member: str, master_max_offset: int) -> int:
         """A member's acked offset; the master's is its own max offset; -1 if unknown."""
@@ -142,17 +145,8 @@ class SyncStateTracker:
         While a member has not acked in this term the value holds (RocketMQ
         issue 6662): its log may be anywhere.
         """
-        # effective_sync_state_set and ack_offset, unrolled: asked at every send.
-        members = self.sync_state_set | self.pending if self.pending else self.sync_state_set
-        low = master_max_offset
-        for member in members:
-            if member == self.master:
-                continue
-            progress = self.slaves.get(member)
-            if progress is None:
-                return self._confirm_offset
-            if not progress.is_async_learner:
-                low = min(low, progress.ack_offset)
+        # Over the members, not a set of them: asked at every send and ack.
+        low = min(self.ack_offset(m, master_max_offset) for m in self._effective_members())
         if low >= 0:
             self._confirm_offset = max(self._confirm_offset, low)
         return self._confirm_offset

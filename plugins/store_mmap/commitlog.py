@@ -353,12 +353,7 @@ class MmapCommitLog:
         else:  # the bytes to check span two segments
             index = index_records(self._log.read(start, end - start), start,
                                   self.segment_size)
-        if index is not None and index[1] != "zero":
-            queues = self._continued_queues(index[2])
-            if queues is None and runs_fit(index[2], self._queue_bounds):
-                queues = [self._queue(topic, queue_id) for topic, queue_id, _, _ in index[2]]
-        else:
-            queues = None
+        queues = None if index is None or index[1] == "zero" else self._queues_of(index[2])
         if queues is None:
             try:
                 return self._append_raw_checked(offset, end, start)
@@ -372,17 +367,22 @@ class MmapCommitLog:
         self._dispatched = records_end
         return self._write_pos
 
-    def _continued_queues(self, runs: list[QueueRun]) -> list[ConsumeQueue] | None:
-        """The queues of ``runs`` if each starts where its queue ends (a replica's
-        usual case, which ``runs_fit`` accepts), else None."""
+    def _queues_of(self, runs: list[QueueRun]) -> list[ConsumeQueue] | None:
+        """The queue of each of ``runs``, or None if one would skip ahead of its
+        queue's end (``runs_fit``). A replica's usual case, every run starting
+        where its queue ends, is told without ``runs_fit``."""
         cqs = self._cqs
         queues = []
         for topic, queue_id, first, _ in runs:
             cq = cqs.get((topic, queue_id))
             if cq is None or first != cq.max_offset:
-                return None
+                break
             queues.append(cq)
-        return queues
+        else:
+            return queues
+        if not runs_fit(runs, self._queue_bounds):
+            return None
+        return [self._queue(topic, queue_id) for topic, queue_id, _, _ in runs]
 
     def _append_raw_checked(self, offset: int, end: int, start: int) -> int:
         """``append_raw``'s bytes ``[offset, end)``, already written, checked record by
