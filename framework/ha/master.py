@@ -25,7 +25,8 @@ from framework.protocol.ha import (
     SlaveFrameDecoder,
     SlaveHandshake,
     encode,
-    encode_transfer_header,
+    encode_transfer_headers,
+    transfer_frames,
 )
 
 __all__ = [
@@ -257,37 +258,24 @@ class MasterConnection:
         ``body`` may be shorter than ``plan.max_size`` (a read stops at a
         segment end); the next plan continues after it.
         """
-        frames = []
-        at = 0
-        for header, size in self.build_transfer_headers(plan, len(body), now_ms):
-            frames += (header, body[at : at + size])
-            at += size
-        return b"".join(frames)
+        headers = self.build_transfer_headers(plan, len(body), now_ms)
+        return b"".join(transfer_frames(headers, body, self.transfer_batch_size))
 
-    def build_transfer_headers(
-        self, plan: TransferPlan, body_size: int, now_ms: int
-    ) -> list[tuple[bytes, int]]:
-        """Like ``build_transfer`` for ``body_size`` bytes: each batch's header and
-        body size, in order.
+    def build_transfer_headers(self, plan: TransferPlan, body_size: int, now_ms: int) -> bytes:
+        """Like ``build_transfer`` for ``body_size`` bytes: the headers of its
+        batches of ``transfer_batch_size`` (``encode_transfer_headers``).
 
-        The caller sends each header followed by that many of the bytes, so
-        a batch is never copied into its frame.
+        The caller sends each header followed by its batch
+        (``transfer_frames``), so a batch is never copied into its frame.
         """
         if plan.offset != self.next_transfer_from:
             raise ValueError(f"stale plan at {plan.offset}, next is {self.next_transfer_from}")
         if body_size > plan.max_size:
             raise ValueError(f"body of {body_size} bytes exceeds the plan's {plan.max_size}")
-        headers = []
-        offset, end = plan.offset, plan.offset + body_size
-        while True:
-            size = min(self.transfer_batch_size, end - offset)
-            headers.append((encode_transfer_header(
-                offset, plan.epoch, plan.epoch_start_offset, plan.confirm_offset, size
-            ), size))
-            offset += size
-            if offset >= end:
-                break
-        self.next_transfer_from = end
+        headers = encode_transfer_headers(plan.offset, plan.epoch, plan.epoch_start_offset,
+                                          plan.confirm_offset, body_size,
+                                          self.transfer_batch_size)
+        self.next_transfer_from = plan.offset + body_size
         self._last_send_ms = now_ms
         self._recorded_transfer(plan.master_max_offset, now_ms)
         return headers

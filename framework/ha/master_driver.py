@@ -22,7 +22,7 @@ from framework.errors import TriomqError
 from framework.ha.driver import CONNECTION_ERRORS, ReplicaLog, describe, logger, now_ms
 from framework.ha.epoch import EpochCache
 from framework.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
-from framework.ha.streams import send_parts
+from framework.ha.streams import send_frames
 from framework.ha.sync_replication import PutResult, ReplicationStatus, SyncReplication
 from framework.ha.sync_state import SyncStateTracker
 
@@ -313,17 +313,8 @@ class HAMaster:
             plan = conn.poll_transfer(self._view(), now, most)
             if plan is not None:
                 with self.log.read_view(plan.offset, scratch[: plan.max_size]) as body:
-                    parts: list[bytes | memoryview] = []
-                    at = 0
-                    for header, size in conn.build_transfer_headers(plan, len(body), now):
-                        parts += (header, body[at : at + size])
-                        at += size
-                    try:
-                        await send_parts(stream, parts)
-                    finally:
-                        # No view of the log outlives the send (a cancelled send's
-                        # traceback would keep it from being truncated or closed).
-                        parts.clear()
+                    headers = conn.build_transfer_headers(plan, len(body), now)
+                    await send_frames(stream, headers, body, conn.transfer_batch_size)
                 continue
             if conn.next_transfer_from < 0:
                 await changed.wait()

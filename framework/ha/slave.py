@@ -32,7 +32,6 @@ so far; the driver must not send it while actions are still being applied.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import attrs
@@ -41,6 +40,7 @@ from framework.ha.epoch import EpochCache, find_consistent_point
 from framework.ha.errors import EpochError, HAProtocolError, NoConsistentPoint
 from framework.protocol.ha import (
     DEFAULT_MAX_BODY_SIZE,
+    TRANSFER_HEADER_SIZE,
     Ack,
     HAConnectionState,
     MasterFrameDecoder,
@@ -48,6 +48,7 @@ from framework.protocol.ha import (
     SlaveHandshake,
     TransferBody,
     TransferHeader,
+    TransferRun,
     encode,
 )
 
@@ -177,34 +178,40 @@ class SlaveConnection:
         return actions
 
     def receive_laid_out(
-        self, bodies: memoryview, headers: Sequence[bytes | bytearray | memoryview],
-        log: SlaveLog, now_ms: int,
+        self, bodies: memoryview, headers: bytes | bytearray | memoryview, log: SlaveLog,
+        now_ms: int,
     ) -> list[SlaveAction]:
         """``receive_data`` for a read whose bodies and headers landed apart (a
         scattered read): ``bodies`` holds every body byte of it in order (the
-        rest of the current body first), ``headers`` the bytes between them, a
-        frame header each, in order (the last may be cut short, with nothing
-        after it). The same as the bytes in the order they came, but with one
-        ``WriteAt`` per run of contiguous bodies of one epoch: a view of
+        rest of the current body first), ``headers`` the bytes between them:
+        the frame headers, one after another, in order (the last may be cut
+        short, with nothing after it). The read starts in a body or at a
+        frame's start. The same as the bytes in the order they came, but with
+        one ``WriteAt`` per run of contiguous bodies of one epoch: a view of
         ``bodies``, which must hold no byte past the bodies the headers say.
         """
         actions: list[SlaveAction] = []
         decoder = self._decoder
+        if decoder.buffered:
+            raise ValueError("a laid-out read starts inside a frame's header")
         at = self._take_body(bodies, 0)
         run, run_offset = 0, self._write_at - at
         transferred = at > 0
-        i = 0
-        while i < len(headers):
-            header = headers[i]
-            i += 1
-            taken = decoder.transfer_header(header)
-            if taken is not None and self._continues(taken):
+        pos = 0
+        while pos < len(headers):
+            last = self.epochs.last
+            if (last is not None and self._write_at == self.max_offset
+                    and self.state == HAConnectionState.TRANSFER):
                 # The bulk of a replication: batches that go on with the run.
-                i, at, taken = self._take_batches(taken, headers, i, bodies, at)
-                transferred = True
-                if taken is None:
+                taken = decoder.take_run(headers, pos, self._write_at, last.epoch,
+                                         last.start_offset, len(bodies) - at)
+                if taken.count:
+                    self._took(taken, last.epoch)
+                    pos, at, transferred = taken.pos, at + taken.taken, True
                     continue
-            for event in decoder.feed(header) if taken is None else (taken,):
+            header = headers[pos:pos + TRANSFER_HEADER_SIZE]
+            pos += len(header)
+            for event in decoder.feed(header):
                 if not isinstance(event, TransferHeader):
                     actions += self._on_handshake(event, log)  # refused in TRANSFER
                     continue
@@ -330,56 +337,16 @@ class SlaveConnection:
         self.master_epoch = max(self.master_epoch, frame.epoch)
         self._confirm()
 
-    def _continues(self, frame: TransferHeader) -> bool:
-        """Whether ``frame`` is the next batch of the current epoch right where the
-        last one ended, in TRANSFER: it passes every check of ``_on_transfer``
-        and its body extends the current run of bytes."""
-        last = self.epochs.last
-        return (frame.offset == self._write_at == self.max_offset and last is not None
-                and frame.epoch == last.epoch and frame.epoch_start_offset == last.start_offset
-                and self.state == HAConnectionState.TRANSFER)
-
-    def _take_batches(
-        self, frame: TransferHeader, headers: Sequence[bytes | bytearray | memoryview], i: int,
-        bodies: memoryview, at: int,
-    ) -> tuple[int, int, TransferHeader | None]:
-        """Take ``frame`` (it ``_continues``) with its body from ``bodies[at:]``,
-        then ``headers[i:]`` with theirs while they continue too: what
-        ``_on_transfer`` and ``_take_body`` do, in one loop. Returns the next
-        header's index, where its body starts, and the header taken from the
-        decoder that did not continue the run, if any (``_on_transfer``'s).
-        """
-        decoder = self._decoder
-        write_at, epoch, start = frame.offset, frame.epoch, frame.epoch_start_offset
-        confirm, largest = self.confirm_offset, self._largest_body
-        room = len(bodies)
-        other = None
-        while True:
-            size, frame_confirm = frame.body_size, frame.confirm_offset
-            take = min(size, room - at)
-            decoder.take_body(take)
-            at += take
-            write_at += take
-            largest = max(largest, size)
-            confirm = max(confirm, min(frame_confirm, write_at))
-            if i == len(headers) or take < size:
-                break
-            frame = decoder.transfer_header(headers[i])
-            if frame is None:
-                break
-            i += 1
-            if frame.offset != write_at or frame.epoch != epoch or (
-                    frame.epoch_start_offset != start):
-                other = frame
-                break
-        if write_at != self._write_at:
+    def _took(self, run: TransferRun, epoch: int) -> None:
+        """What ``_on_transfer`` and ``_advance`` do for the batches of ``run``,
+        which continue the current run of bytes in ``epoch``."""
+        if run.taken:
             self._log_empty = False
-        self._write_at = self.max_offset = write_at
-        self._frame_confirm_offset = frame_confirm
-        self._largest_body = largest
+        self._write_at = self.max_offset = self._write_at + run.taken
+        self._frame_confirm_offset = run.last_confirm_offset
+        self._largest_body = max(self._largest_body, run.largest_body)
         self.master_epoch = max(self.master_epoch, epoch)
-        self.confirm_offset = confirm
-        return i, at, other
+        self.confirm_offset = max(self.confirm_offset, run.confirm_offset)
 
     def _on_body(self, data: memoryview, actions: list[SlaveAction]) -> None:
         actions.append(WriteAt(self._write_at, data))

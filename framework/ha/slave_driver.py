@@ -28,13 +28,7 @@ from framework.ha.slave import (
     WriteAt,
 )
 from framework.ha.slave import Send as SlaveSend
-from framework.ha.streams import (
-    RECEIVE_SIZE,
-    bytes_waiting,
-    laid_out_as_sent,
-    read_nowait,
-    scatter_layout,
-)
+from framework.ha.streams import RECEIVE_SIZE, read_nowait, read_scattered
 from framework.protocol.ha import TRANSFER_HEADER_SIZE, HAConnectionState
 from framework.store import OffsetMismatch, StoreCorruption
 
@@ -224,46 +218,34 @@ class HASlave:
         """One non-blocking read and its actions: (bytes read or None if none are
         waiting, actions, the log's range received in place).
 
-        Once a batch was seen, the read is scattered (``scatter_layout``): the
+        Once a batch was seen, the read is scattered (``read_scattered``): the
         rest of the current body and the bodies after it land in the log's
-        space at their places, their headers in slots of ``headers``, as if
-        every next batch had the size of the largest so far (a master's are
-        all of its haTransferBatchSize but at the end of what it has). A read
-        whose headers say otherwise (``laid_out_as_sent``), and any read
-        before the first batch or inside a header, is handled from ``buffer``
+        space at their places, their headers one after another in
+        ``headers``, as if every next batch had the size of the largest so
+        far (a master's are all of its haTransferBatchSize but at the end of
+        what it has). A read whose headers say otherwise, and any read before
+        the first batch or inside a header, is handled from ``buffer``
         (copied there in order), and ``_append`` copies its bodies. Bytes in
         the log's space are not in the log until ``_append`` takes them.
         """
         body_size = conn.likely_body_size
         if body_size and (conn.body_remaining or not conn.mid_frame):
             offset = conn.body_offset
-            waiting = bytes_waiting(sock)
             space = self._space(offset, len(buffer) - len(headers))
-            pieces = scatter_layout(space, conn.body_remaining, body_size, headers,
-                                    max(waiting, 1))
-            filled: list[memoryview] = []
             try:
-                n = read_nowait(sock, pieces)
-                if not n:
-                    return n, [], _NOWHERE
-                body_first = bool(conn.body_remaining)
-                filled = laid_out_as_sent(pieces, n, body_first)
-                if filled:
-                    in_place = sum(map(len, filled[0 if body_first else 1::2]))
-                    with space[:in_place] as bodies:
-                        actions = conn.receive_laid_out(
-                            bodies, filled[1 if body_first else 0::2], self._view(), now_ms())
+                got = read_scattered(sock, space, conn.body_remaining, body_size, headers,
+                                     buffer)
+                if got is None:
+                    return None, [], _NOWHERE
+                n, in_place = got
+                if n == 0:
+                    return 0, [], _NOWHERE
+                if in_place >= 0:
+                    with space[:in_place] as bodies, headers[:n - in_place] as read:
+                        actions = conn.receive_laid_out(bodies, read, self._view(), now_ms())
                     self.confirm_offset = conn.confirm_offset
                     return n, actions, (offset, offset + in_place)
-                at = 0
-                for piece in pieces:
-                    got = min(len(piece), n - at)
-                    buffer[at:at + got] = piece[:got]
-                    at += got
             finally:
-                # Dropped, so released: none of these views outlives the read.
-                pieces.clear()
-                filled.clear()
                 space.release()
         else:
             n = read_nowait(sock, (buffer,))

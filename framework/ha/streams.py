@@ -1,10 +1,11 @@
 """Byte plumbing between the HA drivers and trio streams.
 
 What the drivers send and receive in bulk, with as few copies and as
-little fresh memory as the stream allows: gathered sends on a socket, reads
-that never wait, into a reused buffer or scattered: the bodies of transfer
-frames straight into a log's space at their places, their headers between
-them into slots of their own (``scatter_layout``, ``laid_out_as_sent``).
+little fresh memory as the stream allows: gathered sends of transfer frames
+on a socket (``send_frames``), reads that never wait, into a reused buffer
+or scattered: the bodies of transfer frames straight into a log's space at
+their places, their headers between them into slots of their own
+(``read_scattered``).
 """
 
 from __future__ import annotations
@@ -17,15 +18,18 @@ from collections.abc import Sequence
 
 import trio
 
-from framework.protocol.ha import TRANSFER_HEADER_SIZE, HAConnectionState
+from framework.protocol.extensions import optional_extension
+from framework.protocol.ha import TRANSFER_HEADER_SIZE, HAConnectionState, transfer_frames
 
 __all__ = [
     "RECEIVE_SIZE",
     "bytes_waiting",
     "laid_out_as_sent",
     "read_nowait",
+    "read_scattered",
     "scatter_layout",
-    "send_parts",
+    "send_frames",
+    "write_frames",
 ]
 
 #: Bytes asked of one receive.
@@ -33,6 +37,9 @@ RECEIVE_SIZE = 1024 * 1024
 #: A transfer header's state and bodySize.
 _STATE_AND_BODY_SIZE = struct.Struct(">ii")
 _INT = struct.Struct("i")
+#: Linux's IOV_MAX: a gathered write takes at most this many pieces.
+_MAX_PIECES = 1024
+_speedups = optional_extension("_ha_speedups")  # None: the pure-Python versions below
 
 
 def read_nowait(sock: trio.socket.SocketType, buffers: Sequence[memoryview]) -> int | None:
@@ -104,35 +111,101 @@ def laid_out_as_sent(pieces: list[memoryview], count: int, body_first: bool) -> 
     return filled
 
 
-async def send_parts(stream: trio.abc.Stream, parts: list[bytes | memoryview]) -> None:
-    """Send ``parts`` in order: gathered by the kernel on a socket, else joined.
+def read_scattered(sock: trio.socket.SocketType, space: memoryview, body_remaining: int,
+                   body_size: int, headers: memoryview, buffer: memoryview
+                   ) -> tuple[int, int] | None:
+    """One read of what ``sock`` holds, without waiting, laid out so that transfer
+    bodies land in ``space`` at their places (``scatter_layout`` for the bytes
+    waiting; ``body_size`` > 0, ``space`` not empty, at least one header
+    slot in ``headers``).
+
+    None if nothing is waiting; else ``(n, bodies)``, n bytes read (0 at the
+    end of the stream). ``bodies`` >= 0 if the read is laid out as sent
+    (``laid_out_as_sent``): its ``bodies`` body bytes are in ``space``, from
+    its start, and its headers are ``headers[:n - bodies]``, one after
+    another (the last maybe cut short). -1 if it is not: its bytes are then
+    copied into ``buffer[:n]`` in the order they came (``buffer`` holds
+    ``len(space) + len(headers)`` bytes). The C version
+    (``framework/protocol/_ha_speedups.c``) does the same in one call.
+    """
+    if _speedups is not None:
+        return _speedups.read_scattered(sock.fileno(), space, body_remaining, body_size,
+                                        headers, buffer)
+    if body_size <= 0 or body_remaining < 0:
+        raise ValueError("body_size must be > 0 and body_remaining >= 0")
+    if not space or len(headers) < TRANSFER_HEADER_SIZE:
+        raise ValueError("space and headers must hold a byte and a header")
+    if len(buffer) < len(space) + len(headers):
+        raise ValueError("buffer must hold len(space) + len(headers) bytes")
+    pieces = scatter_layout(space, body_remaining, body_size, headers,
+                            max(bytes_waiting(sock), 1))
+    try:
+        n = read_nowait(sock, pieces)
+        if not n:
+            return None if n is None else (0, 0)
+        body_first = bool(min(body_remaining, len(space)))
+        filled = laid_out_as_sent(pieces, n, body_first)
+        if filled:
+            bodies = sum(map(len, filled[0 if body_first else 1::2]))
+            filled.clear()
+            return n, bodies
+        at = 0
+        for piece in pieces:
+            got = min(len(piece), n - at)
+            buffer[at:at + got] = piece[:got]
+            at += got
+        return n, -1
+    finally:
+        # Dropped, so released: none of these views outlives the read.
+        pieces.clear()
+
+
+def write_frames(sock: trio.socket.SocketType, headers: bytes, body: bytes | memoryview,
+                 batch_size: int, skip: int) -> int | None:
+    """One gathered write, without waiting, of the frames of ``transfer_frames``
+    after their first ``skip`` bytes: the bytes written, or None if ``sock``
+    is full. The C version (``framework/protocol/_ha_speedups.c``) lays the
+    pieces out itself, without a view per piece."""
+    if _speedups is not None:
+        return _speedups.write_frames(sock.fileno(), headers, body, batch_size, skip)
+    if batch_size <= 0 or skip < 0:
+        raise ValueError("batch_size must be > 0 and skip >= 0")
+    pieces = [memoryview(piece) for piece in transfer_frames(headers, body, batch_size)]
+    try:
+        while pieces and skip >= len(pieces[0]):
+            skip -= len(pieces.pop(0))
+        if pieces:
+            pieces[0] = pieces[0][skip:]
+        pieces = [piece for piece in pieces[:_MAX_PIECES] if piece]
+        if not pieces:
+            return 0
+        try:
+            return os.writev(sock.fileno(), pieces)
+        except BlockingIOError:
+            return None
+    finally:
+        # The body may view a log's mapping: dropped, so released.
+        pieces.clear()
+
+
+async def send_frames(stream: trio.abc.Stream, headers: bytes, body: bytes | memoryview,
+                      batch_size: int) -> None:
+    """Send the frames of ``transfer_frames``: gathered by the kernel on a socket
+    (``write_frames``), else joined.
 
     On a socket, writes that never wait: the task yields once the socket is
     full (until it is writable again) and once at the end, not after every
     write (a slave in the same thread then reads more per turn).
     """
     if not isinstance(stream, trio.SocketStream):
-        await stream.send_all(b"".join(parts))
+        await stream.send_all(b"".join(transfer_frames(headers, body, batch_size)))
         return
     sock = stream.socket
-    views = [memoryview(part) for part in parts if part]
-    left = sum(map(len, views))
-    try:
-        while left:
-            try:
-                sent = os.writev(sock.fileno(), views)
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(sock)
-                continue
-            left -= sent
-            if not left:
-                break
-            while sent >= len(views[0]):
-                sent -= len(views.pop(0))
-            if sent:
-                views[0] = views[0][sent:]
-        await trio.lowlevel.checkpoint()
-    finally:
-        # The parts may view a log's mapping: none of these views outlives the
-        # send (dropped, so released).
-        views.clear()
+    sent, size = 0, len(headers) + len(body)
+    while sent < size:
+        written = write_frames(sock, headers, body, batch_size, sent)
+        if written is None:
+            await trio.lowlevel.wait_writable(sock)
+        else:
+            sent += written
+    await trio.lowlevel.checkpoint()

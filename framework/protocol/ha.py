@@ -31,6 +31,7 @@ from typing import NamedTuple
 import attrs
 
 from framework.errors import TriomqError
+from framework.protocol.extensions import optional_extension
 
 __all__ = [
     "ACK_SIZE",
@@ -54,9 +55,19 @@ __all__ = [
     "Transfer",
     "TransferBody",
     "TransferHeader",
+    "TransferRun",
     "encode",
     "encode_transfer_header",
+    "encode_transfer_headers",
+    "transfer_frames",
+    "transfer_run",
 ]
+
+_speedups = optional_extension("_ha_speedups")  # None: the pure-Python versions below
+
+#: Whether a slave's per-read work runs the optional C versions
+#: (``framework/protocol/_ha_speedups.c``); set ``TRIOMQ_NO_SPEEDUPS=1`` to disable.
+SPEEDUPS = _speedups is not None
 
 
 class HAConnectionState(enum.IntEnum):
@@ -172,6 +183,26 @@ class TransferBody(NamedTuple):
     data: memoryview
 
 
+class TransferRun(NamedTuple):
+    """Transfers that continue a run, taken at once (``transfer_run``)."""
+
+    #: Where the headers' bytes go on after them.
+    pos: int
+    #: How many transfers.
+    count: int
+    #: Their body bytes at hand (all but the last one's ``body_remaining``).
+    taken: int
+    #: The largest bodySize among them (0 if none).
+    largest_body: int
+    #: The highest confirmOffset among them, each capped at its body's end
+    #: as far as taken (-1 if none).
+    confirm_offset: int
+    #: The last one's confirmOffset (-1 if none).
+    last_confirm_offset: int
+    #: Bytes of the last one's body not at hand: still to come.
+    body_remaining: int
+
+
 SlaveFrame = SlaveHandshake | Ack
 MasterFrame = MasterHandshake | Transfer
 #: What ``MasterFrameDecoder`` turns a master's bytes into.
@@ -256,6 +287,90 @@ def encode_transfer_header(
     return _TRANSFER_HEADER.pack(
         _TRANSFER, body_size, offset, epoch, epoch_start_offset, confirm_offset
     )
+
+
+def encode_transfer_headers(
+    offset: int, epoch: int, epoch_start_offset: int, confirm_offset: int, body_size: int,
+    batch_size: int,
+) -> bytes:
+    """The headers of the transfers that carry ``body_size`` bytes from ``offset``
+    on in batches of ``batch_size`` (the last one the rest; a heartbeat, one
+    empty batch, for 0 bytes), one after another: ``transfer_frames`` puts
+    each before its batch. Raises ``HAFrameError`` like ``encode``."""
+    if _speedups is not None:
+        headers = _speedups.encode_transfer_headers(
+            offset, epoch, epoch_start_offset, confirm_offset, body_size, batch_size)
+        if headers is not None:
+            return headers
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be > 0, got {batch_size}")
+    last_offset = offset + max(0, body_size - 1) // batch_size * batch_size
+    # Only offset and bodySize vary, the first header has the largest bodySize
+    # and the last the largest offset: checking these two checks them all.
+    first = encode_transfer_header(offset, epoch, epoch_start_offset, confirm_offset,
+                                   min(batch_size, body_size))
+    if last_offset == offset:
+        return first
+    last = encode_transfer_header(last_offset, epoch, epoch_start_offset, confirm_offset,
+                                  offset + body_size - last_offset)
+    pack = _TRANSFER_HEADER.pack
+    return b"".join([
+        first,
+        *[pack(_TRANSFER, batch_size, at, epoch, epoch_start_offset, confirm_offset)
+          for at in range(offset + batch_size, last_offset, batch_size)],
+        last,
+    ])
+
+
+def transfer_frames(headers: bytes, body: bytes | memoryview, batch_size: int
+                    ) -> list[bytes | memoryview]:
+    """The pieces of the frames of ``encode_transfer_headers`` in order: each
+    header, then its batch of ``body``."""
+    pieces: list[bytes | memoryview] = []
+    for at in range(0, len(headers), TRANSFER_HEADER_SIZE):
+        batch = at // TRANSFER_HEADER_SIZE * batch_size
+        pieces += (headers[at:at + TRANSFER_HEADER_SIZE], body[batch:batch + batch_size])
+    return pieces
+
+
+def _transfer_run(headers: bytes | bytearray | memoryview, pos: int, offset: int, epoch: int,
+                  epoch_start: int, max_body_size: int, room: int) -> tuple[int, ...]:
+    count = taken = largest = body_remaining = 0
+    confirm = last_confirm = -1
+    while pos + TRANSFER_HEADER_SIZE <= len(headers):
+        state, size, at, frame_epoch, start, frame_confirm = _TRANSFER_HEADER.unpack_from(
+            headers, pos)
+        if not (state == _TRANSFER and 0 <= size <= max_body_size and at == offset
+                and frame_epoch == epoch and start == epoch_start and frame_confirm >= 0
+                and offset + size <= _LONG_MAX):
+            break
+        take = min(size, room)
+        room -= take
+        taken += take
+        offset += take
+        largest = max(largest, size)
+        confirm = max(confirm, min(frame_confirm, offset))
+        last_confirm = frame_confirm
+        count += 1
+        pos += TRANSFER_HEADER_SIZE
+        if take < size:
+            body_remaining = size - take
+            break
+    return pos, count, taken, largest, confirm, last_confirm, body_remaining
+
+
+def transfer_run(headers: bytes | bytearray | memoryview, pos: int, offset: int, epoch: int,
+                 epoch_start: int, max_body_size: int, room: int) -> tuple[int, ...]:
+    """The whole transfer headers at ``headers[pos:]`` (one after another) that
+    continue a run: each valid (as ``MasterFrameDecoder`` checks, with
+    ``max_body_size``), of ``epoch`` starting at ``epoch_start``, at the
+    ``offset`` where the last one's body ended (the first at ``offset``);
+    their bodies come from ``room`` bytes. Stops before a header that does not
+    continue it, or once a body is not all in ``room``. The fields of a
+    ``TransferRun``, as a tuple. ``offset``, ``epoch`` and ``epoch_start``
+    are non-negative."""
+    run = _speedups.transfer_run if _speedups is not None else _transfer_run
+    return run(headers, pos, offset, epoch, epoch_start, max_body_size, room)
 
 
 class _Decoder:
@@ -433,16 +548,21 @@ class MasterFrameDecoder:
             events.append(self._master_handshake(header, body))
         return events
 
-    def transfer_header(self, header: bytes | bytearray | memoryview) -> TransferHeader | None:
-        """``feed`` of one whole header at a frame's start, if it is a valid
-        transfer's, without an event list (a slave handles most headers of a
-        replication so): the header; its body is expected next
-        (``body_remaining``). None, with nothing taken, for anything else:
-        ``feed`` it then."""
-        if (self._failure is not None or self.body_remaining or self._head
-                or len(header) != TRANSFER_HEADER_SIZE):
-            return None
-        return self._whole_transfer(header, 0)
+    def take_run(self, headers: bytes | bytearray | memoryview, pos: int, offset: int,
+                 epoch: int, epoch_start: int, room: int) -> TransferRun:
+        """``feed`` of the whole transfer headers at ``headers[pos:]`` as long as
+        they continue a run (``transfer_run``), each with its body from ``room``
+        bytes the caller holds (received where they belong), without events: a
+        slave takes most of a replication's headers so. What follows is left
+        to ``feed``; the last transfer's body is expected next
+        (``body_remaining``), if not all at hand. At a frame's start only: else
+        nothing is taken."""
+        if self._failure is not None or self.body_remaining or self._head:
+            return TransferRun(pos, 0, 0, 0, -1, -1, 0)
+        run = _new_tuple(TransferRun, transfer_run(
+            headers, pos, offset, epoch, epoch_start, self.max_body_size, room))
+        self.body_remaining = run.body_remaining
+        return run
 
     def _whole_transfer(self, view: bytes | bytearray | memoryview, pos: int
                         ) -> TransferHeader | None:

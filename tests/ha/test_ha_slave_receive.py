@@ -27,7 +27,7 @@ from framework.ha.checkpoint import EpochCheckpointFile
 from framework.ha.epoch import EpochCache, EpochStart
 from framework.ha.slave import RecordEpoch, WriteAt
 from framework.ha.slave_driver import HASlave, HASlaveConfig
-from framework.ha.streams import laid_out_as_sent
+from framework.ha.streams import read_scattered
 from framework.protocol.ha import MasterHandshake, SlaveFrameDecoder, Transfer, encode
 from framework.protocol.message import MessageRecord
 from framework.store import StoreCorruption
@@ -194,8 +194,14 @@ async def test_a_masters_full_batches_are_read_into_place(tmp_path, monkeypatch)
     data = wire(master, epoch_starts, rng, batch=8192, heartbeats=0.01)
     handshake = encode(MasterHandshake(master.max_offset, 1, tuple(epoch_starts)))
     claimed = []
-    monkeypatch.setattr(slave_driver, "laid_out_as_sent", lambda *args: claimed.append(
-        bool(laid := laid_out_as_sent(*args))) or laid)
+
+    def counted(*args):
+        got = read_scattered(*args)
+        if got is not None and got[0]:
+            claimed.append(got[1] >= 0)
+        return got
+
+    monkeypatch.setattr(slave_driver, "read_scattered", counted)
 
     async def script(stream: trio.abc.Stream, session: int) -> None:
         await stream.send_all(handshake)
@@ -238,11 +244,13 @@ async def test_reads_are_appended_together_and_acks_report_only_appended_bytes(t
     acks: list[tuple[int, int]] = []  # (acked, the slave log's max offset then)
     reads = 0
 
-    def read_nowait(*args):
-        nonlocal reads
-        n = real_read_nowait(*args)
-        reads += bool(n)
-        return n
+    def counted(read):
+        def counting(*args):
+            nonlocal reads
+            got = read(*args)
+            reads += bool(got)
+            return got
+        return counting
 
     async def read_acks(stream: trio.abc.Stream) -> None:
         decoder = SlaveFrameDecoder()
@@ -268,9 +276,9 @@ async def test_reads_are_appended_together_and_acks_report_only_appended_bytes(t
             nursery.cancel_scope.cancel()
         await trio.sleep_forever()
 
-    real_read_nowait = slave_driver.read_nowait
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(slave_driver, "read_nowait", read_nowait)
+        for name in ("read_nowait", "read_scattered"):
+            patch.setattr(slave_driver, name, counted(getattr(slave_driver, name)))
         slave = await run_slave(
             tmp_path, "tcp", script,
             lambda s: (slaves or slaves.append(s)) and acks and acks[-1][0] == master.max_offset,
