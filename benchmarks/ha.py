@@ -73,6 +73,7 @@ from framework.broker.client import Producer
 from framework.broker.service import broker_of
 from framework.config import NodeConfig, from_mapping
 from framework.plugins import PluginManager
+from framework.protocol import ha as ha_frames
 from framework.protocol.commitlog_layout import SPEEDUPS
 from framework.protocol.message import MessageRecord
 from framework.runtime import open_node
@@ -312,7 +313,8 @@ async def main(args: argparse.Namespace) -> None:
     pm = plugins()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}, trio {trio.__version__}; slave indexing: "
-          f"{'C speedups' if SPEEDUPS else 'pure Python'}\n")
+          f"{'C speedups' if SPEEDUPS else 'pure Python'}; HA frames: "
+          f"{'C speedups' if ha_frames.SPEEDUPS else 'pure Python'}\n")
     print("| body | batch | bytes | raw trio TCP MB/s | raw TCP into a file MB/s "
           "| fresh page cache MB/s "
           "| HA replication MB/s | vs raw | vs raw into a file | HA ms | to first byte ms "

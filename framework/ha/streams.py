@@ -143,7 +143,7 @@ def read_scattered(sock: trio.socket.SocketType, space: memoryview, body_remaini
         n = read_nowait(sock, pieces)
         if not n:
             return None if n is None else (0, 0)
-        body_first = bool(min(body_remaining, len(space)))
+        body_first = body_remaining > 0
         filled = laid_out_as_sent(pieces, n, body_first)
         if filled:
             bodies = sum(map(len, filled[0 if body_first else 1::2]))

@@ -276,7 +276,7 @@ read_scattered(PyObject *module, PyObject *args)
         goto done;
     }
     Py_ssize_t bodies = 0;
-    if (!laid_out_as_sent(pieces, count_pieces, n, body_remaining > 0 && space.len > 0, &bodies)) {
+    if (!laid_out_as_sent(pieces, count_pieces, n, body_remaining > 0, &bodies)) {
         /* Not laid out as sent: the bytes, in the order they came, into buffer. */
         char *into = buffer.buf;
         Py_ssize_t left = n;

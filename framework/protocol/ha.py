@@ -65,7 +65,8 @@ __all__ = [
 
 _speedups = optional_extension("_ha_speedups")  # None: the pure-Python versions below
 
-#: Whether a slave's per-read work runs the optional C versions
+#: Whether the HA drivers' per-frame work (headers here, reads and writes in
+#: ``framework.ha.streams``) runs the optional C versions
 #: (``framework/protocol/_ha_speedups.c``); set ``TRIOMQ_NO_SPEEDUPS=1`` to disable.
 SPEEDUPS = _speedups is not None
 
