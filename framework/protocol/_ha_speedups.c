@@ -189,7 +189,9 @@ write_frames(PyObject *module, PyObject *args)
     }
     int count = 0;
     for (Py_ssize_t at = 0; at < headers.len && count < MAX_PIECES; at += HEADER_SIZE) {
-        Py_ssize_t batch = at / HEADER_SIZE * batch_size;
+        /* Where this header's batch starts in body; past its end if that overflows. */
+        Py_ssize_t index = at / HEADER_SIZE;
+        Py_ssize_t batch = index && batch_size > body.len / index ? body.len : index * batch_size;
         Py_ssize_t header_size = headers.len - at < HEADER_SIZE ? headers.len - at : HEADER_SIZE;
         Py_ssize_t batch_end = body.len - batch < batch_size ? body.len : batch + batch_size;
         char *piece[2] = {(char *)headers.buf + at, (char *)body.buf + batch};
@@ -321,7 +323,7 @@ transfer_run(PyObject *module, PyObject *args)
     const unsigned char *bytes = headers.buf;
     Py_ssize_t count = 0, taken = 0, body_remaining = 0;
     int64_t largest = 0, confirm = -1, last_confirm = -1;
-    while (pos + HEADER_SIZE <= headers.len) {
+    while (headers.len - pos >= HEADER_SIZE) {
         const unsigned char *h = bytes + pos;
         int64_t size = be32(h + 4), frame_confirm = be64(h + 28);
         if (be32(h) != STATE_TRANSFER || size < 0 || size > max_body_size ||

@@ -255,6 +255,18 @@ def test_c_gathered_writes_are_pythons(body_size, batch, skip):
     assert count == max(0, len(frames) - skip) or 2 * len(headers) // TRANSFER_HEADER_SIZE > 1024
 
 
+@needs_c
+def test_a_huge_batch_size_is_pythons_too():
+    headers, body = ha.encode_transfer_headers(0, 1, 0, 0, 100, 40) * 3, bytes(range(100))
+    for batch in (2**62, 2**63 - 1):
+        count, out = written(headers, body, batch, 0)
+        saved, streams._speedups = streams._speedups, None
+        try:
+            assert (count, out) == written(headers, body, batch, 0)
+        finally:
+            streams._speedups = saved
+
+
 def test_a_full_socket_takes_part_of_the_frames_and_then_none():
     headers = ha.encode_transfer_headers(0, 1, 0, 0, 1 << 20, 32 * 1024)
     body = bytes(1 << 20)
