@@ -176,7 +176,7 @@ def write_frames(sock: trio.socket.SocketType, headers: bytes, body: bytes | mem
             skip -= len(pieces.pop(0))
         if pieces:
             pieces[0] = pieces[0][skip:]
-        pieces = [piece for piece in pieces[:_MAX_PIECES] if piece]
+        pieces = [piece for piece in pieces if piece][:_MAX_PIECES]
         if not pieces:
             return 0
         try:

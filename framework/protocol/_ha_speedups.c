@@ -323,7 +323,9 @@ transfer_run(PyObject *module, PyObject *args)
     const unsigned char *bytes = headers.buf;
     Py_ssize_t count = 0, taken = 0, body_remaining = 0;
     int64_t largest = 0, confirm = -1, last_confirm = -1;
-    while (headers.len - pos >= HEADER_SIZE) {
+    /* A header continuing the run has these fields: negative, none is valid. */
+    int negative = offset < 0 || epoch < 0 || epoch_start < 0;
+    while (!negative && headers.len - pos >= HEADER_SIZE) {
         const unsigned char *h = bytes + pos;
         int64_t size = be32(h + 4), frame_confirm = be64(h + 28);
         if (be32(h) != STATE_TRANSFER || size < 0 || size > max_body_size ||

@@ -290,6 +290,15 @@ def encode_transfer_header(
     )
 
 
+def _valid_transfer(state: int, body_size: int, offset: int, epoch: int, epoch_start: int,
+                    confirm: int, max_body_size: int) -> bool:
+    """Whether a transfer header's fields pass every check of ``MasterFrameDecoder``
+    (``_transfer`` names what is wrong)."""
+    return (state == _TRANSFER and 0 <= body_size <= max_body_size
+            and min(offset, epoch, epoch_start, confirm) >= 0
+            and offset + body_size <= _LONG_MAX)
+
+
 def encode_transfer_headers(
     offset: int, epoch: int, epoch_start_offset: int, confirm_offset: int, body_size: int,
     batch_size: int,
@@ -341,9 +350,9 @@ def _transfer_run(headers: bytes | bytearray | memoryview, pos: int, offset: int
     while pos + TRANSFER_HEADER_SIZE <= len(headers):
         state, size, at, frame_epoch, start, frame_confirm = _TRANSFER_HEADER.unpack_from(
             headers, pos)
-        if not (state == _TRANSFER and 0 <= size <= max_body_size and at == offset
-                and frame_epoch == epoch and start == epoch_start and frame_confirm >= 0
-                and offset + size <= _LONG_MAX):
+        if not (at == offset and frame_epoch == epoch and start == epoch_start
+                and _valid_transfer(state, size, at, frame_epoch, start, frame_confirm,
+                                    max_body_size)):
             break
         take = min(size, room)
         room -= take
@@ -572,12 +581,8 @@ class MasterFrameDecoder:
         state, body_size, offset, epoch, epoch_start, confirm = (
             _TRANSFER_HEADER.unpack_from(view, pos)
         )
-        if (
-            state == _TRANSFER
-            and 0 <= body_size <= self.max_body_size
-            and min(offset, epoch, epoch_start, confirm) >= 0
-            and offset + body_size <= _LONG_MAX
-        ):
+        if _valid_transfer(state, body_size, offset, epoch, epoch_start, confirm,
+                           self.max_body_size):
             self.body_remaining = body_size
             # The tuple's own constructor: one per batch, without a Python frame.
             return _new_tuple(TransferHeader, (offset, epoch, epoch_start, confirm, body_size))

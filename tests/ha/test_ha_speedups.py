@@ -12,12 +12,15 @@ hand-computed results.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_ha_streams import stream_of
 
 from framework.ha import streams
 from framework.protocol import ha
@@ -33,21 +36,30 @@ EDGY = st.one_of(st.integers(0, 5000), st.sampled_from(
     [-1, INT_MAX, INT_MAX + 1, LONG_MAX - 100, LONG_MAX, LONG_MAX + 1, 2**70, -(2**70)]))
 
 
+@contextlib.contextmanager
+def pure_python() -> Iterator[None]:
+    """The pure-Python versions, with the extension switched off meanwhile (also
+    inside a hypothesis example, where a function-scoped fixture would not do)."""
+    saved = ha._speedups, streams._speedups
+    ha._speedups = streams._speedups = None
+    try:
+        yield
+    finally:
+        ha._speedups, streams._speedups = saved
+
+
 @pytest.fixture
-def python_only(monkeypatch):
-    """The pure-Python versions, with the extension switched off."""
-    monkeypatch.setattr(ha, "_speedups", None)
-    monkeypatch.setattr(streams, "_speedups", None)
+def python_only():
+    with pure_python():
+        yield
 
 
 def python_headers(*args: int) -> bytes | str:
-    saved, ha._speedups = ha._speedups, None
-    try:
-        return ha.encode_transfer_headers(*args)
-    except (HAFrameError, ValueError) as exc:
-        return type(exc).__name__
-    finally:
-        ha._speedups = saved
+    with pure_python():
+        try:
+            return ha.encode_transfer_headers(*args)
+        except (HAFrameError, ValueError) as exc:
+            return type(exc).__name__
 
 
 def test_headers_of_a_send_split_it_in_batches(python_only):
@@ -126,19 +138,6 @@ def socket_pair() -> tuple[socket.socket, socket.socket]:
     return a, b
 
 
-def stream_of(rest: int, frames: list[tuple[int, bool]]) -> bytes:
-    """``rest`` bytes of a body under way, then a frame per (body size, is a transfer)."""
-    wire, at = [bytes(i % 251 for i in range(rest))], rest
-    for size, is_transfer in frames:
-        body = bytes((at + i) * 7 % 251 for i in range(size))
-        frame = encode(Transfer(at, 1, 0, 0, body))
-        if not is_transfer:
-            frame = struct.pack(">i", 1) + frame[4:]
-        wire.append(frame)
-        at += size
-    return b"".join(wire)
-
-
 def scattered_read(wire: bytes, rest: int, expected: int, space_size: int, slots: int):
     """Send ``wire`` and read it once with ``read_scattered``; what landed where."""
     reader, writer = socket_pair()
@@ -162,13 +161,10 @@ FRAMES = st.lists(st.tuples(st.integers(0, 300), st.sampled_from([True, True, Tr
 @given(rest=st.integers(0, 300), frames=FRAMES, expected=st.integers(1, 300),
        space_size=st.integers(1, 2000), slots=st.integers(1, 8))
 def test_c_scattered_reads_are_pythons(rest, frames, expected, space_size, slots):
-    wire = stream_of(rest, frames)
+    wire, _ = stream_of(rest, frames)
     got_c = scattered_read(wire, rest, expected, space_size, slots)
-    saved, streams._speedups = streams._speedups, None
-    try:
+    with pure_python():
         got_py = scattered_read(wire, rest, expected, space_size, slots)
-    finally:
-        streams._speedups = saved
     assert got_c == got_py
 
 
@@ -180,15 +176,10 @@ def test_a_scattered_read_puts_bodies_at_their_places_or_copies_in_order(
 ):
     if version == "c" and not ha.SPEEDUPS:
         pytest.skip("C speedups not built")
-    wire = stream_of(rest, frames)
-    saved = streams._speedups
-    if version == "python":
-        streams._speedups = None
-    try:
+    wire, _ = stream_of(rest, frames)
+    with pure_python() if version == "python" else contextlib.nullcontext():
         (n, bodies), space, headers, buffer = scattered_read(wire, rest, expected, space_size,
                                                              slots)
-    finally:
-        streams._speedups = saved
     assert n > 0 or not wire
     if bodies < 0:
         assert buffer[:n] == wire[:n]
@@ -245,11 +236,8 @@ def test_c_gathered_writes_are_pythons(body_size, batch, skip):
     headers = python_headers(7, 1, 0, 0, body_size, batch)
     frames = b"".join(ha.transfer_frames(headers, body, batch))
     count, out = written(headers, body, batch, skip)
-    saved, streams._speedups = streams._speedups, None
-    try:
+    with pure_python():
         assert (count, out) == written(headers, body, batch, skip)
-    finally:
-        streams._speedups = saved
     # All of it, but for the pieces past the 1024 a write takes.
     assert out == frames[skip:skip + count]
     assert count == max(0, len(frames) - skip) or 2 * len(headers) // TRANSFER_HEADER_SIZE > 1024
@@ -260,11 +248,8 @@ def test_a_huge_batch_size_is_pythons_too():
     headers, body = ha.encode_transfer_headers(0, 1, 0, 0, 100, 40) * 3, bytes(range(100))
     for batch in (2**62, 2**63 - 1):
         count, out = written(headers, body, batch, 0)
-        saved, streams._speedups = streams._speedups, None
-        try:
+        with pure_python():
             assert (count, out) == written(headers, body, batch, 0)
-        finally:
-            streams._speedups = saved
 
 
 def test_a_full_socket_takes_part_of_the_frames_and_then_none():
