@@ -104,10 +104,10 @@ async def _triomq_child(node_id: int, addresses: dict[int, str], directory: str,
                         conn: Connection) -> None:
     import trio
 
-    from framework.config import NodeConfig, StoreConfig
-    from framework.consensus.config import RaftConfig
-    from framework.consensus.node import NotLeader, ProposalFailed, open_raft_node
-    from framework.runtime import open_node
+    from triomq.config import NodeConfig, StoreConfig
+    from triomq.consensus.config import RaftConfig
+    from triomq.consensus.node import NotLeader, ProposalFailed, open_raft_node
+    from triomq.runtime import open_node
 
     config = NodeConfig(name=f"n{node_id}", listen=addresses[node_id], log_level="ERROR",
                         store=StoreConfig(path=directory))

@@ -7,16 +7,21 @@ Run from the repository root (about two minutes)::
 Set-up, over TCP loopback, with the default settings of every component:
 
 - three controllers in this benchmark's process (one trio loop, three
-  nodes of role ``controller``, ``framework.testing.cluster``);
+  nodes of role ``controller``, ``triomq.testing.cluster``);
+- a name server in this process too (role ``nameserver``), which every
+  broker registers with;
 - one broker group of three replicas, each a separate
-  ``python -m framework.cli broker --config FILE`` process in controller
+  ``python -m triomq.cli broker --config FILE`` process in controller
   mode (mmap store, ``all_ack_in_sync_state_set = true``).
 
 For each log size the group's commit log is first filled to that size with
 synchronous puts. Then, per trial: the current master's process gets
 SIGKILL; the clock starts just before the signal and stops when a put
 (1 KiB, sent to the surviving replicas in turn, every 5 ms, until one
-answers SUCCESS) is acknowledged by the new master. The killed broker is
+answers SUCCESS) is acknowledged by the new master. Meanwhile a second
+clock stops when the name server's route of the topic names the new
+master as broker id 0 (asked every 5 ms): what a client that follows
+routes waits. The killed broker is
 restarted (it rejoins as a slave) and the next trial waits until the
 controllers' SyncStateSet holds all three replicas again. At the end every
 acknowledged 1 KiB put (one before and one after each failover) is looked
@@ -28,6 +33,7 @@ Prints a Markdown table; BENCHMARKS.md's "Failover" section comes from it.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import platform
@@ -41,14 +47,17 @@ from pathlib import Path
 
 import trio
 
-import framework.broker.plugin
-import plugins.controller_dledger
-from framework.broker.client import Producer, SendError
-from framework.broker.codes import RequestCode as BrokerCode
-from framework.controller.client import ControllerClient, ControllerError, ControllerUnavailable
-from framework.plugins import PluginManager
-from framework.rpc import RpcError
-from framework.testing.cluster import BROKER_NAME, free_tcp_port, open_cluster
+import triomq.plugins.broker
+import triomq.plugins.controller_dledger
+import triomq.plugins.namesrv
+from triomq.broker.client import Producer, SendError
+from triomq.broker.codes import RequestCode as BrokerCode
+from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
+from triomq.namesrv.processor import NameServerCode
+from triomq.plugin_manager import PluginManager
+from triomq.protocol.route import TopicRouteData
+from triomq.rpc import RpcError
+from triomq.testing.cluster import BROKER_NAME, free_tcp_port, open_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = b"x" * 1024
@@ -56,16 +65,17 @@ FILL_BODY = b"f" * 65536
 
 
 def plugin_manager() -> PluginManager:
-    pm = PluginManager.discover(disable={"broker", "controller_dledger"})
-    pm.register(framework.broker.plugin, name="broker")
-    pm.register(plugins.controller_dledger, name="controller_dledger")
+    pm = PluginManager.discover(disable={"broker", "controller_dledger", "namesrv"})
+    pm.register(triomq.plugins.broker, name="broker")
+    pm.register(triomq.plugins.controller_dledger, name="controller_dledger")
+    pm.register(triomq.plugins.namesrv, name="namesrv")
     return pm
 
 
 class BrokerProcess:
     """One broker replica as a ``triomq broker`` process with a fixed address."""
 
-    def __init__(self, name: str, root: Path, controllers: list[str]) -> None:
+    def __init__(self, name: str, root: Path, controllers: list[str], namesrv: str) -> None:
         self.name = name
         self.address = f"tcp://127.0.0.1:{free_tcp_port()}"
         self.config = root / f"{name}.toml"
@@ -84,6 +94,7 @@ path = "{root / name}"
 broker_name = "{BROKER_NAME}"
 enable_controller_mode = true
 controller_addresses = [{quoted}]
+namesrv_addr = ["{namesrv}"]
 ha_listen_port = {free_tcp_port()}
 all_ack_in_sync_state_set = true
 """)
@@ -92,7 +103,7 @@ all_ack_in_sync_state_set = true
     def start(self) -> None:
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "framework.cli", "broker", "--config", str(self.config)],
+                [sys.executable, "-m", "triomq.cli", "broker", "--config", str(self.config)],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONPATH": str(ROOT)})
 
@@ -121,15 +132,21 @@ async def wait_for(predicate, timeout: float = 60.0):
     return value
 
 
-async def run_size(root: Path, megabytes: int, trials: int) -> tuple[list[float], int]:
-    """Fill the log to ``megabytes`` and run ``trials`` failovers; their times (s) and
-    how many acknowledged puts a replica lacks at the end."""
-    async with open_cluster(root, transport="tcp", brokers=0, plugins=plugin_manager()) as cluster:
+async def run_size(root: Path, megabytes: int, trials: int
+                   ) -> tuple[list[float], list[float], int]:
+    """Fill the log to ``megabytes`` and run ``trials`` failovers; their times and the
+    times until the route names the new master (s), and how many acknowledged puts a
+    replica lacks at the end."""
+    async with open_cluster(root, transport="tcp", brokers=0, plugins=plugin_manager(),
+                            namesrvs=1) as cluster:
+        await cluster.start_namesrvs()
         await cluster.start_controllers()
         client_node = await cluster.start("client")
         rpc = client_node.rpc
+        namesrv = cluster.namesrv_addresses["n1"]
         controller = ControllerClient(rpc, list(cluster.controller_addresses.values()))
-        brokers = [BrokerProcess(f"b{i}", root, list(cluster.controller_addresses.values()))
+        brokers = [BrokerProcess(f"b{i}", root, list(cluster.controller_addresses.values()),
+                                 namesrv.removeprefix("tcp://"))
                    for i in (1, 2, 3)]
         by_address = {b.address: b for b in brokers}
         try:
@@ -148,21 +165,25 @@ async def run_size(root: Path, megabytes: int, trials: int) -> tuple[list[float]
             info = await wait_for(full_group)
             await fill(rpc, info.master_address, megabytes << 20)
             acked: list[int] = []
-            times = []
+            times: list[float] = []
+            route_times: list[float] = []
             for trial in range(trials):
                 info = await wait_for(full_group)
                 victim = by_address[info.master_address]
                 survivors = [b.address for b in brokers if b is not victim]
                 offset = await Producer(rpc, victim.address).send("bench", BODY)
                 acked.append(offset.physical_offset)
+                await wait_for(functools.partial(routed_master, rpc, namesrv, victim.address))
                 start = time.perf_counter()
                 victim.kill()
-                new_master, offset = await first_put(rpc, survivors)
-                times.append(time.perf_counter() - start)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(time_route, rpc, namesrv, survivors, start, route_times)
+                    new_master, offset = await first_put(rpc, survivors)
+                    times.append(time.perf_counter() - start)
                 acked.append(offset)
-                print(f"  {megabytes} MiB trial {trial + 1}: {times[-1] * 1000:.0f} ms "
-                      f"({victim.name} killed, {by_address[new_master].name} took over)",
-                      flush=True)
+                print(f"  {megabytes} MiB trial {trial + 1}: {times[-1] * 1000:.0f} ms, "
+                      f"routed after {route_times[-1] * 1000:.0f} ms ({victim.name} killed, "
+                      f"{by_address[new_master].name} took over)", flush=True)
                 victim.start()
             await wait_for(full_group)
             max_offsets = [await broker_max_offset(rpc, b.address) for b in brokers]
@@ -170,7 +191,28 @@ async def run_size(root: Path, megabytes: int, trials: int) -> tuple[list[float]
         finally:
             for broker in brokers:
                 broker.stop()
-        return times, await trio.to_thread.run_sync(count_lost, cluster.plugins, root, acked)
+        lost = await trio.to_thread.run_sync(count_lost, cluster.plugins, root, acked)
+        return times, route_times, lost
+
+
+async def routed_master(rpc, namesrv: str, candidates: str | list[str]) -> str | None:
+    """The broker the name server routes topic "bench" to as id 0, if one of ``candidates``."""
+    answer = await rpc.invoke(namesrv, NameServerCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "bench"})
+    if answer.code != 0:
+        return None
+    (group,) = TopicRouteData.decode(answer.body).broker_datas
+    master = group.broker_addrs.get(0)
+    address = None if master is None else f"tcp://{master}"
+    return address if address in ([candidates] if isinstance(candidates, str)
+                                  else candidates) else None
+
+
+async def time_route(rpc, namesrv: str, survivors: list[str], start: float,
+                     into: list[float]) -> None:
+    """Append the time from ``start`` until the route names one of ``survivors`` as id 0."""
+    while not await routed_master(rpc, namesrv, survivors):
+        await trio.sleep(0.005)
+    into.append(time.perf_counter() - start)
 
 
 async def caught_up(rpc, brokers: list[BrokerProcess], offset: int) -> bool:
@@ -232,19 +274,23 @@ async def main(args: argparse.Namespace) -> None:
     for megabytes in args.sizes:
         with tempfile.TemporaryDirectory(prefix="triomq-failover-") as root:
             print(f"log size {megabytes} MiB: filling, then {args.trials} failovers", flush=True)
-            times, lost = await run_size(Path(root), megabytes, args.trials)
-        rows.append((megabytes, times, lost))
+            times, route_times, lost = await run_size(Path(root), megabytes, args.trials)
+        rows.append((megabytes, times, route_times, lost))
     print()
     print(f"Machine: {platform.machine()}, Python {platform.python_version()}, "
           f"trio {trio.__version__}, load average {os.getloadavg()[0]:.1f}")
     print()
-    print("| log size | trials | p50 ms | p99 ms | min ms | max ms | mean ms | acked puts lost |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for megabytes, times, lost in rows:
+    print("| log size | trials | p50 ms | p99 ms | min ms | max ms | mean ms | acked puts lost "
+          "| routed p50 ms | routed p99 ms | routed minus failover, max ms |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for megabytes, times, route_times, lost in rows:
         ms = [t * 1000 for t in times]
+        routed = [t * 1000 for t in route_times]
+        late = max(r - f for r, f in zip(routed, ms, strict=True))
         print(f"| {megabytes} MiB | {len(ms)} | {percentile(ms, 0.5):.0f} | "
               f"{percentile(ms, 0.99):.0f} | {min(ms):.0f} | {max(ms):.0f} | "
-              f"{statistics.mean(ms):.0f} | {lost} |")
+              f"{statistics.mean(ms):.0f} | {lost} | {percentile(routed, 0.5):.0f} | "
+              f"{percentile(routed, 0.99):.0f} | {late:.0f} |")
 
 
 if __name__ == "__main__":

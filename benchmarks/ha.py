@@ -5,7 +5,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/ha.py
 
 Everything runs in one process and one trio loop, over TCP loopback, with
-real broker nodes (``framework.open_node``, role ``broker``, mmap store):
+real broker nodes (``triomq.open_node``, role ``broker``, mmap store):
 
 - **replication**: a master's commit log is filled beforehand with
   ``--megabytes`` of records; a fresh slave node starts and the clock runs
@@ -68,15 +68,15 @@ from pathlib import Path
 import attrs
 import trio
 
-import framework.broker.plugin
-from framework.broker.client import Producer
-from framework.broker.service import broker_of
-from framework.config import NodeConfig, from_mapping
-from framework.plugins import PluginManager
-from framework.protocol import ha as ha_frames
-from framework.protocol.commitlog_layout import SPEEDUPS
-from framework.protocol.message import MessageRecord
-from framework.runtime import open_node
+import triomq.plugins.broker
+from triomq.broker.client import Producer
+from triomq.broker.service import broker_of
+from triomq.config import NodeConfig, from_mapping
+from triomq.plugin_manager import PluginManager
+from triomq.protocol import ha as ha_frames
+from triomq.protocol.commitlog_layout import SPEEDUPS
+from triomq.protocol.message import MessageRecord
+from triomq.runtime import open_node
 
 SEGMENT = 256 << 20
 CHUNK = 256 * 1024
@@ -86,7 +86,7 @@ MADV_POPULATE_WRITE = 23
 
 def plugins() -> PluginManager:
     pm = PluginManager.discover(disable={"broker"})
-    pm.register(framework.broker.plugin, name="broker")
+    pm.register(triomq.plugins.broker, name="broker")
     return pm
 
 

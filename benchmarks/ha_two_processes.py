@@ -28,7 +28,7 @@ from pathlib import Path
 import ha
 import trio
 
-from plugins.store_mmap.commitlog import MmapCommitLog
+from triomq.plugins.store_mmap.commitlog import MmapCommitLog
 
 CHILD = [sys.executable, __file__, "--child"]
 

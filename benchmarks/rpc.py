@@ -25,11 +25,11 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from framework.protocol.remoting import RemotingCommand, encode
-from framework.rpc import RpcConnection, RpcServer, open_rpc_client
-from framework.transport import Transport
-from plugins.transport_inproc import InprocNetwork, InprocTransport
-from plugins.transport_tcp import TcpTransport
+from triomq.plugins.transport_inproc import InprocNetwork, InprocTransport
+from triomq.plugins.transport_tcp import TcpTransport
+from triomq.protocol.remoting import RemotingCommand, encode
+from triomq.rpc import RpcConnection, RpcServer, open_rpc_client
+from triomq.transport import Transport
 
 CODE_ECHO = 1
 BODY = b"x" * 64

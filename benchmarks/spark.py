@@ -41,13 +41,13 @@ import attrs
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from framework.protocol import columns
-from plugins.spark_export import register
-from plugins.spark_export.options import parse_options
-from plugins.spark_export.parquet import export_parquet
-from plugins.spark_export.plan import plan_tasks, read_task, resolve
-from plugins.spark_export.store_files import StoreFiles
 from tests.spark.storegen import StoreWriter, sample_records
+from triomq.plugins.spark_export import register
+from triomq.plugins.spark_export.options import parse_options
+from triomq.plugins.spark_export.parquet import export_parquet
+from triomq.plugins.spark_export.plan import plan_tasks, read_task, resolve
+from triomq.plugins.spark_export.store_files import StoreFiles
+from triomq.protocol import columns
 
 CHUNK = 100_000
 

@@ -42,10 +42,10 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from framework.protocol.commitlog_layout import SPEEDUPS
-from framework.protocol.message import MessageRecord, encode
-from plugins.store_lmdb import LmdbCommitLog
-from plugins.store_mmap import MmapCommitLog
+from triomq.plugins.store_lmdb import LmdbCommitLog
+from triomq.plugins.store_mmap import MmapCommitLog
+from triomq.protocol.commitlog_layout import SPEEDUPS
+from triomq.protocol.message import MessageRecord, encode
 
 BATCH = 256
 SEGMENT = 1 << 30

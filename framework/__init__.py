@@ -2,10 +2,10 @@
 
 The embedding API, kept small::
 
-    import framework
+    import triomq
 
-    config = framework.NodeConfig(name="n1", role="standalone")
-    async with framework.open_node(config) as node:
+    config = triomq.NodeConfig(name="n1", role="standalone")
+    async with triomq.open_node(config) as node:
         stream = await node.connect("inproc://n2")
 
 - ``open_node`` / ``Node``: run a node's services in the host's trio program.
@@ -19,32 +19,32 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what the names are, for type checkers (``X as X``: re-exported)
-    from framework.config import NodeConfig as NodeConfig
-    from framework.config import load_toml as load_toml
-    from framework.errors import ConfigError as ConfigError
-    from framework.errors import PluginError as PluginError
-    from framework.errors import ServiceCrashed as ServiceCrashed
-    from framework.errors import TriomqError as TriomqError
-    from framework.hookspecs import hookimpl as hookimpl
-    from framework.plugins import PluginManager as PluginManager
-    from framework.runtime import Node as Node
-    from framework.runtime import open_node as open_node
+    from triomq.config import NodeConfig as NodeConfig
+    from triomq.config import load_toml as load_toml
+    from triomq.errors import ConfigError as ConfigError
+    from triomq.errors import PluginError as PluginError
+    from triomq.errors import ServiceCrashed as ServiceCrashed
+    from triomq.errors import TriomqError as TriomqError
+    from triomq.hookspecs import hookimpl as hookimpl
+    from triomq.plugin_manager import PluginManager as PluginManager
+    from triomq.runtime import Node as Node
+    from triomq.runtime import open_node as open_node
 
 #: Each name of the embedding API and the module it comes from. They are
 #: imported on first use (PEP 562), so that importing one part of the
 #: framework (a protocol codec in a Spark worker, say) does not load the
 #: runtime, trio and every configuration with it.
 _EXPORTS = {
-    "ConfigError": "framework.errors",
-    "Node": "framework.runtime",
-    "NodeConfig": "framework.config",
-    "PluginError": "framework.errors",
-    "PluginManager": "framework.plugins",
-    "ServiceCrashed": "framework.errors",
-    "TriomqError": "framework.errors",
-    "hookimpl": "framework.hookspecs",
-    "load_toml": "framework.config",
-    "open_node": "framework.runtime",
+    "ConfigError": "triomq.errors",
+    "Node": "triomq.runtime",
+    "NodeConfig": "triomq.config",
+    "PluginError": "triomq.errors",
+    "PluginManager": "triomq.plugin_manager",
+    "ServiceCrashed": "triomq.errors",
+    "TriomqError": "triomq.errors",
+    "hookimpl": "triomq.hookspecs",
+    "load_toml": "triomq.config",
+    "open_node": "triomq.runtime",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -53,7 +53,7 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'framework' has no attribute {name!r}")
+        raise AttributeError(f"module 'triomq' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -1,79 +1,108 @@
-"""``triomq demo`` (what ``make run`` runs): a broker group losing its master.
+"""``triomq demo`` (what ``make run`` runs): a broker group losing its master
+while a producer and a consumer group run.
 
 The scenario, on a fresh temporary store root, in one process over the
 in-process transport (or over real TCP sockets with ``--transport tcp``):
 
-1. three controllers elect a Raft leader (the active controller);
-2. a broker group of three replicas registers in controller mode; the
-   controller makes one of them master and the others slaves;
-3. a producer writes through the master with synchronous replication (every
-   put waits for the whole SyncStateSet); it finds the master by asking the
-   controller for the group's replica info, and asks again when a put fails;
-4. the master is killed mid-stream; the controller notices its heartbeats
-   stop, elects a new master from the SyncStateSet at the next master
-   epoch, and the remaining slave follows it;
-5. a report: messages acknowledged, how many of them the new master holds
-   (all of them), the failover time and the epochs.
+1. a name server starts, three controllers elect a Raft leader (the active
+   controller), and a broker group of three replicas registers in
+   controller mode: the controller makes one of them master and the others
+   slaves, and the master registers with the name server as broker id 0;
+2. a topic is created on the master; a ``triomq.client.Producer`` sends to
+   it with synchronous replication (every put waits for the whole
+   SyncStateSet), finding the master through the name server's route, and
+   a ``PushConsumer`` of a consumer group reads it from the first offset;
+3. the master is killed mid-stream; the controller notices its heartbeats
+   stop and elects a new master from the SyncStateSet at the next master
+   epoch; the new master registers as id 0, and the producer and the
+   consumer follow the route to it without being told;
+4. a report: messages produced, acknowledged and consumed; acknowledged
+   messages never consumed (lost: must be 0) and messages consumed more
+   than once; how long the producer and the consumer each stalled; and
+   that the surviving replicas hold identical logs.
+
+With ``keep`` (``triomq demo --keep``) the stores stay on disk afterwards and
+the demo says where, and which commands read them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import trio
 
-from framework.broker.client import Producer, SendError
-from framework.broker.service import Broker
-from framework.controller.client import ControllerClient, ControllerError, ControllerUnavailable
-from framework.plugins import PluginManager
-from framework.rpc import RpcError
-from framework.runtime import Node
-from framework.testing.cluster import BROKER_NAME, Cluster, open_cluster
+from triomq.broker.service import Broker
+from triomq.client.consume_from import ConsumeFromWhere
+from triomq.client.errors import ClientError
+from triomq.client.listener import ConsumeConcurrentlyStatus, MessageListenerConcurrently
+from triomq.client.message import Message, MessageExt, SendStatus
+from triomq.client.producer import Producer
+from triomq.client.push_consumer import PushConsumer
+from triomq.plugin_manager import PluginManager
+from triomq.rpc import RpcError
+from triomq.runtime import Node
+from triomq.testing.cluster import Cluster, open_cluster
 
 TOPIC = "DemoTopic"
+GROUP = "DemoGroup"
+QUEUES = 4
 BEFORE_KILL = 300
 AFTER_FAILOVER = 200
-_RETRYABLE = (SendError, RpcError, ControllerError, ControllerUnavailable)
+#: UPDATE_AND_CREATE_TOPIC, as an admin tool sends it to a master.
+_CREATE_TOPIC = 17
+
+
+class _Gaps:
+    """The longest pause between two events after a moment (a stall)."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.since: float | None = None
+        self.longest = 0.0
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if self.since is not None:
+            self.longest = max(self.longest, now - max(self.last, self.since))
+        self.last = now
 
 
 class _Producing:
-    """A producer sending without pause to the master the controller names."""
+    """A producer sending without pause, through the name server's routes."""
 
-    def __init__(self, client: Node, controllers: ControllerClient,
-                 say: Callable[[str], None]) -> None:
-        self.client = client
-        self.controllers = controllers
+    def __init__(self, producer: Producer, say: Callable[[str], None]) -> None:
+        self.producer = producer
         self.say = say
+        self.produced = 0
         self.acked: set[str] = set()
         self.failed = 0
         self.stopped = False
-        self.killed_at: float | None = None
-        #: Seconds from the kill to the first put acknowledged by the new master.
+        self.gaps = _Gaps()
+        #: Seconds from the kill to the first put acknowledged after it.
         self.failover: float | None = None
 
     async def run(self) -> None:
-        address = None
-        sent = 0
         while not self.stopped:
+            self.produced += 1
             try:
-                if address is None:
-                    address = (await self.controllers.get_replica_info(BROKER_NAME)).master_address
-                    if address is None:
-                        raise ControllerUnavailable("the group has no master right now")
-                result = await Producer(self.client.rpc, address, timeout=2).send(
-                    TOPIC, f"message-{sent}".encode(), tags="demo")
-            except _RETRYABLE:
+                result = await self.producer.send(
+                    Message(TOPIC, f"message-{self.produced}".encode(), tags="demo"))
+            except (ClientError, RpcError):
                 self.failed += 1
-                address = None
                 await trio.sleep(0.01)
                 continue
-            sent += 1
+            if result.send_status is not SendStatus.SEND_OK:
+                self.failed += 1  # stored on the master, not known to be replicated
+                continue
             self.acked.add(result.msg_id)
-            if self.killed_at is not None and self.failover is None:
-                self.failover = time.monotonic() - self.killed_at
+            self.gaps.tick()
+            if self.gaps.since is not None and self.failover is None:
+                self.failover = time.monotonic() - self.gaps.since
                 self.say(f"  the new master acknowledged a put {self.failover * 1000:.0f} ms "
                          "after the kill")
             if len(self.acked) % 100 == 0:
@@ -84,20 +113,48 @@ class _Producing:
             await trio.sleep(0.005)
 
 
+class _Consuming:
+    """What a consumer group's listener saw: each message id, how often."""
+
+    def __init__(self) -> None:
+        self.seen: Counter[str] = Counter()
+        self.gaps = _Gaps()
+
+    async def handle(self, messages: list[MessageExt]) -> ConsumeConcurrentlyStatus:
+        for message in messages:
+            self.seen[message.msg_id] += 1
+        self.gaps.tick()
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+
 def _describe(cluster: Cluster, name: str) -> str:
     broker = cluster.broker(name)
     return f"{name} (broker id {broker.broker_id}, epoch {broker.replicas.master_epoch})"
 
 
+@contextlib.contextmanager
+def _stores(keep: bool) -> Iterator[str]:
+    if keep:
+        yield tempfile.mkdtemp(prefix="triomq-demo-")
+    else:
+        with tempfile.TemporaryDirectory(prefix="triomq-demo-") as tmp:
+            yield tmp
+
+
 async def run_demo(pm: PluginManager, transport: str = "inproc",
-                   say: Callable[[str], None] = print) -> int:
-    """Run the scenario; return 0 when the new master holds every acknowledged message."""
-    with tempfile.TemporaryDirectory(prefix="triomq-demo-") as tmp:
+                   say: Callable[[str], None] = print, *, keep: bool = False) -> int:
+    """Run the scenario; return 0 when every acknowledged message was consumed and the
+    surviving replicas are identical.
+
+    ``keep``: leave the stores on disk and end the report with where they are.
+    """
+    with _stores(keep) as tmp:
         say(f"triomq demo over {transport}; stores under {tmp}")
-        async with (open_cluster(Path(tmp), transport=transport, plugins=pm,
+        async with (open_cluster(Path(tmp), transport=transport, plugins=pm, namesrvs=1,
                                  broker={"all_ack_in_sync_state_set": True}) as cluster,
                     trio.open_nursery() as nursery):
-            say("starting 3 controllers (Raft) ...")
+            say("starting a name server and 3 controllers (Raft) ...")
+            await cluster.start_namesrvs()
             await cluster.start_controllers()
             say("starting broker group of 3 replicas b1, b2, b3 in controller mode ...")
             await cluster.start_brokers()
@@ -109,45 +166,83 @@ async def run_demo(pm: PluginManager, transport: str = "inproc",
                 f"{' and '.join(others)} replicate from it; SyncStateSet holds all three")
 
             client = await cluster.start("client")
-            controllers = ControllerClient(
-                client.rpc, [cluster.controller_addresses[n] for n in cluster.controller_names])
-            producing = _Producing(client, controllers, say)
-            say("producing with synchronous replication ...")
-            nursery.start_soon(producing.run)
-            await producing.until(BEFORE_KILL)
+            await _create_topic(cluster, client, master)
+            namesrv = list(cluster.namesrv_addresses.values())
+            producing = _Producing(Producer("DemoProducer", namesrv, send_msg_timeout=2.0),
+                                   say)
+            consuming = _Consuming()
+            consumer = PushConsumer(GROUP, namesrv, rebalance_interval=1.0,
+                                    consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+            consumer.subscribe(TOPIC, "*")
+            consumer.register_message_listener(MessageListenerConcurrently(consuming.handle))
+            async with (producing.producer.start(client.connect),
+                        consumer.start(client.connect)):
+                say(f"producing to topic {TOPIC} with synchronous replication; consumer group "
+                    f"{GROUP} reading it ...")
+                nursery.start_soon(producing.run)
+                await producing.until(BEFORE_KILL)
 
-            old_epoch = cluster.broker(master).replicas.master_epoch
-            say(f"killing master {master} mid-stream")
-            producing.killed_at = time.monotonic()
-            await cluster.kill(master)
-            new_master = await cluster.wait_master(epoch_above=old_epoch)
-            elected = time.monotonic() - producing.killed_at
-            say(f"the controller elected {_describe(cluster, new_master)} "
-                f"{elected * 1000:.0f} ms after the kill")
-            await producing.until(BEFORE_KILL + AFTER_FAILOVER)
-            producing.stopped = True
+                old_epoch = cluster.broker(master).replicas.master_epoch
+                say(f"killing master {master} mid-stream")
+                producing.gaps.since = consuming.gaps.since = time.monotonic()
+                await cluster.kill(master)
+                new_master = await cluster.wait_master(epoch_above=old_epoch)
+                elected = time.monotonic() - producing.gaps.since
+                say(f"the controller elected {_describe(cluster, new_master)} "
+                    f"{elected * 1000:.0f} ms after the kill")
+                await producing.until(BEFORE_KILL + AFTER_FAILOVER)
+                producing.stopped = True
+                with trio.move_on_after(30):
+                    while not producing.acked <= consuming.seen.keys():
+                        await trio.sleep(0.01)
 
             survivors = [cluster.broker(n) for n in others]
             new = cluster.broker(new_master)
             await cluster.wait_for(
                 lambda: all(b.log.max_offset == new.log.max_offset for b in survivors))
-            found = {r.properties.get("UNIQ_KEY") for r in new.log.iter_records()}
-            missing = producing.acked - found
+            lost = producing.acked - consuming.seen.keys()
+            duplicates = sum(consuming.seen.values()) - len(consuming.seen)
             images = {_image(b) for b in survivors}
             failover = producing.failover or 0.0
             say("")
             say("report")
+            say(f"  messages produced            {producing.produced} "
+                f"({producing.failed} sends failed or timed out, retried as new messages)")
             say(f"  messages acknowledged        {len(producing.acked)}")
-            say(f"  found on the new master      {len(producing.acked & found)} "
-                f"({'all of them' if not missing else f'{len(missing)} MISSING'})")
-            say(f"  puts refused or failed       {producing.failed} (retried)")
+            say(f"  messages consumed            {len(consuming.seen)}")
+            say(f"  acknowledged, never consumed {len(lost)} (lost)")
+            say(f"  consumed more than once      {duplicates}")
+            say(f"  producer stalled             {producing.gaps.longest * 1000:.0f} ms")
+            say(f"  consumer stalled             {consuming.gaps.longest * 1000:.0f} ms")
             say(f"  election (kill -> elected)   {elected * 1000:.0f} ms")
             say(f"  failover (kill -> first put) {failover * 1000:.0f} ms")
             say(f"  master epochs                {master}: {old_epoch}, "
                 f"{new_master}: {new.replicas.master_epoch}")
             say(f"  surviving replicas identical {len(images) == 1}")
             nursery.cancel_scope.cancel()
-    return 0 if not missing and len(images) == 1 else 1
+        if keep:
+            _say_kept(say, Path(tmp), cluster, new_master)
+    return 0 if not lost and len(images) == 1 else 1
+
+
+async def _create_topic(cluster: Cluster, client: Node, master: str) -> None:
+    """The demo's topic on the group's master (the slaves copy it), routed by the name server."""
+    answer = await client.rpc.invoke(
+        cluster.node(master).address, _CREATE_TOPIC,
+        {"topic": TOPIC, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES),
+         "perm": "6"})
+    if answer.code != 0:
+        raise RuntimeError(f"creating topic {TOPIC} failed: {answer.remark}")
+
+
+def _say_kept(say: Callable[[str], None], root: Path, cluster: Cluster, master: str) -> None:
+    say("")
+    say(f"stores kept under {root}")
+    say(f"  brokers     {', '.join(str(root / n) for n in cluster.broker_names)}")
+    say(f"  controllers {', '.join(str(root / n) for n in cluster.controller_names)}")
+    say(f"  read them:  triomq store dump {root / master}")
+    say(f"              triomq export controller OUT_DIR "
+        f"{' '.join(str(root / n) for n in cluster.controller_names)}  (the spark extra)")
 
 
 def _image(broker: Broker) -> bytes:

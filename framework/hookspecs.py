@@ -1,7 +1,7 @@
 """The plugin contract: every hook a triomq plugin may implement.
 
 triomq uses pluggy with the project name ``"triomq"``. A plugin is any
-module or object whose functions are decorated with ``framework.hookimpl``
+module or object whose functions are decorated with ``triomq.hookimpl``
 and named after the specs below. In-tree plugins and third-party ones are
 found the same way: an entry point in group ``triomq`` naming the module::
 
@@ -9,7 +9,7 @@ found the same way: an entry point in group ``triomq`` naming the module::
     my_transport = "my_package.transport"
 
 A host may also register plugin objects directly and disable discovered
-plugins by name (``framework.plugins.PluginManager``).
+plugins by name (``triomq.plugin_manager.PluginManager``).
 
 Provider hooks (``triomq_transport``, ``triomq_log_store``,
 ``triomq_election_policy``, ``triomq_escape_bridge``) return a mapping from
@@ -18,13 +18,16 @@ two plugins provide the same name, the one registered last wins, so a host
 that registers its own plugin overrides an in-tree one. Asking for a name no
 plugin provides raises ``PluginError`` listing the names that exist.
 
-Lifecycle hooks are called by ``framework.runtime`` for every node; they
+Role hooks (``triomq_config_sections``, ``triomq_roles``) are how a role
+plugin joins the node's configuration: the kernel names no role itself.
+
+Lifecycle hooks are called by ``triomq.runtime`` for every node; they
 receive the ``Node`` so a plugin can look at its config, role and services.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -32,8 +35,8 @@ import pluggy
 if TYPE_CHECKING:
     import argparse
 
-    from framework.runtime import Node
-    from framework.transport import Transport
+    from triomq.runtime import Node
+    from triomq.transport import Transport
 
 PROJECT = "triomq"
 
@@ -65,7 +68,7 @@ def triomq_transport() -> Mapping[str, TransportFactory]:
 
     Example: ``{"tcp": TcpTransport.from_options}``. A factory receives the
     node's transport options and returns an object satisfying
-    ``framework.transport.Transport``; its ``scheme`` equals the key.
+    ``triomq.transport.Transport``; its ``scheme`` equals the key.
     """
 
 
@@ -73,7 +76,7 @@ def triomq_transport() -> Mapping[str, TransportFactory]:
 def triomq_log_store() -> Mapping[tuple[str, str], StoreFactory]:
     """Return the stores this plugin provides, by ``(kind, scheme)``.
 
-    ``kind`` is one of ``framework.store.STORE_KINDS``: ``"commitlog"``
+    ``kind`` is one of ``triomq.store.STORE_KINDS``: ``"commitlog"``
     (a ``CommitLog``), ``"entrylog"`` (a Raft ``EntryLog``) or ``"meta"``
     (a ``MetaStore``). ``scheme`` names the implementation (``"mmap"``,
     ``"lmdb"``). The factory takes ``(directory, options)``.
@@ -88,7 +91,7 @@ def triomq_election_policy() -> Mapping[str, Callable[..., Any]]:
     (default ``"default"``, RocketMQ's policy). A policy is a pure callable
     ``policy(group, live_info, designated_broker_id, enable_elect_unclean_master)``
     returning the broker id to elect or ``None``; the contract is
-    ``framework.controller.election.ElectionPolicy``. Whatever a policy
+    ``triomq.controller.election.ElectionPolicy``. Whatever a policy
     answers, the controller never elects an unregistered broker, nor one
     outside the SyncStateSet unless unclean election is enabled.
     """
@@ -102,6 +105,37 @@ def triomq_escape_bridge() -> Mapping[str, Callable[..., Any]]:
     its own commit log; the secondary-message services hand their output to
     an escape bridge, which puts it on a master (local or remote). The
     factory takes the node and returns the bridge.
+    """
+
+
+# --------------------------------------------------------------------------
+# Roles: what a role plugin adds to the node's configuration.
+# --------------------------------------------------------------------------
+
+
+@hookspec
+def triomq_config_sections() -> Mapping[str, type]:
+    """Return this plugin's configuration sections: table name -> attrs class.
+
+    Example: ``{"broker": BrokerConfig}``. The table ``[broker]`` of a node's
+    config is built into a ``BrokerConfig`` (with ``triomq.settings``: keys
+    declared with ``setting``), a missing table is the class's defaults, and
+    the node reads it as ``node.config.broker`` (or
+    ``node.config.section("broker")``). ``triomq config`` lists its keys.
+    When two plugins provide the same table, the one registered last wins; a
+    table may not be named like a key of the node itself (``name``,
+    ``store``, ...).
+    """
+
+
+@hookspec
+def triomq_roles() -> Iterable[str]:
+    """Return the roles this plugin runs: the values it gives the ``role`` key.
+
+    Example: ``["broker"]``. A node of that role asks every plugin for its
+    services (``triomq_node_services``); the kernel runs none of its own
+    besides ``"standalone"`` (only what plugins add), and a config file
+    naming a role no plugin declares is rejected.
     """
 
 
@@ -149,4 +183,15 @@ def triomq_add_cli_commands(subparsers: argparse._SubParsersAction) -> None:
     Each sub-command sets ``func`` with ``parser.set_defaults(func=...)``;
     ``func(args)`` returns the process exit code. This is how store plugins
     add ``triomq store ...`` and the Spark plugin ``triomq export ...``.
+    """
+
+
+@hookspec
+def triomq_add_admin_commands(commands: argparse._SubParsersAction) -> None:
+    """Add commands to ``triomq admin`` (mqadmin's), one sub-parser each.
+
+    ``triomq admin`` is shared by every role plugin: the controller plugin
+    adds its controller commands, the name-server plugin its topic and
+    route commands. Each command sets ``func`` as for
+    ``triomq_add_cli_commands``.
     """

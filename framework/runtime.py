@@ -2,7 +2,7 @@
 
 Hosts embed a node in their own trio program::
 
-    async with framework.open_node(config) as node:
+    async with triomq.open_node(config) as node:
         ...  # the node serves until this block ends
 
 Processes use ``triomq <role> --config FILE`` (``run_node``), which stops
@@ -15,7 +15,15 @@ every service has started, so services register their handlers first.
 
 When any service raises, every other service is cancelled and ``open_node``
 raises ``ServiceCrashed`` naming the service, instead of leaving a
-half-alive node behind.
+half-alive node behind; one that raises before it has started raises
+``ServiceStartFailed`` (not logged: the caller reports it).
+
+A service that listens on an address of its own declares it from
+``triomq_node_services`` with ``node.declare_listen(address)``: the node
+binds the RPC address and every declared one before any service starts, so
+a port in use stops the node before a service has done anything (such as
+writing its store); the service's ``node.listen(address)`` then takes the
+bound listener.
 """
 
 from __future__ import annotations
@@ -28,12 +36,36 @@ from typing import Any
 
 import trio
 
-from framework.config import NodeConfig
-from framework.errors import PluginError, ServiceCrashed
-from framework.hookspecs import Service
-from framework.plugins import PluginManager
-from framework.rpc import RpcClient, RpcServer, open_rpc_client
-from framework.transport import Listener, Transport, split_address
+from triomq.admin_access import ADMIN_CODES, AdminAccess
+from triomq.config import NodeConfig
+from triomq.errors import PluginError, ServiceCrashed
+from triomq.hookspecs import Service
+from triomq.plugin_manager import PluginManager
+from triomq.protocol.remoting import RemotingCommand
+from triomq.rpc import RpcClient, RpcConnection, RpcServer, open_rpc_client
+from triomq.rpc.peer import client_certificate
+from triomq.rpc.server import Guard
+from triomq.transport import Listener, Transport, split_address
+
+
+class ServiceStartFailed(ServiceCrashed):
+    """A node service raised before it had started; the node was stopped."""
+
+    def __init__(self, service: str, cause: BaseException) -> None:
+        super().__init__(service, cause)
+        self.args = (f"service {service!r} could not start: {type(cause).__name__}: {cause}",)
+
+
+class _StartWatch:
+    """A service's ``task_status`` that remembers whether ``started`` was called."""
+
+    def __init__(self, task_status: trio.TaskStatus[Any]) -> None:
+        self._task_status = task_status
+        self.started_yet = False
+
+    def started(self, value: Any = None) -> None:
+        self.started_yet = True
+        self._task_status.started(value)
 
 
 class Node:
@@ -51,10 +83,17 @@ class Node:
         self.address = ""
         self.log = logging.getLogger(f"triomq.{config.name}")
         self.log.setLevel(config.log_level)
+        access = config.security.admin_access()
+        if access.enabled:
+            # Admin requests need an admin's credential, whichever role serves them.
+            self.rpc_server.guard(ADMIN_CODES, _admin_guard(access, self.log))
         self._nursery = nursery
         self._transports: dict[str, Transport] = {}
         self._services: list[str] = []
         self._stopping = False
+        #: Addresses services declared (``declare_listen``), bound before they start.
+        self._declared: list[str] = []
+        self._bound: dict[str, Listener] = {}
 
     @property
     def name(self) -> str:
@@ -88,8 +127,29 @@ class Node:
         return await self.transport(split_address(address)[0]).connect(address)
 
     async def listen(self, address: str) -> Listener:
-        """Listen on ``address`` with the transport its scheme names."""
+        """Listen on ``address`` with the transport its scheme names (the listener
+        bound for it already, if it was declared)."""
+        bound = self._bound.pop(address, None)
+        if bound is not None:
+            return bound
         return await self.transport(split_address(address)[0]).listen(address)
+
+    def declare_listen(self, address: str) -> None:
+        """Say that a service will listen on ``address``: call it from
+        ``triomq_node_services``. The node binds it before any service starts."""
+        if address not in self._declared:
+            self._declared.append(address)
+
+    async def _bind_declared(self) -> None:
+        for address in self._declared:
+            if address not in self._bound:
+                self._bound[address] = await self.transport(split_address(address)[0]
+                                                            ).listen(address)
+
+    async def _close_unclaimed(self) -> None:
+        with trio.CancelScope(shield=True):
+            while self._bound:
+                await self._bound.popitem()[1].aclose()
 
     # -- services -----------------------------------------------------------
 
@@ -106,9 +166,12 @@ class Node:
 
     async def _run_service(self, name: str, service: Service,
                            task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        watch = _StartWatch(task_status)
         try:
-            await service(self, task_status=task_status)
+            await service(self, task_status=watch)
         except Exception as exc:
+            if not watch.started_yet:
+                raise ServiceStartFailed(name, exc) from exc
             self.log.error("service %r crashed: %s: %s", name, type(exc).__name__, exc)
             raise ServiceCrashed(name, exc) from exc
         self.log.debug("service %r ended", name)
@@ -130,14 +193,20 @@ async def open_node(config: NodeConfig, *, plugins: PluginManager | None = None,
 
     ``plugins`` defaults to every plugin found by entry point, less
     ``config.plugins.disable``. ``services`` are extra services the host wants
-    run in the node's nursery, started before the plugins' ones.
+    run in the node's nursery, started before the plugins' ones. The node's
+    ``config`` holds a section for each plugin that contributes one (its
+    defaults unless ``config`` gives it).
     """
     pm = plugins if plugins is not None else PluginManager.discover(config.plugins.disable)
+    config = config.with_sections(pm)
     try:
         async with trio.open_nursery() as nursery:
             node = Node(config, pm, nursery)
             async with open_rpc_client(node.connect) as node.rpc:
-                await _start(node, services or {})
+                try:
+                    await _start(node, services or {})
+                finally:
+                    await node._close_unclaimed()
                 try:
                     yield node
                 finally:
@@ -184,8 +253,20 @@ async def _start_services(node: Node, host_services: Mapping[str, Service]) -> N
         raise PluginError(
             f"node {node.name!r}: no plugin runs role {node.role!r} "
             f"(plugins: {', '.join(p.name for p in node.plugins.plugins()) or 'none'})")
+    await node._bind_declared()
     for name, service in {**host_services, **plugin_services}.items():
         await node.start_service(name, service)
+
+
+def _admin_guard(access: AdminAccess, log: logging.Logger) -> Guard:
+    """``access`` as the RPC server's guard of admin requests; refusals are logged."""
+    def guard(request: RemotingCommand, connection: RpcConnection) -> RemotingCommand | None:
+        refusal = access.refusal(request, client_certificate(connection.stream))
+        if refusal is not None:
+            log.warning("admin request from %s refused: %s", connection.peer, refusal.remark)
+        return refusal
+
+    return guard
 
 
 def _serve_rpc(listener: Listener) -> Service:

@@ -21,21 +21,29 @@ The replication (HA) layer uses ``append_raw`` on a slave (bytes at exactly
 ``max_offset``, records possibly split across calls), ``read`` on a master,
 ``truncate`` and ``truncate_to_last_whole_record`` when an epoch changes;
 the confirm offset is the HA layer's own state. A read-only reader of a
-store root (no plugin) uses ``framework.protocol.commitlog_layout``.
+store root (no plugin) uses ``triomq.protocol.commitlog_layout``; tools
+reading any plugin's store use its ``CommitLogReader`` (``READER_KIND``).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import attrs
 import trio
 
-from framework.errors import ConfigError, TriomqError
-from framework.protocol.message import MessageRecord
+from triomq.errors import ConfigError, TriomqError
+from triomq.protocol.message import MessageRecord
 
 STORE_KINDS = ("commitlog", "entrylog", "meta")
+#: The kind under which a store plugin also provides read-only access to its
+#: commit logs, for tools (``triomq store``, the Spark source, ``triomq export``):
+#: the factory takes ``(directory, options)`` and returns a ``CommitLogReader``,
+#: or raises ``StoreNotFound`` when the directory holds none of its stores.
+READER_KIND = "commitlog-reader"
 FLUSH_POLICIES = ("group", "interval", "none")
 
 
@@ -89,6 +97,29 @@ class IndexOutOfRange(StoreError):
 
 class StoreClosed(StoreError):
     """The store was used after ``close()``."""
+
+
+class StoreOutOfResources(StoreError):
+    """The store could not get a file descriptor, a mapping or disk space it
+    needed (``errno``: one of ``ERRNOS``). Nothing was written: the store still
+    serves what it holds, and a broker answers the request with an error code.
+    """
+
+    ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOSPC, errno.EDQUOT})
+
+    def __init__(self, what: str, error_number: int) -> None:
+        self.what = what
+        self.errno = error_number
+        super().__init__(f"{what}: {os.strerror(error_number)}")
+
+
+class StoreNotFound(StoreError):
+    """``directory`` holds no store of this plugin; ``expected`` says what it looked for."""
+
+    def __init__(self, directory: str, expected: str) -> None:
+        self.directory = directory
+        self.expected = expected
+        super().__init__(f"{directory}: no store here (expected {expected})")
 
 
 def store_options(options: Mapping[str, Any], known: tuple[str, ...], used: tuple[str, ...],
@@ -347,7 +378,48 @@ class CommitLog(Protocol):
         """The storeTimestamp of the queue's first readable record, ``None`` if empty."""
 
     def close(self) -> None:
-        """Flush and close; a following open is a clean restart (no scan)."""
+        """Flush and close; a following open is a clean restart (no scan).
+
+        A record still arriving (``append_raw`` bytes past
+        ``last_whole_record_end``) is cut first: a recovery would cut it, and
+        the master sends it again from the offset the replica reports.
+        """
+
+
+@runtime_checkable
+class CommitLogReader(Protocol):
+    """The bytes of a commit log as stored, read-only, for tools.
+
+    Opening one runs no recovery, takes no lock and writes nothing, so it may
+    read a store a node has open. ``[min_offset, end_offset)`` are the bytes
+    stored: a torn or bad tail, and the zero fill of preallocated segment
+    files, included. What is a good record there is the kernel's rule
+    (``triomq.log_check``), not the plugin's.
+    """
+
+    scheme: str
+    segment_size: int
+
+    @property
+    def min_offset(self) -> int:
+        """The first offset stored."""
+
+    @property
+    def end_offset(self) -> int:
+        """Where the stored bytes end."""
+
+    def read(self, offset: int, size: int) -> bytes:
+        """The bytes ``[offset, min(offset + size, end_offset))``."""
+
+    def where(self, offset: int) -> str:
+        """Where ``offset`` is stored, for messages (a file, a directory)."""
+
+    def recovery_options(self) -> dict[str, Any]:
+        """Options for this plugin's ``commitlog`` factory that open the store
+        with a full recovery (every record checked and indexed again)."""
+
+    def close(self) -> None:
+        """Let go of the files."""
 
 
 @runtime_checkable

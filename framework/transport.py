@@ -7,31 +7,44 @@ in-process transport for TCP changes nothing else.
 
 Addresses are strings ``scheme://rest``: ``tcp://127.0.0.1:9876``,
 ``inproc://controller-1``. The scheme picks the plugin (see
-``framework.hookspecs.triomq_transport``); the rest is the plugin's business.
+``triomq.hookspecs.triomq_transport``); the rest is the plugin's business.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 import trio
 
-from framework.errors import ConfigError
+from triomq.errors import ConfigError
 
 
 class TransportError(OSError):
     """Connecting or listening failed; the message names the address."""
 
 
+#: What a listener has, for messages that name what one lacks.
+LISTENER_MEMBERS = ("address", "accept", "aclose", "__aenter__", "__aexit__")
+
+
 @runtime_checkable
 class Listener(Protocol):
-    """A bound listener. ``address`` is the address peers dial (port 0 resolved)."""
+    """A bound listener. ``address`` is the address peers dial (port 0 resolved).
+
+    It closes when an ``async with listener:`` block ends, as every
+    ``trio.abc.AsyncResource`` does: subclassing ``trio.abc.Listener`` gives
+    a listener ``__aenter__`` and ``__aexit__`` from its ``aclose``.
+    """
 
     address: str
 
     async def accept(self) -> trio.abc.Stream: ...
 
     async def aclose(self) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
 
 
 @runtime_checkable

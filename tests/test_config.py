@@ -3,9 +3,11 @@
 import attrs
 import pytest
 
-from framework.config import NodeConfig, StoreConfig
-from framework.errors import ConfigError
-from framework.settings import describe, from_mapping, load_toml, positive, setting
+from triomq.broker.config import BrokerConfig
+from triomq.config import NodeConfig, StoreConfig
+from triomq.controller.config import ControllerConfig
+from triomq.errors import ConfigError
+from triomq.settings import describe, from_mapping, load_toml, positive, setting
 
 
 def test_toml_round_trip(tmp_path):
@@ -46,7 +48,14 @@ def test_defaults_when_empty():
     [
         ({"nmae": "x"}, "nmae", "unknown key 'nmae'"),
         ({"store": {"scheme": "mmap", "pth": "/x"}}, "store.pth", "unknown key 'pth'"),
-        ({"role": "emperor"}, "role", "expected one of"),
+        ({"role": "emperor"}, "role",
+         "expected one of 'standalone', 'broker', 'controller', 'nameserver' "
+         "(no plugin runs role 'emperor')"),
+        ({"brokr": {}}, "brokr", "unknown key 'brokr'; known keys: broker, controller, listen"),
+        ({"sections": {}}, "sections", "unknown key 'sections'"),
+        ({"broker": "broker-a"}, "broker", "expected a table"),
+        ({"broker": {"broker_nme": "a"}}, "broker.broker_nme", "unknown key 'broker_nme'"),
+        ({"controller": {"node_id": -1}}, "controller.node_id", "must be >= 0"),
         ({"name": ""}, "name", "must not be empty"),
         ({"name": 3}, "name", "expected str"),
         ({"plugins": {"disable": "tcp"}}, "plugins.disable", "expected a list"),
@@ -65,8 +74,43 @@ def test_bad_keys_and_values_name_the_key_path(data, path, reason):
 
 
 def test_values_built_in_code_are_checked_too():
-    with pytest.raises(ConfigError, match="role"):
-        NodeConfig(role="emperor")
+    with pytest.raises(ConfigError, match=r"^name: must not be empty"):
+        NodeConfig(name="")
+    with pytest.raises(ConfigError, match=r"^role: must not be empty"):
+        NodeConfig(role="")
+    # A keyword that is no key of the node must be a section object.
+    with pytest.raises(ConfigError, match=r"^nmae: neither a key of the node"):
+        NodeConfig(nmae="x")
+
+
+def test_role_sections_come_from_the_role_plugins():
+    config = from_mapping(NodeConfig, {"role": "broker", "broker": {"broker_name": "b"}})
+    assert config.broker == BrokerConfig(broker_name="b")
+    assert config.section("broker") is config.broker
+    # A section not given is its defaults.
+    assert config.controller == ControllerConfig()
+    assert NodeConfig().broker == BrokerConfig()
+    with pytest.raises(AttributeError, match="no section 'brokr'; sections: broker, controller"):
+        config.section("brokr")
+
+
+def test_sections_given_in_code_and_evolved():
+    config = NodeConfig(name="b1", role="broker", broker=BrokerConfig(broker_name="a"))
+    assert config.broker.broker_name == "a"
+    evolved = attrs.evolve(config, broker=attrs.evolve(config.broker, broker_name="b"))
+    assert (evolved.broker.broker_name, evolved.name) == ("b", "b1")
+    assert config.broker.broker_name == "a"
+    assert attrs.evolve(config, name="b2").broker is config.broker
+    assert config == from_mapping(NodeConfig, {"name": "b1", "role": "broker",
+                                               "broker": {"broker_name": "a"}})
+
+
+def test_a_disabled_plugin_takes_its_section_and_role_along():
+    data = {"plugins": {"disable": ["broker"]}, "broker": {}}
+    with pytest.raises(ConfigError, match=r"^broker: unknown key 'broker'; known keys: controller"):
+        from_mapping(NodeConfig, data)
+    with pytest.raises(ConfigError, match=r"^role: expected one of 'standalone', 'controller'"):
+        from_mapping(NodeConfig, {"plugins": {"disable": ["broker"]}, "role": "broker"})
 
 
 def test_numbers_are_checked():
@@ -96,5 +140,7 @@ def test_missing_and_invalid_files(tmp_path):
 def test_every_key_is_documented():
     rows = list(describe(NodeConfig))
     keys = [key for key, _, _ in rows]
-    assert {"name", "role", "listen", "store.scheme", "store.path", "plugins.disable"} <= set(keys)
+    assert {"name", "role", "listen", "store.scheme", "store.path", "plugins.disable",
+            "broker.broker_name", "controller.node_id"} <= set(keys)
+    assert "sections" not in keys
     assert all(doc for _, _, doc in rows), [k for k, _, d in rows if not d]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from framework import hookimpl
-from framework.errors import PluginError
-from framework.plugins import PluginManager
+from triomq import hookimpl
+from triomq.errors import PluginError
+from triomq.plugin_manager import PluginManager
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,7 +110,7 @@ def third_party_site(tmp_path_factory):
 
 def _triomq(site, *args):
     env = {"PYTHONPATH": f"{site}:{ROOT}", "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "framework.cli", *args],
+    return subprocess.run([sys.executable, "-m", "triomq.cli", *args],
                           env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -130,3 +130,16 @@ def test_third_party_distribution_is_listed_and_its_hooks_called(third_party_sit
 
     gone = _triomq(third_party_site, "--disable-plugin", "example", "plugins", "--json")
     assert "example" not in {p["name"] for p in json.loads(gone.stdout)["plugins"]}
+
+
+def test_the_role_plugins_contribute_their_roles_and_sections():
+    from triomq.broker.config import BrokerConfig
+    from triomq.controller.config import ControllerConfig
+
+    pm = PluginManager.discover()
+    assert {"broker", "controller", "nameserver"} <= set(pm.roles())
+    sections = pm.config_sections()
+    assert (sections["broker"], sections["controller"]) == (BrokerConfig, ControllerConfig)
+    pm = PluginManager.discover(disable={"broker"})
+    assert "broker" not in pm.roles()
+    assert "broker" not in pm.config_sections()

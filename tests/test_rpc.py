@@ -1,4 +1,4 @@
-"""framework.rpc beyond the conformance suite: faults injected on inproc, backoff, edges.
+"""triomq.rpc beyond the conformance suite: faults injected on inproc, backoff, edges.
 
 The conformance suite (tests/transports/test_conformance.py) runs the RPC
 behaviour every transport must support; here are the cases that need the
@@ -20,8 +20,9 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.protocol import remoting
-from framework.protocol.remoting import (
+from triomq.plugins.transport_inproc import InprocNetwork, InprocTransport
+from triomq.protocol import remoting
+from triomq.protocol.remoting import (
     FLAG_RESPONSE,
     REQUEST_CODE_NOT_SUPPORTED,
     SUCCESS,
@@ -30,7 +31,7 @@ from framework.protocol.remoting import (
     FrameError,
     RemotingCommand,
 )
-from framework.rpc import (
+from triomq.rpc import (
     Backoff,
     ConnectionLimits,
     RpcClient,
@@ -41,7 +42,6 @@ from framework.rpc import (
     describe_peer,
     open_rpc_client,
 )
-from plugins.transport_inproc import InprocNetwork, InprocTransport
 
 SERVER = "inproc://server"
 CLIENT = "inproc://client"
@@ -516,3 +516,20 @@ async def test_a_write_to_a_reset_tcp_peer_fails_the_call_and_closes_the_connect
                 await connection.invoke(ECHO, body=b"x" * 1024, timeout=5)
         assert connection.closed
         await listener.aclose()
+
+
+async def test_calls_while_a_connection_opens_wait_for_it(network: InprocNetwork) -> None:
+    """A call made while another call's connection is still opening (its stream's
+    first write in progress) waits for it, instead of writing on the stream at
+    the same time."""
+    async with cluster(network) as (_, client):
+        answers: list[bytes] = []
+
+        async def call(i: int) -> None:
+            answers.append((await client.invoke(SERVER, ECHO, body=b"%d" % i)).body)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(20):  # one call per scheduler pass: some land mid-open
+                nursery.start_soon(call, i)
+                await trio.lowlevel.checkpoint()
+        assert sorted(answers) == sorted(b"%d" % i for i in range(20))

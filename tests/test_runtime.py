@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -10,9 +11,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from framework import NodeConfig, PluginManager, hookimpl, open_node
-from framework.config import TransportConfig
-from framework.errors import PluginError, ServiceCrashed
+from triomq import NodeConfig, PluginManager, hookimpl, open_node
+from triomq.config import TransportConfig
+from triomq.errors import PluginError, ServiceCrashed
+from triomq.runtime import ServiceStartFailed
+from triomq.transport import TransportError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,7 +145,7 @@ def test_process_stops_gracefully_on_signal(tmp_path, signum):
     config = tmp_path / "node.toml"
     config.write_text('name = "proc"\n')
     proc = subprocess.Popen(
-        [sys.executable, "-m", "framework.cli", "standalone", "--config", str(config)],
+        [sys.executable, "-m", "triomq.cli", "standalone", "--config", str(config)],
         cwd=ROOT, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
@@ -160,7 +163,7 @@ def test_process_stops_gracefully_on_signal(tmp_path, signum):
 
 async def test_nodes_call_each_other_by_address():
     """A service registers a handler; another node calls it over inproc."""
-    from framework.protocol.remoting import RemotingCommand
+    from triomq.protocol.remoting import RemotingCommand
 
     async def echo(request, peer):
         return RemotingCommand(code=0, body=request.body[::-1])
@@ -178,3 +181,84 @@ async def test_nodes_call_each_other_by_address():
         async with open_node(NodeConfig(name="caller"), plugins=pm) as caller:
             response = await caller.rpc.invoke(server.address, 1234, body=b"abc")
     assert response.body == b"cba"
+
+
+class Listening:
+    """A plugin whose service declares ``address``, checks that it is bound when
+    the service starts, and (``claim``) takes the listener."""
+
+    def __init__(self, address, claim=True):
+        self.address = address
+        self.claim = claim
+        self.events = []
+
+    @hookimpl
+    def triomq_transport(self):
+        from triomq.plugins.transport_tcp import TcpTransport
+        return {"tcp": TcpTransport.from_options}
+
+    @hookimpl
+    def triomq_node_services(self, node):
+        node.declare_listen(self.address)
+        return {"listening": self.service}
+
+    async def service(self, node, task_status):
+        self.events.append("service ran")
+        # Bound before this service started: a connection waits in its backlog.
+        early = await node.connect(self.address)
+        if self.claim:
+            listener = await node.listen(self.address)
+            accepted = await listener.accept()
+            self.events.append(f"accepted on {listener.address}")
+            for resource in (accepted, listener):
+                await resource.aclose()
+        await early.aclose()
+        task_status.started()
+        await trio.sleep_forever()
+
+
+def tcp_port_in_use():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
+
+
+async def test_a_declared_address_in_use_stops_the_node_before_any_service():
+    with tcp_port_in_use() as taken:
+        address = f"tcp://127.0.0.1:{taken.getsockname()[1]}"
+        plugin = Listening(address)
+        with pytest.raises(TransportError, match="cannot listen"):
+            async with open_node(NodeConfig(), plugins=manager(plugin, Recorder())):
+                pass
+    assert plugin.events == []
+
+
+async def test_a_declared_address_is_bound_before_its_service_starts():
+    with tcp_port_in_use() as free:  # a port known to be free once this socket closes
+        address = f"tcp://127.0.0.1:{free.getsockname()[1]}"
+    plugin = Listening(address)
+    async with open_node(NodeConfig(), plugins=manager(plugin)):
+        assert plugin.events == ["service ran", f"accepted on {address}"]
+
+
+async def test_a_declared_address_not_taken_is_closed_once_started():
+    with tcp_port_in_use() as free:
+        port = free.getsockname()[1]
+    plugin = Listening(f"tcp://127.0.0.1:{port}", claim=False)
+    async with open_node(NodeConfig(), plugins=manager(plugin)):
+        with socket.socket() as again:
+            # Refused while anything listens on the port, even with SO_REUSEADDR.
+            again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            again.bind(("127.0.0.1", port))  # free: the node let it go
+
+
+async def test_a_service_failing_at_start_is_not_logged_as_a_crash(caplog):
+    async def broken(node, task_status):
+        raise OSError("disk says no")
+
+    with pytest.raises(ServiceStartFailed, match=r"service 'broken' could not start: "
+                                                 r"OSError: disk says no"):
+        async with open_node(NodeConfig(), plugins=manager(), services={"broken": broken}):
+            pass
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]

@@ -2,7 +2,7 @@
 
 ::
 
-    async with framework.open_node(config) as node:
+    async with triomq.open_node(config) as node:
         producer = Producer(node.rpc, "tcp://10.0.0.1:10911")
         result = await producer.send("orders", b"...", tags="paid", keys="o-1")
         result.physical_offset
@@ -14,16 +14,17 @@ the message the master did store.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Mapping
 
 import attrs
 
-from framework.broker.codes import RequestCode, ResponseCode
-from framework.broker.headers import SendHeader, encode_send_header, parse_offset_msg_id
-from framework.errors import TriomqError
-from framework.protocol.remoting import RemotingCommand
-from framework.rpc import DEFAULT_TIMEOUT, RpcClient
+from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.headers import SendHeader, encode_send_header, parse_offset_msg_id
+from triomq.errors import TriomqError
+from triomq.protocol.remoting import RemotingCommand
+from triomq.rpc import DEFAULT_TIMEOUT, RpcClient
 
 __all__ = [
     "FlushDiskTimeout",
@@ -104,8 +105,10 @@ class Producer:
         if keys is not None:
             props["KEYS"] = keys
         props["UNIQ_KEY"] = msg_id
+        # Born when sent (ms, as RocketMQ's producer); the broker records the
+        # born host, this producer's address as its connection shows it.
         header = SendHeader(topic=topic, producer_group=self.group, queue_id=queue_id,
-                            properties=props)
+                            born_timestamp=time.time_ns() // 1_000_000, properties=props)
         response = await self.rpc.invoke(self.address, RequestCode.SEND_MESSAGE_V2,
                                          encode_send_header(header), body,
                                          timeout=self.timeout)

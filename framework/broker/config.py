@@ -20,11 +20,11 @@ from typing import Literal
 
 import attrs
 
-from framework.errors import ConfigError
-from framework.ha.master_driver import HAMasterConfig
-from framework.ha.slave_driver import HASlaveConfig
-from framework.settings import non_negative, one_of, port, positive, setting
-from framework.store import FLUSH_POLICIES
+from triomq.errors import ConfigError
+from triomq.ha.master_driver import HAMasterConfig
+from triomq.ha.slave_driver import HASlaveConfig
+from triomq.settings import non_negative, one_of, port, positive, setting
+from triomq.store import FLUSH_POLICIES
 
 __all__ = ["MASTER_ID", "BrokerConfig"]
 
@@ -51,8 +51,25 @@ def _addresses(value: tuple[str, ...]) -> str | None:
     return None
 
 
+def _namesrv_addresses(value: tuple[str, ...]) -> str | None:
+    for address in value:
+        location = address.partition("://")[2] if "://" in address else address
+        host, sep, port = location.rpartition(":")
+        if "://" not in address and not (sep and host and port.isdigit()):
+            return f"{address!r}: expected 'host:port', e.g. '10.0.0.1:9876'"
+    return None
+
+
 def _at_least_one(value: int) -> str | None:
     return None if value >= 1 else "must be >= 1"
+
+
+def _at_least_two(value: int) -> str | None:
+    return None if value >= 2 else "must be >= 2"
+
+
+def _percent(value: int) -> str | None:
+    return None if 0 <= value <= 100 else "must be a percentage, 0 to 100"
 
 
 @attrs.frozen
@@ -128,6 +145,16 @@ class BrokerConfig:
         check=positive)
     ha_reconnect_max: int = setting(
         5000, doc="ms cap of the slave's reconnect backoff.", check=positive)
+    ha_handshake_timeout: int = setting(
+        3000, doc="ms a connection to the HA port may take to send its slave handshake "
+                  "before the master closes it.", check=positive)
+    ha_write_timeout: int = setting(
+        3000, doc="ms a master's send to a slave may make no progress before it drops the "
+                  "slave (one that stopped reading); the SyncStateSet then shrinks it out "
+                  "as any lost slave.", check=positive)
+    ha_max_connections: int = setting(
+        64, doc="Connections the HA port serves at once while master (slaves and peers "
+                "yet to send their handshake); more are closed at accept.", check=positive)
     ha_receive_buffer_size: int = setting(
         4 * 1024 * 1024, doc="Bytes of socket receive buffer on a slave's TCP connection to "
                              "its master (SO_RCVBUF, capped by net.core.rmem_max; 0: the "
@@ -154,6 +181,111 @@ class BrokerConfig:
     election_priority: int = setting(
         0, doc="Among equally up-to-date replicas a smaller value is elected first "
                "(RocketMQ's brokerElectionPriority).", check=non_negative)
+    namesrv_addr: tuple[str, ...] = setting(
+        (), doc="Name servers this broker registers with (RocketMQ's namesrvAddr), e.g. "
+                "['10.0.0.1:9876', '10.0.0.2:9876']; an address with a scheme "
+                "('inproc://ns') works too. Empty: the broker registers nowhere.",
+        check=_namesrv_addresses)
+    register_name_server_period: int = setting(
+        30000, doc="ms between full registrations with every name server; a role or topic "
+                   "change registers at once, heartbeats go every broker_heartbeat_interval "
+                   "in between (RocketMQ: 30000).", check=positive)
+    broker_not_active_timeout: int = setting(
+        10000, doc="ms of silence after which name servers drop this broker from the routes, "
+                   "sent as heartbeatTimeoutMillis with each registration (RocketMQ's "
+                   "brokerNotActiveTimeoutMillis); a closed connection drops it at once.",
+        check=positive)
+    auto_create_topic_enable: bool = setting(
+        True, doc="A send to an unknown topic creates it from the default topic TBW102 "
+                  "(RocketMQ's autoCreateTopicEnable).")
+    default_topic_queue_nums: int = setting(
+        8, doc="Queues of a topic created on send when the producer names no count, and of "
+               "TBW102 (RocketMQ's defaultTopicQueueNums).", check=_at_least_one)
+    max_message_size: int = setting(
+        4 * 1024 * 1024, doc="Largest message body a send may carry, in bytes; a larger one is "
+                             "refused with MESSAGE_ILLEGAL (RocketMQ's maxMessageSize).",
+        check=_at_least_one)
+    slave_synchronize_period: int = setting(
+        3000, doc="ms between a slave's copies of its master's topic configs (RocketMQ's "
+                  "slave synchronization: GET_ALL_TOPIC_CONFIG).", check=positive)
+    auto_create_subscription_group: bool = setting(
+        True, doc="A heartbeat from a consumer of an unknown group creates the group's "
+                  "subscription config (config/subscriptionGroup.json; RocketMQ's "
+                  "autoCreateSubscriptionGroup).")
+    notify_consumer_ids_changed_enable: bool = setting(
+        True, doc="Push NOTIFY_CONSUMER_IDS_CHANGED to a group's consumers when one joins or "
+                  "leaves (a group's own notifyConsumerIdsChangedEnable may turn it off; "
+                  "RocketMQ's notifyConsumerIdsChangedEnable).")
+    channel_expired_timeout: int = setting(
+        120000, doc="ms without a heartbeat after which a client is dropped and its connection "
+                    "closed, checked every 10 s (RocketMQ's channelExpiredTimeout).",
+        check=positive)
+    rebalance_lock_max_live_time: int = setting(
+        60000, doc="ms a queue lock (LOCK_BATCH_MQ) lasts unless its holder locks it again "
+                   "(RocketMQ's rocketmq.broker.rebalance.lockMaxLiveTime).", check=positive)
+    message_index_enable: bool = setting(
+        True, doc="Index every record's keys (KEYS and UNIQ_KEY) in index/ for QUERY_MESSAGE "
+                  "(RocketMQ's messageIndexEnable).")
+    max_hash_slot_num: int = setting(
+        5_000_000, doc="Hash slots of one index file (RocketMQ's maxHashSlotNum).",
+        check=positive)
+    max_index_num: int = setting(
+        20_000_000, doc="Entries of one index file before the next is started, at least 2 "
+                        "(entry 0 is never used; RocketMQ's maxIndexNum).", check=_at_least_two)
+    default_query_max_num: int = setting(
+        32, doc="Messages a QUERY_MESSAGE by unique key answers (RocketMQ's "
+                "defaultQueryMaxNum).", check=positive)
+    max_msgs_num_batch: int = setting(
+        64, doc="Most messages one QUERY_MESSAGE answers (RocketMQ's maxMsgsNumBatch).",
+        check=positive)
+
+    slave_read_enable: bool = setting(
+        False, doc="A slave serves pulls while its group has a master, and a pull far behind "
+                   "the log's end is pointed at a slave (suggestWhichBrokerId 1); without it "
+                   "a slave refuses pulls (SYSTEM_BUSY) unless its group has no master "
+                   "(RocketMQ's slaveReadEnable).")
+    long_polling_enable: bool = setting(
+        True, doc="A pull that finds nothing is held until a message arrives or its "
+                  "suspendTimeoutMillis ends; off, it is held short_polling_time_mills "
+                  "(RocketMQ's longPollingEnable).")
+    short_polling_time_mills: int = setting(
+        1000, doc="ms a pull that finds nothing is held when long_polling_enable is off "
+                  "(RocketMQ's shortPollingTimeMills).", check=positive)
+    offset_check_in_slave: bool = setting(
+        False, doc="A slave answers a pull out of its queue's range with PULL_OFFSET_MOVED "
+                   "and the corrected offset, as a master does; off, it answers "
+                   "PULL_RETRY_IMMEDIATELY and moves no offset (RocketMQ's "
+                   "offsetCheckInSlave).")
+    access_message_in_memory_max_ratio: int = setting(
+        40, doc="Percent of the machine's memory, counted back from the commit log's end, "
+                "whose records a pull reads as in memory (the _in_memory transfer caps); a "
+                "pull further behind is pointed at a slave with slave_read_enable (RocketMQ's "
+                "accessMessageInMemoryMaxRatio).", check=_percent)
+    max_transfer_bytes_on_message_in_memory: int = setting(
+        256 * 1024, doc="Most bytes of records in memory one pull answers (the first record "
+                        "always goes; RocketMQ's maxTransferBytesOnMessageInMemory).",
+        check=positive)
+    max_transfer_count_on_message_in_memory: int = setting(
+        32, doc="Most records in memory one pull answers (RocketMQ's "
+                "maxTransferCountOnMessageInMemory).", check=positive)
+    max_transfer_bytes_on_message_in_disk: int = setting(
+        64 * 1024, doc="Most bytes of records beyond the memory window one pull answers "
+                       "(RocketMQ's maxTransferBytesOnMessageInDisk).", check=positive)
+    max_transfer_count_on_message_in_disk: int = setting(
+        8, doc="Most records beyond the memory window one pull answers (RocketMQ's "
+               "maxTransferCountOnMessageInDisk).", check=positive)
+    max_filter_message_size: int = setting(
+        16000, doc="Bytes of consume-queue entries (20 each) one pull reads looking for "
+                   "records its subscription takes, when maxMsgNums asks for fewer "
+                   "(RocketMQ's maxFilterMessageSize).", check=positive)
+    flush_consumer_offset_interval: int = setting(
+        5000, doc="ms between writes of config/consumerOffset.json when offsets changed; it "
+                  "is written on stop too (RocketMQ's flushConsumerOffsetInterval). A slave "
+                  "copies its master's offsets every slave_synchronize_period.",
+        check=positive)
+    consumer_offset_update_version_step: int = setting(
+        500, doc="Offset commits between two steps of consumerOffset.json's dataVersion "
+                 "(RocketMQ's consumerOffsetUpdateVersionStep).", check=positive)
 
     def __attrs_post_init__(self) -> None:
         if self.enable_controller_mode and not self.controller_addresses:
@@ -181,6 +313,9 @@ class BrokerConfig:
             check_sync_state_set_period=self.check_sync_state_set_period,
             all_ack_in_sync_state_set=self.all_ack_in_sync_state_set,
             min_in_sync_replicas=self.min_in_sync_replicas,
+            ha_handshake_timeout=self.ha_handshake_timeout,
+            ha_write_timeout=self.ha_write_timeout,
+            ha_max_connections=self.ha_max_connections,
         )
 
     def slave_config(self) -> HASlaveConfig:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 
-from framework.durable_files import replace_atomically
-from framework.protocol.store_checkpoint import (
+from triomq.durable_files import replace_atomically
+from triomq.protocol.store_checkpoint import (
     CONFIRM_PHY_OFFSET,
     FILE_NAME,
     FILE_SIZE,

@@ -1,33 +1,28 @@
 """Controller mode: the controllers decide a broker replica's id and role.
 
 ``ControllerMode`` runs inside the broker service when
-``broker.enable_controller_mode`` is set:
+``broker.enable_controller_mode`` is set. It is the trio pump of
+``triomq.broker.controller_flow``, which decides what to ask the
+controllers and which role to take (identity, registration, heartbeats,
+polls, role changes, SyncStateSet proposals: see there). The pump:
 
-1. **Identity.** The broker id comes from ``<store root>/brokerIdentity``
-   (JSON: cluster, group, id, register check code); a new replica asks
-   GET_NEXT_BROKER_ID, claims it with APPLY_BROKER_ID and a fresh check code
-   (``"<address>;<ns timestamp>"``), then writes the file.
-2. **Registration.** REGISTER_BROKER answers the group's alive master; with
-   none the broker asks ELECT_MASTER for itself.
-3. **Roles.** Every answer, NOTIFY_BROKER_ROLE_CHANGED push (1008) and poll
-   (GET_REPLICA_INFO every ``sync_controller_metadata_period``) is offered
-   to one applier task, which keeps the newest by master epoch and makes
-   the ``ReplicasManager`` follow it: ``change_to_master`` when this
-   replica is the master, else ``change_to_slave`` to the master's HA
-   address, which it asks the master for (EXCHANGE_BROKER_HA_INFO, 906).
-4. **Heartbeats.** Every ``broker_heartbeat_interval`` to every controller,
-   with live info: last epoch, max offset, confirm offset, election priority.
-5. **SyncStateSet.** As the ``SyncStateSetReporter`` of the replicas
-   manager, it turns the HA master's proposals (replica addresses) into
-   ALTER_SYNC_STATE_SET requests (broker ids, fenced by both epochs). A
-   refusal is answered with the set read back (GET_REPLICA_INFO), no answer
-   with "unknown" (the master keeps counting the proposal), a newer master
-   epoch with ``MasterFenced``; every poll of the master's own epoch hands
-   the committed set to the HA master.
+- makes the flow's calls through a ``ControllerClient`` (leader
+  following, over an RPC client of its own whose reconnect backoff stays
+  short, ``RECONNECT_BACKOFF``) and sends its heartbeats with live info
+  (last epoch, max offset, confirm offset, election priority);
+- keeps the identity in ``<store root>/brokerIdentity`` (``load_identity``,
+  ``save_identity``; a new replica's check code is ``"<address>;<ns
+  timestamp>"``);
+- changes the ``ReplicasManager``'s role as the flow says: a slave first
+  asks the master's broker address for its HA address
+  (EXCHANGE_BROKER_HA_INFO, 906);
+- is the ``SyncStateSetReporter`` of the replicas manager: a proposal's
+  outcome is the set the controller holds (read back after a refusal),
+  None when unknown (the master keeps counting the proposal), or
+  ``MasterFenced`` once a newer master exists;
+- answers NOTIFY_BROKER_ROLE_CHANGED pushes (1008), HA-address questions
+  and GET_BROKER_EPOCH_CACHE (1007, for ``triomq admin get-broker-epoch``).
 
-It calls out over an RPC client of its own whose reconnect backoff stays
-short (``RECONNECT_BACKOFF``). It also answers GET_BROKER_EPOCH_CACHE (1007)
-for ``triomq admin get-broker-epoch``.
 A master cut off from the controllers keeps its role but cannot change its
 SyncStateSet (a change left unanswered stays counted until it is read back),
 so its synchronous puts stop completing once its slaves follow a newly
@@ -38,109 +33,115 @@ truncates what it wrote alone.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
+import math
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import attrs
 import trio
 
-from framework.broker.replicas_manager import BrokerRole
-from framework.controller.client import ControllerClient, ControllerError, ControllerUnavailable
-from framework.controller.codes import RequestCode, ResponseCode
-from framework.controller.wire import (
+from triomq.broker.controller_flow import (
+    AlterSyncStateSet,
+    Answer,
+    ApplyBrokerId,
+    Call,
+    ControllerModeFlow,
+    ControllerRequest,
+    ElectMaster,
+    FlowSettings,
+    GetNextBrokerId,
+    GetReplicaInfo,
+    LearnSyncStateSet,
+    Log,
+    ProposalOutcome,
+    RegisterBroker,
+    Registered,
+    SaveIdentity,
+    SendHeartbeat,
+    TakeMaster,
+    TakeSlave,
+)
+from triomq.broker.identity import IDENTITY_FILE, BrokerIdentity
+from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
+from triomq.controller.codes import RequestCode, ResponseCode
+from triomq.controller.wire import (
     BrokerEpochCache,
     ReplicaInfo,
     WireError,
     decode_replica_info,
     encode_epoch_cache,
 )
-from framework.errors import ConfigError
-from framework.ha.errors import EpochError
-from framework.ha.master_driver import MasterFenced
-from framework.protocol.remoting import RemotingCommand
-from framework.rpc import Backoff, RpcConnection, RpcError, open_rpc_client
+from triomq.durable_files import replace_atomically
+from triomq.ha.errors import EpochError
+from triomq.ha.master_driver import MasterFenced
+from triomq.protocol.remoting import RemotingCommand
+from triomq.rpc import Backoff, RpcConnection, RpcError, open_rpc_client
 
 if TYPE_CHECKING:
-    from framework.broker.service import Broker
+    from triomq.broker.service import Broker
 
-__all__ = ["EXCHANGE_BROKER_HA_INFO", "IDENTITY_FILE", "BrokerIdentity", "ControllerMode"]
+__all__ = [
+    "EXCHANGE_BROKER_HA_INFO",
+    "IDENTITY_FILE",
+    "BrokerIdentity",
+    "ControllerMode",
+    "load_identity",
+    "save_identity",
+]
 
 logger = logging.getLogger("triomq.broker.controller")
 
 #: Request code a broker answers with its HA address (``extFields.haServerAddr``).
 EXCHANGE_BROKER_HA_INFO = 906
-#: The identity file under the store root (RocketMQ's storePathBrokerIdentity).
-IDENTITY_FILE = "brokerIdentity"
 
 #: Reconnect backoff towards controllers and other replicas: one that restarted
 #: must be reached at once (the node client's backoff grows to seconds).
 RECONNECT_BACKOFF = Backoff(initial=0.01, maximum=0.2)
 
-#: Failures after which the applier or a loop simply tries again later.
-_RETRYABLE = (ControllerError, ControllerUnavailable, RpcError, WireError, EpochError)
+#: Failures of a call or a role change that the flow retries later.
+_RETRYABLE = (ControllerUnavailable, RpcError, WireError, EpochError)
 
 
-@attrs.frozen
-class BrokerIdentity:
-    """Which replica this is, as the controllers registered it."""
+def load_identity(root: str) -> BrokerIdentity | None:
+    """The identity saved under ``root``, or ``None``; ``ConfigError`` if unreadable."""
+    path = Path(root) / IDENTITY_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return BrokerIdentity.decode(data, str(path))
 
-    cluster_name: str
-    broker_name: str
-    broker_id: int
-    register_check_code: str
 
-    @classmethod
-    def load(cls, root: str) -> BrokerIdentity | None:
-        """The identity saved under ``root``, or ``None``; ``ConfigError`` if unreadable."""
-        path = Path(root) / IDENTITY_FILE
-        try:
-            data = json.loads(path.read_text("utf-8"))
-            return cls(data["clusterName"], data["brokerName"], int(data["brokerId"]),
-                       data["registerCheckCode"])
-        except FileNotFoundError:
-            return None
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"broker identity file {str(path)!r} is damaged: {exc}") from None
-
-    def save(self, root: str) -> None:
-        """Write the identity under ``root`` (atomically, durably)."""
-        path = Path(root) / IDENTITY_FILE
-        temporary = path.with_suffix(".tmp")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(temporary, "w", encoding="utf-8") as out:
-            json.dump({"clusterName": self.cluster_name, "brokerName": self.broker_name,
-                       "brokerId": self.broker_id,
-                       "registerCheckCode": self.register_check_code}, out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
+def save_identity(identity: BrokerIdentity, root: str) -> None:
+    """Write ``identity`` under ``root`` (atomically, durably)."""
+    Path(root).mkdir(parents=True, exist_ok=True)
+    replace_atomically(Path(root) / IDENTITY_FILE, identity.encode())
 
 
 class ControllerMode:
-    """Drives one broker's ``ReplicasManager`` from the controllers (module docstring)."""
+    """Pumps one broker's ``ControllerModeFlow`` (module docstring)."""
 
     def __init__(self, broker: Broker, root: str) -> None:
         self.broker = broker
-        self.config = broker.config
+        self.config = config = broker.config
         self.replicas = broker.replicas
         self.root = root
         #: Talks to the controllers (set by ``run``, over the mode's own RPC client).
         self.client: ControllerClient
-        self.identity: BrokerIdentity | None = None
         broker.broker_id = -1  # unknown until the controllers assign it
-        #: The newest replica info heard of (what the applier works towards).
-        self.replica_info: ReplicaInfo | None = None
-        #: The SyncStateSet epoch of this broker's own master term.
-        self.sync_state_set_epoch = 0
-        self._wake = trio.Event()
-        self._registered = trio.Event()
-        self._no_master_reason = ""
-        self._recorded_epoch = 0
+        self._followed: str | None = None
+        self.flow = ControllerModeFlow(FlowSettings(
+            cluster_name=config.cluster_name, broker_name=config.broker_name,
+            address=self.replicas.address, controllers=tuple(config.controller_addresses),
+            broker_heartbeat_interval=config.broker_heartbeat_interval,
+            sync_controller_metadata_period=config.sync_controller_metadata_period,
+            election_priority=config.election_priority,
+            controller_heartbeat_timeout=config.controller_heartbeat_timeout or None))
+        self._nursery: trio.Nursery | None = None
+        self._timers_changed = trio.Event()
+        self._outcomes: dict[int, ProposalOutcome] = {}
+        self._outcome_arrived = trio.Event()
 
     @property
     def address(self) -> str:
@@ -148,9 +149,28 @@ class ControllerMode:
         return self.replicas.address
 
     @property
+    def identity(self) -> BrokerIdentity | None:
+        """The identity the controllers gave this replica, once known."""
+        return self.flow.identity
+
+    @property
     def broker_id(self) -> int:
         """The id the controllers gave this replica (``-1`` until known)."""
-        return self.identity.broker_id if self.identity is not None else -1
+        return self.flow.broker_id
+
+    @property
+    def replica_info(self) -> ReplicaInfo | None:
+        """The newest replica info heard of (what the role changes work towards)."""
+        return self.flow.replica_info
+
+    @property
+    def sync_state_set_epoch(self) -> int:
+        """The SyncStateSet epoch of this broker's own master term."""
+        return self.flow.sync_state_set_epoch
+
+    @sync_state_set_epoch.setter
+    def sync_state_set_epoch(self, epoch: int) -> None:
+        self.flow.sync_state_set_epoch = epoch
 
     # -- running --------------------------------------------------------------------
 
@@ -167,6 +187,7 @@ class ControllerMode:
 
         Reports started at once: registration needs the node's RPC server
         (the other replicas ask this one for its HA address).
+        ``ConfigError`` if the saved identity is of another cluster or group.
         """
         self.register_handlers()
         async with (
@@ -174,190 +195,144 @@ class ControllerMode:
             trio.open_nursery() as nursery,
         ):
             self.client = ControllerClient(rpc, self.config.controller_addresses)
+            self._nursery = nursery
             task_status.started()
-            nursery.start_soon(self._apply_loop)
-            await self._register()
-            for address in self.client.addresses:
-                nursery.start_soon(self._heartbeat_loop, address)
-            nursery.start_soon(self._poll_loop)
+            # Until it takes a role, the replica reports the epoch its store recorded.
+            epochs = await trio.to_thread.run_sync(self.replicas.epoch_store.load)
+            saved = await trio.to_thread.run_sync(load_identity, self.root)
+            self.flow.start(self._now(), saved, epochs.last_epoch or 0,
+                            f"{self.address};{time.time_ns()}")
+            self._pump()
+            while True:
+                changed = self._timers_changed
+                deadline = self.flow.next_deadline()
+                with trio.move_on_at(math.inf if deadline is None else deadline / 1000):
+                    await changed.wait()
+                self.flow.tick(self._now())
+                self._pump()
 
-    async def _register(self) -> None:
-        # Until it takes a role, the replica reports the epoch its store recorded.
-        epochs = await trio.to_thread.run_sync(self.replicas.epoch_store.load)
-        self._recorded_epoch = epochs.last_epoch or 0
-        while True:
-            try:
-                if self.identity is None:
-                    self.identity = await self._obtain_identity()
-                    self.broker.broker_id = self.identity.broker_id
-                info = await self._register_once()
-            except _RETRYABLE as exc:
-                logger.warning("broker %s: registration with the controllers failed: %s",
-                               self.address, exc)
-                await trio.sleep(self.config.sync_controller_metadata_period / 1000)
-                continue
-            logger.info("broker %s registered as %s/%d", self.address,
-                        self.config.broker_name, self.broker_id)
-            self._registered.set()
-            await self._offer_or_elect(info)
-            return
+    @staticmethod
+    def _now() -> float:
+        return trio.current_time() * 1000
 
-    async def _obtain_identity(self) -> BrokerIdentity:
-        saved = await trio.to_thread.run_sync(BrokerIdentity.load, self.root)
-        if saved is not None:
-            if (saved.cluster_name, saved.broker_name) != (self.config.cluster_name,
-                                                           self.config.broker_name):
-                raise ConfigError(
-                    f"the store at {self.root!r} belongs to {saved.cluster_name}/"
-                    f"{saved.broker_name}, not {self.config.cluster_name}/"
-                    f"{self.config.broker_name}", "broker.broker_name")
-            return saved
-        cluster, name = self.config.cluster_name, self.config.broker_name
-        broker_id = await self.client.get_next_broker_id(cluster, name)
-        identity = BrokerIdentity(cluster, name, broker_id, f"{self.address};{time.time_ns()}")
-        await self.client.apply_broker_id(cluster, name, broker_id, self.address,
-                                          identity.register_check_code)
-        await trio.to_thread.run_sync(identity.save, self.root)
-        return identity
+    def _pump(self) -> None:
+        """Carry out what the flow asks for (tasks for what waits)."""
+        nursery = self._nursery
+        assert nursery is not None
+        while outputs := self.flow.outputs():
+            for out in outputs:
+                if isinstance(out, Call):
+                    nursery.start_soon(self._call, out)
+                elif isinstance(out, SendHeartbeat):
+                    nursery.start_soon(self._heartbeat, out)
+                elif isinstance(out, (TakeMaster, TakeSlave, SaveIdentity)):
+                    nursery.start_soon(self._carry_out, out)
+                elif isinstance(out, LearnSyncStateSet):
+                    ha_master = self.replicas.ha_master
+                    if ha_master is not None:
+                        ha_master.sync_state_set_committed(out.sync_state_set)
+                elif isinstance(out, ProposalOutcome):
+                    self._outcomes[out.token] = out
+                    self._outcome_arrived.set()
+                    self._outcome_arrived = trio.Event()
+                elif isinstance(out, Registered):
+                    self.broker.broker_id = out.broker_id
+                    logger.info("broker %s registered as %s/%d", self.address,
+                                self.config.broker_name, out.broker_id)
+                elif isinstance(out, Log):
+                    logger.log(logging.WARNING if out.warning else logging.INFO, out.text)
+        self._timers_changed.set()
+        self._timers_changed = trio.Event()
 
-    async def _register_once(self) -> ReplicaInfo:
-        assert self.identity is not None
-        cluster, name = self.config.cluster_name, self.config.broker_name
+    async def _call(self, call: Call) -> None:
         try:
-            return await self.client.register_broker(cluster, name, self.broker_id, self.address)
+            answer: Answer | None = Answer(ResponseCode.SUCCESS,
+                                           payload=await self._request(call.request))
+            error = ""
         except ControllerError as exc:
-            if exc.code != ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED:
-                raise
-        # The controllers forgot this replica (its group was cleaned): claim the id again.
-        await self.client.apply_broker_id(cluster, name, self.broker_id, self.address,
-                                          self.identity.register_check_code)
-        return await self.client.register_broker(cluster, name, self.broker_id, self.address)
+            answer, error = Answer(exc.code, exc.remark), ""
+        except (ControllerUnavailable, RpcError, WireError) as exc:
+            answer, error = None, str(exc)
+        self.flow.answered(self._now(), call.id, answer, error)
+        self._pump()
 
-    async def _offer_or_elect(self, info: ReplicaInfo) -> None:
-        if info.master_broker_id is None:
-            try:
-                info = await self.client.elect_master(self.config.cluster_name,
-                                                      self.config.broker_name,
-                                                      broker_id=self.broker_id)
-            except ControllerError as exc:
-                if exc.remark != self._no_master_reason:  # say so once per reason
-                    logger.warning("broker %s: group %s has no master: %s", self.address,
-                                   self.config.broker_name, exc.remark)
-                self._no_master_reason = exc.remark
-                return
-            except (ControllerUnavailable, RpcError, WireError) as exc:
-                # The next poll asks again; the broker's service must not end.
-                logger.warning("broker %s: electing a master failed: %s", self.address, exc)
-                return
-        self._no_master_reason = ""
-        self.offer(info)
+    async def _request(self, request: ControllerRequest) -> object:
+        client, cluster, name = self.client, self.config.cluster_name, self.config.broker_name
+        if isinstance(request, GetNextBrokerId):
+            return await client.get_next_broker_id(cluster, name)
+        if isinstance(request, ApplyBrokerId):
+            await client.apply_broker_id(cluster, name, request.broker_id, self.address,
+                                         request.check_code)
+            return None
+        if isinstance(request, RegisterBroker):
+            return await client.register_broker(cluster, name, request.broker_id, self.address)
+        if isinstance(request, ElectMaster):
+            return await client.elect_master(cluster, name, broker_id=request.broker_id)
+        if isinstance(request, GetReplicaInfo):
+            return await client.get_replica_info(name)
+        assert isinstance(request, AlterSyncStateSet)
+        return await client.alter_sync_state_set(
+            name, request.master_broker_id, request.master_epoch,
+            request.sync_state_set_epoch, request.sync_state_set)
 
-    # -- roles ------------------------------------------------------------------------
+    async def _heartbeat(self, out: SendHeartbeat) -> None:
+        config, replicas = self.config, self.replicas
+        epochs = None
+        if replicas.ha_master is not None:
+            epochs = replicas.ha_master.epochs
+        elif replicas.ha_slave is not None:
+            epochs = replicas.ha_slave.epochs
+        epoch = epochs.last_epoch if epochs is not None else out.recorded_epoch
+        try:
+            await self.client.heartbeat(
+                config.cluster_name, config.broker_name, out.broker_id, self.address,
+                epoch=epoch or 0, max_offset=replicas.log.max_offset,
+                confirm_offset=max(replicas.confirm_offset, 0),
+                election_priority=config.election_priority,
+                heartbeat_timeout_ms=config.controller_heartbeat_timeout or None,
+                address=out.controller)
+        except RpcError as exc:
+            logger.debug("heartbeat to controller %s failed: %s", out.controller, exc)
+        self.flow.heartbeat_sent(self._now(), out.controller)
+        self._pump()
 
-    def offer(self, info: ReplicaInfo) -> None:
-        """Consider ``info`` (from an answer, a push or a poll); older epochs are ignored."""
-        current = self.replica_info
-        if current is not None and info.is_older_than(current):
-            return
-        self.replica_info = info
-        self._wake.set()
+    @property
+    def master_address(self) -> str | None:
+        """The RPC address of the master this replica follows as a slave; None while the
+        controllers name no master for the group (its last master is gone)."""
+        return self._followed if self.flow.group_has_master else None
 
-    async def _apply_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake = trio.Event()
-            info = self.replica_info
-            if info is None:
-                continue
-            try:
-                await self._follow(info)
-            except _RETRYABLE as exc:
-                logger.warning("broker %s: taking the role of epoch %d failed, will retry: %s",
-                               self.address, info.master_epoch, exc)
-                await trio.sleep(self.config.sync_controller_metadata_period / 1000)
-                self._wake.set()
-
-    async def _follow(self, info: ReplicaInfo) -> None:
-        if info.master_epoch < self.replicas.master_epoch:
+    async def _carry_out(self, out: TakeMaster | TakeSlave | SaveIdentity) -> None:
+        if isinstance(out, SaveIdentity):
+            await trio.to_thread.run_sync(save_identity, out.identity, self.root)
+            self.flow.identity_saved(self._now())
+            self._pump()
             return
-        master = info.master_broker_id
-        if master is None:
-            return
-        if master == self.broker_id:
-            members = _addresses(info, info.sync_state_set)
-            ha_master = self.replicas.ha_master
-            if not (self.replicas.role is BrokerRole.MASTER
-                    and self.replicas.master_epoch == info.master_epoch):
-                await self.replicas.change_to_master(info.master_epoch, members)
-            elif (ha_master is not None
-                  and info.sync_state_set_epoch >= self.sync_state_set_epoch):
-                # The set itself, not only its epoch: an answer lost on the
-                # way may have left the master's view behind the controller's.
-                ha_master.sync_state_set_committed(members)
-            self.sync_state_set_epoch = max(self.sync_state_set_epoch,
-                                            info.sync_state_set_epoch)
-            return
-        if (self.replicas.role is BrokerRole.SLAVE
-                and self.replicas.master_epoch == info.master_epoch):
-            return
-        if info.master_address is None:
-            return
-        ha_address = await self._ha_address_of(info.master_address)
-        await self.replicas.change_to_slave(ha_address, info.master_epoch)
+        error = ""
+        try:
+            if isinstance(out, TakeMaster):
+                await self.replicas.change_to_master(out.epoch, out.sync_state_set)
+            else:
+                ha_address = await self._ha_address_of(out.master_address)
+                await self.replicas.change_to_slave(ha_address, out.epoch)
+                self._followed = out.master_address
+        except _RETRYABLE as exc:
+            error = str(exc) or type(exc).__name__
+        self.flow.followed(self._now(), self.replicas.role, self.replicas.master_epoch, error)
+        self._pump()
 
     async def _ha_address_of(self, broker_address: str) -> str:
         response = await self.client.rpc.invoke(broker_address, EXCHANGE_BROKER_HA_INFO,
-                                                     timeout=self.client.attempt_timeout)
+                                                timeout=self.client.attempt_timeout)
         address = response.ext_fields.get("haServerAddr", "")
         if response.code != ResponseCode.SUCCESS or not address:
             raise WireError(f"broker {broker_address} did not tell its HA address "
                             f"(code {response.code}: {response.remark})")
         return address
 
-    # -- loops --------------------------------------------------------------------------
-
-    def live_info(self) -> tuple[int, int, int]:
-        """(last epoch, max offset, confirm offset) as the heartbeat reports them."""
-        epochs = None
-        if self.replicas.ha_master is not None:
-            epochs = self.replicas.ha_master.epochs
-        elif self.replicas.ha_slave is not None:
-            epochs = self.replicas.ha_slave.epochs
-        epoch = epochs.last_epoch if epochs is not None else self._recorded_epoch
-        return (epoch or 0, self.replicas.log.max_offset, max(self.replicas.confirm_offset, 0))
-
-    async def _heartbeat_loop(self, controller: str) -> None:
-        assert self.identity is not None
-        config = self.config
-        timeout = config.controller_heartbeat_timeout or None
-        while True:
-            epoch, max_offset, confirm_offset = self.live_info()
-            try:
-                await self.client.heartbeat(
-                    config.cluster_name, config.broker_name, self.broker_id, self.address,
-                    epoch=epoch, max_offset=max_offset, confirm_offset=confirm_offset,
-                    election_priority=config.election_priority, heartbeat_timeout_ms=timeout,
-                    address=controller)
-            except RpcError as exc:
-                logger.debug("heartbeat to controller %s failed: %s", controller, exc)
-            await trio.sleep(config.broker_heartbeat_interval / 1000)
-
-    async def _poll_loop(self) -> None:
-        while True:
-            await trio.sleep(self.config.sync_controller_metadata_period / 1000)
-            try:
-                info = await self.client.get_replica_info(self.config.broker_name)
-            except ControllerError as exc:
-                if exc.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
-                    await self._register()
-                else:
-                    logger.warning("broker %s: polling the controller failed: %s",
-                                   self.address, exc)
-                continue
-            except (ControllerUnavailable, WireError) as exc:
-                logger.warning("broker %s: polling the controller failed: %s", self.address, exc)
-                continue
-            await self._offer_or_elect(info)
+    async def _offer_or_elect(self, info: ReplicaInfo) -> None:
+        self.flow.offer_or_elect(self._now(), info)
+        self._pump()
 
     # -- the SyncStateSetReporter seam ------------------------------------------------------
 
@@ -368,58 +343,14 @@ class ControllerMode:
         an earlier try of this change may have been committed with its answer
         lost); None if unknown; ``MasterFenced`` once a newer master exists.
         """
-        info = self.replica_info
-        epoch = self.replicas.master_epoch
-        if info is None or self.broker_id < 0:
-            return None
-        ids = {info.broker_id_of(address) for address in proposal}
-        if None in ids:
-            # A replica that registered after our last news: learn the group anew.
-            info = await self._read_sync_state_set(epoch)
-            if info is None:
-                return None
-            ids = {info.broker_id_of(address) for address in proposal}
-            if None in ids:
-                logger.warning("SyncStateSet proposal %s names unregistered replicas",
-                               sorted(proposal))
-                return _addresses(info, info.sync_state_set)
-        try:
-            applied, new_epoch = await self.client.alter_sync_state_set(
-                self.config.broker_name, self.broker_id, epoch, self.sync_state_set_epoch,
-                {i for i in ids if i is not None})
-        except ControllerError as exc:
-            if exc.code == ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH:
-                # Learn the new master now (and step down) instead of at the next poll.
-                await self._read_sync_state_set(epoch)
-                raise MasterFenced(f"SyncStateSet {sorted(proposal)} refused: {exc}") from None
-            logger.warning("SyncStateSet %s refused: %s", sorted(proposal), exc)
-            current = await self._read_sync_state_set(epoch)
-            return None if current is None else _addresses(current, current.sync_state_set)
-        except (ControllerUnavailable, RpcError, WireError) as exc:
-            logger.warning("SyncStateSet %s: no answer, it may be applied: %s",
-                           sorted(proposal), exc)
-            return None
-        self.sync_state_set_epoch = max(self.sync_state_set_epoch, new_epoch)
-        return _addresses(info, applied)
-
-    async def _read_sync_state_set(self, master_epoch: int) -> ReplicaInfo | None:
-        """The group's replica info if it is of this master's term (else None: unknown).
-
-        ``MasterFenced`` if it names a newer master epoch.
-        """
-        try:
-            info = await self.client.get_replica_info(self.config.broker_name)
-        except (ControllerError, ControllerUnavailable, RpcError, WireError) as exc:
-            logger.warning("reading the SyncStateSet back failed: %s", exc)
-            return None
-        self.offer(info)
-        if info.master_epoch > master_epoch:
-            raise MasterFenced(f"the controller is at master epoch {info.master_epoch}")
-        if (info.master_epoch != master_epoch or info.master_broker_id != self.broker_id
-                or info.sync_state_set_epoch < self.sync_state_set_epoch):
-            return None
-        self.sync_state_set_epoch = info.sync_state_set_epoch
-        return info
+        token = self.flow.propose(self._now(), proposal, self.replicas.master_epoch)
+        self._pump()
+        while token not in self._outcomes:
+            await self._outcome_arrived.wait()
+        outcome = self._outcomes.pop(token)
+        if outcome.fenced:
+            raise MasterFenced(outcome.fenced)
+        return outcome.sync_state_set
 
     # -- handlers -------------------------------------------------------------------------
 
@@ -431,8 +362,9 @@ class ControllerMode:
             logger.warning("bad NOTIFY_BROKER_ROLE_CHANGED from %s: %s", peer.peer, exc)
             return RemotingCommand.response(ResponseCode.CONTROLLER_INVALID_REQUEST,
                                             remark=str(exc))
-        if info.broker_name == self.config.broker_name and self._registered.is_set():
-            self.offer(info)
+        if self._nursery is not None:
+            self.flow.notified(self._now(), info)
+            self._pump()
         return RemotingCommand.response()
 
     async def _on_ha_info(self, request: RemotingCommand, peer: RpcConnection
@@ -446,9 +378,3 @@ class ControllerMode:
             self.config.broker_name, max(self.broker_id, 0), self.replicas.log.max_offset,
             max(self.replicas.confirm_offset, 0),
             tuple((e.epoch, e.start_offset) for e in epochs))))
-
-
-
-def _addresses(info: ReplicaInfo, broker_ids: Iterable[int]) -> frozenset[str]:
-    """The addresses of ``broker_ids`` that ``info`` knows."""
-    return frozenset(a for a in map(info.address_of, broker_ids) if a is not None)

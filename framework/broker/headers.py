@@ -9,14 +9,15 @@ offset, as upper-case hex (32 digits for IPv4, 56 for IPv6).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 from collections.abc import Mapping
 
 import attrs
 
-from framework.errors import TriomqError
-from framework.protocol.message import RecordError, properties_from_bytes, properties_to_bytes
+from triomq.errors import TriomqError
+from triomq.protocol.message import RecordError, properties_from_bytes, properties_to_bytes
 
 __all__ = [
     "HeaderError",
@@ -75,7 +76,9 @@ def parse_send_header(fields: Mapping[str, str]) -> SendHeader:
     if not topic:
         raise HeaderError("topic", "missing or empty")
     try:
-        properties = properties_from_bytes(fields.get("i", "").encode())
+        properties = properties_from_bytes(fields.get("i", "").encode("utf-8", "surrogatepass"))
+        # A name or value holding a separator parses, but no record may carry it.
+        properties_to_bytes(properties)
     except RecordError as exc:
         raise HeaderError("properties", exc.reason) from None
     return SendHeader(
@@ -106,8 +109,14 @@ def encode_send_header(header: SendHeader) -> dict[str, str]:
 
 def offset_msg_id(store_host: tuple[str, int], physical_offset: int) -> str:
     """RocketMQ's offset message id for a record stored at ``physical_offset``."""
-    ip = ipaddress.ip_address(store_host[0]).packed
-    return (ip + struct.pack(">iq", store_host[1], physical_offset)).hex().upper()
+    return (_packed_ip(store_host[0]) + struct.pack(">iq", store_host[1], physical_offset)
+            ).hex().upper()
+
+
+@functools.lru_cache(maxsize=64)
+def _packed_ip(host: str) -> bytes:
+    # Once per host, not per message: parsing the address is most of an id's cost.
+    return ipaddress.ip_address(host).packed
 
 
 def parse_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:

@@ -10,29 +10,57 @@ FLUSH_SLAVE_TIMEOUT. The answer always carries where the record went
 master and may still reach the slaves. A slave answers
 SERVICE_NOT_AVAILABLE (see ``codes.ResponseCode``).
 
+Before storing, a send is checked, every refusal a code and a remark
+naming the field (never a server path or a traceback): the header and a
+body within ``max_message_size`` (MESSAGE_ILLEGAL); the topic as RocketMQ's
+send path checks it: a legal name (INVALID_PARAMETER), not a topic clients
+may not send to (NO_PERMISSION), known or created from the default topic
+(``auto_create_topic_enable``; else TOPIC_NOT_EXIST), writable, and a queue
+id below its write queue count (MESSAGE_ILLEGAL): a client can only make
+the broker keep the queues its topics declare. A put the SyncStateSet is
+too small for (``min_in_sync_replicas``) is refused before it is stored,
+so a retry stores no duplicate.
+
 GET_MAX_OFFSET / GET_MIN_OFFSET answer ``offset`` in ``extFields``: the
-queue offset when ``topic`` and ``queueId`` are given, else the commit-log
-offset.
+queue offset when ``topic`` and ``queueId`` are given (the max as consumers
+see it: up to the confirm offset), else the commit-log offset.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
 import ipaddress
+import logging
 import time
+from collections.abc import Callable, Mapping
 
 import trio
 
-from framework.broker.codes import RequestCode, ResponseCode
-from framework.broker.config import BrokerConfig
-from framework.broker.headers import HeaderError, offset_msg_id, parse_send_header
-from framework.broker.replicas_manager import ReplicasManager
-from framework.ha.sync_replication import ReplicationStatus
-from framework.protocol.message import MessageRecord, RecordError
-from framework.protocol.remoting import RemotingCommand
-from framework.rpc import RpcConnection, RpcServer
-from framework.store import CommitLog, FlushService
+from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.config import BrokerConfig
+from triomq.broker.headers import HeaderError, SendHeader, offset_msg_id, parse_send_header
+from triomq.broker.pull_service import confirmed_queue_max
+from triomq.broker.replicas_manager import ReplicasManager
+from triomq.broker.topic_table import TopicRefused
+from triomq.broker.topics import TopicService
+from triomq.clock import now_ms
+from triomq.ha.sync_replication import ReplicationStatus
+from triomq.protocol.message import MessageRecord, RecordError
+from triomq.protocol.remoting import RemotingCommand
+from triomq.protocol.route import PERM_WRITE
+from triomq.protocol.topic_rules import (
+    AUTO_CREATE_TOPIC,
+    NOT_ALLOWED_SEND_TOPICS,
+    IllegalName,
+    check_topic,
+)
+from triomq.rpc import RpcConnection, RpcServer
+from triomq.store import AppendResult, CommitLog, FlushService, StoreOutOfResources
 
 __all__ = ["BrokerProcessor", "host_port"]
+
+log = logging.getLogger("triomq.broker")
 
 _UNKNOWN_HOST = ("0.0.0.0", 0)
 
@@ -45,6 +73,7 @@ _REPLICATION_CODES = {
 }
 
 
+@functools.lru_cache(maxsize=4096)  # per put otherwise, for the few peers a broker has
 def host_port(address: str) -> tuple[str, int]:
     """``(ip, port)`` from ``"tcp://1.2.3.4:5"`` or ``"1.2.3.4:5"``; ``0.0.0.0:0`` otherwise.
 
@@ -64,12 +93,16 @@ class BrokerProcessor:
     """Handles the broker's requests against its commit log and replicas."""
 
     def __init__(self, *, log: CommitLog, flush: FlushService, replicas: ReplicasManager,
-                 config: BrokerConfig, store_host: tuple[str, int] = _UNKNOWN_HOST) -> None:
+                 config: BrokerConfig, topics: TopicService,
+                 store_host: tuple[str, int] = _UNKNOWN_HOST) -> None:
         self.log = log
+        self.topics = topics
         self.flush = flush
         self.replicas = replicas
         self.config = config
         self.store_host = store_host
+        #: This replica's id (the controllers' in controller mode), for refusals.
+        self.broker_id = config.broker_id
 
     def register(self, server: RpcServer) -> None:
         """Register the handlers on ``server``."""
@@ -84,11 +117,9 @@ class BrokerProcessor:
             header = parse_send_header(request.ext_fields)
         except HeaderError as exc:
             return RemotingCommand.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
-        if not self.replicas.is_master:
-            return RemotingCommand.response(
-                ResponseCode.SERVICE_NOT_AVAILABLE,
-                remark=f"broker {self.config.broker_name} id {self.config.broker_id} is "
-                       f"{self.replicas.role.value}, not master: messages go to the master")
+        refusal = self.check_send(header, len(request.body), request.ext_fields)
+        if refusal is not None:
+            return refusal
         record = MessageRecord(
             topic=header.topic,
             body=request.body,
@@ -102,17 +133,63 @@ class BrokerProcessor:
             reconsume_times=header.reconsume_times,
             properties=header.properties,
         )
+        return await self.put(header, lambda: [self.log.append(record)])
+
+    def check_send(self, header: SendHeader, body_size: int, fields: Mapping[str, str]
+                   ) -> RemotingCommand | None:
+        """The checks every send passes before it is stored (one message or a batch of
+        ``body_size`` bytes): the refusal, or None to go on."""
+        if not self.replicas.is_master:
+            return RemotingCommand.response(
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                remark=f"broker {self.config.broker_name} id {self.broker_id} is "
+                       f"{self.replicas.role.value}, not master: messages go to the master")
+        if body_size > self.config.max_message_size:
+            return RemotingCommand.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                remark=f"message body: {body_size} bytes exceed max_message_size "
+                       f"{self.config.max_message_size}")
+        refusal = self._check_topic(header.topic, header.queue_id, fields)
+        if refusal is not None:
+            return refusal
+        if len(self.replicas.sync_state_set) < self.config.min_in_sync_replicas:
+            return RemotingCommand.response(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"in-sync replicas not enough: the SyncStateSet holds "
+                       f"{len(self.replicas.sync_state_set)} of min_in_sync_replicas "
+                       f"{self.config.min_in_sync_replicas}; nothing was stored")
+        return None
+
+    async def put(self, header: SendHeader, append: Callable[[], list[AppendResult]]
+                  ) -> RemotingCommand:
+        """Store what ``append`` appends (one record or a batch), then wait for its flush
+        and replication; the answer names where it went (``msgId``: the records' offset
+        ids joined by commas, ``queueOffset``: the first record's)."""
         deadline = trio.current_time() + self.config.sync_flush_timeout / 1000
         try:
-            placed = self.log.append(record)
+            placed = append()
         except RecordError as exc:
             return RemotingCommand.response(ResponseCode.MESSAGE_ILLEGAL, remark=exc.reason)
+        except StoreOutOfResources as exc:
+            # Out of descriptors or disk: refuse this put, keep serving what is held.
+            log.warning("a put to topic %s refused: %s", header.topic, exc)
+            return RemotingCommand.response(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"the broker is out of {errno.errorcode.get(exc.errno, 'resources')}: "
+                       f"the put was not stored; retry later or elsewhere")
+        except OSError as exc:
+            # The store's own words name its files: they stay in the server's log.
+            log.error("storing a message of topic %s failed: %s", header.topic, exc)
+            reason = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+            return RemotingCommand.response(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"the store refused the message ({reason}); see the broker's log")
         self.replicas.appended()
-        end = placed.physical_offset + placed.size
+        end = placed[-1].physical_offset + placed[-1].size
         fields = {
-            "msgId": offset_msg_id(self.store_host, placed.physical_offset),
+            "msgId": ",".join(offset_msg_id(self.store_host, p.physical_offset) for p in placed),
             "queueId": str(header.queue_id),
-            "queueOffset": str(placed.queue_offset),
+            "queueOffset": str(placed[0].queue_offset),
         }
         with trio.move_on_at(deadline):
             await self.flush.wait_flushed(end)
@@ -129,6 +206,45 @@ class BrokerProcessor:
                 ext_fields=fields)
         code, remark = _REPLICATION_CODES[status]
         return RemotingCommand.response(code, remark=remark, ext_fields=fields)
+
+    def _check_topic(self, topic: str, queue_id: int, fields: Mapping[str, str]
+                     ) -> RemotingCommand | None:
+        """RocketMQ's send-time topic checks; the refusal, or None to go on."""
+        try:
+            check_topic(topic)
+        except IllegalName as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            return RemotingCommand.response(
+                ResponseCode.NO_PERMISSION, remark=f"Sending message to topic[{topic}] is "
+                                                   f"forbidden.")
+        table = self.topics.table
+        config = table.get(topic)
+        if config is None and self.config.auto_create_topic_enable:
+            raw = fields.get("d", "")
+            queue_nums = (int(raw) if raw.isdigit() and len(raw) < 6
+                          else self.config.default_topic_queue_nums)
+            try:
+                config = table.create_on_send(topic, fields.get("c") or AUTO_CREATE_TOPIC,
+                                              queue_nums, now_ms())
+            except TopicRefused as exc:
+                return RemotingCommand.response(exc.code, remark=exc.remark)
+            if config is not None:
+                self.topics.changed()
+        if config is None:
+            return RemotingCommand.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                remark=f"topic[{topic}] not exist, apply first please!")
+        if not config.perm & PERM_WRITE:
+            return RemotingCommand.response(
+                ResponseCode.NO_PERMISSION,
+                remark=f"the topic[{topic}] sending message is forbidden (perm {config.perm})")
+        if queue_id >= config.write_queue_nums:
+            return RemotingCommand.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                remark=f"request queueId[{queue_id}] is illegal: topic {topic} has "
+                       f"{config.write_queue_nums} write queues")
+        return None
 
     async def get_max_offset(self, request: RemotingCommand, peer: RpcConnection
                              ) -> RemotingCommand:
@@ -151,6 +267,7 @@ class BrokerProcessor:
                     ResponseCode.SYSTEM_ERROR,
                     remark=f"header field 'queueId': expected an integer, got {raw[:40]!r}")
             queue = (topic, int(raw))
-            value = (self.log.queue_max_offset(*queue) if max_offset
-                     else self.log.queue_min_offset(*queue))
+            # A queue's end as its consumers see it: its confirmed records.
+            value = (confirmed_queue_max(self.log, *queue, self.replicas.confirm_offset)
+                     if max_offset else self.log.queue_min_offset(*queue))
         return RemotingCommand.response(ext_fields={"offset": str(value)})

@@ -2,7 +2,8 @@
 
 It owns the HA listener for the broker's whole life, so the HA address does
 not change with the role: while master, accepted slave streams are served by
-the term's ``HAMaster``; while slave, they are closed at once. A role change
+the term's ``HAMaster`` (at most ``ha_max_connections`` at once: more are
+closed at accept); while slave, they are closed at once. A role change
 ends the current *term* (its tasks are cancelled and awaited, its pending
 puts fail), prepares the log and the epoch file (``become_master`` /
 ``become_slave``), then starts the next term.
@@ -15,7 +16,6 @@ mode: ``ApproveLocally``; the controller client implements it later).
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -23,18 +23,20 @@ from typing import Protocol
 import attrs
 import trio
 
-from framework.ha.driver import Offload, ReplicaLog
-from framework.ha.master_driver import (
+from triomq.broker.role import BrokerRole
+from triomq.ha.driver import Offload, ReplicaLog
+from triomq.ha.master_driver import (
     ApproveLocally,
     HAMaster,
     HAMasterConfig,
     SyncStateSetReporter,
 )
-from framework.ha.roles import TermLog, become_master, become_slave
-from framework.ha.slave_driver import EpochStore, HASlave, HASlaveConfig
-from framework.ha.sync_replication import ReplicationStatus
-from framework.protocol.ha import ADDRESS_FIELD_SIZE
-from framework.transport import Listener
+from triomq.ha.master_term import carried_confirm_offset
+from triomq.ha.roles import TermLog, become_master, become_slave
+from triomq.ha.slave_driver import EpochStore, HASlave, HASlaveConfig
+from triomq.ha.sync_replication import ReplicationStatus
+from triomq.protocol.ha import ADDRESS_FIELD_SIZE
+from triomq.transport import Listener
 
 __all__ = [
     "BrokerRole",
@@ -52,14 +54,6 @@ def check_replica_address(address: str) -> None:
     if len(address.encode()) > ADDRESS_FIELD_SIZE:
         raise ValueError(
             f"replica address {address!r} is over the HA handshake's {ADDRESS_FIELD_SIZE} bytes")
-
-
-class BrokerRole(enum.Enum):
-    """What a replica is now; ``NONE`` before its first role and during a change."""
-
-    NONE = "none"
-    MASTER = "master"
-    SLAVE = "slave"
 
 
 class ReplicaLogWithTerms(ReplicaLog, TermLog, Protocol):
@@ -129,7 +123,16 @@ class ReplicasManager:
         self.offload = offload
         self._term: _Term | None = None
         self._changing = trio.Lock()
+        #: Called after records land in the log or get confirmed: a master's put,
+        #: a slave's ack to it, a slave's replicated append (held pulls are
+        #: answered then).
+        self.on_appended: Callable[[], None] = lambda: None
         self._nursery: trio.Nursery | None = None
+        #: Connections the HA port serves, and those refused at its cap
+        #: (``ha_max_connections``).
+        self.ha_connections = 0
+        self.ha_connections_refused = 0
+        self._refusing = False
 
     # -- state ------------------------------------------------------------------
 
@@ -218,11 +221,27 @@ class ReplicasManager:
                 await trio.sleep(0.1)
                 continue
             term = self._term
-            if term is not None and term.master is not None and term.nursery is not None:
-                term.nursery.start_soon(term.master.serve, stream)
-            else:
+            if term is None or term.master is None or term.nursery is None:
                 # Not a master (or between roles): the slave reconnects with backoff.
                 await trio.aclose_forcefully(stream)
+            elif self.ha_connections >= self.master_config.ha_max_connections:
+                self.ha_connections_refused += 1
+                if not self._refusing:
+                    logger.warning("HA port %s serves its ha_max_connections (%d): refusing "
+                                   "more until some close", self.ha_address,
+                                   self.master_config.ha_max_connections)
+                self._refusing = True
+                await trio.aclose_forcefully(stream)
+            else:
+                self._refusing = False
+                self.ha_connections += 1
+                term.nursery.start_soon(self._serve, term.master, stream)
+
+    async def _serve(self, master: HAMaster, stream: trio.abc.Stream) -> None:
+        try:
+            await master.serve(stream)
+        finally:
+            self.ha_connections -= 1
 
     # -- role changes -------------------------------------------------------------
 
@@ -238,38 +257,22 @@ class ReplicasManager:
         """
         self._check_running()
         async with self._changing:
-            # What the old master confirmed still holds; past it nothing is
-            # confirmed until this term's members ack. With no term before
-            # (a restart) nothing is known to be confirmed: the log's start.
             confirmed = self.confirm_offset
             await self._end_term()
-            await self._adopt_unversioned_log(epoch)
             epochs = await become_master(self.log, self.epoch_store, epoch, offload=self.offload)
-            max_offset = self.log.max_offset
             term = _Term(BrokerRole.MASTER, epoch, self.ha_address)
             term.master = HAMaster(
                 log=self.log,
                 epochs=epochs,
                 address=self.address,
-                sync_state_set=sync_state_set | {self.address},
-                confirm_offset=(min(confirmed, max_offset) if confirmed >= 0
-                                else self.log.min_offset),
+                sync_state_set=sync_state_set,
+                confirm_offset=carried_confirm_offset(confirmed, self.log.max_offset,
+                                                      self.log.min_offset),
                 reporter=self.reporter,
                 config=self.master_config,
+                on_acked=lambda: self.on_appended(),
             )
             await self._start_term(term)
-
-    async def _adopt_unversioned_log(self, epoch: int) -> None:
-        # A store written before HA (a classic RocketMQ master, or a log filled
-        # offline) has bytes but no epoch file: they become this first term's,
-        # from the log's first byte, so slaves can copy them.
-        if self.log.max_offset == self.log.min_offset:
-            return
-        epochs = await self.offload(self.epoch_store.load)
-        if epochs.last is None:
-            logger.info("no epoch recorded for the existing log [%d, %d): epoch %d from %d",
-                        self.log.min_offset, self.log.max_offset, epoch, self.log.min_offset)
-            await self.offload(self.epoch_store.save, epochs.append(epoch, self.log.min_offset))
 
     async def change_to_slave(self, master_ha_address: str, epoch: int) -> None:
         """Follow the master at ``master_ha_address`` (of ``epoch``, for the record)."""
@@ -285,12 +288,15 @@ class ReplicasManager:
                 connect=lambda: self.connect(master_ha_address),
                 config=self.slave_config,
                 offload=self.offload,
+                on_appended=lambda: self.on_appended(),
             )
             await self._start_term(term)
 
     async def _end_term(self) -> None:
         term, self._term = self._term, None
         if term is not None:
+            if term.master is not None:
+                term.master.end()
             term.scope.cancel()
             await term.ended.wait()
 
@@ -331,6 +337,7 @@ class ReplicasManager:
         master = self.ha_master
         if master is not None:
             master.appended()
+        self.on_appended()
 
     async def wait_replicated(self, next_offset: int, timeout_ms: int
                               ) -> ReplicationStatus | None:
@@ -338,18 +345,7 @@ class ReplicasManager:
 
         ``None`` if this replica is not master, or stops being master first.
         """
-        term = self._term
-        if term is None or term.master is None:
+        master = self.ha_master
+        if master is None:
             return None
-        master = term.master
-        outcome: list[ReplicationStatus] = []
-        async with trio.open_nursery() as nursery:
-
-            async def wait() -> None:
-                outcome.append(await master.wait_replicated(next_offset, timeout_ms))
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(wait)
-            await term.ended.wait()
-            nursery.cancel_scope.cancel()
-        return outcome[0] if outcome else None
+        return await master.wait_replicated(next_offset, timeout_ms)

@@ -1,12 +1,15 @@
 """The broker service: a node with role ``"broker"`` runs one of these.
 
 Start-up: open the commit log through the store plugin (in a worker
-thread: it runs the store's recovery), listen on the HA address, start the
-flush service and the ``ReplicasManager``, register the request handlers,
-then take the static role (``broker_id`` 0: master of ``master_epoch``;
-otherwise slave of ``ha_master_address``), or, with
+thread: it runs the store's recovery) and the topic table
+(``config/topics.json``), listen on the HA address, start the flush
+service and the ``ReplicasManager``, register the request handlers, start
+registering with the name servers (``broker.namesrv_addr``: at once, on
+every role and topic change, and periodically), then take the static role
+(``broker_id`` 0: master of ``master_epoch``; otherwise slave of
+``ha_master_address``), or, with
 ``enable_controller_mode``, let the controllers assign the id and the role
-(``framework.broker.controller_mode``). Stop: the terms are cancelled and
+(``triomq.broker.controller_mode``). Stop: the terms are cancelled and
 the commit log is closed (flushed) in a thread.
 
 The store root is ``broker.store_path_root_dir``, else the node's
@@ -23,18 +26,35 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from framework.broker.config import BrokerConfig
-from framework.broker.confirm_checkpoint import ConfirmOffsetCheckpoint
-from framework.broker.controller_mode import ControllerMode
-from framework.broker.processor import BrokerProcessor, host_port
-from framework.broker.replicas_manager import BrokerRole, ReplicasManager, check_replica_address
-from framework.errors import ConfigError, PluginError
-from framework.ha.checkpoint import EpochCheckpointFile
-from framework.store import CommitLog, FlushService
-from framework.transport import split_address
+from triomq.broker.batch_send import BatchSendHandler
+from triomq.broker.clients import ClientService, load_subscription_groups
+from triomq.broker.config import BrokerConfig
+from triomq.broker.confirm_checkpoint import ConfirmOffsetCheckpoint
+from triomq.broker.controller_mode import ControllerMode
+from triomq.broker.index_service import IndexService
+from triomq.broker.locks import QueueLockService
+from triomq.broker.namesrv_client import NamesrvClient, rpc_address
+from triomq.broker.namesrv_registration import BrokerRegistrationInfo, RegistrationFlow
+from triomq.broker.offset_service import ConsumerOffsetService, load_offsets
+from triomq.broker.processor import BrokerProcessor, host_port
+from triomq.broker.pull_service import (
+    PullService,
+    memory_window,
+    pull_limits,
+    registered_subscription,
+)
+from triomq.broker.queries import QueryService
+from triomq.broker.replicas_manager import BrokerRole, ReplicasManager, check_replica_address
+from triomq.broker.runtime_info import RuntimeInfoService
+from triomq.broker.topics import TopicService, load_topics
+from triomq.clock import now_ms
+from triomq.errors import ConfigError, PluginError
+from triomq.ha.checkpoint import EpochCheckpointFile
+from triomq.store import CommitLog, FlushService
+from triomq.transport import split_address
 
 if TYPE_CHECKING:
-    from framework.runtime import Node
+    from triomq.runtime import Node
 
 __all__ = ["Broker", "broker_of", "broker_service", "ha_listen_address", "store_root"]
 
@@ -69,18 +89,46 @@ class Broker:
     """A running broker: its commit log, flush service, replicas manager and handlers."""
 
     def __init__(self, node: Node, log: CommitLog, flush: FlushService,
-                 replicas: ReplicasManager, processor: BrokerProcessor) -> None:
+                 replicas: ReplicasManager, processor: BrokerProcessor,
+                 topics: TopicService) -> None:
         self.node = node
         self.config: BrokerConfig = node.config.broker
         self.log = log
         self.flush = flush
         self.replicas = replicas
         self.processor = processor
+        self.topics = topics
         self.confirm_checkpoint = ConfirmOffsetCheckpoint(store_root(node))
-        #: This replica's id: ``broker_id`` in static mode, the controllers' in controller mode.
-        self.broker_id = self.config.broker_id
+        #: Clients, consumer groups and their configs (set when the service starts).
+        self.clients: ClientService | None = None
+        #: Orderly consumers' queue locks (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ).
+        self.locks = QueueLockService(self.config)
+        #: The message index (message_index_enable; set when the service starts).
+        self.index: IndexService | None = None
+        #: Consumer offsets and pulls (set when the service starts).
+        self.offsets: ConsumerOffsetService | None = None
+        self.pulls: PullService | None = None
         #: The controller-mode driver, when ``enable_controller_mode`` is set.
         self.controller_mode: ControllerMode | None = None
+        #: The name-server registration, when ``namesrv_addr`` names any.
+        self.namesrv: NamesrvClient | None = None
+        if self.config.namesrv_addr:
+            flow = RegistrationFlow(
+                tuple(self.config.namesrv_addr),
+                register_period=self.config.register_name_server_period,
+                heartbeat_interval=self.config.broker_heartbeat_interval,
+                retry_interval=min(1000, self.config.register_name_server_period))
+            self.namesrv = NamesrvClient(node.rpc, flow, lambda: self.topics.table)
+            topics.on_change = self.namesrv.topics_changed
+
+    @property
+    def broker_id(self) -> int:
+        """This replica's id: ``broker_id`` in static mode, the controllers' in controller mode."""
+        return self.processor.broker_id
+
+    @broker_id.setter
+    def broker_id(self, broker_id: int) -> None:
+        self.processor.broker_id = broker_id
 
     @property
     def ha_address(self) -> str:
@@ -88,12 +136,36 @@ class Broker:
         return self.replicas.ha_address
 
     def role_changed(self, role: BrokerRole, master_epoch: int) -> None:
-        """Tell the plugins (``triomq_role_changed``)."""
+        """Tell the name servers and the plugins (``triomq_role_changed``)."""
         # A slave term may have cut bytes the flush service counted as flushed.
         self.flush.flushed = self.log.flushed_offset
+        if role is BrokerRole.MASTER:
+            # The master epoch as the state version: name servers then prefer this
+            # master's registration to a deposed one's (RocketMQ 5 does the same).
+            self.topics.table.bump(now_ms(), master_epoch)
+            self.topics.changed()
+        if self.namesrv is not None:
+            self.namesrv.identify(self.registration_info(role))
         self.node.plugins.hook.triomq_role_changed(
             node=self.node, broker_name=self.config.broker_name,
             broker_id=self.broker_id, role=role.value, master_epoch=master_epoch)
+
+    def registration_info(self, role: BrokerRole) -> BrokerRegistrationInfo:
+        """What the name servers are told: a master registers as id 0 (RocketMQ 5's
+        controller mode), a slave with its own id; addresses as ``host:port``."""
+        return BrokerRegistrationInfo(
+            self.config.cluster_name, self.config.broker_name,
+            0 if role is BrokerRole.MASTER else self.broker_id,
+            _route_address(self.node.address or self.node.name),
+            _route_address(self.ha_address), self.config.broker_not_active_timeout)
+
+    def master_rpc_address(self) -> str | None:
+        """The group's master, for a slave's copies: as the controllers named it in
+        controller mode, else as the name servers did (None: not known yet)."""
+        if self.controller_mode is not None:
+            return self.controller_mode.master_address
+        address = self.namesrv.master_address if self.namesrv is not None else None
+        return None if address is None else rpc_address(address)
 
     async def take_static_role(self) -> None:
         """Static mode: master when ``broker_id`` is 0, else slave of ``ha_master_address``."""
@@ -122,6 +194,12 @@ class Broker:
                 await trio.to_thread.run_sync(self.log.flush)
 
 
+def _route_address(address: str) -> str:
+    """A TCP address as RocketMQ's routes carry it (``host:port``); others keep their scheme."""
+    scheme, location = split_address(address) if "://" in address else ("", address)
+    return location if scheme == "tcp" else address
+
+
 def broker_of(node: Node) -> Broker:
     """The broker running in ``node``; ``PluginError`` if it runs none."""
     try:
@@ -143,6 +221,8 @@ async def broker_service(node: Node, *,
         raise ConfigError(str(exc), "listen") from None
     factory = node.plugins.log_store("commitlog", node.config.store.scheme)
     log: CommitLog = await trio.to_thread.run_sync(factory, root, node.config.store.options)
+    table = await trio.to_thread.run_sync(load_topics, root, config,
+                                          now_ms())
     try:
         flush = FlushService.for_log(log, config.flush_policy, config.flush_interval / 1000)
         replicas = ReplicasManager(
@@ -154,10 +234,41 @@ async def broker_service(node: Node, *,
             master_config=config.master_config(),
             slave_config=config.slave_config(),
         )
+        topics = TopicService(root, config, table, is_master=lambda: replicas.is_master)
         processor = BrokerProcessor(log=log, flush=flush, replicas=replicas, config=config,
-                                    store_host=host_port(node.address))
-        broker = Broker(node, log, flush, replicas, processor)
-        replicas.on_role_changed = broker.role_changed
+                                    store_host=host_port(node.address), topics=topics)
+        broker = Broker(node, log, flush, replicas, processor, topics)
+        groups = await trio.to_thread.run_sync(load_subscription_groups, root,
+                                               now_ms())
+        clients = broker.clients = ClientService(root, config, groups, topics,
+                                                 is_master=lambda: replicas.is_master)
+        offsets_table = await trio.to_thread.run_sync(
+            load_offsets, root, config.consumer_offset_update_version_step)
+        window = memory_window(config)
+
+        def group_known(group: str) -> bool:
+            # A group unknown yet is created by its consumers' heartbeat.
+            return group in clients.groups or config.auto_create_subscription_group
+
+        offsets = broker.offsets = ConsumerOffsetService(
+            root, config, offsets_table, log=log, topics=topics,
+            is_master=lambda: replicas.is_master, memory_window=window,
+            group_known=group_known)
+        pulls = broker.pulls = PullService(
+            log=log, config=config, topics=topics, offsets=offsets,
+            is_master=lambda: replicas.is_master, limits=pull_limits(config, window),
+            group_known=group_known,
+            registered=lambda group, topic: registered_subscription(
+                clients.subscription(group, topic)),
+            master_online=lambda: broker.master_rpc_address() is not None,
+            confirmed=lambda: replicas.confirm_offset)
+        replicas.on_appended = pulls.appended
+
+        def role_changed(role: BrokerRole, master_epoch: int) -> None:
+            broker.role_changed(role, master_epoch)
+            pulls.role_changed()
+
+        replicas.on_role_changed = role_changed
         if config.enable_controller_mode:
             broker.controller_mode = ControllerMode(broker, root)
             replicas.reporter = broker.controller_mode
@@ -167,7 +278,29 @@ async def broker_service(node: Node, *,
                 await nursery.start(replicas.run)
                 nursery.start_soon(broker.flush_slave_log)
                 nursery.start_soon(broker.record_confirm_offset)
+                nursery.start_soon(topics.persist_loop)
+                nursery.start_soon(topics.copy_from_master, node.rpc, broker.master_rpc_address)
                 processor.register(node.rpc_server)
+                BatchSendHandler(processor).register(node.rpc_server)
+                if config.message_index_enable:
+                    broker.index = IndexService(log, root, config)
+                    await nursery.start(broker.index.run)
+                QueryService(log, broker.index, config).register(node.rpc_server)
+                RuntimeInfoService(broker).register(node.rpc_server)
+                topics.register(node.rpc_server)
+                # Looked up at each copy, so a host (or a test) may redirect it.
+                await nursery.start(clients.run, node.rpc, lambda: broker.master_rpc_address())
+                clients.register(node.rpc_server)
+                await nursery.start(broker.locks.run)
+                broker.locks.register(node.rpc_server)
+                await nursery.start(pulls.run)
+                nursery.start_soon(offsets.persist_loop)
+                nursery.start_soon(offsets.copy_from_master, node.rpc,
+                                   lambda: broker.master_rpc_address())
+                offsets.register(node.rpc_server)
+                pulls.register(node.rpc_server)
+                if broker.namesrv is not None:
+                    await nursery.start(broker.namesrv.run)
                 if broker.controller_mode is not None:
                     await nursery.start(broker.controller_mode.run)
                 else:

@@ -11,6 +11,9 @@ The modules, one concept each:
 - ``ready``: what a step produces: writes to persist, messages, entries to apply.
 - ``raft``: the Raft state machine itself (API, roles, elections, ``Ready``),
   with its leader side in ``pusher`` and its follower side in ``handler``.
+- ``applier``: the application side of a ``Ready``, shared by every driver:
+  the ``StateMachine`` applies committed entries, proposers and readers
+  are settled.
 
 Nothing above imports trio, reads a clock or touches I/O. The driver feeds
 ticks and messages in and carries out the ``Ready`` it gets back:

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import itertools
 import struct
+from typing import Any
 
-from framework.consensus.confchange import ConfState
-from framework.consensus.log import Entry, EntryKind, Snapshot
-from framework.consensus.messages import (
+from triomq.consensus.confchange import ConfState
+from triomq.consensus.log import Entry, EntryKind, Snapshot
+from triomq.consensus.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     InstallSnapshotRequest,
@@ -33,7 +34,7 @@ from framework.consensus.messages import (
     VoteRequest,
     VoteResponse,
 )
-from framework.errors import TriomqError
+from triomq.errors import TriomqError
 
 VOTE = 51001
 HEART_BEAT = 51002
@@ -255,7 +256,7 @@ class _Reader:
             raise RaftCodecError(f"{what} at offset {self.offset - 1}: unknown bits in {value:#x}")
         return value
 
-    def enum(self, cls: type, value: int, what: str):
+    def enum(self, cls: type, value: int, what: str) -> Any:
         try:
             return cls(value)
         except ValueError:

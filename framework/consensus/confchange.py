@@ -27,8 +27,8 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from framework.consensus.quorum import JointConfig, MajorityConfig
-from framework.errors import TriomqError
+from triomq.consensus.quorum import JointConfig, MajorityConfig
+from triomq.errors import TriomqError
 
 
 class ConfChangeError(TriomqError, ValueError):

@@ -23,9 +23,9 @@ from typing import Any
 
 import attrs
 
-from framework.consensus import raft
-from framework.errors import ConfigError
-from framework.settings import positive, setting
+from triomq.consensus import raft
+from triomq.errors import ConfigError
+from triomq.settings import positive, setting
 
 
 def _positive_int(value: Any) -> str | None:

@@ -14,19 +14,19 @@ import json
 import os
 from collections.abc import Sequence
 
-from framework import store
-from framework.consensus.confchange import ConfState
-from framework.consensus.config import RaftConfig
-from framework.consensus.log import Entry, HardState, Snapshot
-from framework.consensus.raft import bootstrap_entries
-from framework.consensus.ready import (
+from triomq import store
+from triomq.consensus.confchange import ConfState
+from triomq.consensus.config import RaftConfig
+from triomq.consensus.log import Entry, HardState, Snapshot
+from triomq.consensus.raft import bootstrap_entries
+from triomq.consensus.ready import (
     AppendEntries,
     PersistHardState,
     SaveSnapshot,
     TruncateSuffix,
     Write,
 )
-from framework.plugins import PluginManager
+from triomq.plugin_manager import PluginManager
 
 #: The folders of a node's Raft directory: the entry log and the snapshot's MetaStore.
 ENTRY_LOG_DIR, SNAPSHOT_DIR = "entrylog", "snapshot"

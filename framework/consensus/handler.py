@@ -14,11 +14,11 @@ is never committed by a heartbeat.
 
 from __future__ import annotations
 
-from framework.consensus.confchange import (
+from triomq.consensus.confchange import (
     ConfChangeError,
     Configuration,
 )
-from framework.consensus.messages import (
+from triomq.consensus.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     InstallSnapshotRequest,
@@ -29,7 +29,7 @@ from framework.consensus.messages import (
     PushType,
     ResponseCode,
 )
-from framework.consensus.ready import (
+from triomq.consensus.ready import (
     Role,
     SaveSnapshot,
     TruncateSuffix,

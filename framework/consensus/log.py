@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import attrs
 
-from framework.consensus.confchange import (
+from triomq.consensus.confchange import (
     Changer,
     ConfChangeError,
     ConfChangeSingle,
@@ -25,7 +25,7 @@ from framework.consensus.confchange import (
     Configuration,
     ConfState,
 )
-from framework.errors import ConfigError, TriomqError
+from triomq.errors import ConfigError, TriomqError
 
 
 class LogError(TriomqError, ValueError):
@@ -52,7 +52,7 @@ class Entry(NamedTuple):
     ``EntryKind`` member.
     """
 
-    index: int
+    index: int  # type: ignore[assignment]  # a field, not tuple.index
     term: int
     data: bytes = b""
     kind: EntryKind = EntryKind.NORMAL

@@ -15,8 +15,8 @@ import functools
 
 import attrs
 
-from framework.consensus.confchange import ConfState
-from framework.consensus.log import Entry, EntryKind, Snapshot
+from triomq.consensus.confchange import ConfState
+from triomq.consensus.log import Entry, EntryKind, Snapshot
 
 
 class PushType(enum.IntEnum):
@@ -274,7 +274,9 @@ def problem(message: object) -> str | None:
     """
     if not isinstance(message, MESSAGE_TYPES):
         return f"unknown message type {type(message).__name__}"
-    for name in _int_fields(type(message)):
+    # A plain ``type``: mypy does not count a union of attrs classes as hashable.
+    cls: type = type(message)
+    for name in _int_fields(cls):
         value = getattr(message, name)
         if not _is_index(value):
             return f"{type(message).__name__}.{name}={value!r} is not an index"

@@ -1,13 +1,13 @@
 """The trio driver of ``raft.Raft``: timers, RPC, durable log, state machine.
 
 ``open_raft_node(node, config, state_machine)`` runs one member of a Raft
-group inside a ``framework.runtime.Node``::
+group inside a ``triomq.runtime.Node``::
 
     async with open_node(node_config) as node, \\
             open_raft_node(node, RaftConfig(node_id=1, peers=...), machine) as raft:
         result = await raft.propose(b"command")   # on the leader
 
-The driver is thin; the protocol is ``framework.consensus.raft``. It
+The driver is thin; the protocol is ``triomq.consensus.raft``. It
 
 - ticks the state machine every ``tick_interval_ms`` of trio's clock (so a
   ``MockClock`` drives it deterministically);
@@ -19,8 +19,9 @@ The driver is thin; the protocol is ``framework.consensus.raft``. It
   connection closed;
 - carries out each ``Ready`` in order: writes to the ``EntryLog`` of the
   configured store plugin (in a worker thread whenever they may block:
-  fsync, truncation, hard state, snapshot), then messages, then the
-  snapshot to restore and the committed entries to apply;
+  fsync, truncation, hard state, snapshot), then messages, then the rest
+  through an ``applier.Applier`` (the snapshot to restore, the committed
+  entries to apply, proposers and readers to settle);
 - keeps the state-machine snapshot in the store plugin's ``MetaStore`` next
   to the entry log, compacting every ``snapshot_entries`` applied entries,
   and restores from it on start (then replays the log).
@@ -44,50 +45,33 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
-from framework.consensus import codec
-from framework.consensus.confchange import ConfChangeV2
-from framework.consensus.config import RaftConfig
-from framework.consensus.durable import DurableState
-from framework.consensus.log import Entry, EntryKind, Snapshot
-from framework.consensus.messages import HeartbeatRequest, Message, ResponseCode
-from framework.consensus.pusher import ProposalRejected
-from framework.consensus.raft import Raft
-from framework.consensus.ready import (
+from triomq.consensus import codec
+from triomq.consensus.applier import Applier, ProposalFailed, StateMachine
+from triomq.consensus.confchange import ConfChangeV2
+from triomq.consensus.config import RaftConfig
+from triomq.consensus.durable import DurableState
+from triomq.consensus.messages import HeartbeatRequest, Message, ResponseCode
+from triomq.consensus.pusher import ProposalRejected
+from triomq.consensus.raft import Raft
+from triomq.consensus.ready import (
     Ready,
     Role,
 )
-from framework.consensus.waiting import Deadlines, ProposalCallback, Waiter
-from framework.errors import ConfigError, TriomqError
-from framework.protocol.remoting import RemotingCommand
-from framework.rpc import RpcConnection, RpcError
-from framework.runtime import Node
+from triomq.consensus.waiting import Deadlines, ProposalCallback, Waiter
+from triomq.errors import ConfigError, TriomqError
+from triomq.protocol.remoting import RemotingCommand
+from triomq.rpc import RpcConnection, RpcError
+from triomq.runtime import Node
 
 __all__ = ["NotLeader", "ProposalCallback", "ProposalFailed", "RaftNode", "StateMachine",
            "open_raft_node"]
 
 RAFT_REQUEST_CODES = (codec.VOTE, codec.HEART_BEAT, codec.PUSH, codec.LEADERSHIP_TRANSFER,
                       codec.INSTALL_SNAPSHOT)
-
-
-class StateMachine(Protocol):
-    """The application state a Raft group replicates.
-
-    ``apply`` must be deterministic: every member applies the same entries
-    in the same order. It runs on the trio thread; keep it quick.
-    """
-
-    def apply(self, index: int, data: bytes) -> Any:
-        """Apply the committed command at ``index``; the result goes to its proposer here."""
-
-    def snapshot(self) -> bytes:
-        """The whole state, as of the last applied entry."""
-
-    def restore(self, data: bytes) -> None:
-        """Replace the whole state by a ``snapshot()`` taken elsewhere or earlier."""
 
 
 class NotLeader(TriomqError):
@@ -99,20 +83,6 @@ class NotLeader(TriomqError):
         self.leader_address = leader_address
         where = f"node {leader_id} at {leader_address}" if leader_id else "unknown"
         super().__init__(f"not the leader; the leader is {where}")
-
-
-class ProposalFailed(TriomqError):
-    """A proposal did not commit here: ``code`` (a ``ResponseCode``: TERM_CHANGED,
-    WAIT_QUORUM_ACK_TIMEOUT, LEADER_TRANSFERRING, UNEXPECTED_ARGUMENT) and ``message``.
-
-    After TERM_CHANGED or WAIT_QUORUM_ACK_TIMEOUT the command may still
-    commit later (under a new leader): make commands idempotent or check.
-    """
-
-    def __init__(self, code: ResponseCode, message: str) -> None:
-        self.code = code
-        self.message = message
-        super().__init__(f"{code.name}: {message}")
 
 
 # --------------------------------------------------------------------------
@@ -133,16 +103,15 @@ class RaftNode:
         self._raft = raft
         self._nursery = nursery
         self._log = logging.getLogger(f"triomq.{node.name}.raft")
-        self._applied = raft.applied_index
+        self._applier = Applier(state_machine, raft.applied_index, on_proposal=Waiter.finish,
+                                on_read=self._read_settled, log=self._log)
         self._kicked = trio.Event()
         self._changed = trio.Event()
-        self._proposals: dict[int, Waiter] = {}
         #: Commands proposed since the driver's last turn, and their waiters.
         self._queued: list[bytes] = []
         self._queued_waiters: list[Waiter] = []
         self._deadlines = Deadlines()
         self._timer = trio.CancelScope()
-        self._reads: dict[bytes, Waiter] = {}
         self._read_numbers = itertools.count(1)
         self._senders: dict[int, trio.MemorySendChannel[Message]] = {}
         self._closed = False
@@ -176,7 +145,7 @@ class RaftNode:
     @property
     def applied_index(self) -> int:
         """The index of the last entry applied to the state machine."""
-        return self._applied
+        return self._applier.applied_index
 
     def status(self) -> dict:
         """Term, role, leader, commit/applied/log indexes and the configuration."""
@@ -189,7 +158,7 @@ class RaftNode:
             "leader": self.leader_id,
             "leader_address": self.leader_address,
             "commit_index": raft.commit_index,
-            "applied_index": self._applied,
+            "applied_index": self._applier.applied_index,
             "first_index": raft.log.first_index,
             "last_index": raft.log.last_index,
             "snapshot_index": raft.log.snapshot.index,
@@ -270,10 +239,10 @@ class RaftNode:
             for waiter in waiters:
                 waiter.finish(error=error)
             return
-        term, proposals = self._raft.term, self._proposals
+        term, expect = self._raft.term, self._applier.expect
         for index, waiter in enumerate(waiters, first):
             waiter.term, waiter.index = term, index
-            proposals[index] = waiter
+            expect(index, term, waiter)
 
     async def change_membership(self, change: ConfChangeV2, *, timeout: float = 3.0) -> None:
         """Propose a membership change and return once it is applied here.
@@ -302,15 +271,20 @@ class RaftNode:
             self._raft.read_index(context)
         except ProposalRejected as exc:
             raise self._rejected(exc) from None
-        waiter = self._reads[context] = Waiter()
+        waiter = Waiter()
+        self._applier.expect_read(context, waiter)
         self._kick()
         try:
             with trio.fail_after(timeout):
                 await waiter.wait()
-                while self._applied < waiter.index:
-                    await self._wait_change()
         finally:
-            self._reads.pop(context, None)
+            self._applier.forget_read(context)
+
+    def _read_settled(self, waiter: Waiter, confirmed: bool) -> None:
+        if confirmed:
+            waiter.finish()
+        else:
+            waiter.finish(error=NotLeader(self.leader_id, self.leader_address))
 
     async def wait_leader(self) -> int:
         """Wait until some leader is known; return its id."""
@@ -337,14 +311,14 @@ class RaftNode:
     # ----------------------------------------------------------- waiting
 
     async def _wait_entry(self, index: int, timeout: float) -> Any:
-        waiter = self._proposals[index] = Waiter(self._raft.term, index)
+        waiter = Waiter(self._raft.term, index)
+        self._applier.expect(index, waiter.term, waiter)
         self._arm(waiter, timeout)
         self._kick()
         try:
             return await waiter.wait()
         finally:
-            if self._proposals.get(index) is waiter:
-                del self._proposals[index]
+            self._applier.forget(index, waiter)
 
     def _arm(self, waiter: Waiter, timeout: float) -> None:
         deadline = self._deadlines.add(waiter, trio.current_time(), timeout)
@@ -364,8 +338,7 @@ class RaftNode:
         waiter.finish(error=error)
 
     def _forget(self, waiter: Waiter) -> None:
-        if self._proposals.get(waiter.index) is waiter:
-            del self._proposals[waiter.index]
+        self._applier.forget(waiter.index, waiter)
 
     async def _wait_change(self) -> None:
         await self._changed.wait()
@@ -419,26 +392,7 @@ class RaftNode:
                 self._disk.persist(ready.writes)
         for message in ready.messages:
             self._send(message)
-        if ready.snapshot is not None:
-            self._restore(ready.snapshot)
-        if ready.committed_entries:
-            self._apply(ready.committed_entries)
-        for result in ready.results:
-            if result.code is ResponseCode.SUCCESS:
-                continue  # its waiter finishes when the entry is applied
-            waiter = self._proposals.get(result.index)
-            if waiter is not None and waiter.term == result.term:
-                self._fail(waiter, ProposalFailed(result.code, f"entry {result.index} of "
-                                                  f"term {result.term} did not commit here"))
-        for state in ready.read_states:
-            reader = self._reads.get(state.context)
-            if reader is None:
-                continue
-            if state.code is ResponseCode.SUCCESS:
-                reader.index = state.index
-                reader.finish()
-            else:
-                reader.finish(error=NotLeader(self.leader_id, self.leader_address))
+        self._applier.carry_out(ready)
         if ready.soft_state is not None:
             soft = ready.soft_state
             self._log.info("term %d: %s, leader %s", soft.term, soft.role.value,
@@ -446,42 +400,10 @@ class RaftNode:
         self._maybe_compact()
         self._changed_now()
 
-    def _restore(self, snapshot: Snapshot) -> None:
-        self._sm.restore(snapshot.data)
-        self._applied = snapshot.index
-        for index in [i for i in self._proposals if i <= snapshot.index]:
-            self._proposals.pop(index).finish(error=ProposalFailed(
-                ResponseCode.TERM_CHANGED, f"entry {index} was replaced by a snapshot"))
-
-    def _apply(self, entries: tuple[Entry, ...]) -> None:
-        # Once per committed entry on every node: locals, no call per entry
-        # beyond the state machine's.
-        apply, proposals, normal = self._sm.apply, self._proposals, EntryKind.NORMAL
-        for entry in entries:
-            index = entry.index
-            result: Any = None
-            error: BaseException | None = None
-            if entry.kind is normal:
-                try:
-                    result = apply(index, entry.data)
-                except Exception as exc:
-                    self._log.exception("state machine failed to apply entry %d", index)
-                    error = exc
-            self._applied = index
-            waiter = proposals.pop(index, None)
-            if waiter is None:
-                continue
-            if waiter.term == entry.term:
-                waiter.finish(result, error)
-            else:
-                waiter.finish(error=ProposalFailed(
-                    ResponseCode.TERM_CHANGED,
-                    f"entry {index} of term {waiter.term} was replaced in term {entry.term}"))
-
     def _maybe_compact(self) -> None:
-        every = self.config.snapshot_entries
-        if every and self._applied - self._raft.log.snapshot.index >= every:
-            self._raft.compact(self._applied, self._sm.snapshot())
+        every, applied = self.config.snapshot_entries, self._applier.applied_index
+        if every and applied - self._raft.log.snapshot.index >= every:
+            self._raft.compact(applied, self._sm.snapshot())
             self._kick()
 
     # ------------------------------------------------------------ network
@@ -551,9 +473,8 @@ class RaftNode:
     def _close(self) -> None:
         self._closed = True
         gone = ProposalFailed(ResponseCode.TERM_CHANGED, "the Raft node closed")
-        waiters = [*self._queued_waiters, *self._proposals.values(), *self._reads.values()]
+        waiters = [*self._queued_waiters, *self._applier.take_all()]
         self._queued, self._queued_waiters = [], []
-        self._proposals.clear()
         for waiter in waiters:
             waiter.finish(error=gone)
 

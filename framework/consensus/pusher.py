@@ -20,13 +20,13 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 
-from framework.consensus.confchange import (
+from triomq.consensus.confchange import (
     Changer,
     ConfChangeError,
     ConfChangeV2,
 )
-from framework.consensus.log import Entry, EntryKind
-from framework.consensus.messages import (
+from triomq.consensus.log import Entry, EntryKind
+from triomq.consensus.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     InstallSnapshotRequest,
@@ -38,12 +38,12 @@ from framework.consensus.messages import (
     ResponseCode,
     TimeoutNow,
 )
-from framework.consensus.ready import (
+from triomq.consensus.ready import (
     ProposalResult,
     Role,
 )
-from framework.consensus.tracker import Progress, ProgressState
-from framework.errors import TriomqError
+from triomq.consensus.tracker import Progress, ProgressState
+from triomq.errors import TriomqError
 
 
 class ProposalRejected(TriomqError):

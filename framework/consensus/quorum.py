@@ -10,7 +10,7 @@ simple ones.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import attrs
 
@@ -44,7 +44,7 @@ class MajorityConfig:
     def __contains__(self, node_id: object) -> bool:
         return node_id in self.voters
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         return iter(sorted(self.voters))
 
     def committed_index(self, acked: Mapping[int, int]) -> int:

@@ -20,7 +20,7 @@ and only an entry of the current term is committed directly (Raft's
 figure 8). Configurations take effect when their entry is appended (Raft
 paper), which keeps joint consensus safe across restarts.
 
-Driver contract with a ``framework.store.EntryLog``: on start, ``Raft(
+Driver contract with a ``triomq.store.EntryLog``: on start, ``Raft(
 node_id, config, hard_state=HardState(term, vote), snapshot=stored_snapshot,
 entries=[Entry.from_record(e.index, e.term, e.data) for e in entry_log])``;
 a new cluster's founders start from ``log.bootstrap_entries``. Each write of
@@ -43,11 +43,11 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from framework.consensus.confchange import (
+from triomq.consensus.confchange import (
     Configuration,
 )
-from framework.consensus.handler import EntryHandler, merge_acks
-from framework.consensus.log import (
+from triomq.consensus.handler import EntryHandler, merge_acks
+from triomq.consensus.log import (
     Entry,
     EntryKind,
     HardState,
@@ -56,7 +56,7 @@ from framework.consensus.log import (
     Snapshot,
     bootstrap_entries,
 )
-from framework.consensus.messages import (
+from triomq.consensus.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     InstallSnapshotRequest,
@@ -68,10 +68,10 @@ from framework.consensus.messages import (
     VoteResponse,
     problem,
 )
-from framework.consensus.pusher import EntryPusher, ProposalRejected
-from framework.consensus.quorum import VoteResult
-from framework.consensus.readindex import ReadQueue, ReadState
-from framework.consensus.ready import (
+from triomq.consensus.pusher import EntryPusher, ProposalRejected
+from triomq.consensus.quorum import VoteResult
+from triomq.consensus.readindex import ReadQueue, ReadState
+from triomq.consensus.ready import (
     PersistHardState,
     ProposalResult,
     Ready,
@@ -82,8 +82,8 @@ from framework.consensus.ready import (
     Write,
     coalesce,
 )
-from framework.consensus.tracker import ProgressTracker
-from framework.errors import ConfigError
+from triomq.consensus.tracker import ProgressTracker
+from triomq.errors import ConfigError
 
 __all__ = ["ProposalRejected", "Raft", "RaftConfig", "bootstrap_entries"]
 
@@ -209,14 +209,12 @@ class Raft(EntryPusher, EntryHandler):
     def step(self, message: Message) -> None:
         """Handle one received message.
 
-        Malformed and misaddressed messages are dropped, and so are leader
-        messages (heartbeat, push, snapshot, transfer) from a node no known
-        configuration names.
+        Malformed and misaddressed messages are dropped. The leader of the
+        current term is followed whatever this node's configuration says: a
+        lagging member's configuration may predate the leader joining (as in
+        etcd raft, only the term decides who leads).
         """
         if problem(message) is not None or message.dst != self.id or message.src == self.id:
-            self.dropped_messages += 1
-            return
-        if isinstance(message, _LEADER_MESSAGES) and not self._known_leader(message.src):
             self.dropped_messages += 1
             return
         if not self._step_term(message):
@@ -346,14 +344,6 @@ class Raft(EntryPusher, EntryHandler):
         self._election_elapsed = 0
         low = self.config.election_ticks
         self._randomized_timeout = self._rng.randint(low, 2 * low - 1)
-
-    def _known_leader(self, node_id: int) -> bool:
-        # A member only follows nodes some configuration in its log names. A
-        # node not yet a member of its own latest configuration (a joiner
-        # still catching up) cannot tell, so it follows whoever leads.
-        if self.id not in self.configuration.ids():
-            return True
-        return node_id in self.log.known_ids()
 
     def _promotable(self) -> bool:
         # A node dropped by an uncommitted configuration may still be needed

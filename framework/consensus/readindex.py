@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 import attrs
 
-from framework.consensus.messages import ResponseCode
-from framework.consensus.quorum import JointConfig, VoteResult
+from triomq.consensus.messages import ResponseCode
+from triomq.consensus.quorum import JointConfig, VoteResult
 
 
 @attrs.frozen

@@ -17,10 +17,10 @@ from typing import NamedTuple
 
 import attrs
 
-from framework.consensus.confchange import ConfState
-from framework.consensus.log import Entry, HardState, Snapshot
-from framework.consensus.messages import Message, ResponseCode
-from framework.consensus.readindex import ReadState
+from triomq.consensus.confchange import ConfState
+from triomq.consensus.log import Entry, HardState, Snapshot
+from triomq.consensus.messages import Message, ResponseCode
+from triomq.consensus.readindex import ReadState
 
 
 class Role(enum.Enum):

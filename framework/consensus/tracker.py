@@ -16,8 +16,8 @@ from collections.abc import Mapping
 
 import attrs
 
-from framework.consensus.confchange import Configuration
-from framework.consensus.quorum import VoteResult
+from triomq.consensus.confchange import Configuration
+from triomq.consensus.quorum import VoteResult
 
 
 class ProgressState(enum.Enum):

@@ -24,25 +24,30 @@ Around that core, still on the framework side:
 
 - ``config``: ``ControllerConfig``, the ``[controller]`` section of a node.
 - ``wire``: the request headers and JSON bodies on the wire (RocketMQ-style).
+- ``requests``: controller requests and replies as values, read from and
+  written to remoting commands.
+- ``state_machine``: ``ReplicasStateMachine``, the manager as the Raft
+  node's state machine (committed entries are encoded events).
+- ``service_core``: ``ControllerCore``, every rule of the controller
+  service (leader-only serving, read barriers, one state change at a time,
+  answering once committed, heartbeats, the inactive-broker scan and its
+  elections); pure, run by the trio service and by the cluster simulation.
 - ``client``: ``ControllerClient``, what brokers and admin tools use to reach
   the active controller (following NOT_LEADER hints, retrying across leader
   changes).
 
-The controller service (``plugins/controller_dledger``) wraps it: on the Raft
-leader it calls a request method, proposes ``encode_event(e)`` for each
-returned event and replies once they are committed; on every controller it
-applies ``decode_event(entry)`` for each committed entry, and it installs
-``snapshot()`` / ``restore()`` for log compaction.
+The controller service (``plugins/controller_dledger``) is the trio pump of
+``service_core`` over a Raft node whose state machine is ``state_machine``.
 """
 
-from framework.controller.codes import RequestCode, ResponseCode
-from framework.controller.election import (
+from triomq.controller.codes import RequestCode, ResponseCode
+from triomq.controller.election import (
     BrokerLiveInfo,
     ElectionPolicy,
     LiveInfoLookup,
     default_election_policy,
 )
-from framework.controller.events import (
+from triomq.controller.events import (
     AlterSyncStateSetEvent,
     ApplyBrokerIdEvent,
     CleanBrokerDataEvent,
@@ -53,11 +58,11 @@ from framework.controller.events import (
     decode_event,
     encode_event,
 )
-from framework.controller.group import FIRST_BROKER_ID, BrokerGroup, BrokerMember
-from framework.controller.heartbeat import BrokerHeartbeat, BrokerHeartbeatTable
-from framework.controller.replicas_info import ReplicasInfoManager
-from framework.controller.results import ControllerResult
-from framework.controller.snapshot import SnapshotError
+from triomq.controller.group import FIRST_BROKER_ID, BrokerGroup, BrokerMember
+from triomq.controller.heartbeat import BrokerHeartbeat, BrokerHeartbeatTable
+from triomq.controller.replicas_info import ReplicasInfoManager
+from triomq.controller.results import ControllerResult
+from triomq.controller.snapshot import SnapshotError
 
 __all__ = [
     "FIRST_BROKER_ID",

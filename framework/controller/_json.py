@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-from framework.errors import TriomqError
+from triomq.errors import TriomqError
 
 #: Broker ids, epochs and counters are Java ``long``/``int`` values, never negative.
 MAX_INT = 2**63 - 1

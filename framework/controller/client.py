@@ -13,7 +13,7 @@ call made during a controller leader change simply takes a little longer::
 A refusal raises ``ControllerError`` with the controller's code and
 reason; no answer at all raises ``ControllerUnavailable``. Heartbeats go
 to every controller (each keeps the brokers' live info, so a new leader
-knows at once who is alive). The encodings are ``framework.controller.wire``.
+knows at once who is alive). The encodings are ``triomq.controller.wire``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import Any
 
 import trio
 
-from framework.controller.codes import RequestCode, ResponseCode
-from framework.controller.wire import (
+from triomq.controller.codes import RequestCode, ResponseCode
+from triomq.controller.leader_calls import GiveUp, LeaderCalls, Pause
+from triomq.controller.wire import (
     ControllerMetadata,
     ReplicaInfo,
     decode_config,
@@ -36,9 +37,9 @@ from framework.controller.wire import (
     join_ids,
     load_body,
 )
-from framework.errors import TriomqError
-from framework.protocol.remoting import RemotingCommand
-from framework.rpc import RpcClient, RpcError
+from triomq.errors import TriomqError
+from triomq.protocol.remoting import RemotingCommand
+from triomq.rpc import RpcClient, RpcError
 
 __all__ = ["ControllerClient", "ControllerError", "ControllerUnavailable"]
 
@@ -82,15 +83,18 @@ class ControllerClient:
 
     def __init__(self, rpc: RpcClient, addresses: Sequence[str], *, timeout: float = 3.0,
                  attempt_timeout: float = 1.0, retry_interval: float = 0.05) -> None:
-        if not addresses:
-            raise ValueError("a controller client needs at least one controller address")
         self.rpc = rpc
-        self.addresses = tuple(addresses)
+        self.calls = LeaderCalls(addresses, timeout=timeout, attempt_timeout=attempt_timeout,
+                                 retry_interval=retry_interval)
+        self.addresses = self.calls.addresses
         self.timeout = timeout
         self.attempt_timeout = attempt_timeout
         self.retry_interval = retry_interval
-        #: The controller that answered last as leader, if any.
-        self.leader: str | None = None
+
+    @property
+    def leader(self) -> str | None:
+        """The controller that answered last as leader, if any."""
+        return self.calls.leader
 
     # -- the retry loop -----------------------------------------------------------
 
@@ -99,48 +103,28 @@ class ControllerClient:
         """Send a request to the leader and return its answer, whatever its code.
 
         Follows NOT_LEADER hints and retries across controllers until the
-        deadline; raises ``ControllerUnavailable`` then.
+        deadline (``LeaderCall``); raises ``ControllerUnavailable`` then.
         """
-        deadline = trio.current_time() + (self.timeout if timeout is None else timeout)
-        last_error = "no controller tried"
+        call = self.calls.start(trio.current_time(), timeout)
         while True:
-            hint_followed = False
-            for address in self._order():
-                remaining = deadline - trio.current_time()
-                if remaining <= 0:
-                    break
-                try:
-                    response = await self.rpc.invoke(
-                        address, code, fields, body,
-                        timeout=min(self.attempt_timeout, remaining))
-                except RpcError as exc:
-                    last_error = f"{address}: {exc}"
-                    if self.leader == address:
-                        self.leader = None
-                    continue
-                if response.code != ResponseCode.CONTROLLER_NOT_LEADER:
-                    self.leader = address
-                    return response
-                last_error = f"{address}: not the leader"
-                hint = response.ext_fields.get("leaderAddress", "")
-                if self.leader == address:
-                    self.leader = None
-                if hint and hint != address and hint in self.addresses:
-                    self.leader = hint
-                    hint_followed = True
-                    break
-            remaining = deadline - trio.current_time()
-            if remaining <= 0:
+            step = call.next_step(trio.current_time())
+            if isinstance(step, GiveUp):
                 raise ControllerUnavailable(
                     f"no controller leader among {', '.join(self.addresses)} answered "
-                    f"request {_request_name(code)} in time (last: {last_error})")
-            if not hint_followed:
-                await trio.sleep(min(self.retry_interval, remaining))
-
-    def _order(self) -> list[str]:
-        if self.leader is None:
-            return list(self.addresses)
-        return [self.leader, *(a for a in self.addresses if a != self.leader)]
+                    f"request {_request_name(code)} in time (last: {step.last_error})")
+            if isinstance(step, Pause):
+                await trio.sleep(step.duration)
+                continue
+            try:
+                response = await self.rpc.invoke(step.address, code, fields, body,
+                                                 timeout=step.timeout)
+            except RpcError as exc:
+                call.failed(step.address, str(exc))
+                continue
+            if response.code != ResponseCode.CONTROLLER_NOT_LEADER:
+                call.answered(step.address)
+                return response
+            call.not_leader(step.address, response.ext_fields.get("leaderAddress", ""))
 
     async def _request(self, code: RequestCode, fields: Mapping[str, str] | None = None,
                        body: bytes = b"", *, ok: Iterable[int] = ()) -> RemotingCommand:

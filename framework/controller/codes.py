@@ -35,6 +35,8 @@ class ResponseCode(enum.IntEnum):
 
     SUCCESS = 0
     SYSTEM_ERROR = 1
+    #: An admin request without an admin's credential (``triomq.admin_access``).
+    NO_PERMISSION = 16
     CONTROLLER_FENCED_MASTER_EPOCH = 2000
     CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
     CONTROLLER_INVALID_MASTER = 2002

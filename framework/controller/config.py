@@ -11,7 +11,7 @@ defaults aim at sub-second failover on a LAN (RocketMQ's in brackets)::
 
 ``peers`` names every controller's Raft id and RPC address (this one
 included): the controllers serve Raft and controller requests on the same
-RPC port. ``raft`` is handed to ``framework.consensus.config.RaftConfig``
+RPC port. ``raft`` is handed to ``triomq.consensus.config.RaftConfig``
 (timeouts, store scheme and path), which documents its keys.
 """
 
@@ -22,9 +22,9 @@ from typing import Any
 
 import attrs
 
-from framework.consensus.config import RaftConfig
-from framework.errors import ConfigError
-from framework.settings import from_mapping, non_negative, positive, setting
+from triomq.consensus.config import RaftConfig
+from triomq.errors import ConfigError
+from triomq.settings import from_mapping, non_negative, positive, setting
 
 __all__ = ["ControllerConfig"]
 
@@ -58,7 +58,7 @@ class ControllerConfig:
         metadata={"doc": "Every controller's Raft id -> RPC address, this one included, "
                          "e.g. { 1 = 'tcp://10.0.0.1:9878' }."})
     raft: dict[str, Any] = setting(
-        factory=dict, doc="More keys of the Raft node (framework.consensus.config.RaftConfig): "
+        factory=dict, doc="More keys of the Raft node (triomq.consensus.config.RaftConfig): "
                           "tick_interval_ms, election_ticks, store_scheme, path, ...")
     scan_not_active_broker_interval: int = setting(
         100, doc="ms between the active controller's scans for silent brokers (RocketMQ: "

@@ -29,7 +29,7 @@ from typing import Protocol
 
 import attrs
 
-from framework.controller.group import BrokerGroup
+from triomq.controller.group import BrokerGroup
 
 
 @attrs.frozen

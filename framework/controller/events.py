@@ -19,8 +19,8 @@ from typing import Any
 
 import attrs
 
-from framework.controller import _json
-from framework.errors import TriomqError
+from triomq.controller import _json
+from triomq.errors import TriomqError
 
 
 class EventDecodeError(TriomqError, ValueError):

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 
 import attrs
 
-from framework.controller.election import BrokerLiveInfo, LiveInfoLookup
-from framework.controller.group import BrokerGroup
+from triomq.controller.election import BrokerLiveInfo, LiveInfoLookup
+from triomq.controller.group import BrokerGroup
 
 
 @attrs.frozen

@@ -1,7 +1,7 @@
 """The controller's history, replayed from the Raft logs its replicas left on disk.
 
 Pure: callers read each controller's snapshot and entries (through a store
-plugin) into ``framework.consensus.log.RaftLog`` values; this module finds
+plugin) into ``triomq.consensus.log.RaftLog`` values; this module finds
 how far the group's log is surely committed (``commit_point``) and replays
 the committed controller events (``replay``) into the groups' state, every
 master change and every SyncStateSet change, each with the Raft index and
@@ -36,10 +36,10 @@ from collections.abc import Sequence
 
 import attrs
 
-from framework.consensus.log import EntryKind, RaftLog
-from framework.controller.events import EventDecodeError, decode_event
-from framework.controller.group import BrokerGroup
-from framework.controller.replicas_info import ReplicasInfoManager
+from triomq.consensus.log import EntryKind, RaftLog
+from triomq.controller.events import EventDecodeError, decode_event
+from triomq.controller.group import BrokerGroup
+from triomq.controller.replicas_info import ReplicasInfoManager
 
 __all__ = [
     "CommitPoint",

@@ -23,7 +23,7 @@ Requests are checked against the applied state, which may lag proposals
 still in flight; so every event names the epochs it was computed for and
 ``apply`` ignores (returns ``False``) an event whose epochs no longer match.
 Two elections proposed from the same state therefore take effect once.
-Aliveness is an input (``LiveInfoLookup``, see ``framework.controller.election``);
+Aliveness is an input (``LiveInfoLookup``, see ``triomq.controller.election``);
 nothing here reads a clock or does I/O.
 """
 
@@ -32,15 +32,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from framework.controller import snapshot as _snapshot
-from framework.controller.codes import ResponseCode
-from framework.controller.election import (
+from triomq.controller import snapshot as _snapshot
+from triomq.controller.codes import ResponseCode
+from triomq.controller.election import (
     ElectionPolicy,
     LiveInfoLookup,
     default_election_policy,
     is_alive,
 )
-from framework.controller.events import (
+from triomq.controller.events import (
     AlterSyncStateSetEvent,
     ApplyBrokerIdEvent,
     CleanBrokerDataEvent,
@@ -48,8 +48,8 @@ from framework.controller.events import (
     Event,
     UpdateBrokerAddressEvent,
 )
-from framework.controller.group import FIRST_BROKER_ID, BrokerGroup
-from framework.controller.results import (
+from triomq.controller.group import FIRST_BROKER_ID, BrokerGroup
+from triomq.controller.results import (
     AlterSyncStateSetResponse,
     ApplyBrokerIdResponse,
     ControllerResult,
@@ -60,7 +60,7 @@ from framework.controller.results import (
     ReplicaInfoResponse,
     SyncStateData,
 )
-from framework.controller.transitions import apply_event
+from triomq.controller.transitions import apply_event
 
 Code = ResponseCode
 
@@ -549,7 +549,7 @@ class ReplicasInfoManager:
     # ------------------------------------------------------------------
 
     def snapshot(self) -> bytes:
-        """The whole state as bytes (see ``framework.controller.snapshot``)."""
+        """The whole state as bytes (see ``triomq.controller.snapshot``)."""
         return _snapshot.encode_groups(self._groups.values())
 
     def restore(self, data: bytes) -> None:

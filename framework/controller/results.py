@@ -14,8 +14,8 @@ from typing import Generic, TypeVar
 
 import attrs
 
-from framework.controller.codes import ResponseCode
-from framework.controller.events import Event
+from triomq.controller.codes import ResponseCode
+from triomq.controller.events import Event
 
 P = TypeVar("P")
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from framework.controller import _json
-from framework.controller.group import FIRST_BROKER_ID, BrokerGroup, BrokerMember
-from framework.errors import TriomqError
+from triomq.controller import _json
+from triomq.controller.group import FIRST_BROKER_ID, BrokerGroup, BrokerMember
+from triomq.errors import TriomqError
 
 FORMAT = "triomq.replicas_info"
 VERSION = 1

@@ -6,7 +6,7 @@ each event against the state it lands on: an event computed for epochs
 that moved since (a competing election, a replayed proposal), for an
 unknown group or broker, or for an id already owned, is ignored. So every
 controller replica, applying the same log, reaches the same state, and the
-invariants of ``framework.controller.snapshot.group_invariant_violation``
+invariants of ``triomq.controller.snapshot.group_invariant_violation``
 always hold.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import attrs
 
-from framework.controller.events import (
+from triomq.controller.events import (
     AlterSyncStateSetEvent,
     ApplyBrokerIdEvent,
     CleanBrokerDataEvent,
@@ -22,7 +22,7 @@ from framework.controller.events import (
     Event,
     UpdateBrokerAddressEvent,
 )
-from framework.controller.group import FIRST_BROKER_ID, BrokerGroup, BrokerMember
+from triomq.controller.group import FIRST_BROKER_ID, BrokerGroup, BrokerMember
 
 Groups = dict[str, BrokerGroup]
 

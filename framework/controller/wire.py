@@ -51,9 +51,9 @@ from typing import Any
 
 import attrs
 
-from framework.controller import _json
-from framework.controller.group import BrokerGroup
-from framework.errors import TriomqError
+from triomq.controller import _json
+from triomq.controller.group import BrokerGroup
+from triomq.errors import TriomqError
 
 __all__ = [
     "BrokerEpochCache",

@@ -21,9 +21,9 @@ import os
 import zlib
 from pathlib import Path
 
-from framework.durable_files import fsync_directory
-from framework.ha.epoch import EpochCache, EpochStart
-from framework.ha.errors import CheckpointError, EpochError
+from triomq.durable_files import fsync_directory
+from triomq.ha.epoch import EpochCache, EpochStart
+from triomq.ha.errors import CheckpointError, EpochError
 
 __all__ = [
     "BACKUP_SUFFIX",

@@ -1,10 +1,10 @@
 """What the HA drivers share: the commit log they replicate, the clock, the
 errors that end one connection.
 
-The drivers (``framework.ha.master_driver``, ``framework.ha.slave_driver``)
+The drivers (``triomq.ha.master_driver``, ``triomq.ha.slave_driver``)
 are thin trio shells around the sans-I/O connections of
-``framework.ha.master`` and ``framework.ha.slave``. Both work on any commit
-log with the ``ReplicaLog`` subset of ``framework.store.CommitLog``. Time is
+``triomq.ha.master`` and ``triomq.ha.slave``. Both work on any commit
+log with the ``ReplicaLog`` subset of ``triomq.store.CommitLog``. Time is
 ``trio.current_time()`` in ms, so tests run under a mock clock.
 """
 
@@ -16,8 +16,9 @@ from typing import Any, Protocol
 
 import trio
 
-from framework.ha.errors import HAProtocolError
-from framework.protocol.ha import HAFrameError
+from triomq.clock import now_ms
+from triomq.ha.errors import HAProtocolError
+from triomq.protocol.ha import HAFrameError
 
 __all__ = ["CONNECTION_ERRORS", "Offload", "ReplicaLog", "describe", "now_ms"]
 
@@ -34,14 +35,14 @@ CONNECTION_ERRORS = (
 
 
 class ReplicaLog(Protocol):
-    """What replication needs of a commit log (a subset of ``framework.store.CommitLog``).
+    """What replication needs of a commit log (a subset of ``triomq.store.CommitLog``).
 
     ``append_buffer`` on an empty log must accept an offset past
     ``max_offset`` (the log then starts there: a slave syncing from the
     master's last segment); otherwise the offset must equal ``max_offset``.
     A log without mapped space to lend gets the two append calls from
-    ``framework.store.ScratchAppend``, and ``read_view`` from
-    ``framework.store.ScratchRead``.
+    ``triomq.store.ScratchAppend``, and ``read_view`` from
+    ``triomq.store.ScratchRead``.
     """
 
     segment_size: int
@@ -63,12 +64,6 @@ class ReplicaLog(Protocol):
 
 #: Runs a blocking call without blocking trio (``trio.to_thread.run_sync``).
 Offload = Callable[..., Awaitable[Any]]
-
-
-def now_ms() -> int:
-    """The trio clock in ms."""
-    # Rounded, not floored: after sleep_until(t / 1000) the time reads t.
-    return round(trio.current_time() * 1000)
 
 
 def describe(group: BaseExceptionGroup) -> str:

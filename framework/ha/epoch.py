@@ -5,7 +5,7 @@ and the commit-log offset at which the term started writing. A replica keeps
 the sequence of <epoch, startOffset>; an entry ends where the next one starts
 and the last one is open (it ends at the log's max offset). Comparing two
 such sequences tells a slave where its log stops agreeing with the master's:
-``find_consistent_point``. Persistence lives in ``framework.ha.checkpoint``.
+``find_consistent_point``. Persistence lives in ``triomq.ha.checkpoint``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
-from framework.ha.errors import EpochError
-from framework.protocol.ha import EpochStart
+from triomq.ha.errors import EpochError
+from triomq.protocol.ha import EpochStart
 
 __all__ = ["EpochCache", "EpochEntry", "EpochStart", "find_consistent_point"]
 

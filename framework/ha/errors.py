@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from framework.errors import TriomqError
+from triomq.errors import TriomqError
 
 
 class HAProtocolError(TriomqError):

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import attrs
 
-from framework.ha.epoch import EpochCache, EpochEntry
-from framework.ha.errors import HAProtocolError
-from framework.protocol.ha import (
+from triomq.ha.epoch import EpochCache, EpochEntry
+from triomq.ha.errors import HAProtocolError
+from triomq.protocol.ha import (
     Ack,
     HAConnectionState,
     MasterHandshake,

@@ -1,4 +1,4 @@
-"""The master's HA driver: a thin trio shell around ``framework.ha.master``.
+"""The master's HA driver: a thin trio shell around ``triomq.ha.master``.
 
 ``HAMaster`` serves slave connections (any ``trio.abc.Stream``: the caller
 accepts them from a transport listener and calls ``serve``), keeps the
@@ -10,21 +10,21 @@ those bytes.
 
 from __future__ import annotations
 
-import math
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Protocol
 
-import attrs
 import trio
 
-from framework.errors import TriomqError
-from framework.ha.driver import CONNECTION_ERRORS, ReplicaLog, describe, logger, now_ms
-from framework.ha.epoch import EpochCache
-from framework.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
-from framework.ha.streams import send_frames
-from framework.ha.sync_replication import PutResult, ReplicationStatus, SyncReplication
-from framework.ha.sync_state import SyncStateTracker
+from triomq.clock import now_ms
+from triomq.errors import TriomqError
+from triomq.ha.driver import CONNECTION_ERRORS, ReplicaLog, describe, logger
+from triomq.ha.epoch import EpochCache
+from triomq.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
+from triomq.ha.master_term import HAMasterConfig, MasterTerm
+from triomq.ha.streams import send_frames
+from triomq.ha.sync_replication import PutResult, ReplicationStatus
+from triomq.ha.sync_state import SyncStateTracker
 
 __all__ = [
     "ApproveLocally",
@@ -70,29 +70,13 @@ class ApproveLocally:
         return proposal
 
 
-@attrs.frozen
-class HAMasterConfig:
-    """Master-side settings: RocketMQ's names in snake_case, times in ms.
-
-    Defaults aim at a LAN and sub-second failover (RocketMQ's in brackets):
-    heartbeat 200 (5000), a slave out of sync after 2000 without catching
-    up (15000), SyncStateSet checked every 500 (5000); batch 32 KiB.
-    """
-
-    ha_transfer_batch_size: int = 32 * 1024
-    ha_send_heartbeat_interval: int = 200
-    ha_max_time_slave_not_catchup: int = 2000
-    check_sync_state_set_period: int = 500
-    all_ack_in_sync_state_set: bool = False
-    min_in_sync_replicas: int = 1
-
-
 class HAMaster:
-    """A master's HA service for one term (epoch).
+    """A master's HA service for one term (epoch): the trio pump of its ``MasterTerm``.
 
     Run ``run`` in a nursery (SyncStateSet checks and reports), hand every
     accepted slave stream to ``serve``, call ``appended`` after local
-    appends, and ``wait_replicated`` for synchronous puts.
+    appends, ``wait_replicated`` for synchronous puts, and ``end`` when the
+    term ends.
     """
 
     def __init__(
@@ -105,6 +89,7 @@ class HAMaster:
         confirm_offset: int,
         reporter: SyncStateSetReporter,
         config: HAMasterConfig | None = None,
+        on_acked: Callable[[], None] = lambda: None,
     ) -> None:
         if epochs.last is None:
             raise ValueError("a master needs its epoch recorded before serving")
@@ -112,29 +97,42 @@ class HAMaster:
         self.epochs = epochs
         self.config = config or HAMasterConfig()
         self.reporter = reporter
-        self.tracker = SyncStateTracker(
-            master=address,
+        #: Called after a slave's ack was counted: the confirm offset may have moved.
+        self.on_acked = on_acked
+        self.term = MasterTerm(
+            address=address,
             sync_state_set=sync_state_set,
             epoch_start_offset=epochs.last.start_offset,
             confirm_offset=confirm_offset,
-            started_ms=now_ms(),
-            max_time_slave_not_catchup_ms=self.config.ha_max_time_slave_not_catchup,
+            now_ms=now_ms(),
+            config=self.config,
         )
-        self.puts = SyncReplication(
-            all_ack_in_sync_state_set=self.config.all_ack_in_sync_state_set,
-            min_in_sync_replicas=self.config.min_in_sync_replicas,
-        )
-        self._waiters: dict[Hashable, tuple[trio.Event, list[ReplicationStatus]]] = {}
-        #: Set once the controller said a newer master was elected (``MasterFenced``).
-        self.fenced = False
-        self._reporting = False
+        self._waiters: dict[Hashable, tuple[trio.Event, list[ReplicationStatus | None]]] = {}
         self._changed = trio.Event()
-        self._proposals_in, self._proposals_out = trio.open_memory_channel[frozenset[str]](math.inf)
+        self._proposed = trio.Event()
+        #: Connections waiting for their slave handshake, and those past it.
+        self.handshaking = 0
+        self.transferring = 0
+        #: Connections woken by new bytes or acks, summed over the wake-ups.
+        self.connections_woken = 0
+        #: Connections closed for want of a handshake, and slaves dropped for not reading.
+        self.handshake_timeouts = 0
+        self.write_timeouts = 0
+
+    @property
+    def tracker(self) -> SyncStateTracker:
+        """The term's SyncStateSet bookkeeping."""
+        return self.term.tracker
+
+    @property
+    def fenced(self) -> bool:
+        """Set once the controller said a newer master was elected (``MasterFenced``)."""
+        return self.term.fenced
 
     @property
     def confirm_offset(self) -> int:
         """Min ack over the effective SyncStateSet."""
-        return self.tracker.confirm_offset(self.log.max_offset)
+        return self.term.confirm_offset(self.log.max_offset)
 
     def appended(self) -> None:
         """New local bytes: wake the connections and recheck pending puts."""
@@ -142,6 +140,7 @@ class HAMaster:
         self._notify()
 
     def _notify(self) -> None:
+        self.connections_woken += self._changed.statistics().tasks_waiting
         self._changed.set()
         self._changed = trio.Event()
 
@@ -151,7 +150,7 @@ class HAMaster:
             max_offset=max_offset,
             min_offset=self.log.min_offset,
             epochs=self.epochs,
-            confirm_offset=self.tracker.confirm_offset(max_offset),
+            confirm_offset=self.term.confirm_offset(max_offset),
             last_segment_start=max_offset - max_offset % self.log.segment_size,
         )
 
@@ -162,23 +161,21 @@ class HAMaster:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._report_proposals)
             task_status.started()
-            while not self.fenced:
-                if not self._reporting:
-                    # A proposal whose outcome is unknown is asked again.
-                    self._propose(self.tracker.pending)
-                self._propose(self.tracker.maybe_shrink(now_ms()))
-                for address in list(self.tracker.slaves):
-                    self._propose(self.tracker.maybe_expand(address, self.log.max_offset))
-                await trio.sleep(self.config.check_sync_state_set_period / 1000)
+            while (next_check := self.term.check(now_ms(), self.log.max_offset)) is not None:
+                self._wake_reporter()
+                await trio.sleep_until(next_check / 1000)
             await trio.sleep_forever()
 
-    def _propose(self, proposal: frozenset[str] | None) -> None:
-        if proposal is not None and not self.fenced:
-            self._reporting = True
-            self._proposals_in.send_nowait(proposal)
+    def _wake_reporter(self) -> None:
+        self._proposed.set()
+        self._proposed = trio.Event()
 
     async def _report_proposals(self) -> None:
-        async for proposal in self._proposals_out:
+        while True:
+            proposal = self.term.next_proposal()
+            if proposal is None:
+                await self._proposed.wait()
+                continue
             logger.info("proposing SyncStateSet %s", sorted(proposal))
             try:
                 current = await self.reporter.alter_sync_state_set(proposal)
@@ -189,56 +186,51 @@ class HAMaster:
             if current is None:
                 logger.warning("SyncStateSet proposal %s: outcome unknown, still counted",
                                sorted(proposal))
-            else:
-                self.tracker.apply(current)
-            self._reporting = False
+            self.term.answered(current)
             self._update_puts()
 
     def sync_state_set_committed(self, sync_state_set: frozenset[str]) -> None:
         """The controller's SyncStateSet of this term, as a poll read it."""
-        self.tracker.learn(sync_state_set)
+        self.term.committed(sync_state_set)
         self._update_puts()
 
     def fence(self) -> None:
         """A newer master exists: fail pending puts and complete no more."""
-        self.fenced = True
-        for waiter, (event, result) in self._waiters.items():
-            if not result:
-                self.puts.discard(waiter)
-                result.append(ReplicationStatus.FLUSH_SLAVE_TIMEOUT)
-                event.set()
+        self._deliver(self.term.fence())
 
-    async def wait_replicated(self, next_offset: int, timeout_ms: int) -> ReplicationStatus:
-        """Wait until enough replicas hold the bytes before ``next_offset``."""
-        if self.fenced:
-            return ReplicationStatus.FLUSH_SLAVE_TIMEOUT
+    def end(self) -> None:
+        """The term ends: the pending puts' callers hear that this is no longer master."""
+        for waiter in self.term.end():
+            event, result = self._waiters[waiter]
+            result.append(None)
+            event.set()
+
+    async def wait_replicated(self, next_offset: int, timeout_ms: int
+                              ) -> ReplicationStatus | None:
+        """Wait until enough replicas hold the bytes before ``next_offset``.
+
+        ``None`` if the term ends first.
+        """
         waiter = object()
         deadline_ms = now_ms() + timeout_ms
-        failed = self.puts.add(
-            waiter, next_offset, deadline_ms, self.tracker.effective_sync_state_set
-        )
+        failed = self.term.add_put(waiter, next_offset, deadline_ms)
         if failed is not None:
-            return failed.status
-        event, result = trio.Event(), []
+            return failed
+        event, result = trio.Event(), list[ReplicationStatus | None]()
         self._waiters[waiter] = (event, result)
         try:
             self._update_puts()
             with trio.move_on_at(deadline_ms / 1000):
                 await event.wait()
             if not result:
-                self._deliver(self.puts.expire(deadline_ms))
+                self._deliver(self.term.expired(deadline_ms))
             return result[0]
         finally:
             self._waiters.pop(waiter, None)
-            self.puts.discard(waiter)
+            self.term.withdraw(waiter)
 
     def _update_puts(self) -> None:
-        if self.fenced:
-            return
-        members = self.tracker.effective_sync_state_set
-        max_offset = self.log.max_offset
-        acks = {m: self.tracker.ack_offset(m, max_offset) for m in members}
-        self._deliver(self.puts.update(acks, members))
+        self._deliver(self.term.completed(self.log.max_offset))
 
     def _deliver(self, results: list[PutResult]) -> None:
         for outcome in results:
@@ -249,7 +241,14 @@ class HAMaster:
     # -- connections -----------------------------------------------------------
 
     async def serve(self, stream: trio.abc.Stream) -> None:
-        """Serve one slave until it disconnects or breaks the protocol; closes ``stream``."""
+        """Serve one slave until it disconnects or breaks the protocol; closes ``stream``.
+
+        A peer holds little until its slave handshake: no send buffer and no
+        wake-up on puts; without a handshake within ``ha_handshake_timeout``
+        it is closed. A slave that takes in no bytes for ``ha_write_timeout``
+        is dropped, as any lost slave (the SyncStateSet shrinks it out once
+        it has not caught up for ``ha_max_time_slave_not_catchup``).
+        """
         conn = MasterConnection(
             now_ms=now_ms(),
             transfer_batch_size=self.config.ha_transfer_batch_size,
@@ -257,17 +256,46 @@ class HAMaster:
         )
         outbox: deque[bytes] = deque()
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write_loop, stream, conn, outbox,
-                                   memoryview(bytearray(_SEND_SIZE)))
-                await self._read_loop(stream, conn, outbox)
-                nursery.cancel_scope.cancel()
+            if not await self._handshake(stream, conn, outbox):
+                return
+            self.transferring += 1
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._write_loop, stream, conn, outbox)
+                    await self._read_loop(stream, conn, outbox)
+                    nursery.cancel_scope.cancel()
+            finally:
+                self.transferring -= 1
+        except* trio.TooSlowError:
+            self.write_timeouts += 1
+            logger.warning("dropping HA slave %s: it took in no bytes for %d ms", conn.peer,
+                           self.config.ha_write_timeout)
         except* CONNECTION_ERRORS as group:
             logger.warning("closing HA connection to %s: %s", conn.peer, describe(group))
         finally:
             if conn.slave is not None:
-                self.tracker.slave_disconnected(conn.slave.address)
+                self.term.slave_left(conn.slave.address)
             await trio.aclose_forcefully(stream)
+
+    async def _handshake(
+        self, stream: trio.abc.Stream, conn: MasterConnection, outbox: deque[bytes]
+    ) -> bool:
+        """Read until the slave's handshake; False if the peer closed or sent none in time."""
+        self.handshaking += 1
+        try:
+            with trio.move_on_after(self.config.ha_handshake_timeout / 1000):
+                while conn.slave is None:
+                    data = await stream.receive_some(_SLAVE_FRAMES_RECEIVE_SIZE)
+                    if not data:
+                        return False
+                    self._received(conn, data, outbox)
+                return True
+        finally:
+            self.handshaking -= 1
+        self.handshake_timeouts += 1
+        logger.debug("closing HA connection: no slave handshake within %d ms",
+                     self.config.ha_handshake_timeout)
+        return False
 
     async def _read_loop(
         self, stream: trio.abc.Stream, conn: MasterConnection, outbox: deque[bytes]
@@ -275,49 +303,66 @@ class HAMaster:
         # A slave sends handshakes and 12-byte acks: a receive asks for little, as
         # a socket's receive allocates what it asks for.
         while data := await stream.receive_some(_SLAVE_FRAMES_RECEIVE_SIZE):
-            for out in conn.receive_data(data, self._view(), now_ms()):
-                if isinstance(out, Send):
-                    outbox.append(out.data)
-                elif isinstance(out, SlaveJoined):
-                    self.tracker.slave_connected(
-                        out.handshake.address,
-                        is_async_learner=out.handshake.is_async_learner,
-                        now_ms=now_ms(),
-                    )
-                elif isinstance(out, SlaveAcked):
-                    self.tracker.slave_acked(
-                        out.address, out.ack_offset, out.last_caught_up_time_ms
-                    )
-                    self._propose(self.tracker.maybe_expand(out.address, self.log.max_offset))
-            self._update_puts()
-            self._notify()
+            self._received(conn, data, outbox)
+
+    def _received(self, conn: MasterConnection, data: bytes, outbox: deque[bytes]) -> None:
+        outputs = conn.receive_data(data, self._view(), now_ms())
+        if not outputs:  # a frame's first bytes only
+            return
+        for out in outputs:
+            if isinstance(out, Send):
+                outbox.append(out.data)
+            elif isinstance(out, SlaveJoined):
+                self.term.slave_joined(
+                    out.handshake.address,
+                    is_async_learner=out.handshake.is_async_learner,
+                    now_ms=now_ms(),
+                )
+            elif isinstance(out, SlaveAcked):
+                self.term.slave_acked(out.address, out.ack_offset,
+                                      out.last_caught_up_time_ms, self.log.max_offset)
+                self._wake_reporter()
+        self._update_puts()
+        self._notify()
+        if any(isinstance(out, SlaveAcked) for out in outputs):
+            self.on_acked()
 
     async def _write_loop(
-        self,
-        stream: trio.abc.Stream,
-        conn: MasterConnection,
-        outbox: deque[bytes],
-        scratch: memoryview,
+        self, stream: trio.abc.Stream, conn: MasterConnection, outbox: deque[bytes]
     ) -> None:
+        timeout = self.config.ha_write_timeout / 1000
+        # Until its first ack says where to start, the slave gets the handshake's
+        # answer only, and no send buffer.
+        while True:
+            await self._send_outbox(stream, outbox, timeout)
+            changed = self._changed
+            if conn.next_transfer_from >= 0:
+                break
+            await changed.wait()
         # A slave behind gets the batches of up to one scratch buffer per send,
         # viewed in the log at once: fewer reads, syscalls and wake-ups on both
         # sides. A mapped log lends its bytes (the kernel's copy into the socket
         # is the only one); others copy into ``scratch``, reused for every send
         # (fresh memory per read would cost page faults and zeroing).
+        scratch = memoryview(bytearray(_SEND_SIZE))
         most = min(len(scratch), _SEND_PARTS // 2 * self.config.ha_transfer_batch_size)
         while True:
-            while outbox:
-                await stream.send_all(outbox.popleft())
+            await self._send_outbox(stream, outbox, timeout)
             changed = self._changed
             now = now_ms()
             plan = conn.poll_transfer(self._view(), now, most)
             if plan is not None:
                 with self.log.read_view(plan.offset, scratch[: plan.max_size]) as body:
                     headers = conn.build_transfer_headers(plan, len(body), now)
-                    await send_frames(stream, headers, body, conn.transfer_batch_size)
+                    await send_frames(stream, headers, body, conn.transfer_batch_size,
+                                      timeout)
                 continue
-            if conn.next_transfer_from < 0:
+            with trio.move_on_at(conn.heartbeat_due_ms() / 1000):
                 await changed.wait()
-            else:
-                with trio.move_on_at(conn.heartbeat_due_ms() / 1000):
-                    await changed.wait()
+
+    @staticmethod
+    async def _send_outbox(stream: trio.abc.Stream, outbox: deque[bytes], timeout: float
+                           ) -> None:
+        while outbox:
+            with trio.fail_after(timeout):
+                await stream.send_all(outbox.popleft())

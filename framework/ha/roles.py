@@ -1,7 +1,10 @@
 """Role changes as the HA layer needs them: what a replica does to its log and epochs.
 
 Becoming master: drop a torn tail (a partial last record), then durably
-record <epoch, startOffset = max offset>. Becoming slave: drop a torn tail;
+record <epoch, startOffset = max offset>; a log with bytes but no epoch
+recorded (a store written before HA: a classic RocketMQ master, or a log
+filled offline) is adopted whole into the epoch, from its first byte, so
+slaves can copy it. Becoming slave: drop a torn tail;
 the handshake does the rest. Both first forget epoch entries that start
 past the log's end: a crash can lose unflushed bytes whose epoch entry was
 already saved, and such an entry would claim bytes the log does not hold.
@@ -13,16 +16,19 @@ from typing import Protocol
 
 import trio
 
-from framework.ha.driver import Offload
-from framework.ha.epoch import EpochCache
-from framework.ha.errors import EpochError
-from framework.ha.slave_driver import EpochStore
+from triomq.ha.driver import Offload
+from triomq.ha.epoch import EpochCache
+from triomq.ha.errors import EpochError
+from triomq.ha.slave_driver import EpochStore
 
 __all__ = ["TermLog", "become_master", "become_slave"]
 
 
 class TermLog(Protocol):
-    """The commit-log call a role change needs (``framework.store.CommitLog`` has it)."""
+    """The commit-log calls a role change needs (``triomq.store.CommitLog`` has them)."""
+
+    @property
+    def min_offset(self) -> int: ...
 
     def truncate_to_last_whole_record(self) -> int: ...
 
@@ -43,7 +49,7 @@ async def become_master(
     if cache.last_epoch != epoch:
         if cache.last_epoch is not None and epoch < cache.last_epoch:
             raise EpochError(f"master epoch {epoch} is older than the recorded {cache.last_epoch}")
-        cache = cache.append(epoch, end)
+        cache = cache.append(epoch, end if cache.last is not None else log.min_offset)
     if cache != saved:
         await offload(epoch_store.save, cache)
     return cache

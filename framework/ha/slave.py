@@ -36,9 +36,9 @@ from typing import NamedTuple
 
 import attrs
 
-from framework.ha.epoch import EpochCache, find_consistent_point
-from framework.ha.errors import EpochError, HAProtocolError, NoConsistentPoint
-from framework.protocol.ha import (
+from triomq.ha.epoch import EpochCache, find_consistent_point
+from triomq.ha.errors import EpochError, HAProtocolError, NoConsistentPoint
+from triomq.protocol.ha import (
     DEFAULT_MAX_BODY_SIZE,
     TRANSFER_HEADER_SIZE,
     Ack,

@@ -1,8 +1,8 @@
-"""The slave's HA driver: a thin trio shell around ``framework.ha.slave``.
+"""The slave's HA driver: a thin trio shell around ``triomq.ha.slave``.
 
 ``HASlave`` connects to a master, replicates, and reconnects with backoff
 after an error; cancelling it (a role change) stops it cleanly. Over TCP it
-scatters its reads (``framework.ha.streams``): batch bodies land straight in
+scatters its reads (``triomq.ha.streams``): batch bodies land straight in
 its log's mapped space at their places (``CommitLog.append_buffer``), so the
 kernel's copy out of the socket is the only copy of those bytes.
 """
@@ -17,9 +17,11 @@ from typing import Protocol
 import attrs
 import trio
 
-from framework.ha.driver import CONNECTION_ERRORS, Offload, ReplicaLog, describe, logger, now_ms
-from framework.ha.epoch import EpochCache
-from framework.ha.slave import (
+from triomq.clock import now_ms
+from triomq.ha.driver import CONNECTION_ERRORS, Offload, ReplicaLog, describe, logger
+from triomq.ha.epoch import EpochCache
+from triomq.ha.reconnect import Reconnect
+from triomq.ha.slave import (
     RecordEpoch,
     SlaveAction,
     SlaveConnection,
@@ -27,10 +29,10 @@ from framework.ha.slave import (
     Truncate,
     WriteAt,
 )
-from framework.ha.slave import Send as SlaveSend
-from framework.ha.streams import RECEIVE_SIZE, read_nowait, read_scattered
-from framework.protocol.ha import TRANSFER_HEADER_SIZE, HAConnectionState
-from framework.store import OffsetMismatch, StoreCorruption
+from triomq.ha.slave import Send as SlaveSend
+from triomq.ha.streams import RECEIVE_SIZE, read_nowait, read_scattered
+from triomq.protocol.ha import TRANSFER_HEADER_SIZE, HAConnectionState
+from triomq.store import OffsetMismatch, StoreCorruption
 
 __all__ = ["EpochStore", "HASlave", "HASlaveConfig"]
 
@@ -48,13 +50,15 @@ _ACK_AFTER = 4 * 1024 * 1024
 #: fewer appends, each checking and indexing more records. 1 MiB, about the
 #: most a core's cache holds between the kernel's copy and the check.
 _APPEND_AFTER = 1024 * 1024
+#: What a scattered read's bytes left out of place in a log's space are zeroed with.
+_ZEROS = memoryview(bytes(RECEIVE_SIZE))
 #: A slave also drops a master whose bytes its log refuses (not records, or
 #: an empty log asked to start off a segment boundary).
 _SLAVE_CONNECTION_ERRORS = (*CONNECTION_ERRORS, StoreCorruption, OffsetMismatch)
 
 
 class EpochStore(Protocol):
-    """Where a replica keeps its epoch cache (``framework.ha.checkpoint.EpochCheckpointFile``)."""
+    """Where a replica keeps its epoch cache (``triomq.ha.checkpoint.EpochCheckpointFile``)."""
 
     def load(self) -> EpochCache: ...
 
@@ -101,8 +105,12 @@ class HASlave:
         connect: Callable[[], Awaitable[trio.abc.Stream]],
         config: HASlaveConfig | None = None,
         offload: Offload = trio.to_thread.run_sync,
+        on_appended: Callable[[], None] = lambda: None,
     ) -> None:
         self.log = log
+        #: Called after replicated bytes are appended or the confirm offset rose
+        #: (the broker's held pulls look).
+        self.on_appended = on_appended
         self.offload = offload
         self.epoch_store = epoch_store
         self.address = address
@@ -112,6 +120,10 @@ class HASlave:
         self.confirm_offset = -1
         self.connections = 0
         self.last_error: BaseException | None = None
+        #: Reads from a TCP master that brought bytes, and those of them held to be
+        #: appended with later ones (``_hold``).
+        self.reads = 0
+        self.reads_held = 0
         #: The log's range received in place and not yet appended (``_hold``).
         self._held: tuple[int, int] | None = None
 
@@ -119,7 +131,7 @@ class HASlave:
         """Replicate until cancelled, reconnecting with exponential backoff."""
         self.epochs = await self.offload(self.epoch_store.load)
         task_status.started()
-        backoff = self.config.reconnect_min
+        reconnect = Reconnect(self.config.reconnect_min, self.config.reconnect_max)
         while True:
             handshook = False
             try:
@@ -131,10 +143,7 @@ class HASlave:
                 _clear_frames(group)
                 self.last_error = group.exceptions[0]
                 logger.warning("HA connection to master failed: %s", describe(group))
-            if handshook:
-                backoff = self.config.reconnect_min
-            await trio.sleep(backoff / 1000)
-            backoff = min(backoff * 2, self.config.reconnect_max)
+            await trio.sleep(reconnect.delay_after(handshook=handshook) / 1000)
 
     async def run_connection(self, stream: trio.abc.Stream) -> bool:
         """Replicate over one stream until it closes; True if the handshake completed.
@@ -198,6 +207,7 @@ class HASlave:
                     return
                 if n is not None:
                     unacked += n
+                    self.reads += 1
                     sent = self._hold(actions, in_place)
                     if sent is None:
                         self._append_held()
@@ -243,8 +253,14 @@ class HASlave:
                 if in_place >= 0:
                     with space[:in_place] as bodies, headers[:n - in_place] as read:
                         actions = conn.receive_laid_out(bodies, read, self._view(), now_ms())
-                    self.confirm_offset = conn.confirm_offset
+                    self._confirmed(conn.confirm_offset)
                     return n, actions, (offset, offset + in_place)
+                # Not laid out as sent: handled from ``buffer``. Bytes of it landed
+                # in the log's space out of place (e.g. the frame after a short
+                # batch, shifted by a header); the appends copy back those that
+                # belong there, and no other may stay in the mapped file.
+                touched = min(n, len(space))
+                space[:touched] = _ZEROS[:touched]
             finally:
                 space.release()
         else:
@@ -281,6 +297,7 @@ class HASlave:
                       and action.offset + len(action.data) <= hi):
                 return None
         _release_writes(actions)
+        self.reads_held += 1
         self._held = (lo if self._held is None else self._held[0], hi)
         if hi - self._held[0] >= _APPEND_AFTER:
             self._append_held()
@@ -293,13 +310,21 @@ class HASlave:
             lo, hi = self._held
             self._held = None
             self.log.append_written(lo, hi - lo)
+            self.on_appended()
+
+    def _confirmed(self, offset: int) -> None:
+        # A newer confirm offset lets consumers read further (held pulls wake).
+        rose = offset > self.confirm_offset
+        self.confirm_offset = offset
+        if rose:
+            self.on_appended()
 
     def _view(self) -> SlaveLog:
         return SlaveLog(self.log.max_offset, self.log.min_offset, self.epochs)
 
     def _receive_data(self, conn: SlaveConnection, data: bytes | memoryview) -> list[SlaveAction]:
         actions = conn.receive_data(data, self._view(), now_ms())
-        self.confirm_offset = conn.confirm_offset
+        self._confirmed(conn.confirm_offset)
         return actions
 
     async def _apply(self, conn: SlaveConnection, data: bytes | memoryview) -> bytes:
@@ -308,7 +333,7 @@ class HASlave:
     async def _apply_actions(self, actions: list[SlaveAction], in_place: tuple[int, int]
                              ) -> bytes:
         """Perform ``actions`` in order, each durable before the next (see
-        framework.ha.slave); return the last ack among them (it carries the
+        triomq.ha.slave); return the last ack among them (it carries the
         max offset, so it acks everything before it). The bytes of the log's
         range ``in_place`` were received in its space at their places.
 
@@ -360,6 +385,7 @@ class HASlave:
                 filled, parts = _fill(space, there, parts)
             offset = self.log.append_written(offset, filled)
             if not parts:
+                self.on_appended()
                 return
             there = 0
 

@@ -11,6 +11,7 @@ their places, their headers between them into slots of their own
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import struct
 import termios
@@ -18,8 +19,8 @@ from collections.abc import Sequence
 
 import trio
 
-from framework.protocol.extensions import optional_extension
-from framework.protocol.ha import TRANSFER_HEADER_SIZE, HAConnectionState, transfer_frames
+from triomq.protocol.extensions import optional_extension
+from triomq.protocol.ha import TRANSFER_HEADER_SIZE, HAConnectionState, transfer_frames
 
 __all__ = [
     "RECEIVE_SIZE",
@@ -125,7 +126,8 @@ def read_scattered(sock: trio.socket.SocketType, space: memoryview, body_remaini
     its start, and its headers are ``headers[:n - bodies]``, one after
     another (the last maybe cut short). -1 if it is not: its bytes are then
     copied into ``buffer[:n]`` in the order they came (``buffer`` holds
-    ``len(space) + len(headers)`` bytes). The C version
+    ``len(space) + len(headers)`` bytes), and ``space[:n]`` may hold some of
+    them out of place. The C version
     (``framework/protocol/_ha_speedups.c``) does the same in one call.
     """
     if _speedups is not None:
@@ -189,23 +191,28 @@ def write_frames(sock: trio.socket.SocketType, headers: bytes, body: bytes | mem
 
 
 async def send_frames(stream: trio.abc.Stream, headers: bytes, body: bytes | memoryview,
-                      batch_size: int) -> None:
+                      batch_size: int, timeout: float = math.inf) -> None:
     """Send the frames of ``transfer_frames``: gathered by the kernel on a socket
     (``write_frames``), else joined.
 
     On a socket, writes that never wait: the task yields once the socket is
     full (until it is writable again) and once at the end, not after every
     write (a slave in the same thread then reads more per turn).
+    ``trio.TooSlowError`` if the send makes no progress for ``timeout``
+    seconds (on a socket: it stays full; on another stream: the one send
+    of the joined frames does not complete).
     """
     if not isinstance(stream, trio.SocketStream):
-        await stream.send_all(b"".join(transfer_frames(headers, body, batch_size)))
+        with trio.fail_after(timeout):
+            await stream.send_all(b"".join(transfer_frames(headers, body, batch_size)))
         return
     sock = stream.socket
     sent, size = 0, len(headers) + len(body)
     while sent < size:
         written = write_frames(sock, headers, body, batch_size, sent)
         if written is None:
-            await trio.lowlevel.wait_writable(sock)
+            with trio.fail_after(timeout):
+                await trio.lowlevel.wait_writable(sock)
         else:
             sent += written
     await trio.lowlevel.checkpoint()

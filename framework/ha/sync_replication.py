@@ -10,7 +10,7 @@ added while the SyncStateSet is smaller than ``min_in_sync_replicas`` fails
 at once with IN_SYNC_REPLICAS_NOT_ENOUGH, as in RocketMQ.
 
 The acks and members come from ``SyncStateTracker`` (its effective set, so
-an expand in flight already counts; see ``framework.ha.sync_state``).
+an expand in flight already counts; see ``triomq.ha.sync_state``).
 """
 
 from __future__ import annotations
@@ -102,6 +102,11 @@ class SyncReplication:
         expired = [p for p in self._pending if p.deadline_ms <= now_ms]
         self._pending = [p for p in self._pending if p.deadline_ms > now_ms]
         return [PutResult(p.waiter, ReplicationStatus.FLUSH_SLAVE_TIMEOUT) for p in expired]
+
+    def abandon(self, status: ReplicationStatus) -> list[PutResult]:
+        """End every pending put with ``status``."""
+        pending, self._pending = self._pending, []
+        return [PutResult(p.waiter, status) for p in pending]
 
     def discard(self, waiter: Hashable) -> None:
         """Forget a put whose caller stopped waiting."""

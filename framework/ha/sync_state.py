@@ -19,7 +19,9 @@ flight at a time, and an expand is decided on a fresh view: the slave's
 ack is at least the confirmOffset of the effective set (it holds
 everything any put may have been acked for) and at least the start of
 this master's epoch (it has truncated against this master, so its bytes
-are this term's bytes, not a stale tail).
+are this term's bytes, not a stale tail). Until every member has acked in
+this term the confirmOffset is only a floor (a restarted master's starts
+at the log's start), so no slave joins before then.
 """
 
 from __future__ import annotations
@@ -178,6 +180,10 @@ class SyncStateTracker:
             return None
         ack = progress.ack_offset
         if ack < self.epoch_start_offset or ack < self.confirm_offset(master_max_offset):
+            return None
+        if any(self.ack_offset(m, master_max_offset) < 0 for m in self._effective_members()):
+            # A member has not acked in this term: the confirmOffset is only a floor
+            # (after a restart, the log's start), not what puts were acked for.
             return None
         return self._propose(self.sync_state_set | {address})
 

@@ -103,7 +103,7 @@ static PyMappingMethods column_buffer_as_mapping = {
 
 static PyTypeObject ColumnBufferType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "framework.protocol._columns.ColumnBuffer",
+    .tp_name = "triomq.protocol._columns.ColumnBuffer",
     .tp_basicsize = sizeof(ColumnBuffer),
     .tp_dealloc = (destructor)column_buffer_dealloc,
     .tp_as_buffer = &column_buffer_as_buffer,
@@ -496,7 +496,7 @@ static const char record_columns_doc[] =
     "record_columns(buf, starts, end, verify_crc) -> tuple | None\n\n"
     "The column buffers of the contiguous records of buf that start at the\n"
     "native int32 positions in starts (the last ends at end), or None when\n"
-    "the run must be decoded in Python. See framework.protocol.columns.";
+    "the run must be decoded in Python. See triomq.protocol.columns.";
 
 static PyObject *record_columns(PyObject *module, PyObject *args) {
     Py_buffer view, starts;
@@ -550,7 +550,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "framework.protocol._columns",
+    PyModuleDef_HEAD_INIT, "triomq.protocol._columns",
     "Arrow-layout column buffers of commit-log records (see columns.py).", -1, methods,
     NULL, NULL, NULL, NULL,
 };

@@ -1,4 +1,4 @@
-/* Declarations shared by the sources of framework.protocol._columns. */
+/* Declarations shared by the sources of triomq.protocol._columns. */
 #ifndef TRIOMQ_COLUMNS_H
 #define TRIOMQ_COLUMNS_H
 

@@ -1,11 +1,11 @@
-/* record_starts of framework.protocol._columns: where records start, from
+/* record_starts of triomq.protocol._columns: where records start, from
  * their headers alone (a Spark planner's task cuts; see columns.py). */
 #include "_columns.h"
 
 const char record_starts_doc[] =
     "record_starts(buf, pos, end, first_cut, step) -> (stop, last, cuts)\n\n"
     "Hop by totalSize from the record at pos while a record starts below end\n"
-    "and its header is sane; see framework.protocol.columns.record_starts.";
+    "and its header is sane; see triomq.protocol.columns.record_starts.";
 
 PyObject *record_starts(PyObject *module, PyObject *args) {
     (void)module;

@@ -105,7 +105,7 @@ in_range(PyObject *value, int64_t high, int *ok)
 PyDoc_STRVAR(encode_transfer_headers_doc,
 "encode_transfer_headers(offset, epoch, epoch_start_offset, confirm_offset, body_size,\n"
 "                        batch_size) -> bytes | None\n\n"
-"framework.protocol.ha.encode_transfer_headers; None for any value it would refuse\n"
+"triomq.protocol.ha.encode_transfer_headers; None for any value it would refuse\n"
 "(the Python version then raises the precise error).");
 
 static PyObject *
@@ -171,7 +171,7 @@ would_block_or_raise(int error)
 
 PyDoc_STRVAR(write_frames_doc,
 "write_frames(fd, headers, body, batch_size, skip) -> int | None\n\n"
-"framework.ha.streams.write_frames on a file descriptor.");
+"triomq.ha.streams.write_frames on a file descriptor.");
 
 static PyObject *
 write_frames(PyObject *module, PyObject *args)
@@ -219,7 +219,7 @@ done:
 
 PyDoc_STRVAR(read_scattered_doc,
 "read_scattered(fd, space, body_remaining, body_size, headers, buffer) -> (n, bodies) | None\n\n"
-"framework.ha.streams.read_scattered on a file descriptor.");
+"triomq.ha.streams.read_scattered on a file descriptor.");
 
 static PyObject *
 read_scattered(PyObject *module, PyObject *args)
@@ -256,7 +256,7 @@ read_scattered(PyObject *module, PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
-    /* The layout of framework.ha.streams.scatter_layout. */
+    /* The layout of triomq.ha.streams.scatter_layout. */
     char *log = space.buf;
     Py_ssize_t at = body_remaining < space.len ? body_remaining : space.len;
     int count_pieces = 0;
@@ -302,7 +302,7 @@ done:
 PyDoc_STRVAR(transfer_run_doc,
 "transfer_run(headers, pos, offset, epoch, epoch_start, max_body_size, room)\n"
 "-> (pos, count, taken, largest_body, confirm_offset, last_confirm_offset, body_remaining)\n\n"
-"framework.protocol.ha.transfer_run.");
+"triomq.protocol.ha.transfer_run.");
 
 static PyObject *
 transfer_run(PyObject *module, PyObject *args)
@@ -364,8 +364,8 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "framework.protocol._ha_speedups",
-    "C versions of the HA drivers' per-frame work (see framework.ha.streams).", -1, methods,
+    PyModuleDef_HEAD_INIT, "triomq.protocol._ha_speedups",
+    "C versions of the HA drivers' per-frame work (see triomq.ha.streams).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

@@ -191,7 +191,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "framework.protocol._remoting_speedups",
+    PyModuleDef_HEAD_INIT, "triomq.protocol._remoting_speedups",
     "C fast paths for remoting headers.", -1, methods,
 };
 

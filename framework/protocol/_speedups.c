@@ -5,7 +5,7 @@
  * - index_records: walk replicated log bytes, check every record and collect
  *   the consume-queue entries it needs.
  *
- * Both mirror the pure-Python functions of framework.protocol.commitlog_layout
+ * Both mirror the pure-Python functions of triomq.protocol.commitlog_layout
  * (the reference; tests compare the two). Neither raises for bad input: on
  * anything unusual (a value out of range, a property with a separator, a bad
  * or zero-filled record...) they return None and the caller runs the Python
@@ -24,7 +24,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "framework.protocol._speedups",
+    PyModuleDef_HEAD_INIT, "triomq.protocol._speedups",
     "C versions of the commit log's hot loops (see commitlog_layout).", -1, methods,
     NULL, NULL, NULL, NULL,
 };

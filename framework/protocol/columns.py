@@ -30,11 +30,12 @@ from __future__ import annotations
 import array
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
-from framework.protocol.extensions import optional_extension
-from framework.protocol.message import MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
+from triomq.protocol.extensions import optional_extension
+from triomq.protocol.message import MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
 
 _columns = optional_extension("_columns")  # None: callers decode in Python
 
@@ -113,7 +114,7 @@ def record_columns(buf: bytes | bytearray | memoryview, starts: Sequence[int] | 
     found = _columns.record_columns(buf, starts, end, verify_crc)
     if found is None:
         return None
-    raw = [None if b is None else memoryview(b) for b in found]
+    raw: list[Any] = [None if b is None else memoryview(b) for b in found]
     (phys, size, queue_id, queue_offset, crc, sys_flag, flag, reconsume, born_ts, store_ts,
      prepared, property_offsets, topic, topic_data, body, body_data, tags, tags_data, keys,
      keys_data, pkeys, pkeys_data, pvalues, pvalues_data, born_host, born_host_data,

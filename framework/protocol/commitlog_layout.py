@@ -27,9 +27,9 @@ from typing import Any
 
 import attrs
 
-from framework.errors import TriomqError
-from framework.protocol.extensions import optional_extension
-from framework.protocol.message import (
+from triomq.errors import TriomqError
+from triomq.protocol.extensions import optional_extension
+from triomq.protocol.message import (
     BLANK_MAGIC,
     BORNHOST_V6,
     MAGIC_V1,
@@ -138,9 +138,10 @@ def iter_spans(buf: bytes | bytearray | memoryview, pos: int = 0, limit: int | N
     physical offsets. The walk ends cleanly at ``limit`` or at a zero
     ``totalSize`` (the zero fill after the last record). A blank must reach
     ``segment_end`` (a position in ``buf``, default ``limit``) and ends the
-    walk. The first record that is bad (lying length, bad magic, CRC
-    mismatch, torn) raises ``RecordError`` with its physical offset; the
-    walk never reads outside ``buf[pos:limit]``.
+    walk. The first record that is bad (what ``check`` refuses, or a torn
+    one) raises ``RecordError`` with its physical offset; the walk never
+    reads outside ``buf[pos:limit]``. Where the records lie is
+    ``check_placement``'s to judge.
     """
     limit = len(buf) if limit is None else limit
     segment_end = limit if segment_end is None else segment_end
@@ -186,6 +187,36 @@ def check_placement(buf: bytes | bytearray | memoryview, pos: int, physical_offs
     if queue_offset < 0 or queue_offset * MIN_RECORD_SIZE > physical_offset:
         raise RecordError(physical_offset, f"queue offset {queue_offset} is impossible at "
                                            f"physical offset {physical_offset}")
+
+
+#: A queue's current ``(min_offset, max_offset)`` in a log: ``(0, 0)`` for a
+#: queue the log does not have yet.
+QueueBounds = Callable[[str, int], tuple[int, int]]
+
+
+def queue_offset_error(topic: str, queue_id: int, queue_offset: int, physical_offset: int,
+                       lo: int, hi: int) -> RecordError | None:
+    """Why a record may not take ``queue_offset`` in a queue now ``(lo, hi)``, or None.
+
+    A record may rewrite its queue's entries or add the next one, never skip
+    ahead of the queue's end (a replica or a recovery would index a gap).
+    """
+    if queue_offset > hi > lo:
+        return RecordError(physical_offset, f"queue offset {queue_offset} skips ahead of "
+                                            f"{topic}:{queue_id}'s end {hi}")
+    return None
+
+
+def runs_fit(runs: list[QueueRun], bounds: QueueBounds) -> bool:
+    """Whether no run of ``index_records`` skips ahead of its queue's end."""
+    ends: dict[tuple[str, int], tuple[int, int]] = {}
+    for topic, queue_id, first, entries in runs:
+        key = (topic, queue_id)
+        lo, hi = ends.get(key) or bounds(topic, queue_id)
+        if first > hi > lo:
+            return False
+        ends[key] = (lo, max(hi, first + len(entries) // CQ_ENTRY_SIZE))
+    return True
 
 
 def pack_cq_entry(physical_offset: int, size: int, tags_code: int) -> bytes:
@@ -342,7 +373,9 @@ def pack_records_py(records: Sequence[MessageRecord], base_offset: int, segment_
         placed.append((phys, size, qoff))
     results = None
     if result_type is not None:
-        results = [result_type(phys, size, qoff, r.store_timestamp)
+        # A NamedTuple's constructor takes its fields, not one iterable.
+        make: Callable[..., Any] = result_type
+        results = [make(phys, size, qoff, r.store_timestamp)
                    for r, (phys, size, qoff) in zip(records, placed, strict=True)]
     return PackedBatch(buf, placed, {k: (v[0], v[2]) for k, v in runs.items()}, results)
 

@@ -1,4 +1,4 @@
-"""The optional C extensions of ``framework.protocol``, loaded one way.
+"""The optional C extensions of ``triomq.protocol``, loaded one way.
 
 Each is built by ``pip install`` when a C compiler is there; without one,
 or with ``TRIOMQ_NO_SPEEDUPS=1`` in the environment, callers run their
@@ -16,10 +16,10 @@ from types import ModuleType
 
 
 def optional_extension(name: str) -> ModuleType | None:
-    """``framework.protocol.<name>`` if it is built and not disabled, else None."""
+    """``triomq.protocol.<name>`` if it is built and not disabled, else None."""
     if os.environ.get("TRIOMQ_NO_SPEEDUPS"):
         return None
     try:
-        return importlib.import_module(f"framework.protocol.{name}")
+        return importlib.import_module(f"triomq.protocol.{name}")
     except ImportError:
         return None

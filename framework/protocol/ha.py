@@ -30,8 +30,8 @@ from typing import NamedTuple
 
 import attrs
 
-from framework.errors import TriomqError
-from framework.protocol.extensions import optional_extension
+from triomq.errors import TriomqError
+from triomq.protocol.extensions import optional_extension
 
 __all__ = [
     "ACK_SIZE",
@@ -66,7 +66,7 @@ __all__ = [
 _speedups = optional_extension("_ha_speedups")  # None: the pure-Python versions below
 
 #: Whether the HA drivers' per-frame work (headers here, reads and writes in
-#: ``framework.ha.streams``) runs the optional C versions
+#: ``triomq.ha.streams``) runs the optional C versions
 #: (``framework/protocol/_ha_speedups.c``); set ``TRIOMQ_NO_SPEEDUPS=1`` to disable.
 SPEEDUPS = _speedups is not None
 
@@ -190,7 +190,7 @@ class TransferRun(NamedTuple):
     #: Where the headers' bytes go on after them.
     pos: int
     #: How many transfers.
-    count: int
+    count: int  # type: ignore[assignment]  # a field, not tuple.count
     #: Their body bytes at hand (all but the last one's ``body_remaining``).
     taken: int
     #: The largest bodySize among them (0 if none).
@@ -522,9 +522,9 @@ class MasterFrameDecoder:
                 # The bulk of a replication: a valid transfer header whole in this
                 # chunk, read in one step. Anything else takes the general path
                 # below, which also names what is wrong.
-                header = self._whole_transfer(view, pos)
-                if header is not None:
-                    events.append(header)
+                whole = self._whole_transfer(view, pos)
+                if whole is not None:
+                    events.append(whole)
                     pos += TRANSFER_HEADER_SIZE
                     continue
             if self._body_size < 0:

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from framework.errors import TriomqError
+from triomq.errors import TriomqError
 
 MAGIC_V1 = 0xDAA320A7
 MAGIC_V2 = 0xDAA320AB
@@ -235,14 +235,22 @@ def check(buf: bytes | bytearray | memoryview, pos: int = 0, limit: int | None =
 
     ``limit`` bounds the record (default: the end of ``buf``). Raises
     ``RecordError`` at ``base_offset + pos`` for a lying length, a bad magic,
-    inconsistent field lengths or a body CRC mismatch.
+    inconsistent field lengths, a body CRC mismatch, a topic that is not
+    UTF-8 or properties that ``decode`` would refuse: a record ``check``
+    accepts always decodes. This is the one rule every reader of a log
+    applies (the store tools, a broker's recovery, a replica, the C
+    ``index_records``).
     """
     _check_fields(buf, pos, len(buf) if limit is None else limit, base_offset, verify_crc)
     return _I32.unpack_from(buf, pos)[0]
 
 
-def _check_fields(buf, pos: int, limit: int, base_offset: int, verify_crc: bool):
-    """Validate the record at ``pos``; return (total, v2, b6, s6, body_at, body_len)."""
+def _check_fields(buf, pos: int, limit: int, base_offset: int, verify_crc: bool,
+                  content: bool = True):
+    """Validate the record at ``pos``; return (total, v2, b6, s6, body_at, body_len).
+
+    ``content=False`` leaves the topic and properties to the caller (``decode``
+    decodes them anyway, with the same errors)."""
     where = base_offset + pos
     if limit - pos < 8:
         raise RecordError(where, f"only {limit - pos} bytes left, a record header needs 8")
@@ -276,8 +284,10 @@ def _check_fields(buf, pos: int, limit: int, base_offset: int, verify_crc: bool)
     at += tlen_size + topic_len
     if at + 2 > end:
         raise RecordError(where, f"topic length {topic_len} does not fit in total size {total}")
+    topic_at = at - topic_len
     props_len = _U16.unpack_from(buf, at)[0]
-    at += 2 + props_len
+    props_at = at + 2
+    at = props_at + props_len
     if at != end:
         raise RecordError(where, f"field lengths add up to {at - pos}, total size says {total}")
     if verify_crc:
@@ -285,6 +295,13 @@ def _check_fields(buf, pos: int, limit: int, base_offset: int, verify_crc: bool)
         actual = body_crc(memoryview(buf)[body_at:body_at + body_len])
         if stored != actual:
             raise RecordError(where, f"body CRC mismatch: stored {stored}, computed {actual}")
+    if not content:
+        return total, v2, b6, s6, body_at, body_len
+    try:
+        bytes(buf[topic_at:topic_at + topic_len]).decode()
+    except UnicodeDecodeError:
+        raise RecordError(where, "topic is not valid UTF-8") from None
+    properties_from_bytes(bytes(buf[props_at:end]), where)
     return total, v2, b6, s6, body_at, body_len
 
 
@@ -295,7 +312,7 @@ def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, base_offset: in
     Raises ``RecordError`` naming ``base_offset + pos`` and the reason.
     """
     total, v2, b6, s6, body_at, body_len = _check_fields(
-        buf, pos, len(buf), base_offset, verify_crc
+        buf, pos, len(buf), base_offset, verify_crc, content=False
     )
     fields = _FIXED[b6, s6].unpack_from(buf, pos)
     body = bytes(buf[body_at:body_at + body_len])

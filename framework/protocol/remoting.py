@@ -7,7 +7,16 @@ A frame on the wire (all integers big-endian)::
 ``length`` counts every byte after itself. The header is JSON (serialize
 type 0) with RocketMQ's keys: ``code``, ``language``, ``version``,
 ``opaque`` (the correlation id), ``flag`` (bit 0 response, bit 1 oneway),
-``remark`` and ``extFields`` (a string-to-string map).
+``remark`` and ``extFields`` (a string-to-string map), or RocketMQ's binary
+form (serialize type 1, ``RocketMQSerializable``)::
+
+    code:2 | language:1 | version:2 | opaque:4 | flag:4 |
+    remark_length:4 | remark | ext_length:4 | (key_length:2 | key | value_length:4 | value)*
+
+A command remembers the type it came in (``serialize_type``) and an answer
+goes out in its request's type. As RocketMQ's server does, ``extFields``
+values that arrive as JSON numbers or booleans are read as their text
+(``5`` as ``"5"``, ``true`` as ``"true"``; a ``null`` value is left out).
 
 ``encode`` turns a ``RemotingCommand`` into bytes; ``FrameDecoder`` is fed
 bytes as they arrive and hands back whole commands. The decoder checks the
@@ -22,13 +31,13 @@ from __future__ import annotations
 import json
 import re
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NoReturn
 
 import attrs
 
-from framework.errors import TriomqError
-from framework.protocol.extensions import optional_extension
+from triomq.errors import TriomqError
+from triomq.protocol.extensions import optional_extension
 
 _speedups = optional_extension("_remoting_speedups")  # None: the pure-Python versions below
 
@@ -46,8 +55,9 @@ REQUEST_CODE_NOT_SUPPORTED = 3
 FLAG_RESPONSE = 0x1
 FLAG_ONEWAY = 0x2
 
-#: The only header serialization supported: JSON.
+#: Header serializations: JSON, and RocketMQ's binary ``RocketMQSerializable``.
 SERIALIZE_JSON = 0
+SERIALIZE_ROCKETMQ = 1
 
 #: RocketMQ's default ``frameMaxLength``: 16 MiB, counted as the ``length`` field.
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
@@ -136,6 +146,7 @@ class RemotingCommand:
     body: bytes = b""
     language: str = LANGUAGE
     version: int = 0
+    serialize_type: int = SERIALIZE_JSON
 
     @classmethod
     def request(cls, code: int, ext_fields: Mapping[str, str] | None = None,
@@ -187,20 +198,28 @@ def _header_json(command: RemotingCommand, opaque: int, flag: int) -> bytes:
 
 
 def encode_into(buffer: bytearray, command: RemotingCommand, *, opaque: int | None = None,
-                flag: int | None = None) -> None:
+                flag: int | None = None, serialize_type: int | None = None) -> None:
     """Append the frame for ``command`` to ``buffer`` (lets a writer batch frames).
 
-    ``opaque`` and ``flag``, if given, are written instead of the command's
-    (an answer takes its request's opaque without a new command being built).
-    Raises ``TypeError`` or ``ValueError`` for a command that cannot be
-    encoded, before appending anything.
+    ``opaque``, ``flag`` and ``serialize_type``, if given, are written
+    instead of the command's (an answer takes its request's opaque and
+    header type without a new command being built). Raises ``TypeError`` or
+    ``ValueError`` for a command that cannot be encoded, before appending
+    anything.
     """
-    header = _header_json(command, command.opaque if opaque is None else opaque,
-                          command.flag if flag is None else flag)
+    opaque = command.opaque if opaque is None else opaque
+    flag = command.flag if flag is None else flag
+    kind = command.serialize_type if serialize_type is None else serialize_type
+    if kind == SERIALIZE_JSON:
+        header = _header_json(command, opaque, flag)
+    elif kind == SERIALIZE_ROCKETMQ:
+        header = _header_binary(command, opaque, flag)
+    else:
+        raise ValueError(f"unknown serialize type {kind}")
     body = command.body
     if not isinstance(body, bytes | bytearray | memoryview):
         raise TypeError(f"body must be bytes, got {type(body).__name__}")
-    buffer += _PREFIX.pack(4 + len(header) + len(body), (SERIALIZE_JSON << 24) | len(header))
+    buffer += _PREFIX.pack(4 + len(header) + len(body), (kind << 24) | len(header))
     buffer += header
     buffer += body
 
@@ -221,6 +240,86 @@ def _string_map(text: bytes) -> dict[str, str] | None:
     if type(value) is dict and all(type(item) is str for item in value.values()):
         return value
     return None
+
+
+def _field_text(value: Any) -> str | None:
+    """An ``extFields`` value as RocketMQ's server reads it into a string map."""
+    if type(value) is str:
+        return value
+    if value is None:
+        return None
+    if type(value) is bool:
+        return "true" if value else "false"
+    if type(value) is int:
+        return str(value)
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+#: ``LanguageCode``: the binary header's language byte.
+LANGUAGE_CODES = ("JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY", "OTHER",
+                  "HTTP", "GO", "PHP", "OMS", "RUST", "NODE_JS")
+_INT16 = struct.Struct(">h")
+_BINARY_FIXED = struct.Struct(">hbhii")
+
+
+def _header_binary(command: RemotingCommand, opaque: int, flag: int) -> bytes:
+    if not -(2**15) <= command.code < 2**15 or not -(2**15) <= command.version < 2**15:
+        raise ValueError(f"code {command.code} or version {command.version} does not fit the "
+                         "binary header's 16 bits")
+    language = (LANGUAGE_CODES.index(command.language)
+                if command.language in LANGUAGE_CODES else LANGUAGE_CODES.index("OTHER"))
+    parts = [_BINARY_FIXED.pack(command.code, language, command.version, opaque, flag)]
+    remark = (command.remark or "").encode("utf-8", "surrogatepass")
+    parts += [_LENGTH.pack(len(remark)), remark]
+    fields = bytearray()
+    for key, value in command.ext_fields.items():
+        raw_key, raw_value = key.encode("utf-8", "surrogatepass"), value.encode(
+            "utf-8", "surrogatepass")
+        if len(raw_key) >= 2**15:
+            raise ValueError(f"extFields key of {len(raw_key)} bytes is too long")
+        fields += _INT16.pack(len(raw_key)) + raw_key + _LENGTH.pack(len(raw_value)) + raw_value
+    parts += [_LENGTH.pack(len(fields)), bytes(fields)]
+    return b"".join(parts)
+
+
+class _BinaryHeader:
+    """A reader of a binary header; ``error`` names what is wrong and where."""
+
+    def __init__(self, header: bytes) -> None:
+        self.header = header
+        self.pos = 0
+
+    def take(self, size: int, what: str) -> bytes:
+        if size < 0 or self.pos + size > len(self.header):
+            raise ValueError(f"binary header: {what} of {size} bytes at header byte "
+                             f"{self.pos} runs past its end ({len(self.header)} bytes)")
+        self.pos += size
+        return self.header[self.pos - size:self.pos]
+
+    def string(self, length_size: int, what: str) -> str:
+        raw = self.take(length_size, f"length of the {what}")
+        size = _INT16.unpack(raw)[0] if length_size == 2 else _LENGTH.unpack(raw)[0]
+        try:
+            return self.take(size, what).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"binary header: {what} is not UTF-8") from None
+
+
+def _parse_binary(header: bytes) -> tuple[int, str, int, int, int, str | None, dict[str, str]]:
+    reader = _BinaryHeader(header)
+    code, language, version, opaque, flag = _BINARY_FIXED.unpack(
+        reader.take(_BINARY_FIXED.size, "fixed fields"))
+    remark = reader.string(4, "remark") or None
+    (ext_length,) = _LENGTH.unpack(reader.take(4, "extFields length"))
+    fields = _BinaryHeader(reader.take(ext_length, "extFields"))
+    ext_fields = {}
+    while fields.pos < len(fields.header):
+        key = fields.string(2, "extFields key")
+        ext_fields[key] = fields.string(4, f"extFields value of {key!r}")
+    if reader.pos != len(header):
+        raise ValueError(f"binary header: {len(header) - reader.pos} bytes after extFields")
+    name = LANGUAGE_CODES[language] if 0 <= language < len(LANGUAGE_CODES) else "OTHER"
+    return code, name, version, opaque, flag, remark, ext_fields
 
 
 class FrameDecoder:
@@ -284,8 +383,9 @@ class FrameDecoder:
         if not 4 <= length <= self.max_frame_size:
             self._check_length(length)
         header_length = header_word & _HEADER_LENGTH_MASK
-        if header_word >> 24 != SERIALIZE_JSON:
-            self._fail(f"unsupported serialize type {header_word >> 24} (only 0, JSON)")
+        if header_word >> 24 not in (SERIALIZE_JSON, SERIALIZE_ROCKETMQ):
+            self._fail(f"unsupported serialize type {header_word >> 24} (0, JSON, or 1, "
+                       "RocketMQ's binary header)")
         if header_length > length - 4:
             self._fail(f"header length {header_length} exceeds frame length {length}")
         end = pos + 4 + length
@@ -295,7 +395,8 @@ class FrameDecoder:
         body_start = header_start + header_length
         header = bytes(buffer[header_start:body_start])
         body = bytes(buffer[body_start:end])
-        command = self._command(header, body)
+        command = (self._command(header, body) if header_word >> 24 == SERIALIZE_JSON
+                   else self._binary_command(header, body))
         self._pos = end
         self._offset += 4 + length
         return command
@@ -325,7 +426,7 @@ class FrameDecoder:
             self._fail(f"invalid JSON header: {exc}")
         if type(fields) is not dict:
             self._fail(f"JSON header is a {type(fields).__name__}, not an object")
-        get = fields.get
+        get: Callable[..., Any] = fields.get  # values of any JSON type, checked below
         code, opaque, flag, version = get("code"), get("opaque", 0), get("flag", 0), \
             get("version", 0)
         if not (type(code) is int and type(opaque) is int and type(flag) is int
@@ -345,7 +446,17 @@ class FrameDecoder:
         ext_fields = get("extFields")
         if ext_fields is None:
             ext_fields = {}
-        elif type(ext_fields) is not dict or not all(
-                type(value) is str for value in ext_fields.values()):
-            self._fail(f"header key 'extFields' is {ext_fields!r}, not a map of strings")
+        elif type(ext_fields) is not dict:
+            self._fail(f"header key 'extFields' is {ext_fields!r}, not an object")
+        elif not all(type(value) is str for value in ext_fields.values()):
+            ext_fields = {key: text for key, value in ext_fields.items()
+                          if (text := _field_text(value)) is not None}
         return RemotingCommand(code, opaque, flag, remark, ext_fields, body, language, version)
+
+    def _binary_command(self, header: bytes, body: bytes) -> RemotingCommand:
+        try:
+            code, language, version, opaque, flag, remark, ext_fields = _parse_binary(header)
+        except ValueError as exc:
+            self._fail(str(exc))
+        return RemotingCommand(code, opaque, flag, remark, ext_fields, body, language, version,
+                               SERIALIZE_ROCKETMQ)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 
-from framework.errors import TriomqError
+from triomq.errors import TriomqError
 
 FILE_NAME = "checkpoint"
 FILE_SIZE = 4096

@@ -37,11 +37,11 @@ unread for longer than ``stall_timeout`` has its connection closed with the
 reason logged (logger ``triomq.rpc``); nothing else is affected.
 """
 
-from framework.rpc.client import Backoff, Connect, RpcClient, open_rpc_client
-from framework.rpc.connection import DEFAULT_TIMEOUT, ConnectionLimits, Handler, RpcConnection
-from framework.rpc.errors import RpcConnectionError, RpcError, RpcTimeout
-from framework.rpc.peer import describe_peer
-from framework.rpc.server import RpcServer
+from triomq.rpc.client import Backoff, Connect, RpcClient, open_rpc_client
+from triomq.rpc.connection import DEFAULT_TIMEOUT, ConnectionLimits, Handler, RpcConnection
+from triomq.rpc.errors import RpcConnectionError, RpcError, RpcTimeout
+from triomq.rpc.peer import describe_peer
+from triomq.rpc.server import RpcServer
 
 __all__ = [
     "DEFAULT_TIMEOUT",

@@ -9,11 +9,13 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from framework.protocol.remoting import RemotingCommand
-from framework.rpc.connection import DEFAULT_TIMEOUT, ConnectionLimits, Handler, RpcConnection
-from framework.rpc.errors import RpcConnectionError, RpcTimeout
+from triomq.protocol.remoting import RemotingCommand
+from triomq.rpc.connection import DEFAULT_TIMEOUT, ConnectionLimits, Handler, RpcConnection
+from triomq.rpc.errors import RpcConnectionError, RpcTimeout
 
 Connect = Callable[[str], Awaitable[trio.abc.Stream]]
+#: ``sign(code, ext_fields, body)``: the ext fields to send in their place.
+Sign = Callable[[int, Mapping[str, str] | None, bytes], Mapping[str, str]]
 
 #: Seconds a connection must have stayed open to count as a success even if
 #: its peer never sent a frame (oneway-only traffic, e.g. Raft's pushes).
@@ -63,6 +65,9 @@ class RpcClient:
         self._connections: dict[str, RpcConnection] = {}
         self._locks: dict[str, trio.Lock] = {}
         self._failures: dict[str, _Failures] = {}
+        #: Applied to every request before it is sent, as RocketMQ's RPCHook is: the
+        #: admin tools sign their requests with it (``triomq.cli_credentials``).
+        self.sign: Sign | None = None
 
     async def invoke(self, address: str, code: int, ext_fields: Mapping[str, str] | None = None,
                      body: bytes = b"", *, timeout: float = DEFAULT_TIMEOUT) -> RemotingCommand:
@@ -71,6 +76,8 @@ class RpcClient:
         ``timeout`` covers connecting too. Raises ``RpcTimeout`` or
         ``RpcConnectionError``.
         """
+        if self.sign is not None:
+            ext_fields = self.sign(code, ext_fields, body)
         connection = self._connections.get(address)
         if connection is None or connection.closed:
             deadline = trio.current_time() + timeout
@@ -82,6 +89,8 @@ class RpcClient:
                             ext_fields: Mapping[str, str] | None = None, body: bytes = b"", *,
                             timeout: float = DEFAULT_TIMEOUT) -> None:
         """Queue a request to ``address`` that gets no response."""
+        if self.sign is not None:
+            ext_fields = self.sign(code, ext_fields, body)
         deadline = trio.current_time() + timeout
         connection = await self._connection_by(address, deadline)
         await connection.invoke_oneway(code, ext_fields, body,
@@ -142,8 +151,11 @@ class RpcClient:
             raise RpcConnectionError(f"cannot connect to {address}: {exc}") from exc
         connection = RpcConnection(stream, handlers=self._handlers, limits=self.limits,
                                    peer=address)
-        self._connections[address] = connection
+        # Shown to other callers only once open: until then the stream's first
+        # write (a TLS handshake) is in progress, and a caller's write beside it
+        # would fail. They wait on the address's lock meanwhile.
         await self._nursery.start(connection.run)
+        self._connections[address] = connection
         return connection
 
     def _failed(self, address: str, error: str) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 import attrs
 import trio
 
-from framework.protocol.remoting import (
+from triomq.protocol.remoting import (
     DEFAULT_MAX_FRAME_SIZE,
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -25,8 +25,8 @@ from framework.protocol.remoting import (
     RemotingCommand,
     encode_into,
 )
-from framework.rpc.errors import RpcConnectionError, RpcError, RpcTimeout
-from framework.rpc.peer import describe_error, describe_peer
+from triomq.rpc.errors import RpcConnectionError, RpcError, RpcTimeout
+from triomq.rpc.peer import describe_error, describe_peer
 
 log = logging.getLogger("triomq.rpc")
 
@@ -57,6 +57,10 @@ class ConnectionLimits:
     max_concurrent_requests: int = 1024
     #: Bytes queued for sending before callers wait (and reading pauses).
     send_buffer: int = 1024 * 1024
+    #: Seconds a connection may carry nothing (no frame received, no call or
+    #: request in progress) before it is closed; RocketMQ's
+    #: serverChannelMaxIdleTimeSeconds. A silent peer holds nothing for long.
+    idle_timeout: float = 120.0
 
 
 def _system_error(remark: str) -> RemotingCommand:
@@ -166,6 +170,8 @@ class RpcConnection:
                 if self.closed:
                     nursery.cancel_scope.cancel()
                 nursery.start_soon(self._timer_loop)
+                if self.limits.idle_timeout < math.inf:
+                    nursery.start_soon(self._idle_loop)
                 task_status.started()
                 await self._work()
         finally:
@@ -304,6 +310,17 @@ class RpcConnection:
                 self._close("the peer read nothing we wrote until a write's deadline",
                             logging.WARNING)
 
+    async def _idle_loop(self) -> None:
+        # Counting frames costs the hot path nothing: a period in which none came
+        # and nothing was in progress is idle.
+        seen = -1
+        while True:
+            await trio.sleep(self.limits.idle_timeout)
+            if self.frames_received == seen and not self._calls and not self._handling:
+                self._close(f"idle for {self.limits.idle_timeout} s", logging.INFO)
+                return
+            seen = self.frames_received
+
     # -- internals: writing -------------------------------------------------
 
     def _write_now(self) -> bool:
@@ -325,7 +342,8 @@ class RpcConnection:
         return False
 
     async def _send(self, command: RemotingCommand, deadline: float, *,
-                    opaque: int | None = None, flag: int | None = None) -> None:
+                    opaque: int | None = None, flag: int | None = None,
+                    serialize_type: int | None = None) -> None:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         if len(self._out) >= self.limits.send_buffer:
@@ -336,7 +354,7 @@ class RpcConnection:
             if len(self._out) >= self.limits.send_buffer:
                 raise RpcTimeout(f"request code {command.code} to {self.peer}: send buffer "
                                  "still full at the deadline")
-        encode_into(self._out, command, opaque=opaque, flag=flag)
+        encode_into(self._out, command, opaque=opaque, flag=flag, serialize_type=serialize_type)
         if self._writing or (self._fd is not None and self._write_now()):
             return
         self._writing = True
@@ -495,7 +513,9 @@ class RpcConnection:
                 response = await handler(request, self)
             except Exception as exc:
                 log.exception("%s: handler for request code %d raised", self.peer, request.code)
-                response = _system_error(f"{type(exc).__name__}: {exc}")
+                # The exception's text may name server files: it stays in the log.
+                response = _system_error(f"{type(exc).__name__} in the handler of request "
+                                         f"code {request.code}; see the server's log")
             if response is None:
                 response = RemotingCommand.response(SUCCESS)
             elif not isinstance(response, RemotingCommand):
@@ -505,7 +525,8 @@ class RpcConnection:
             try:
                 if not request.flag & FLAG_ONEWAY:
                     await self._send(response, trio.current_time() + self.limits.stall_timeout,
-                                     opaque=request.opaque, flag=response.flag | FLAG_RESPONSE)
+                                     opaque=request.opaque, flag=response.flag | FLAG_RESPONSE,
+                                     serialize_type=request.serialize_type)
             except (TypeError, ValueError) as exc:
                 # The handler's response cannot be encoded; nothing of it was written.
                 log.exception("%s: response to request code %d cannot be encoded",
@@ -520,4 +541,5 @@ class RpcConnection:
         if request.flag & FLAG_ONEWAY:
             return
         await self._send(response, trio.current_time() + self.limits.stall_timeout,
-                         opaque=request.opaque, flag=response.flag | FLAG_RESPONSE)
+                         opaque=request.opaque, flag=response.flag | FLAG_RESPONSE,
+                         serialize_type=request.serialize_type)

@@ -1,10 +1,13 @@
-"""Naming the far end of a stream, and why it broke."""
+"""Naming the far end of a stream (its address, its TLS certificate), and why it broke."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import trio
+
+from triomq.admin_access import ClientCertificate
 
 
 def describe_peer(stream: trio.abc.Stream) -> str:
@@ -34,3 +37,27 @@ def describe_error(exc: BaseException) -> str:
     """``exc`` and, if trio wrapped an OS or TLS error, that error, which says why."""
     cause = exc.__cause__
     return f"{exc!r} caused by {cause!r}" if cause is not None else repr(exc)
+
+
+def client_certificate(stream: trio.abc.Stream) -> ClientCertificate | None:
+    """The certificate the far end of ``stream`` presented over TLS, if any.
+
+    Looks through wrappers (``transport_stream``) for a TLS stream, as
+    ``trio.SSLStream`` is, whose handshake is done.
+    """
+    current: Any = stream
+    while current is not None:
+        getpeercert = getattr(current, "getpeercert", None)
+        if getpeercert is not None:
+            try:
+                der = getpeercert(binary_form=True)
+                decoded = getpeercert() or {}
+            except ValueError:  # the handshake has not happened
+                return None
+            if not der:
+                return None
+            names = tuple(value for rdn in decoded.get("subject", ()) for key, value in rdn
+                          if key == "commonName")
+            return ClientCertificate(hashlib.sha256(der).hexdigest(), names)
+        current = getattr(current, "transport_stream", None)
+    return None

@@ -2,24 +2,49 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import trio
 
-from framework.rpc.connection import ConnectionLimits, Handler, RpcConnection, log
-from framework.transport import Listener
+from triomq.protocol.remoting import RemotingCommand
+from triomq.rpc.connection import ConnectionLimits, Handler, RpcConnection, log
+from triomq.transport import Listener
+
+#: Connections one server keeps open at once, by default.
+DEFAULT_MAX_CONNECTIONS = 4096
+
+#: ``guard(request, connection)``: a refusal to send instead of handling the request,
+#: or ``None`` to let it through.
+Guard = Callable[[RemotingCommand, RpcConnection], RemotingCommand | None]
 
 
 class RpcServer:
     """Serves RPC connections accepted from listeners with handlers registered by code."""
 
     def __init__(self, handlers: Mapping[int, Handler] | None = None, *,
-                 limits: ConnectionLimits | None = None) -> None:
+                 limits: ConnectionLimits | None = None,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         self.limits = limits if limits is not None else ConnectionLimits()
-        self._handlers: dict[int, Handler] = dict(handlers or {})
+        #: Connections served at once; one more is closed as soon as it is accepted,
+        #: so a flood of peers cannot take every file descriptor of the node.
+        self.max_connections = max_connections
+        #: Connections refused for the cap so far.
+        self.refused = 0
+        # Handlers as registered; what connections use is _table (rebuilt in place,
+        # so connections already open see every change, at no cost per request).
+        self._own: dict[int, tuple[Handler, bool]] = {
+            code: (handler, False) for code, handler in (handlers or {}).items()}
+        self._fallbacks: dict[int, tuple[Handler, bool]] = {}
+        self._observers: dict[int, list[Callable[[RemotingCommand, RpcConnection], None]]] = {}
+        self._guards: dict[int, Guard] = {}
+        self._handlers: dict[int, Handler] = {}
         self._inline: set[int] = set()
+        self._rebuild()
         #: The connections being served right now.
         self.connections: set[RpcConnection] = set()
+        #: Called with each connection once it is closed (a name server drops the
+        #: brokers that registered on it).
+        self.on_connection_closed: list[Callable[[RpcConnection], None]] = []
 
     def register(self, code: int, handler: Handler, *, inline: bool = False) -> None:
         """Answer requests with ``code`` with ``handler``; also on connections already open.
@@ -30,11 +55,53 @@ class RpcServer:
         the connection reads nothing else, which saves that task switch:
         only for handlers that never wait (they look at memory and answer).
         """
-        if code in self._handlers:
+        if code in self._own:
             raise ValueError(f"request code {code} already has a handler")
-        self._handlers[code] = handler
-        if inline:
-            self._inline.add(code)
+        self._own[code] = (handler, inline)
+        self._rebuild()
+
+    def register_fallback(self, code: int, handler: Handler, *, inline: bool = False) -> None:
+        """Answer ``code`` with ``handler`` while no plugin ``register``s one of its own.
+
+        Two roles in one node may serve the same code: a name server answers
+        BROKER_HEARTBEAT unless the node's embedded controller does.
+        """
+        self._fallbacks[code] = (handler, inline)
+        self._rebuild()
+
+    def observe(self, code: int, observer: Callable[[RemotingCommand, RpcConnection], None]
+                ) -> None:
+        """Call ``observer(request, connection)`` on each request with ``code``, before
+        whichever handler answers it (it must not wait or raise)."""
+        self._observers.setdefault(code, []).append(observer)
+        self._rebuild()
+
+    def guard(self, codes: Iterable[int], guard: Guard) -> None:
+        """Ask ``guard(request, connection)`` first on each request with one of ``codes``:
+        a response it returns is the answer, and neither observers nor the handler run.
+
+        One guard per code, whichever handler (own or fallback) serves it: the
+        node's admin-access rule (``triomq.admin_access``) is the one guard.
+        """
+        codes = tuple(codes)
+        taken = [code for code in codes if code in self._guards]
+        if taken:
+            raise ValueError(f"request codes {taken} already have a guard")
+        self._guards.update(dict.fromkeys(codes, guard))
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        table = {**self._fallbacks, **self._own}
+        self._handlers.clear()
+        self._inline.clear()
+        for code, (handler, inline) in table.items():
+            observers = self._observers.get(code)
+            if observers:
+                handler = _observed(handler, tuple(observers))
+            guard = self._guards.get(code)
+            self._handlers[code] = handler if guard is None else _guarded(handler, guard)
+            if inline:
+                self._inline.add(code)
 
     async def serve(self, listener: Listener, *,
                     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
@@ -62,13 +129,43 @@ class RpcServer:
                 log.warning("accept on %s failed: %s", listener.address, exc)
                 await trio.sleep(0.1)
                 continue
-            nursery.start_soon(self._serve_connection,
-                               RpcConnection(stream, handlers=self._handlers, inline=self._inline,
-                                             limits=self.limits))
+            if len(self.connections) >= self.max_connections:
+                self.refused += 1
+                if self.refused & (self.refused - 1) == 0:  # the 1st, 2nd, 4th, 8th, ...
+                    log.warning("%s: %d connections open, the cap: refused %d so far",
+                                listener.address, len(self.connections), self.refused)
+                await trio.aclose_forcefully(stream)
+                continue
+            connection = RpcConnection(stream, handlers=self._handlers, inline=self._inline,
+                                       limits=self.limits)
+            # Counted from the accept on, so a burst of accepts cannot pass the cap.
+            self.connections.add(connection)
+            nursery.start_soon(self._serve_connection, connection)
 
     async def _serve_connection(self, connection: RpcConnection) -> None:
-        self.connections.add(connection)
         try:
             await connection.run()
         finally:
             self.connections.discard(connection)
+            for callback in self.on_connection_closed:
+                callback(connection)
+
+
+def _guarded(handler: Handler, guard: Guard) -> Handler:
+    async def handle(request: RemotingCommand, peer: RpcConnection) -> RemotingCommand | None:
+        refusal = guard(request, peer)
+        if refusal is not None:
+            return refusal
+        return await handler(request, peer)
+
+    return handle
+
+
+def _observed(handler: Handler, observers: tuple[Callable[[RemotingCommand, RpcConnection], None],
+                                                 ...]) -> Handler:
+    async def handle(request: RemotingCommand, peer: RpcConnection) -> RemotingCommand | None:
+        for observer in observers:
+            observer(request, peer)
+        return await handler(request, peer)
+
+    return handle

@@ -1,6 +1,6 @@
-"""An embedded controller-mode cluster: controllers and one broker group in one trio program.
+"""An embedded controller-mode cluster: name servers, controllers and one broker group.
 
-For tests, demos and benchmarks. Every node is a real ``framework.runtime``
+For tests, demos and benchmarks. Every node is a real ``triomq.runtime``
 node run through the plugin manager (the controller plugin, the broker
 plugin, a transport and a store), each in a task of its own so that it can
 be killed and restarted alone::
@@ -11,8 +11,9 @@ be killed and restarted alone::
         master = await cluster.wait_master()
         await cluster.kill_broker(master)
 
-Nodes: controllers ``c1``..``cN`` (Raft ids 1..N) and brokers ``b1``..``bM``
-of group ``broker-a``. In-process addresses are ``inproc://<name>`` on a
+Nodes: name servers ``n1``..``nK`` (none by default; the brokers register
+with every one), controllers ``c1``..``cN`` (Raft ids 1..N) and brokers
+``b1``..``bM`` of group ``broker-a``. In-process addresses are ``inproc://<name>`` on a
 network of the cluster's own; over TCP, controllers get free ports chosen
 up front (their peers need them) and brokers port 0.
 """
@@ -29,12 +30,12 @@ from typing import Any
 import attrs
 import trio
 
-from framework.broker.replicas_manager import BrokerRole
-from framework.broker.service import Broker, broker_of
-from framework.config import NodeConfig
-from framework.plugins import PluginManager
-from framework.runtime import Node, open_node
-from framework.settings import from_mapping
+from triomq.broker.replicas_manager import BrokerRole
+from triomq.broker.service import Broker, broker_of
+from triomq.config import NodeConfig
+from triomq.plugin_manager import PluginManager
+from triomq.runtime import Node, open_node
+from triomq.settings import from_mapping
 
 __all__ = ["BROKER_NAME", "Cluster", "free_tcp_port", "open_cluster"]
 
@@ -61,7 +62,8 @@ class Cluster:
 
     def __init__(self, root: Path, nursery: trio.Nursery, *, transport: str, controllers: int,
                  brokers: int, plugins: PluginManager, controller: Mapping[str, Any],
-                 broker: Mapping[str, Any], store: Mapping[str, Any]) -> None:
+                 broker: Mapping[str, Any], store: Mapping[str, Any],
+                 namesrvs: int = 0) -> None:
         if transport not in ("inproc", "tcp"):
             raise ValueError(f"transport must be 'inproc' or 'tcp', not {transport!r}")
         self.root = Path(root)
@@ -77,6 +79,11 @@ class Cluster:
             name: (f"inproc://{name}" if transport == "inproc"
                    else f"tcp://127.0.0.1:{free_tcp_port()}")
             for name in self.controller_names}
+        self.namesrv_names = [f"n{i}" for i in range(1, namesrvs + 1)]
+        self.namesrv_addresses = {
+            name: (f"inproc://{name}" if transport == "inproc"
+                   else f"tcp://127.0.0.1:{free_tcp_port()}")
+            for name in self.namesrv_names}
         self.running: dict[str, _Running] = {}
         self._nursery = nursery
 
@@ -108,9 +115,16 @@ class Cluster:
         data["broker"] = {
             "broker_name": BROKER_NAME, "enable_controller_mode": True,
             "controller_addresses": [self.controller_addresses[n] for n in self.controller_names],
-            "ha_listen_port": 0, **self.broker_options,
+            "ha_listen_port": 0,
+            "namesrv_addr": [self.namesrv_addresses[n] for n in self.namesrv_names],
+            **self.broker_options,
         }
         return from_mapping(NodeConfig, data)
+
+    def namesrv_config(self, name: str) -> NodeConfig:
+        """The node config of name server ``name``."""
+        return from_mapping(NodeConfig, self._base(name, "nameserver",
+                                                   self.namesrv_addresses[name]))
 
     def client_config(self, name: str) -> NodeConfig:
         """A node that only calls others (producers, admin tools)."""
@@ -130,6 +144,7 @@ class Cluster:
         if config is None:
             config = (self.controller_config(name) if name in self.controller_names
                       else self.broker_config(name) if name in self.broker_names
+                      else self.namesrv_config(name) if name in self.namesrv_names
                       else self.client_config(name))
         running: _Running = await self._nursery.start(self._run, config)
         self.running[name] = running
@@ -155,6 +170,10 @@ class Cluster:
     async def start_controllers(self) -> list[Node]:
         """Start every controller."""
         return [await self.start(name) for name in self.controller_names]
+
+    async def start_namesrvs(self) -> list[Node]:
+        """Start every name server."""
+        return [await self.start(name) for name in self.namesrv_names]
 
     async def start_brokers(self) -> list[Node]:
         """Start every broker."""
@@ -200,18 +219,20 @@ async def open_cluster(root: Path, *, transport: str = "inproc", controllers: in
                        brokers: int = 3, plugins: PluginManager | None = None,
                        controller: Mapping[str, Any] | None = None,
                        broker: Mapping[str, Any] | None = None,
-                       store: Mapping[str, Any] | None = None) -> AsyncIterator[Cluster]:
+                       store: Mapping[str, Any] | None = None,
+                       namesrvs: int = 0) -> AsyncIterator[Cluster]:
     """A cluster whose nodes keep their data under ``root``; every node stops at the end.
 
     ``controller`` / ``broker`` / ``store`` are extra keys of those config
     sections for every node (e.g. ``broker={"all_ack_in_sync_state_set": True}``).
-    Nothing starts by itself: call ``start_controllers`` / ``start_brokers``.
+    Nothing starts by itself: call ``start_namesrvs`` / ``start_controllers`` /
+    ``start_brokers``.
     """
     pm = plugins if plugins is not None else PluginManager.discover()
     async with trio.open_nursery() as nursery:
         cluster = Cluster(root, nursery, transport=transport, controllers=controllers,
                           brokers=brokers, plugins=pm, controller=controller or {},
-                          broker=broker or {}, store=store or {})
+                          broker=broker or {}, store=store or {}, namesrvs=namesrvs)
         try:
             yield cluster
         finally:

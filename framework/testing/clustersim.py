@@ -1,20 +1,30 @@
-"""Deterministic simulation of controller mode: 3 Raft controllers and one broker group.
+"""Deterministic simulation of controller mode: 3 Raft controllers, a broker group, name servers.
 
 One seed drives one run: a virtual clock in 10 ms steps, three controllers
-(``framework.consensus.raft`` with the replicas-info state machine applied
-on commit, served as ``plugins/controller_dledger`` does), one broker group
+(``triomq.consensus.raft`` with the replicas-info state machine applied
+on commit, served as ``triomq.controller.service`` does), one broker group
 of 2 or 3 replicas running the broker-side flow of controller mode over the
 real HA state machines (see ``clustersim_controller`` and
-``clustersim_broker``), and a producer doing synchronous puts (acked only
-when every member of the SyncStateSet holds the message:
-``all_ack_in_sync_state_set``). The seed picks the fault rates: datagram
+``clustersim_broker``), 1 or 2 name servers the brokers register with
+(``clustersim_namesrv``), a producer doing synchronous puts to the topic's
+queues in turn (acked only when every member of the SyncStateSet holds the
+message: ``all_ack_in_sync_state_set``), and a consumer group of 1 or 2 push
+consumers (``clustersim_group``, ``clustersim_consumer``) that find the
+brokers through the name servers, pull each queue (the brokers serve pulls
+and consumer offsets: ``clustersim_pulls``) and store their offsets. The
+seed picks the fault rates: datagram
 drop and delay (hence reordering), partitions (controllers split, a broker
 cut from the controllers only, a broker isolated, broker-broker and
-producer-broker links), broker and controller crashes and restarts (a
-broker keeps its log, epoch file and identity, a crash may tear the write
-in progress; a controller keeps its Raft disk), controller log compaction
-(snapshots of the replicas-info state, installed on lagging followers),
-clock skew, and whether unclean election is enabled.
+producer-broker links, a name server cut from the brokers, a broker cut
+from the name servers, one broker-name server link), broker, controller
+and name-server crashes and restarts (a broker keeps its log, epoch file,
+identity and topics, a crash may tear the write in progress; a controller
+keeps its Raft disk; a name server keeps nothing; a broker loses the
+consumer offsets stored since its last write of them; a consumer keeps
+nothing), consumer-broker links cut, controller log compaction (snapshots
+of the replicas-info state, installed on lagging followers), clock skew,
+and whether unclean election is enabled. The name servers' and the
+consumers' counts and faults come from random streams of their own.
 
 Invariants, checked throughout (a ``Violation`` names the seed's replay command):
 
@@ -32,50 +42,90 @@ Invariants, checked throughout (a ``Violation`` names the seed's replay command)
 - SyncStateSet members hold logs equal to the master's up to its confirm offset;
 - epochs never go backwards (controllers apply the same history; a broker's
   role epoch only grows while it runs);
+- route safety, after every change of a name server's table: the broker it
+  routes as id 0 (a client's GET_ROUTEINFO_BY_TOPIC) is the one the
+  controllers committed as master of the epoch it registered with (its
+  state version), that epoch is never older than one the same life of the
+  name server routed as id 0 before, and no address is routed under two ids;
+- consumption (``clustersim_group``): a pull is answered with whole records
+  of the pulled queue, in queue order from the pulled offset, within the
+  broker's confirm offset; one pull stream delivers a queue in increasing
+  offsets; an offset a consumer commits never passes a message of its stream
+  its listener has not consumed (at-least-once);
 - liveness: once faults heal and every node is up, a master exists and a put
-  completes within ``HEAL_LIMIT_MS`` of virtual time.
+  completes within ``HEAL_LIMIT_MS`` of virtual time, then every name
+  server routes that master as id 0 within ``NAMESRV_HEAL_LIMIT_MS``, and
+  the consumer group has consumed every acked message within
+  ``CONSUME_HEAL_LIMIT_MS`` (duplicates allowed; not those an unclean
+  election may have lost, nor those acked after it at queue offsets the
+  history it replaced served consumers: the stored offsets may count them).
 
-Replay one seed: ``python -m framework.testing.clustersim --seeds 1 --start SEED``.
-The test suite runs 120 seeds (about 15 s); a longer run, e.g. ``python -m
-framework.testing.clustersim --seeds 2000 --start 1000`` (about 5 minutes on
-one core), is worth doing after any change to ``framework.controller``,
-``framework.ha`` or the broker's controller mode. Scenario tests drive a
+Replay one seed: ``python -m triomq.testing.clustersim --seeds 1 --start SEED``.
+The test suite runs 120 seeds (about 30 s); a longer run, e.g. ``python -m
+triomq.testing.clustersim --seeds 2000 --start 1000`` (about 5 minutes on
+one core), is worth doing after any change to ``triomq.controller``,
+``triomq.ha``, ``triomq.namesrv`` or the broker's controller mode or
+name-server registration. Scenario tests drive a
 ``Simulation(seed, chaos=False)`` by hand (``tests/clustersim``).
 
-Fidelity notes: the simulated nodes mirror the trio drivers line by line
-but the HA address is the broker's name, the store flushes synchronously,
-and seeds replay only against the same code (any change to the simulation
-or the framework reshuffles what a seed does).
+Fidelity notes: the simulated nodes pump the same sans-I/O flows as the
+trio drivers (the controller's core; the broker's controller-mode flow,
+leader-following calls, master term, reconnect backoff and name-server
+registration; the name server's core), but the HA address is the broker's
+name, the store flushes synchronously, the topics never change (so slaves
+copy nothing from their master), name-server requests are datagrams on a
+connection that carries no bytes itself (see ``clustersim_namesrv`` for
+when a name server hears it close), so are consumers' requests, the
+consumer group's members are the consumers running, and seeds replay only against the same
+code (any change to the simulation or the framework reshuffles what a seed
+does).
 """
 
 from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
-from framework.controller import ElectMasterEvent
-from framework.controller.events import Event
-from framework.controller.group import BrokerGroup
-from framework.controller.results import ControllerResult
-from framework.controller.wire import ReplicaInfo
-from framework.ha.sync_replication import ReplicationStatus
-from framework.testing import seeds
-from framework.testing.clustersim_broker import GROUP, SimBroker
-from framework.testing.clustersim_controller import (
+from triomq.controller import ElectMasterEvent
+from triomq.controller.events import Event
+from triomq.controller.group import BrokerGroup
+from triomq.controller.requests import UpdateControllerConfig
+from triomq.controller.service_core import Elected
+from triomq.controller.wire import ReplicaInfo
+from triomq.ha.sync_replication import ReplicationStatus
+from triomq.testing import seeds
+from triomq.testing.clustersim_broker import GROUP, SimBroker
+from triomq.testing.clustersim_controller import (
     ControllerSettings,
     SimController,
     controller_name,
 )
-from framework.testing.clustersim_net import NetFaults, Network
-from framework.testing.clustersim_parts import BrokerSettings, PutRequest, PutResponse, Term
-from framework.testing.seeds import SimSummary
+from triomq.testing.clustersim_group import CONSUME_HEAL_LIMIT_MS, ConsumerGroup
+from triomq.testing.clustersim_namesrv import (
+    NamesrvSettings,
+    SimNamesrv,
+    namesrv_chaos,
+    namesrv_name,
+)
+from triomq.testing.clustersim_net import NetFaults, Network
+from triomq.testing.clustersim_parts import (
+    TOPIC_QUEUES,
+    BrokerSettings,
+    PutRequest,
+    PutResponse,
+    Term,
+)
+from triomq.testing.seeds import SimSummary
 
 STEP_MS = 10
 CHAOS_MS = 10_000
 HEAL_LIMIT_MS = 15_000
+#: After the put that follows healing: every name server routes the master as id 0.
+NAMESRV_HEAL_LIMIT_MS = 5_000
 PRODUCER = "producer"
 
 
@@ -104,18 +154,26 @@ class SeedResult:
     acked: int = 0
     elections: int = 0
     possibly_lost: int = 0
+    consumed: int = 0
+    duplicates: int = 0
 
     @property
     def replay(self) -> str:
         """The command that replays this seed."""
-        return f"python -m framework.testing.clustersim --seeds 1 --start {self.seed}"
+        return f"python -m triomq.testing.clustersim --seeds 1 --start {self.seed}"
 
 
 class Simulation:
-    """One seeded run; scenario tests drive it by hand (``chaos=False``)."""
+    """One seeded run; scenario tests drive it by hand (``chaos=False``).
+
+    ``replicas``, ``unclean``, ``namesrvs`` (how many name servers; 0: none)
+    and ``consumers`` (how many members the consumer group has; 0: none, the
+    default without name servers) fix what the seed would otherwise pick.
+    """
 
     def __init__(self, seed: int, *, replicas: int | None = None, unclean: bool | None = None,
-                 chaos: bool = True, broker_settings: BrokerSettings | None = None) -> None:
+                 chaos: bool = True, broker_settings: BrokerSettings | None = None,
+                 namesrvs: int | None = None, consumers: int | None = None) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         rng = self.rng
@@ -153,10 +211,24 @@ class Simulation:
         self.controllers = {
             i: SimController(i, self.controller_ids, self, random.Random(rng.getrandbits(64)),
                              settings) for i in self.controller_ids}
+        # The name servers draw from a stream of their own, so the rest of a seed's
+        # run does not depend on how many there are.
+        self.namesrv_rng = random.Random(f"namesrv-{seed}")
+        ns_rng = self.namesrv_rng
+        count = namesrvs if namesrvs is not None else ns_rng.choice([1, 2])
+        self.namesrv_names = tuple(namesrv_name(i) for i in range(1, count + 1))
+        self.p_crash_namesrv = ns_rng.choice([0.0, 0.002, 0.004])
+        self.p_partition_namesrv = ns_rng.choice([0.0, 0.003])
+        #: Master epoch -> the broker the controllers committed as its master.
+        self.epoch_masters: dict[int, str] = {}
         self.brokers: dict[str, SimBroker] = {}
         for index in range(1, self.replicas + 1):
             self.brokers[f"b{index}"] = SimBroker(f"b{index}", self,
                                                    broker_settings or BrokerSettings())
+        self.namesrvs = {name: SimNamesrv(name, self, NamesrvSettings(),
+                                          random.Random(ns_rng.getrandbits(64)))
+                         for name in self.namesrv_names}
+        self.group = ConsumerGroup(self, consumers)
         self.outstanding: dict[int, tuple[str, int]] = {}  # put id -> (broker, sent at)
         self.target: str | None = None
         self.producing = True
@@ -172,7 +244,7 @@ class Simulation:
     def violation(self, what: str) -> None:
         """Raise a ``Violation`` naming the seed and the replay command."""
         raise Violation(f"seed {self.seed} at {self.now} ms: {what} (replay: python -m "
-                        f"framework.testing.clustersim --seeds 1 --start {self.seed})")
+                        f"triomq.testing.clustersim --seeds 1 --start {self.seed})")
 
     def on_applied(self, controller: SimController, index: int, event: Event,
                    before: BrokerGroup | None, changed: bool) -> None:
@@ -192,6 +264,8 @@ class Simulation:
         if index > self.top_index:
             self.top_index = index
             self.group_state = after
+            if after is not None and after.master_address is not None:
+                self.epoch_masters.setdefault(after.master_epoch, after.master_address)
             if changed:
                 self.committed_events.append(event)
             if after is not None:
@@ -207,10 +281,9 @@ class Simulation:
                 self.possibly_lost += len(exposed)
             self.check_holders()
 
-    def on_election(self, controller: SimController, result: ControllerResult,
-                    info: ReplicaInfo) -> None:
+    def on_election(self, controller: SimController, elected: Elected) -> None:
         """A controller committed an election."""
-        self.elections.append((self.now, controller.id, int(result.code), info))
+        self.elections.append((self.now, controller.id, int(elected.code), elected.info))
 
     def on_role(self, broker: SimBroker, term: Term) -> None:
         """A broker took a role: a new master must hold every acked message."""
@@ -254,12 +327,13 @@ class Simulation:
 
     # -- invariants -----------------------------------------------------------------
 
-    def _checked(self, max_epoch: int | None = None) -> list[AckedMessage]:
+    def checked_acked(self, max_epoch: int | None = None) -> list[AckedMessage]:
+        """The acked messages the invariants check (not those an unclean election exposed)."""
         return [m for m in self.acked if m.epoch >= self.relaxed_before
                 and (max_epoch is None or m.epoch <= max_epoch)]
 
     def _check_holds(self, broker: SimBroker, why: str, max_epoch: int | None = None) -> None:
-        for message in self._checked(max_epoch):
+        for message in self.checked_acked(max_epoch):
             if broker.log.read(message.offset, len(message.record)) != message.record:
                 self.violation(f"acked message at {message.offset} (epoch {message.epoch}, "
                                f"by {message.broker}) missing on {broker.name}, {why}")
@@ -276,9 +350,9 @@ class Simulation:
                                   f"{sorted(group.sync_state_set)} (epoch "
                                   f"{group.sync_state_set_epoch})")
         for broker in self.brokers.values():
-            if broker.up and broker.role == "master":
-                self._check_holds(broker, f"master of epoch {broker.master_epoch}",
-                                  max_epoch=broker.master_epoch)
+            if broker.up and broker.term.role == "master":
+                self._check_holds(broker, f"master of epoch {broker.term.epoch}",
+                                  max_epoch=broker.term.epoch)
 
     def check_prefixes(self) -> None:
         """SyncStateSet members hold the master's log up to its confirm offset."""
@@ -286,9 +360,10 @@ class Simulation:
         if group is None or group.master_address not in self.brokers:
             return
         master = self.brokers[group.master_address]
-        if not master.up or master.role != "master" or master.master_epoch != group.master_epoch:
+        term = master.term
+        if not master.up or term.role != "master" or term.epoch != group.master_epoch:
             return
-        confirm = master.confirm_offset
+        confirm = term.confirmed(master.log.max_offset)
         for broker_id in sorted(group.sync_state_set):
             name = group.address_of(broker_id)
             if name not in self.brokers:
@@ -319,7 +394,9 @@ class Simulation:
         self._next_body += 1
         body = b"msg-%d-%d" % (self.seed, self._next_body)
         self.outstanding[rid] = (broker, self.now)
-        self.network.send(PRODUCER, broker, PutRequest(rid, body), self.now)
+        # Queue after queue, as a producer's default queue selection goes.
+        queue_id = self._next_body % TOPIC_QUEUES
+        self.network.send(PRODUCER, broker, PutRequest(rid, body, queue_id), self.now)
         return rid
 
     def _on_put_response(self, src: str, response: PutResponse) -> None:
@@ -339,6 +416,25 @@ class Simulation:
         self.controllers[node_id].crash()
         self.down_until[controller_name(node_id)] = self.now + for_ms
 
+    def update_controller_config(self, values: Mapping[str, Any]) -> None:
+        """UPDATE_CONTROLLER_CONFIG at every running controller (a restart forgets it)."""
+        request = UpdateControllerConfig(dict(values))
+        for controller in self.controllers.values():
+            if controller.up:
+                rid = self.next_request_id()
+                controller._feed(lambda now, c=controller, r=rid: c.core.request(r, request, now))
+
+    def crash_namesrv(self, name: str, for_ms: int) -> None:
+        """Crash a name server (restarted, empty, after ``for_ms``)."""
+        self.namesrvs[name].crash()
+        self.down_until[name] = self.now + for_ms
+
+    def namesrvs_route_master(self) -> bool:
+        """Every running name server routes the current master as id 0."""
+        master = self.master()
+        return master is not None and all(
+            n.routed_master() == master.name for n in self.namesrvs.values() if n.up)
+
     def leader(self) -> SimController | None:
         """The active controller with the highest term."""
         leaders = [c for c in self.controllers.values() if c.is_leader]
@@ -350,12 +446,14 @@ class Simulation:
         if group is None or group.master_address not in self.brokers:
             return None
         broker = self.brokers[group.master_address]
-        ok = broker.up and broker.role == "master" and broker.master_epoch == group.master_epoch
+        ok = (broker.up and broker.term.role == "master"
+              and broker.term.epoch == group.master_epoch)
         return broker if ok else None
 
     def _chaos(self) -> None:
         rng = self.rng
-        names = set(self.brokers) | {controller_name(i) for i in self.controller_ids} | {PRODUCER}
+        names = (set(self.brokers) | {controller_name(i) for i in self.controller_ids}
+                 | {PRODUCER} | set(self.namesrvs) | set(self.group.consumers))
         controllers = {controller_name(i) for i in self.controller_ids}
         if self.p_partition and rng.random() < self.p_partition:
             if self.network.blocked and rng.random() < 0.5:
@@ -389,6 +487,8 @@ class Simulation:
                 self.crash_controller(leader.id, rng.randint(100, 2000))
             elif up_ids:
                 self.crash_controller(rng.choice(up_ids), rng.randint(100, 2000))
+        namesrv_chaos(self)
+        self.group.chaos()
 
     # -- driving -------------------------------------------------------------------------
 
@@ -402,6 +502,10 @@ class Simulation:
                 del self.down_until[name]
                 if name in self.brokers and not self.brokers[name].up:
                     self.brokers[name].start()
+                elif name in self.namesrvs and not self.namesrvs[name].up:
+                    self.namesrvs[name].start()
+                elif name in self.group.consumers and not self.group.consumers[name].up:
+                    self.group.consumers[name].start()
                 elif name.startswith("c") and not self.controllers[int(name[1:])].up:
                     self.controllers[int(name[1:])].start()
         for src, dst, payload in self.network.due(self.now):
@@ -410,12 +514,20 @@ class Simulation:
                     self._on_put_response(src, payload)
             elif dst in self.brokers:
                 self.brokers[dst].receive(src, payload)
+            elif dst in self.namesrvs:
+                self.namesrvs[dst].receive(src, payload)
+            elif dst in self.group.consumers:
+                self.group.consumers[dst].receive(src, payload)
             elif dst.startswith("c"):
                 self.controllers[int(dst[1:])].receive(src, payload)
         for controller in self.controllers.values():
             controller.step()
         for broker in self.brokers.values():
             broker.step()
+        for namesrv in self.namesrvs.values():
+            namesrv.step()
+        for consumer in self.group.consumers.values():
+            consumer.step()
         self._produce()
         if self.now % (STEP_MS * 10) == 0:
             self.check_prefixes()
@@ -455,6 +567,11 @@ class Simulation:
             healed = self.now
             self.run_until(lambda: self._puts_ok_since(healed), HEAL_LIMIT_MS,
                            "a completed put after healing")
+            self.run_until(self.namesrvs_route_master, NAMESRV_HEAL_LIMIT_MS,
+                           "every name server routing the master as id 0")
+            if self.group.consumers:
+                self.run_until(lambda: not self.group.unconsumed(), CONSUME_HEAL_LIMIT_MS,
+                               "every acknowledged message consumed")
             self.check_prefixes()
             self.check_holders()
         except Violation as violation:
@@ -464,7 +581,8 @@ class Simulation:
     def _result(self, ok: bool, violation: str = "") -> SeedResult:
         return SeedResult(seed=self.seed, ok=ok, violation=violation, now_ms=self.now,
                           acked=len(self.acked), elections=len(self.elections),
-                          possibly_lost=self.possibly_lost)
+                          possibly_lost=self.possibly_lost, consumed=len(self.group.deliveries),
+                          duplicates=self.group.duplicates)
 
 
 def run_seed(seed: int) -> SeedResult:

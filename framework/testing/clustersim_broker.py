@@ -1,41 +1,54 @@
-"""A simulated broker replica in controller mode, over the real HA state machines.
+"""A simulated broker replica in controller mode: a pump of the real flows over virtual time.
 
-It mirrors ``framework/broker/controller_mode.py`` (identity, registration,
-heartbeats, polling, role changes from the newest replica info, SyncStateSet
-proposals fenced by both epochs), ``framework/broker/replicas_manager.py``
-(terms, ``become_master`` / ``become_slave`` from ``framework.ha.roles``,
-pending puts failing when a term ends) and ``framework/ha/master_driver.py``
-(``MasterConnection`` / ``SlaveConnection`` per HA stream,
-``SyncStateTracker`` and ``SyncReplication`` on the master), with the
-simulation's generator tasks and streams instead of trio.
+The controller-mode flow is ``triomq.broker.controller_flow`` and the
+controller calls follow the leader with ``triomq.controller.leader_calls``,
+as ``framework/broker/controller_mode.py`` pumps them over trio; the
+name-server registration is ``clustersim_namesrv.SimRegistration``, the
+pulls and consumer offsets ``clustersim_pulls.SimConsumeSide``. The HA
+terms run the real HA state machines (``MasterConnection`` /
+``SlaveConnection`` per HA stream, ``SyncStateTracker`` and
+``SyncReplication`` on the master) over the simulation's streams.
 
 Simplifications: the HA address is the broker's name (no
 EXCHANGE_BROKER_HA_INFO round trip); the commit log (``MemLog``) flushes
 synchronously (SYNC_FLUSH) and a crash can only tear the write in progress,
 so "acknowledged" means durable on every replica that acked; the election
-priority is 0 for every replica.
+priority is 0 for every replica; the topics (kept across crashes, as
+``topics.json``) never change, so a slave does not copy its master's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
 from typing import TYPE_CHECKING, Any
 
-from framework.controller import ResponseCode
-from framework.controller.wire import ReplicaInfo
-from framework.ha import roles
-from framework.ha.errors import EpochError, HAProtocolError
-from framework.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
-from framework.ha.master_driver import MasterFenced
-from framework.ha.slave import RecordEpoch, SlaveConnection, SlaveLog, Truncate, WriteAt
-from framework.ha.slave import Send as SlaveSend
-from framework.ha.sync_replication import ReplicationStatus, SyncReplication
-from framework.ha.sync_state import SyncStateTracker
-from framework.protocol import message
-from framework.protocol.ha import HAFrameError
-from framework.testing.clustersim_controller import Notify, Request, Response, controller_name
-from framework.testing.clustersim_net import TaskGen, Tasks, wait_for
-from framework.testing.clustersim_parts import (
+import attrs
+
+from triomq.broker import controller_flow as flow
+from triomq.broker.identity import BrokerIdentity
+from triomq.broker.role import BrokerRole
+from triomq.broker.topic_table import TopicTable
+from triomq.controller import ResponseCode
+from triomq.controller.leader_calls import GiveUp, LeaderCalls, Pause
+from triomq.ha import roles
+from triomq.ha.errors import EpochError, HAProtocolError
+from triomq.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
+from triomq.ha.master_term import MasterTerm, carried_confirm_offset
+from triomq.ha.reconnect import Reconnect
+from triomq.ha.slave import RecordEpoch, SlaveConnection, SlaveLog, Truncate, WriteAt
+from triomq.ha.slave import Send as SlaveSend
+from triomq.ha.sync_replication import PutResult, ReplicationStatus
+from triomq.protocol import message
+from triomq.protocol.ha import HAFrameError
+from triomq.protocol.route import TopicConfig
+from triomq.testing.clustersim_controller import Notify, Request, Response, controller_name
+from triomq.testing.clustersim_namesrv import NamesrvResponse, SimRegistration
+from triomq.testing.clustersim_net import TaskGen, Tasks, wait_for
+from triomq.testing.clustersim_parts import (
+    CLUSTER,
+    GROUP,
+    TOPIC,
+    TOPIC_QUEUES,
     BrokerSettings,
     EpochFile,
     MemLog,
@@ -45,12 +58,12 @@ from framework.testing.clustersim_parts import (
     inline,
     run_inline,
 )
+from triomq.testing.clustersim_pulls import ConsumerRequest, ConsumerResponse, SimConsumeSide
 
 if TYPE_CHECKING:
-    from framework.testing.clustersim import Simulation
+    from triomq.testing.clustersim import Simulation
 
 Code = ResponseCode
-CLUSTER, GROUP = "sim-cluster", "broker-a"
 _HA_ERRORS = (HAProtocolError, HAFrameError, EpochError)
 
 
@@ -63,87 +76,84 @@ class SimBroker:
         self.settings = settings
         self.log = MemLog()
         self.epoch_file = EpochFile()
-        self.identity: tuple[int, str] | None = None
+        self.identity: BrokerIdentity | None = None
         self.rate = sim.rng.choice([0.95, 1.0, 1.0, 1.05])
         self.offset = sim.rng.randint(0, 10_000)
+        self.topics = TopicTable.with_system_topics(CLUSTER, GROUP, auto_create=True,
+                                                    now=self.now_ms())
+        self.topics.update(TopicConfig(TOPIC, TOPIC_QUEUES, TOPIC_QUEUES), self.now_ms())
+        self.consume = SimConsumeSide(self)
         self.up = False
         self.start()
 
     # -- life --------------------------------------------------------------------
 
     def start(self) -> None:
-        """Boot: register with the controllers, then follow them."""
+        """Boot: the controller-mode flow registers with the controllers, then follows them."""
         self.up = True
         self.sim.network.down.discard(self.name)
         self.tasks = Tasks()
-        self.term: Term | None = None
-        self.replica_info: ReplicaInfo | None = None
-        self.sync_state_set_epoch = 0
-        self.registered = False
-        self.wake = False
+        self.term = Term.none()
         self.responses: dict[int, Response] = {}
+        self.outcomes: dict[int, flow.ProposalOutcome] = {}
         self.accepted: set[int] = set()
-        self.recorded_epoch = self.epoch_file.cache.last_epoch or 0
-        self.leader_hint: str | None = None
-        self.no_master_reason = ""
         self.max_epoch_seen = -1
-        self.tasks.spawn(self._apply_loop())
-        self.tasks.spawn(self._register_then_follow())
+        self.registration = SimRegistration(self, self.sim.namesrv_names)
+        self.consume.start()
+        settings = self.settings
+        controllers = tuple(controller_name(i) for i in sorted(self.sim.controller_ids))
+        self.calls = LeaderCalls(controllers, timeout=settings.client_timeout,
+                                 attempt_timeout=settings.attempt_timeout,
+                                 retry_interval=settings.client_retry_interval)
+        self.flow = flow.ControllerModeFlow(flow.FlowSettings(
+            cluster_name=CLUSTER, broker_name=GROUP, address=self.name, controllers=controllers,
+            broker_heartbeat_interval=settings.broker_heartbeat_interval,
+            sync_controller_metadata_period=settings.sync_controller_metadata_period))
+        self.flow.start(self.now_ms(), self.identity, self.epoch_file.cache.last_epoch or 0,
+                        f"{self.name};{self.sim.now}")
+        self._drain()
 
     def crash(self, torn: bytes = b"") -> None:
         """Die: only the log (plus ``torn``, a partial write) and the files remain."""
         self.log.data += torn
         self.up = False
         self.tasks.clear()
-        self.term = None
+        self.term = Term.none()
         self.sim.network.down.add(self.name)
         self.sim.network.break_streams()
 
     @property
     def broker_id(self) -> int:
-        return self.identity[0] if self.identity is not None else -1
+        return self.identity.broker_id if self.identity is not None else -1
 
     def now_ms(self) -> int:
         """This host's (skewed) clock."""
         return int(self.sim.now * self.rate) + self.offset
 
-    @property
-    def role(self) -> str:
-        return self.term.role if self.term is not None else "none"
-
-    @property
-    def master_epoch(self) -> int:
-        return self.term.epoch if self.term is not None else -1
-
-    @property
-    def confirm_offset(self) -> int:
-        term = self.term
-        if term is None:
-            return -1
-        if term.tracker is not None:
-            return term.tracker.confirm_offset(self.log.max_offset)
-        return term.confirm_offset
-
     def _send(self, dst: str, payload: object) -> None:
         self.sim.network.send(self.name, dst, payload, self.sim.now)
 
-    def _sleep(self, ms: int) -> TaskGen:
+    def _sleep(self, ms: float) -> TaskGen:
         wake = self.now_ms() + ms
         yield from wait_for(lambda: self.now_ms() >= wake)
 
     # -- driving -------------------------------------------------------------------
 
     def step(self) -> None:
-        """One simulation step: tasks, then the HA term's connections."""
+        """One simulation step: the flow's timers, tasks, then the HA term's connections."""
         if not self.up:
             return
+        self.flow.tick(self.now_ms())
+        self._drain()
+        self.registration.poll()
         self.tasks.run()
         term = self.term
-        if term is not None and term.tracker is not None:
-            self._master_step(term)
-        elif term is not None and term.role == "slave":
+        if term.master_term is not None:
+            self._master_step(term, term.master_term)
+        elif term.role == "slave":
             self._slave_step(term)
         self._refuse_streams()
+        self.consume.step()
 
     def receive(self, src: str, payload: object) -> None:
         """A datagram arrived."""
@@ -152,223 +162,109 @@ class SimBroker:
         if isinstance(payload, Response):
             self.responses[payload.id] = payload
         elif isinstance(payload, Notify):
-            if payload.info.broker_name == GROUP and self.registered:
-                self.offer(payload.info)
+            self.flow.notified(self.now_ms(), payload.info)
+            self._drain()
         elif isinstance(payload, PutRequest):
             self._put(src, payload)
+        elif isinstance(payload, NamesrvResponse):
+            self.registration.answers[payload.id] = payload.command
+        elif isinstance(payload, ConsumerRequest):
+            self.consume.receive(src, payload)
+        elif isinstance(payload, ConsumerResponse):
+            self.consume.answered(payload)
         self.tasks.run()
 
-    # -- the controller client ---------------------------------------------------------
+    # -- the controller-mode flow's pump -------------------------------------------------
 
-    def _call(self, kind: str, **args: Any) -> TaskGen:
-        """ControllerClient.call: follow NOT_LEADER hints, retry until the timeout."""
-        end = self.now_ms() + self.settings.client_timeout
-        names = [controller_name(i) for i in sorted(self.sim.controller_ids)]
-        turn = 0
-        while self.now_ms() < end:
-            target = self.leader_hint or names[turn % len(names)]
-            turn += 1
+    def _drain(self) -> None:
+        """Carry out what the flow asks for (tasks for the controller calls)."""
+        mode = self.flow
+        while outputs := mode.outputs():
+            for out in outputs:
+                if isinstance(out, flow.Call):
+                    self.tasks.spawn(self._call(out))
+                elif isinstance(out, flow.SendHeartbeat):
+                    term = self.term
+                    epoch = (term.epochs.last_epoch if term.role != "none"
+                             else out.recorded_epoch)
+                    self._send(out.controller, Request(self.sim.next_request_id(), "heartbeat", {
+                        "cluster_name": CLUSTER, "broker_name": GROUP,
+                        "broker_id": out.broker_id, "address": self.name, "epoch": epoch or 0,
+                        "max_offset": self.log.max_offset,
+                        "confirm_offset": max(term.confirmed(self.log.max_offset), 0)}))
+                    mode.heartbeat_sent(self.now_ms(), out.controller)
+                elif isinstance(out, flow.SaveIdentity):
+                    self.identity = out.identity
+                    mode.identity_saved(self.now_ms())
+                elif isinstance(out, (flow.TakeMaster, flow.TakeSlave)):
+                    self._take_role(out)
+                elif isinstance(out, flow.LearnSyncStateSet):
+                    term = self.term
+                    if term.master_term is not None:
+                        term.master_term.committed(out.sync_state_set)
+                        self._update_puts(term)
+                elif isinstance(out, flow.ProposalOutcome):
+                    self.outcomes[out.token] = out
+
+    def _take_role(self, out: flow.TakeMaster | flow.TakeSlave) -> None:
+        error = ""
+        try:
+            if isinstance(out, flow.TakeMaster):
+                self.change_to_master(out.epoch, out.sync_state_set)
+            else:  # the HA address is the broker's name
+                self.change_to_slave(out.master_address, out.epoch)
+        except EpochError as exc:
+            error = str(exc)
+        self.flow.followed(self.now_ms(), BrokerRole(self.term.role), self.term.epoch, error)
+
+    def _call(self, call: flow.Call) -> TaskGen:
+        """Make one of the flow's calls, following the leader as ``ControllerClient`` does."""
+        kind, args = _request(call.request, self.name)
+        attempts = self.calls.start(self.now_ms())
+        while True:
+            step = attempts.next_step(self.now_ms())
+            if isinstance(step, GiveUp):
+                self.flow.answered(self.now_ms(), call.id, None, step.last_error)
+                break
+            if isinstance(step, Pause):
+                yield from self._sleep(step.duration)
+                continue
             rid = self.sim.next_request_id()
-            self._send(target, Request(rid, kind, {"cluster_name": CLUSTER,
-                                                   "broker_name": GROUP, **args}))
-            attempt = min(end, self.now_ms() + self.settings.attempt_timeout)
-            yield from wait_for(lambda r=rid, a=attempt: r in self.responses
-                                or self.now_ms() >= a)
+            self._send(step.address, Request(rid, kind, {"cluster_name": CLUSTER,
+                                                         "broker_name": GROUP, **args}))
+            until = self.now_ms() + step.timeout
+            yield from wait_for(lambda r=rid, u=until: r in self.responses
+                                or self.now_ms() >= u)
             response = self.responses.pop(rid, None)
             if response is None:
-                self.leader_hint = None
-                continue
-            if response.code != Code.CONTROLLER_NOT_LEADER:
-                self.leader_hint = target
-                return response
-            self.leader_hint = response.leader if response.leader != target else None
-            yield from self._sleep(50)
-        return None
-
-    # -- registration and roles (ControllerMode) -----------------------------------------
-
-    def _register_then_follow(self) -> TaskGen:
-        info = yield from self._register()
-        for cid in sorted(self.sim.controller_ids):
-            self.tasks.spawn(self._heartbeat_loop(controller_name(cid)))
-        self.tasks.spawn(self._poll_loop())
-        yield from self._offer_or_elect(info)
-
-    def _register(self) -> TaskGen:
-        period = self.settings.sync_controller_metadata_period
-        while True:
-            if self.identity is None:
-                response = yield from self._call("get_next_broker_id")
-                if response is None or response.code != Code.SUCCESS:
-                    yield from self._sleep(period)
-                    continue
-                broker_id, check = response.payload, f"{self.name};{self.sim.now}"
-                response = yield from self._call("apply_broker_id", broker_id=broker_id,
-                                                 address=self.name, check_code=check)
-                if response is None or response.code != Code.SUCCESS:
-                    yield from self._sleep(period)
-                    continue
-                self.identity = (broker_id, check)
-            response = yield from self._call("register_broker", broker_id=self.broker_id,
-                                             address=self.name)
-            forgotten = Code.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED
-            if response is not None and response.code == forgotten:
-                yield from self._call("apply_broker_id", broker_id=self.broker_id,
-                                      address=self.name, check_code=self.identity[1])
-                response = yield from self._call("register_broker", broker_id=self.broker_id,
-                                                 address=self.name)
-            if response is None or response.code != Code.SUCCESS:
-                yield from self._sleep(period)
-                continue
-            self.registered = True
-            return response.payload
-
-    def _offer_or_elect(self, info: ReplicaInfo) -> TaskGen:
-        if info.master_broker_id is None:
-            response = yield from self._call("elect_master", broker_id=self.broker_id)
-            ok = (Code.SUCCESS, Code.CONTROLLER_MASTER_STILL_EXIST)
-            if response is None or response.code not in ok or response.payload is None:
-                self.no_master_reason = response.remark if response is not None else "timeout"
-                return
-            info = response.payload
-        self.no_master_reason = ""
-        self.offer(info)
-
-    def offer(self, info: ReplicaInfo) -> None:
-        """Consider ``info``; older epochs are ignored."""
-        current = self.replica_info
-        if current is not None and info.is_older_than(current):
-            return
-        self.replica_info = info
-        self.wake = True
-
-    def _apply_loop(self) -> TaskGen:
-        while True:
-            yield from wait_for(lambda: self.wake)
-            self.wake = False
-            info = self.replica_info
-            if info is None:
-                continue
-            try:
-                self._follow(info)
-            except EpochError:
-                yield from self._sleep(self.settings.sync_controller_metadata_period)
-                self.wake = True
-
-    def _follow(self, info: ReplicaInfo) -> None:
-        if info.master_epoch < self.master_epoch or info.master_broker_id is None:
-            return
-        if info.master_broker_id == self.broker_id:
-            members = _addresses(info, info.sync_state_set)
-            term = self.term
-            if not (self.role == "master" and self.master_epoch == info.master_epoch):
-                self.change_to_master(info.master_epoch, members)
-            elif (term is not None and term.tracker is not None
-                  and info.sync_state_set_epoch >= self.sync_state_set_epoch):
-                term.tracker.learn(members)
-                self._update_puts(term)
-            self.sync_state_set_epoch = max(self.sync_state_set_epoch,
-                                            info.sync_state_set_epoch)
-            return
-        if self.role == "slave" and self.master_epoch == info.master_epoch:
-            return
-        if info.master_address is not None:
-            self.change_to_slave(info.master_address, info.master_epoch)
-
-    def _heartbeat_loop(self, controller: str) -> TaskGen:
-        while True:
-            term = self.term
-            epoch = term.epochs.last_epoch if term is not None else self.recorded_epoch
-            self._send(controller, Request(self.sim.next_request_id(), "heartbeat", {
-                "cluster_name": CLUSTER, "broker_name": GROUP, "broker_id": self.broker_id,
-                "address": self.name, "epoch": epoch or 0, "max_offset": self.log.max_offset,
-                "confirm_offset": max(self.confirm_offset, 0)}))
-            yield from self._sleep(self.settings.broker_heartbeat_interval)
-
-    def _poll_loop(self) -> TaskGen:
-        while True:
-            yield from self._sleep(self.settings.sync_controller_metadata_period)
-            response = yield from self._call("get_replica_info")
-            if response is None:
-                continue
-            if response.code == Code.CONTROLLER_BROKER_METADATA_NOT_EXIST:
-                info = yield from self._register()
-            elif response.code != Code.SUCCESS:
-                continue
+                attempts.failed(step.address, "no answer")
+            elif response.code == Code.CONTROLLER_NOT_LEADER:
+                attempts.not_leader(step.address, response.leader)
             else:
-                info = response.payload
-            yield from self._offer_or_elect(info)
-
-    def _alter_sync_state_set(self, proposal: frozenset[str]) -> TaskGen:
-        """ControllerMode.alter_sync_state_set: addresses -> ids, fenced by both epochs.
-
-        The set the controller holds afterwards, None if unknown; raises
-        ``MasterFenced`` once a newer master exists.
-        """
-        info, epoch = self.replica_info, self.master_epoch
-        if info is None:
-            return None
-        ids = {info.broker_id_of(a) for a in proposal}
-        if None in ids:
-            # A replica that registered after our last news: learn the group anew.
-            info = yield from self._read_sync_state_set(epoch)
-            if info is None:
-                return None
-            ids = {info.broker_id_of(a) for a in proposal}
-            if None in ids:
-                return _addresses(info, info.sync_state_set)
-        response = yield from self._call(
-            "alter_sync_state_set", master_broker_id=self.broker_id, master_epoch=epoch,
-            sync_state_set=frozenset(ids), sync_state_set_epoch=self.sync_state_set_epoch)
-        if response is None:
-            return None
-        if response.code == Code.CONTROLLER_FENCED_MASTER_EPOCH:
-            yield from self._read_sync_state_set(epoch)
-            raise MasterFenced(response.remark)
-        if response.code != Code.SUCCESS:
-            current = yield from self._read_sync_state_set(epoch)
-            return None if current is None else _addresses(current, current.sync_state_set)
-        applied, new_epoch = response.payload
-        self.sync_state_set_epoch = max(self.sync_state_set_epoch, new_epoch)
-        return _addresses(info, applied)
-
-    def _read_sync_state_set(self, master_epoch: int) -> TaskGen:
-        """ControllerMode._read_sync_state_set: this term's replica info, or None."""
-        response = yield from self._call("get_replica_info")
-        if response is None or response.code != Code.SUCCESS:
-            return None
-        info: ReplicaInfo = response.payload
-        self.offer(info)
-        if info.master_epoch > master_epoch:
-            raise MasterFenced(f"the controller is at master epoch {info.master_epoch}")
-        if (info.master_epoch != master_epoch or info.master_broker_id != self.broker_id
-                or info.sync_state_set_epoch < self.sync_state_set_epoch):
-            return None
-        self.sync_state_set_epoch = info.sync_state_set_epoch
-        return info
+                attempts.answered(step.address)
+                self.flow.answered(self.now_ms(), call.id,
+                                   flow.Answer(response.code, response.remark, response.payload))
+                break
+        self._drain()
 
     # -- role changes (ReplicasManager) ---------------------------------------------------
 
     def change_to_master(self, epoch: int, sync_state_set: frozenset[str]) -> None:
         """Serve as master of ``epoch`` (``EpochError`` if older than the recorded one)."""
-        confirmed = self.confirm_offset
+        confirmed = self.term.confirmed(self.log.max_offset)
         self._end_term()
-        if self.log.max_offset > 0 and self.epoch_file.cache.last is None:
-            self.epoch_file.save(self.epoch_file.cache.append(epoch, 0))
         epochs = run_inline(roles.become_master(self.log, self.epoch_file, epoch, offload=inline))
-        max_offset = self.log.max_offset
+        assert epochs.last is not None
         term = Term("master", epoch, self.name, epochs)
-        term.tracker = SyncStateTracker(
-            master=self.name, sync_state_set=sync_state_set | {self.name},
+        term.master_term = MasterTerm(
+            address=self.name, sync_state_set=sync_state_set,
             epoch_start_offset=epochs.last.start_offset,
-            confirm_offset=min(confirmed, max_offset) if confirmed >= 0 else 0,
-            started_ms=self.now_ms(),
-            max_time_slave_not_catchup_ms=self.settings.ha_max_time_slave_not_catchup)
-        term.puts = SyncReplication(
-            all_ack_in_sync_state_set=self.settings.all_ack_in_sync_state_set)
+            confirm_offset=carried_confirm_offset(confirmed, self.log.max_offset,
+                                                  self.log.min_offset),
+            now_ms=self.now_ms(), config=self.settings.master)
         self.term = term
-        term.tasks = [self.tasks.spawn(self._check_loop(term)),
-                      self.tasks.spawn(self._report_loop(term))]
+        term.tasks = [self.tasks.spawn(self._check_loop(term.master_term)),
+                      self.tasks.spawn(self._report_loop(term, term.master_term))]
         self._took_role(term)
 
     def change_to_slave(self, master: str, epoch: int) -> None:
@@ -376,7 +272,7 @@ class SimBroker:
         self._end_term()
         epochs = run_inline(roles.become_slave(self.log, self.epoch_file, offload=inline))
         term = Term("slave", epoch, master, epochs)
-        term.backoff = self.settings.reconnect_min
+        term.reconnect = Reconnect(self.settings.reconnect_min, self.settings.reconnect_max)
         self.term = term
         self._took_role(term)
 
@@ -385,104 +281,86 @@ class SimBroker:
             self.sim.violation(f"broker {self.name} went back from epoch "
                                f"{self.max_epoch_seen} to {term.epoch}")
         self.max_epoch_seen = term.epoch
+        self.registration.role_taken(term, self.topics)
+        self.consume.role_changed()
         self.sim.on_role(self, term)
 
     def _end_term(self) -> None:
-        term, self.term = self.term, None
-        if term is None:
-            return
+        term, self.term = self.term, Term.none()
         for handle in term.tasks:
             self.tasks.cancel(handle)
         for stream, _ in term.conns.values():
             self.sim.network.close(stream)
         if term.stream is not None:
             self.sim.network.close(term.stream)
-        for src, rid, _, _ in term.waiters.values():
-            self._send(src, PutResponse(rid, ReplicationStatus.FLUSH_SLAVE_TIMEOUT))
+        if term.master_term is not None:
+            for waiter in term.master_term.end():  # no longer master
+                src, rid, _, _ = term.waiters.pop(waiter)
+                self._send(src, PutResponse(rid, None))
 
     # -- the master (HAMaster) --------------------------------------------------------------
 
-    def _view(self, term: Term) -> MasterLog:
-        assert term.tracker is not None
+    def _view(self, term: Term, master: MasterTerm) -> MasterLog:
         max_offset = self.log.max_offset
-        return MasterLog(max_offset, 0, term.epochs, term.tracker.confirm_offset(max_offset))
+        return MasterLog(max_offset, self.log.min_offset, term.epochs,
+                         master.confirm_offset(max_offset))
 
-    def _propose(self, term: Term, proposal: frozenset[str] | None) -> None:
-        if proposal is not None and not term.fenced:
-            term.reporting = True
-            term.proposals.append(proposal)
+    def _check_loop(self, master: MasterTerm) -> TaskGen:
+        while (next_check := master.check(self.now_ms(), self.log.max_offset)) is not None:
+            yield from wait_for(lambda at=next_check: self.now_ms() >= at)
 
-    def _check_loop(self, term: Term) -> TaskGen:
-        assert term.tracker is not None
-        while not term.fenced:
-            if not term.reporting:
-                # A proposal whose outcome is unknown is asked again.
-                self._propose(term, term.tracker.pending)
-            self._propose(term, term.tracker.maybe_shrink(self.now_ms()))
-            for address in sorted(term.tracker.slaves):
-                self._propose(term, term.tracker.maybe_expand(address, self.log.max_offset))
-            yield from self._sleep(self.settings.check_sync_state_set_period)
-
-    def _report_loop(self, term: Term) -> TaskGen:
-        assert term.tracker is not None
+    def _report_loop(self, term: Term, master: MasterTerm) -> TaskGen:
         while True:
-            yield from wait_for(lambda: bool(term.proposals))
-            proposal = term.proposals.popleft()
-            try:
-                current = yield from self._alter_sync_state_set(proposal)
-            except MasterFenced:
-                self._fence(term)
+            proposal = master.next_proposal()
+            if proposal is None:
+                yield from wait_for(lambda: master.has_proposals)
+                continue
+            token = self.flow.propose(self.now_ms(), proposal, term.epoch)
+            self._drain()
+            yield from wait_for(lambda t=token: t in self.outcomes)
+            outcome = self.outcomes.pop(token)
+            if outcome.fenced:
+                self._answer_puts(term, master.fence())
                 return
-            if current is not None:
-                term.tracker.apply(current)
-            term.reporting = False
+            master.answered(outcome.sync_state_set)
             self._update_puts(term)
 
-    def _fence(self, term: Term) -> None:
-        """HAMaster.fence: fail pending puts and complete no more."""
-        term.fenced = True
-        for waiter, (src, rid, _, _) in list(term.waiters.items()):
-            assert term.puts is not None
-            term.puts.discard(waiter)
-            del term.waiters[waiter]
-            self._send(src, PutResponse(rid, ReplicationStatus.FLUSH_SLAVE_TIMEOUT))
+    def _answer_puts(self, term: Term, results: list[PutResult]) -> None:
+        for outcome in results:
+            src, rid, offset, record = term.waiters.pop(outcome.waiter)
+            if outcome.status is ReplicationStatus.PUT_OK:
+                assert term.master_term is not None
+                self.sim.on_acked(self, term, offset, record,
+                                  term.master_term.tracker.effective_sync_state_set)
+            self._send(src, PutResponse(rid, outcome.status))
 
     def _put(self, src: str, put: PutRequest) -> None:
         term = self.term
-        if term is None or term.tracker is None or term.puts is None:
+        if term.master_term is None:
             self._send(src, PutResponse(put.id, None))
             return
-        offset = self.log.max_offset
-        record = message.encode(message.MessageRecord(
-            topic="sim", body=put.body, physical_offset=offset, store_timestamp=self.sim.now))
-        if self.sim.maybe_crash_writing(self, record):
+        start = self.log.max_offset
+        offset, data = self.log.pack(message.MessageRecord(
+            topic=TOPIC, queue_id=put.queue_id, body=put.body, store_timestamp=self.sim.now))
+        if self.sim.maybe_crash_writing(self, data):
             return
-        self.log.append_raw(offset, record)
-        if term.fenced:  # HAMaster.wait_replicated
-            self._send(src, PutResponse(put.id, ReplicationStatus.FLUSH_SLAVE_TIMEOUT))
-            return
+        self.log.append_raw(start, data)
+        record = data[offset - start:]
         waiter = object()
-        failed = term.puts.add(waiter, self.log.max_offset,
-                               self.now_ms() + self.settings.put_timeout,
-                               term.tracker.effective_sync_state_set)
+        failed = term.master_term.add_put(waiter, self.log.max_offset,
+                                          self.now_ms() + self.settings.put_timeout)
         if failed is not None:
-            self._send(src, PutResponse(put.id, failed.status))
+            self._send(src, PutResponse(put.id, failed))
             return
         term.waiters[waiter] = (src, put.id, offset, record)
         self._update_puts(term)
 
     def _update_puts(self, term: Term) -> None:
-        if term.tracker is None or term.puts is None or self.term is not term or term.fenced:
+        master = term.master_term
+        if master is None or self.term is not term:
             return
-        members = term.tracker.effective_sync_state_set
-        max_offset = self.log.max_offset
-        acks = {m: term.tracker.ack_offset(m, max_offset) for m in members}
-        results = term.puts.update(acks, members) + term.puts.expire(self.now_ms())
-        for outcome in results:
-            src, rid, offset, record = term.waiters.pop(outcome.waiter)
-            if outcome.status is ReplicationStatus.PUT_OK:
-                self.sim.on_acked(self, term, offset, record, members)
-            self._send(src, PutResponse(rid, outcome.status))
+        self._answer_puts(term, master.completed(self.log.max_offset)
+                          + master.expired(self.now_ms()))
 
     def _refuse_streams(self) -> None:
         term = self.term
@@ -490,37 +368,34 @@ class SimBroker:
             if stream.server != self.name or stream.id in self.accepted:
                 continue
             self.accepted.add(stream.id)
-            if term is not None and term.tracker is not None:
+            if term.master_term is not None:
                 term.conns[stream.id] = (stream, MasterConnection(
-                    now_ms=self.now_ms(), transfer_batch_size=self.settings.ha_transfer_batch_size,
-                    heartbeat_interval_ms=self.settings.ha_send_heartbeat_interval))
+                    now_ms=self.now_ms(),
+                    transfer_batch_size=self.settings.master.ha_transfer_batch_size,
+                    heartbeat_interval_ms=self.settings.master.ha_send_heartbeat_interval))
             else:
                 self.sim.network.close(stream)
 
-    def _master_step(self, term: Term) -> None:
-        tracker = term.tracker
-        assert tracker is not None
+    def _master_step(self, term: Term, master: MasterTerm) -> None:
         now = self.now_ms()
         for stream_id, (stream, conn) in list(term.conns.items()):
             try:
                 if stream.closed:
                     raise HAProtocolError("stream closed", conn.peer)
                 data = stream.receive(self.name, self.sim.now)
-                outs = conn.receive_data(data, self._view(term), now) if data else []
+                outs = conn.receive_data(data, self._view(term, master), now) if data else []
                 for out in outs:
                     if isinstance(out, Send):
                         stream.send(self.name, out.data, self.sim.now, self.sim.network.delay())
                     elif isinstance(out, SlaveJoined):
-                        tracker.slave_connected(out.handshake.address,
-                                                is_async_learner=out.handshake.is_async_learner,
-                                                now_ms=now)
+                        master.slave_joined(out.handshake.address,
+                                            is_async_learner=out.handshake.is_async_learner,
+                                            now_ms=now)
                     elif isinstance(out, SlaveAcked):
-                        tracker.slave_acked(out.address, out.ack_offset,
-                                            out.last_caught_up_time_ms)
-                        self._propose(term, tracker.maybe_expand(out.address,
-                                                                 self.log.max_offset))
+                        master.slave_acked(out.address, out.ack_offset,
+                                           out.last_caught_up_time_ms, self.log.max_offset)
                 for _ in range(8):
-                    plan = conn.poll_transfer(self._view(term), now)
+                    plan = conn.poll_transfer(self._view(term, master), now)
                     if plan is None:
                         break
                     body = self.log.read(plan.offset, plan.max_size) if plan.max_size else b""
@@ -530,7 +405,7 @@ class SimBroker:
                 self.sim.network.close(stream)
                 del term.conns[stream_id]
                 if conn.slave is not None:
-                    tracker.slave_disconnected(conn.slave.address)
+                    master.slave_left(conn.slave.address)
         self._update_puts(term)
 
     # -- the slave (HASlave) ------------------------------------------------------------------
@@ -538,24 +413,21 @@ class SimBroker:
     def _slave_step(self, term: Term) -> None:
         now = self.now_ms()
         settings = self.settings
+        assert term.reconnect is not None
         if term.stream is not None and term.stream.closed:
             handshook = term.conn is not None and term.conn.max_offset >= 0
             term.stream, term.conn = None, None
-            if handshook:
-                term.backoff = settings.reconnect_min
-            term.retry_at = now + term.backoff
-            term.backoff = min(term.backoff * 2, settings.reconnect_max)
+            term.retry_at = now + term.reconnect.delay_after(handshook=handshook)
         if term.stream is None:
             if now < term.retry_at:
                 return
             stream = self.sim.network.connect(self.name, term.master)
             if stream is None:
-                term.retry_at = now + term.backoff
-                term.backoff = min(term.backoff * 2, settings.reconnect_max)
+                term.retry_at = now + term.reconnect.delay_after(handshook=False)
                 return
             term.stream = stream
             term.conn = SlaveConnection(address=self.name, now_ms=now,
-                                        ack_interval_ms=settings.ha_send_heartbeat_interval)
+                                        ack_interval_ms=settings.master.ha_send_heartbeat_interval)
             stream.send(self.name, term.conn.start(), self.sim.now, self.sim.network.delay())
             return
         stream, conn = term.stream, term.conn
@@ -588,6 +460,8 @@ class SimBroker:
             stream.send(self.name, ack, self.sim.now, self.sim.network.delay())
 
 
-def _addresses(info: ReplicaInfo, broker_ids: Iterable[int]) -> frozenset[str]:
-    """The addresses of ``broker_ids`` that ``info`` knows (controller_mode's helper)."""
-    return frozenset(a for a in map(info.address_of, broker_ids) if a is not None)
+
+def _request(request: flow.ControllerRequest, address: str) -> tuple[str, dict[str, Any]]:
+    """The simulated controller's request name and arguments for one of the flow's requests."""
+    kind = re.sub(r"(?<!^)(?=[A-Z])", "_", type(request).__name__).lower()
+    return kind, {"address": address, **attrs.asdict(request, recurse=False)}

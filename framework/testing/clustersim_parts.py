@@ -1,26 +1,49 @@
 """Small parts of the simulated broker: settings, put messages, in-memory store, terms.
 
 ``MemLog`` is an in-memory commit log of message records with what
-replication and role changes call on ``framework.store.CommitLog``; it
+replication, role changes and pulls call on ``triomq.store.CommitLog``; it
 flushes synchronously (SYNC_FLUSH), so a crash can only tear the write in
-progress. ``EpochFile`` is the epoch checkpoint, saved atomically.
+progress. Its records are encoded by the store's own rule
+(``commitlog_layout.pack_records``: physical and queue offsets assigned) and
+its consume queues are what the store's indexing rule
+(``commitlog_layout.index_records``) finds in its whole records, on a master
+and a slave alike. ``EpochFile`` is the epoch checkpoint, saved atomically.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import attrs
 
-from framework.ha.epoch import EpochCache
-from framework.ha.master import MasterConnection
-from framework.ha.slave import SlaveConnection
-from framework.ha.sync_replication import ReplicationStatus, SyncReplication
-from framework.ha.sync_state import SyncStateTracker
-from framework.store import ScratchAppend, ScratchRead, read_into_by_read
-from framework.testing.clustersim_net import Stream
+from triomq.ha.epoch import EpochCache
+from triomq.ha.master import MasterConnection
+from triomq.ha.master_term import HAMasterConfig, MasterTerm
+from triomq.ha.reconnect import Reconnect
+from triomq.ha.slave import SlaveConnection
+from triomq.ha.sync_replication import ReplicationStatus
+from triomq.protocol.commitlog_layout import (
+    CQ_ENTRY_SIZE,
+    index_records,
+    pack_records,
+    unpack_cq_entry,
+)
+from triomq.protocol.message import MessageRecord
+from triomq.store import QueueEntry, ScratchAppend, ScratchRead, read_into_by_read
+from triomq.testing.clustersim_net import Stream
+
+#: The simulated cluster and its one broker group.
+CLUSTER, GROUP = "sim-cluster", "broker-a"
+#: The topic the producer sends to and the consumers read, and its queues.
+TOPIC, TOPIC_QUEUES = "sim", 4
+
+#: The HA master's settings in the simulation. ``all_ack_in_sync_state_set``
+#: False (RocketMQ's default with min_in_sync_replicas 1) acks on the master
+#: alone, which the invariants catch.
+SIM_MASTER = HAMasterConfig(ha_transfer_batch_size=1024, ha_send_heartbeat_interval=100,
+                            ha_max_time_slave_not_catchup=1000, check_sync_state_set_period=200,
+                            all_ack_in_sync_state_set=True)
 
 
 @attrs.frozen
@@ -29,26 +52,34 @@ class BrokerSettings:
 
     broker_heartbeat_interval: int = 100
     sync_controller_metadata_period: int = 300
-    ha_send_heartbeat_interval: int = 100
-    ha_max_time_slave_not_catchup: int = 1000
-    check_sync_state_set_period: int = 200
-    ha_transfer_batch_size: int = 1024
+    #: The master's; a slave acks every ``master.ha_send_heartbeat_interval`` too.
+    master: HAMasterConfig = SIM_MASTER
     reconnect_min: int = 50
     reconnect_max: int = 400
     put_timeout: int = 1000
     client_timeout: int = 3000
     attempt_timeout: int = 1000
-    #: The synchronous replication rule; False (RocketMQ's default with
-    #: min_in_sync_replicas 1) acks on the master alone, which the invariants catch.
-    all_ack_in_sync_state_set: bool = True
+    #: The pause after every controller was tried (``ControllerClient``'s retry_interval).
+    client_retry_interval: int = 50
+    #: Name-server registration; heartbeats go every ``broker_heartbeat_interval``.
+    register_name_server_period: int = 1000
+    #: The silence after which name servers drop this broker (sent as heartbeatTimeoutMillis).
+    broker_not_active_timeout: int = 1000
+    #: A failed registration is sent again after this (the broker service's rule).
+    namesrv_retry_interval: int = 1000
+    namesrv_request_timeout: int = 1000
+    #: Consumer offsets: written to their file, and a slave's copy of its master's.
+    flush_consumer_offset_interval: int = 1000
+    slave_synchronize_period: int = 500
 
 
 @attrs.frozen
 class PutRequest:
-    """A producer's synchronous put of ``body``."""
+    """A producer's synchronous put of ``body`` to queue ``queue_id`` of ``TOPIC``."""
 
     id: int
     body: bytes
+    queue_id: int = 0
 
 
 @attrs.frozen
@@ -66,6 +97,10 @@ class MemLog(ScratchAppend, ScratchRead):
 
     def __init__(self) -> None:
         self.data = bytearray()
+        #: (topic, queue id) -> its consume queue, entry i at queue offset i.
+        self._queues: dict[tuple[str, int], list[QueueEntry]] = {}
+        #: The records below this offset are in the consume queues.
+        self._indexed = 0
 
     @property
     def min_offset(self) -> int:
@@ -89,6 +124,58 @@ class MemLog(ScratchAppend, ScratchRead):
 
     def truncate(self, offset: int) -> None:
         del self.data[offset:]
+        self._unindex(offset)
+
+    def _unindex(self, offset: int) -> None:
+        """Drop the consume-queue entries of records at or past ``offset``."""
+        if self._indexed <= offset:
+            return
+        self._indexed = offset
+        for entries in self._queues.values():
+            while entries and entries[-1].physical_offset >= offset:
+                entries.pop()
+
+    def pack(self, record: MessageRecord) -> tuple[int, bytes]:
+        """``record`` encoded to append at the end, as the store's ``append`` does
+        (its queue offset the next of its queue): where it lands, and the bytes to
+        append there (a blank first if it does not fit the segment)."""
+        packed = pack_records([record], self.max_offset, self.segment_size,
+                              self.queue_max_offset)
+        return packed.placed[0][0], bytes(packed.data)
+
+    # -- the consume queues (``CommitLog``'s queue calls) -----------------------------
+
+    def _index(self) -> None:
+        """Index the whole records appended since the last call."""
+        if self._indexed >= len(self.data):
+            return
+        found = index_records(bytes(self.data[self._indexed:]), self._indexed,
+                              self.segment_size)
+        if found is None:  # a torn write the next role change cuts: nothing more to index
+            return
+        end, _, runs = found
+        for topic, queue_id, first, packed in runs:
+            entries = self._queues.setdefault((topic, queue_id), [])
+            if first > len(entries):  # the store refuses such bytes; no master sends them
+                raise AssertionError(f"{topic}:{queue_id}: queue offset {first} skips ahead "
+                                     f"of its end {len(entries)}")
+            del entries[first:]
+            for at in range(0, len(packed), CQ_ENTRY_SIZE):
+                physical, size, code = unpack_cq_entry(packed, at)
+                entries.append(QueueEntry(len(entries), physical, size, code))
+        self._indexed = end
+
+    def queue_min_offset(self, topic: str, queue_id: int) -> int:
+        return 0  # nothing is ever deleted
+
+    def queue_max_offset(self, topic: str, queue_id: int) -> int:
+        self._index()
+        return len(self._queues.get((topic, queue_id), ()))
+
+    def queue_entries(self, topic: str, queue_id: int, start: int, max_count: int
+                      ) -> list[QueueEntry]:
+        self._index()
+        return self._queues.get((topic, queue_id), [])[start:start + max_count]
 
     def truncate_to_last_whole_record(self) -> int:
         pos = 0
@@ -97,7 +184,7 @@ class MemLog(ScratchAppend, ScratchRead):
             if size <= 0 or pos + size > len(self.data):
                 break
             pos += size
-        del self.data[pos:]
+        self.truncate(pos)
         return pos
 
 
@@ -129,7 +216,19 @@ def run_inline(coroutine: Coroutine[Any, Any, Any]) -> Any:
 
 
 class Term:
-    """One role held from one change to the next (ReplicasManager's ``_Term``)."""
+    """One role held from one change to the next (ReplicasManager's ``_Term``); role
+    "none" between them."""
+
+    @classmethod
+    def none(cls) -> Term:
+        """No role: before the first and while changing."""
+        return cls("none", -1, "", EpochCache())
+
+    def confirmed(self, max_offset: int) -> int:
+        """The confirm offset: the master term's, else the last one a master sent (-1)."""
+        if self.master_term is not None:
+            return self.master_term.confirm_offset(max_offset)
+        return self.confirm_offset
 
     def __init__(self, role: str, epoch: int, master: str, epochs: EpochCache) -> None:
         self.role = role
@@ -138,16 +237,13 @@ class Term:
         self.epochs = epochs
         self.tasks: list[int] = []
         # Master side.
-        self.tracker: SyncStateTracker | None = None
-        self.puts: SyncReplication | None = None
+        self.master_term: MasterTerm | None = None
         self.conns: dict[int, tuple[Stream, MasterConnection]] = {}
-        self.proposals: deque[frozenset[str]] = deque()
+        #: Pending puts: waiter -> (producer, request id, offset, record).
         self.waiters: dict[object, tuple[str, int, int, bytes]] = {}
-        self.reporting = False
-        self.fenced = False
         # Slave side.
         self.stream: Stream | None = None
         self.conn: SlaveConnection | None = None
         self.confirm_offset = -1
         self.retry_at = 0
-        self.backoff = 0
+        self.reconnect: Reconnect | None = None

@@ -9,22 +9,49 @@ Fixtures:
   ``inproc_network_name`` is its name, for ``[transport.options.inproc] network``.
 - ``temporary_node``: ``async with temporary_node(name=..., role=...) as node``
   runs a node whose store root is a fresh folder under ``tmp_path``.
+
+It also keeps the reason of a ``pytest.skip("...")`` called in a trio test:
+pytest-trio (0.8) re-raises such a skip without its message.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
+from _pytest.outcomes import Skipped
 
-from framework.config import NodeConfig, StoreConfig
-from framework.plugins import PluginManager
-from framework.runtime import Node, open_node
+from triomq.config import NodeConfig, StoreConfig
+from triomq.plugin_manager import PluginManager
+from triomq.runtime import Node, open_node
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, object]:
+    """Re-raise the test's own skip, with its reason, in place of a bare one."""
+    try:
+        return (yield)
+    except Skipped as bare:
+        group = bare.__context__
+        if bare.msg or not isinstance(group, BaseExceptionGroup):
+            raise
+        leaves = list(_leaves(group))
+        if len(leaves) != 1 or not isinstance(leaves[0], Skipped):
+            raise
+        raise leaves[0] from None
+
+
+def _leaves(group: BaseExceptionGroup) -> Generator[BaseException, None, None]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
 
 
 @pytest.fixture

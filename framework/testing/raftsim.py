@@ -18,10 +18,10 @@ lost (no disk ever truncates one); and liveness (once
 the network heals and every node is up, a proposal commits in bounded time).
 
 Replay a seed with ``triomq sim --seeds 1 --start SEED`` or
-``python -m framework.testing.raftsim --seeds 1 --start SEED``. The test
+``python -m triomq.testing.raftsim --seeds 1 --start SEED``. The test
 suite runs 300 seeds (about 8 s); a longer run, e.g. ``python -m
-framework.testing.raftsim --seeds 10000 --start 1000`` (about 5 minutes on
-one core), is worth doing after any change to ``framework.consensus``.
+triomq.testing.raftsim --seeds 10000 --start 1000`` (about 5 minutes on
+one core), is worth doing after any change to ``triomq.consensus``.
 """
 
 from __future__ import annotations
@@ -34,20 +34,20 @@ from collections.abc import Sequence
 
 import attrs
 
-from framework.consensus.confchange import (
+from triomq.consensus.confchange import (
     ConfChangeSingle,
     ConfChangeTransition,
     ConfChangeType,
     ConfChangeV2,
 )
-from framework.consensus.log import Entry, bootstrap_entries
-from framework.consensus.messages import ResponseCode
-from framework.consensus.raft import ProposalRejected, Raft, RaftConfig
-from framework.consensus.ready import Role, TruncateSuffix
-from framework.testing import seeds
-from framework.testing.raftsim_fuzz import mutate
-from framework.testing.raftsim_parts import Disk, Faults, Network, StateMachine
-from framework.testing.seeds import SimSummary
+from triomq.consensus.log import Entry, bootstrap_entries
+from triomq.consensus.messages import ResponseCode
+from triomq.consensus.raft import ProposalRejected, Raft, RaftConfig
+from triomq.consensus.ready import Role, TruncateSuffix
+from triomq.testing import seeds
+from triomq.testing.raftsim_fuzz import mutate
+from triomq.testing.raftsim_parts import Disk, Faults, Network, StateMachine
+from triomq.testing.seeds import SimSummary
 
 SIM_RAFT_CONFIG = RaftConfig(
     election_ticks=10,

@@ -11,11 +11,11 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from framework.consensus.log import Entry, HardState, bootstrap_entries
-from framework.consensus.messages import Message
-from framework.consensus.raft import Raft, RaftConfig
-from framework.consensus.ready import ProposalResult, Ready, Role
-from framework.testing.raftsim_parts import Disk, StateMachine
+from triomq.consensus.log import Entry, HardState, bootstrap_entries
+from triomq.consensus.messages import Message
+from triomq.consensus.raft import Raft, RaftConfig
+from triomq.consensus.ready import ProposalResult, Ready, Role
+from triomq.testing.raftsim_parts import Disk, StateMachine
 
 #: Deterministic timing for scenarios: no pre-vote surprises unless asked.
 SCENARIO_CONFIG = RaftConfig(election_ticks=10, heartbeat_ticks=1)

@@ -13,8 +13,8 @@ import random
 
 import attrs
 
-from framework.consensus.log import Entry
-from framework.consensus.messages import (
+from triomq.consensus.log import Entry
+from triomq.consensus.messages import (
     HeartbeatRequest,
     InstallSnapshotResponse,
     PushRequest,

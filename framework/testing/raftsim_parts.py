@@ -14,10 +14,10 @@ import struct
 
 import attrs
 
-from framework.consensus import codec
-from framework.consensus.log import Entry, HardState, Snapshot
-from framework.consensus.messages import Message
-from framework.consensus.ready import (
+from triomq.consensus import codec
+from triomq.consensus.log import Entry, HardState, Snapshot
+from triomq.consensus.messages import Message
+from triomq.consensus.ready import (
     AppendEntries,
     PersistHardState,
     SaveSnapshot,

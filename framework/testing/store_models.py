@@ -1,6 +1,6 @@
 """Hypothesis stateful tests of store factories against in-memory models.
 
-Given a conformance-suite class (``framework.testing.store_suite``) naming a
+Given a conformance-suite class (``triomq.testing.store_suite``) naming a
 factory, ``commitlog_model_test`` and ``entrylog_model_test`` return test
 cases that run random sequences of appends, reads, truncations, compactions
 and reopenings against the store and a plain-list model::
@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from framework.protocol.message import MessageRecord
-from framework.store import Entry
-from framework.testing.store_suite import (
+from triomq.protocol.message import MessageRecord
+from triomq.store import Entry
+from triomq.testing.store_suite import (
     CommitLogSuite,
     EntryLogSuite,
     make_record,

@@ -4,7 +4,7 @@ Three pytest base classes, one per store kind. To run the suite against a
 store, subclass in a test module of your own and name the factory (the
 callable your ``triomq_log_store`` hook returns)::
 
-    from framework.testing.store_suite import CommitLogSuite, EntryLogSuite, MetaStoreSuite
+    from triomq.testing.store_suite import CommitLogSuite, EntryLogSuite, MetaStoreSuite
     from my_store import MyCommitLog, MyEntryLog, MyMeta
 
     class TestMyCommitLog(CommitLogSuite):
@@ -16,7 +16,7 @@ callable your ``triomq_log_store`` hook returns)::
     class TestMyMeta(MetaStoreSuite):
         factory = staticmethod(MyMeta.open)
 
-``framework.testing.store_models`` adds hypothesis stateful tests of the same
+``triomq.testing.store_models`` adds hypothesis stateful tests of the same
 factories against in-memory models: ``commitlog_model_test(TestMyCommitLog)``
 and ``entrylog_model_test(TestMyEntryLog)`` return test cases to assign to a
 ``Test...`` name in the module.
@@ -39,9 +39,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from framework.protocol.commitlog_layout import BLANK_MAGIC, segment_start, tags_code
-from framework.protocol.message import MessageRecord, encode
-from framework.store import (
+from triomq.protocol.commitlog_layout import BLANK_MAGIC, segment_start, tags_code
+from triomq.protocol.message import MessageRecord, encode
+from triomq.store import (
     CommitLog,
     Entry,
     EntryLog,
@@ -468,6 +468,21 @@ class CommitLogSuite(_StoreSuite):
                 slave.append(make_record(1))
             assert slave.truncate_to_last_whole_record() == whole[6]
             assert slave.max_offset == whole[6]
+            slave.append_raw(whole[6], data[whole[6]:])
+            assert slave.read(0, slave.max_offset) == data
+
+    def test_close_cuts_a_partial_replicated_record(self, tmp_path: Path) -> None:
+        """A slave stopped while a record was arriving keeps only whole records:
+        what a clean stop leaves verifies clean, and the master sends the rest again."""
+        with self.opened(tmp_path / "m") as master:
+            self.fill(master, 10)
+            data = master.read(0, master.max_offset)
+            whole = [r.physical_offset for r in master.iter_records()]
+        with self.opened(tmp_path / "s") as slave:
+            slave.append_raw(0, data[:whole[6] + 30])
+        with self.opened(tmp_path / "s") as slave:
+            assert slave.max_offset == whole[6]
+            assert sum(slave.queue_max_offset("t", q) for q in range(3)) == 6
             slave.append_raw(whole[6], data[whole[6]:])
             assert slave.read(0, slave.max_offset) == data
 

@@ -1,11 +1,11 @@
 """The transport conformance suite: what every ``triomq_transport`` implementation must do.
 
-A transport is a factory of trio byte streams (``framework.transport``).
+A transport is a factory of trio byte streams (``triomq.transport``).
 To check one, subclass ``TransportConformance`` in a test module of your
 own and provide three fixtures::
 
     import pytest
-    from framework.testing.transport_suite import TransportConformance
+    from triomq.testing.transport_suite import TransportConformance
     from my_package import MyTransport
 
     class TestMyTransport(TransportConformance):
@@ -21,8 +21,12 @@ own and provide three fixtures::
         def unreachable_address(self):
             return "my://127.0.0.1:1"          # nothing listens there
 
+``from triomq.testing import TransportConformance`` imports the same class.
+Listeners must be async context managers (``triomq.transport.Listener``);
+a listener class that subclasses ``trio.abc.Listener`` is one.
+
 The tests run under pytest-trio (they carry the ``trio`` mark, so trio
-mode is not needed). ``framework.testing.rpc_suite.RpcConformance`` takes
+mode is not needed). ``triomq.testing.rpc_suite.RpcConformance`` takes
 the same three fixtures and runs the RPC layer over the transport; a
 transport should pass both.
 """
@@ -33,7 +37,13 @@ import pytest
 import trio
 import trio.testing
 
-from framework.transport import Listener, Transport, TransportError, split_address
+from triomq.transport import (
+    LISTENER_MEMBERS,
+    Listener,
+    Transport,
+    TransportError,
+    split_address,
+)
 
 
 def pattern(size: int, seed: int) -> bytes:
@@ -121,10 +131,20 @@ class TransportConformance:
         assert split_address(listen_address)[0] == transport.scheme
         listener = await transport.listen(listen_address)
         try:
+            lacks = [name for name in LISTENER_MEMBERS if not hasattr(listener, name)]
+            assert not lacks, (f"{type(listener).__name__} lacks {', '.join(lacks)} of "
+                               "triomq.transport.Listener (subclass trio.abc.Listener)")
             assert isinstance(listener, Listener)
             assert split_address(listener.address)[0] == transport.scheme
         finally:
             await listener.aclose()
+
+    async def test_async_with_closes_the_listener(self, transport: Transport,
+                                                  listen_address: str) -> None:
+        async with await transport.listen(listen_address) as listener:
+            assert isinstance(listener, Listener)
+        with pytest.raises(TransportError):
+            await transport.connect(listener.address)
 
     async def test_bytes_flow_both_ways(self, transport: Transport,
                                         listen_address: str) -> None:
@@ -262,7 +282,8 @@ class TransportConformance:
         if not isinstance(client, trio.abc.HalfCloseableStream):
             for resource in (client, server, listener):
                 await trio.aclose_forcefully(resource)
-            pytest.skip(f"{type(client).__name__} cannot half-close")
+            pytest.skip(f"{type(client).__name__} is no trio.abc.HalfCloseableStream: "
+                        "it cannot half-close")
         async with client, server, listener:
             async with trio.open_nursery() as nursery:
                 async def ask() -> None:

@@ -1,28 +1,32 @@
 """The DLedger-style controller as a plugin (entry point ``controller_dledger``).
 
 - ``triomq_node_services``: a node with role ``"controller"`` runs the
-  controller service (``service``), and so does a ``"nameserver"`` node
-  whose ``[controller]`` section sets ``enable_controller_in_namesrv``.
+  controller service (``triomq.controller.service``), and so does a
+  ``"nameserver"`` node whose ``[controller]`` section sets
+  ``enable_controller_in_namesrv``.
+- ``triomq_roles``: ``"controller"`` and ``"nameserver"``.
+- ``triomq_config_sections``: ``[controller]``.
 - ``triomq_election_policy``: ``"default"``, RocketMQ's policy.
-- ``triomq_add_cli_commands``: ``triomq admin ...`` (``cli``).
+- ``triomq_add_admin_commands``: controller commands of ``triomq admin`` (``cli``).
 
 Its configuration is ``node.config.controller``
-(``framework.controller.config.ControllerConfig``).
+(``triomq.controller.config.ControllerConfig``).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from framework.controller import default_election_policy
-from framework.hookspecs import Service, hookimpl
-from plugins.controller_dledger.cli import add_admin_commands
-from plugins.controller_dledger.service import controller_of, controller_service
+from triomq.controller import default_election_policy
+from triomq.controller.config import ControllerConfig
+from triomq.controller.service import controller_of, controller_service
+from triomq.hookspecs import Service, hookimpl
+from triomq.plugins.controller_dledger.cli import add_admin_commands
 
 if TYPE_CHECKING:
-    from framework.runtime import Node
+    from triomq.runtime import Node
 
 __all__ = ["controller_of", "controller_service"]
 
@@ -37,12 +41,24 @@ def triomq_node_services(node: Node) -> Mapping[str, Service] | None:
 
 
 @hookimpl
+def triomq_roles() -> Iterable[str]:
+    """A controller node; a nameserver node, which embeds one when its section says so."""
+    return ("controller", "nameserver")
+
+
+@hookimpl
+def triomq_config_sections() -> Mapping[str, type]:
+    """``[controller]``."""
+    return {"controller": ControllerConfig}
+
+
+@hookimpl
 def triomq_election_policy() -> Mapping[str, Callable[..., Any]]:
     """RocketMQ's default election policy."""
     return {"default": default_election_policy}
 
 
 @hookimpl
-def triomq_add_cli_commands(subparsers: argparse._SubParsersAction) -> None:
-    """``triomq admin``: controller administration."""
-    add_admin_commands(subparsers)
+def triomq_add_admin_commands(commands: argparse._SubParsersAction) -> None:
+    """Controller commands of ``triomq admin``."""
+    add_admin_commands(commands)

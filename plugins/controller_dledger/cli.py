@@ -11,6 +11,9 @@
 ``--controller`` is repeatable (the leader is found among them); every
 command prints a readable table, or one JSON document with ``--json``.
 A refusal prints the controller's code and reason and exits 1.
+``--access-key`` and ``--secret-key`` (or ``TRIOMQ_ACCESS_KEY`` and
+``TRIOMQ_SECRET_KEY``) sign the requests, for controllers that require
+admin credentials.
 """
 
 from __future__ import annotations
@@ -18,27 +21,28 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import trio
 
-from framework.config import NodeConfig
-from framework.controller.client import ControllerClient, ControllerError, ControllerUnavailable
-from framework.controller.codes import RequestCode, ResponseCode
-from framework.controller.wire import ReplicaInfo, WireError, decode_epoch_cache
-from framework.plugins import PluginManager
-from framework.protocol.remoting import RemotingCommand
-from framework.rpc import RpcClient, RpcError
-from framework.runtime import open_node
+from triomq.cli_credentials import add_credential_options, sign_requests
+from triomq.cli_table import table as text_table
+from triomq.config import NodeConfig
+from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
+from triomq.controller.codes import RequestCode, ResponseCode
+from triomq.controller.wire import ReplicaInfo, WireError, decode_epoch_cache
+from triomq.errors import ConfigError
+from triomq.plugin_manager import PluginManager
+from triomq.protocol.remoting import RemotingCommand
+from triomq.rpc import RpcClient, RpcError
+from triomq.runtime import open_node
 
 __all__ = ["add_admin_commands", "run_admin"]
 
 
-def add_admin_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``triomq admin <command>``."""
-    admin = subparsers.add_parser("admin", help="controller administration (mqadmin style)")
-    commands = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+def add_admin_commands(commands: argparse._SubParsersAction) -> None:
+    """Add the controller commands of ``triomq admin``."""
 
     def command(name: str, help_text: str, *, group: bool = True) -> argparse.ArgumentParser:
         p = commands.add_parser(name, help=help_text)
@@ -46,6 +50,7 @@ def add_admin_commands(subparsers: argparse._SubParsersAction) -> None:
                        help="a controller's RPC address, e.g. tcp://10.0.0.1:9878 (repeatable)")
         p.add_argument("--json", action="store_true", help="one JSON document for scripts")
         p.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
+        add_credential_options(p)
         if group:
             p.add_argument("--broker-name", required=True, help="the broker group")
             p.add_argument("--cluster-name", default="DefaultCluster")
@@ -79,6 +84,7 @@ async def run_admin(args: argparse.Namespace, rpc: RpcClient, out: TextIO) -> in
     client = ControllerClient(rpc, args.controller, timeout=args.timeout)
     command: Callable[..., Any] = _COMMANDS[args.admin_command]
     try:
+        sign_requests(rpc, args)
         result = await command(client, args)
     except ControllerError as exc:
         name = _code_name(exc.code)
@@ -87,7 +93,7 @@ async def run_admin(args: argparse.Namespace, rpc: RpcClient, out: TextIO) -> in
         else:
             print(f"refused: {name} ({exc.code}): {exc.remark}", file=out)
         return 1
-    except (ControllerUnavailable, RpcError, WireError) as exc:
+    except (ConfigError, ControllerUnavailable, RpcError, WireError) as exc:
         print(json.dumps({"error": str(exc)}) if args.json else f"error: {exc}", file=out)
         return 1
     data, table = result
@@ -106,16 +112,6 @@ def _code_name(code: int) -> str:
 
 
 # -- rendering ------------------------------------------------------------------------
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(h) for h in headers], *[["-" if c is None else str(c) for c in r]
-                                           for r in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-             for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def _info_json(info: ReplicaInfo) -> dict[str, Any]:
@@ -141,7 +137,7 @@ def _info_table(info: ReplicaInfo) -> str:
         head += "\nwarning: unclean election, messages acknowledged before may be lost"
     rows = [(i, a, "master" if i == info.master_broker_id else "slave",
              "yes" if i in info.sync_state_set else "no") for i, a in info.replicas]
-    return head + "\n" + _table(("brokerId", "address", "role", "inSyncStateSet"), rows)
+    return head + "\n" + text_table(("brokerId", "address", "role", "inSyncStateSet"), rows)
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -163,14 +159,14 @@ async def _metadata(client: ControllerClient, args: argparse.Namespace
                   for i, a in metadata.peers],
         "groups": [_info_json(g) for g in metadata.groups],
     }
-    table = _table(("controllerId", "address", "role"),
+    table = text_table(("controllerId", "address", "role"),
                    [(i, a, "leader" if i == metadata.leader_id else "follower")
                     for i, a in metadata.peers])
     table = f"term {metadata.term}, leader {metadata.leader_id or 'none'}\n{table}"
     groups = [(g.broker_name, g.master_broker_id, g.master_epoch,
                ",".join(map(str, sorted(g.sync_state_set))), g.sync_state_set_epoch,
                len(g.replicas)) for g in metadata.groups]
-    table += "\n\n" + _table(("group", "master", "masterEpoch", "syncStateSet",
+    table += "\n\n" + text_table(("group", "master", "masterEpoch", "syncStateSet",
                               "syncStateSetEpoch", "replicas"), groups)
     return data, table
 
@@ -232,7 +228,7 @@ async def _epochs(client: ControllerClient, args: argparse.Namespace) -> tuple[A
             rows.append((broker_id, address, "none", None, None, cache.confirm_offset))
         data.append({"brokerId": broker_id, "address": address, "maxOffset": cache.max_offset,
                      "confirmOffset": cache.confirm_offset, "epochs": entries})
-    table = _table(("brokerId", "address", "epoch", "startOffset", "endOffset",
+    table = text_table(("brokerId", "address", "epoch", "startOffset", "endOffset",
                     "confirmOffset"), rows)
     return {"brokerName": args.broker_name, "replicas": data}, table
 

@@ -2,7 +2,7 @@
 
 Register the data source with a session, then read a store root::
 
-    from plugins.spark_export import register
+    from triomq.plugins.spark_export import register
     register(spark)
     spark.read.format("triomq").load("/data/broker-a")                 # messages
     spark.read.format("triomq").option("table", "epochs").load(...)    # epoch history
@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from framework.hookspecs import hookimpl
+from triomq.hookspecs import hookimpl
 
 __all__ = ["FORMAT", "register"]
 
@@ -32,21 +32,35 @@ def register(spark: Any) -> None:
 
     Reads default their ``parallelism`` option to the session's
     ``defaultParallelism`` as found now (1 where a session has no
-    ``sparkContext``, as with Spark Connect).
+    ``sparkContext``, as with Spark Connect). The source's Python workers
+    run an interpreter that can import triomq: ``PYSPARK_PYTHON`` or
+    ``spark.pyspark.python`` if set, else on a local master this one when
+    ``python3`` cannot; on a local master an interpreter set that cannot
+    raises ``SparkExportError`` here, saying what to set (see ``workers``).
     """
     from pyspark.errors import PySparkException
 
-    from plugins.spark_export.source import data_source_class
+    from triomq.plugins.spark_export.source import data_source_class
+    from triomq.plugins.spark_export.workers import worker_python
 
     try:
-        parallelism = max(1, int(spark.sparkContext.defaultParallelism))
+        context = spark.sparkContext
+        parallelism = max(1, int(context.defaultParallelism))
     except (AttributeError, PySparkException):  # Spark Connect: no sparkContext
-        parallelism = 1
-    spark.dataSource.register(data_source_class(parallelism))
+        spark.dataSource.register(data_source_class(1))
+        return
+    python = worker_python(context, spark.conf.get("spark.pyspark.python", None))
+    # The source's functions take the interpreter PySpark names when they are
+    # wrapped, here: only this source's workers run ``python``.
+    previous, context.pythonExec = context.pythonExec, python
+    try:
+        spark.dataSource.register(data_source_class(parallelism))
+    finally:
+        context.pythonExec = previous
 
 
 @hookimpl
 def triomq_add_cli_commands(subparsers: argparse._SubParsersAction) -> None:
-    from plugins.spark_export.cli import add_commands
+    from triomq.plugins.spark_export.cli import add_commands
 
     add_commands(subparsers)

@@ -1,4 +1,4 @@
-"""Arrow arrays over the column buffers ``framework.protocol.columns`` builds in C.
+"""Arrow arrays over the column buffers ``triomq.protocol.columns`` builds in C.
 
 ``record_columns`` reads every field of a run of records in one pass; this
 module only wraps its buffers (no copy) as arrays of the data source's
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from framework.protocol.columns import RecordColumns, VarColumn, record_columns
+from triomq.protocol.columns import RecordColumns, VarColumn, record_columns
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 PROPERTIES = pa.map_(pa.string(), pa.string())

@@ -3,12 +3,12 @@
 ``decode_range`` finds the records of a byte range (with the log's segment
 size: checked in C by ``record_index``; else by walking the record lengths
 in Python) and decodes them in runs of up to ``batch_rows``: first every
-column at once in C (``arrow_columns``, over ``framework.protocol.columns``),
+column at once in C (``arrow_columns``, over ``triomq.protocol.columns``),
 and when that does not apply (odd property strings, no C extension), with
 Arrow kernels over the whole run (``arrow_fast``), and when that does not
 apply either (IPv6 hosts, long topics) or the run does not check out, record
 by record, with
-``framework.protocol.message.check`` validating each (lengths, magic, body
+``triomq.protocol.message.check`` validating each (lengths, magic, body
 CRC) and the fields read straight into column lists. Either way no
 ``MessageRecord`` is built per message. Properties are split into the
 ``map<string,string>`` column with Arrow kernels (``message``'s parser is the
@@ -31,7 +31,10 @@ import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from framework.protocol.message import (
+from triomq.plugins.spark_export.arrow_columns import PROPERTIES, TIMESTAMP, column_arrays
+from triomq.plugins.spark_export.arrow_fast import fast_columns
+from triomq.plugins.spark_export.record_index import CheckedRecords, checked_records
+from triomq.protocol.message import (
     BLANK_MAGIC,
     BORNHOST_V6,
     MAGIC_V1,
@@ -42,9 +45,6 @@ from framework.protocol.message import (
     check,
     properties_from_bytes,
 )
-from plugins.spark_export.arrow_columns import PROPERTIES, TIMESTAMP, column_arrays
-from plugins.spark_export.arrow_fast import fast_columns
-from plugins.spark_export.record_index import CheckedRecords, checked_records
 
 #: (name, Arrow type, Spark type) of every column, in order.
 COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (

@@ -23,7 +23,7 @@ import zlib
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from framework.protocol.message import BORNHOST_V6, MAGIC_V1, STOREHOST_V6
+from triomq.protocol.message import BORNHOST_V6, MAGIC_V1, STOREHOST_V6
 
 # Field positions of a MAGIC_V1 record with IPv4 hosts.
 _CRC, _QUEUE_ID, _FLAG, _QUEUE_OFFSET, _PHYS, _SYSFLAG = 8, 12, 16, 20, 28, 36

@@ -4,11 +4,12 @@
 tables (``controller_tables``) to ``OUT_DIR/<table>.parquet`` with pyarrow.
 
 By default the export runs in this process with pyarrow (see
-``plugins.spark_export.parquet``), with a rich progress bar when stderr is
-a terminal. ``--spark-master URL`` runs it as a Spark job instead (the
-``triomq`` data source written with ``partitionBy("topic")``), on any
-cluster; both record the next offset in ``OUT_DIR/_triomq_export.json``
-and resume from it.
+``triomq.plugins.spark_export.parquet``), with its progress on stderr
+(messages, bytes, rate, time left): a rich bar on a terminal, else a plain
+line every ten seconds (``progress``). ``--spark-master URL`` runs it as a
+Spark job instead (the ``triomq`` data source written with
+``partitionBy("topic")``), on any cluster; both record the next offset in
+``OUT_DIR/_triomq_export.json`` and resume from it.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from framework.errors import TriomqError
-from plugins.spark_export.options import ReadOptions, parse_options
+from triomq.errors import TriomqError
+from triomq.plugins.spark_export.options import ReadOptions, parse_options
+from triomq.plugins.spark_export.progress import Progress, ProgressLines, terminal_bar
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -28,7 +31,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     export = subparsers.add_parser("export", help="export a store's messages (Parquet)")
     sub = export.add_subparsers(dest="export_format", required=True, metavar="FORMAT")
     p = sub.add_parser("parquet", help="export messages to Parquet, partitioned by topic")
-    p.add_argument("store_dir", metavar="STORE_DIR", help="store root holding commitlog/")
+    p.add_argument("store_dir", metavar="STORE_DIR",
+                   help="store root holding commitlog/, or another store plugin's store "
+                        "(LMDB...)")
     p.add_argument("out_dir", metavar="OUT_DIR", help="output directory (resumable)")
     p.add_argument("--topics", nargs="+", metavar="TOPIC",
                    help="topics to export (space or comma separated; default all)")
@@ -67,11 +72,11 @@ def run_export(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
     opts = options_from_args(args)
     if args.spark_master:
-        from plugins.spark_export.spark_job import export_with_spark
+        from triomq.plugins.spark_export.spark_job import export_with_spark
 
         result = export_with_spark(opts, args.out_dir, args.spark_master)
     else:
-        from plugins.spark_export.parquet import export_parquet
+        from triomq.plugins.spark_export.parquet import export_parquet
 
         with _progress() as progress:
             result = export_parquet(opts, args.out_dir, progress)
@@ -82,7 +87,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 def run_controller_export(args: argparse.Namespace) -> int:
     """Run ``triomq export controller``; return the exit code."""
-    from plugins.spark_export.controller_tables import export_parquet
+    from triomq.plugins.spark_export.controller_tables import export_parquet
 
     logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
     counts = export_parquet(args.controller_dirs, args.out_dir)
@@ -91,26 +96,27 @@ def run_controller_export(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def _progress() -> Iterator:
+def _progress() -> Iterator[Progress]:
+    """The export's progress on stderr: a rich bar on a terminal, else plain lines."""
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
     console = Console(stderr=True)
-    if not console.is_terminal:
-        yield None
+    if console.is_terminal:
+        with terminal_bar(console) as update:
+            yield update
         return
-    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                  TimeRemainingColumn(), console=console) as bar:
-        task = bar.add_task("exporting", total=None)
+    lines = ProgressLines()
 
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+    def update(done: int, total: int, messages: int) -> None:
+        line = lines.update(time.monotonic(), done, total, messages)
+        if line is not None:
+            print(line, file=sys.stderr, flush=True)
 
-        yield update
+    yield update
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the plugin's commands alone (``python -m plugins.spark_export.cli``)."""
+    """Run the plugin's commands alone (``python -m triomq.plugins.spark_export.cli``)."""
     parser = argparse.ArgumentParser(prog="triomq")
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

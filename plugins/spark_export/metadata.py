@@ -1,7 +1,7 @@
 """Metadata tables of a store root, read as small DataFrames (option ``table``).
 
 - ``epochs``: the epoch history from ``epochFileCheckpoint`` (RocketMQ's
-  format, read by ``framework.ha.checkpoint``): ``epoch``, ``startOffset``,
+  format, read by ``triomq.ha.checkpoint``): ``epoch``, ``startOffset``,
   ``endOffset``; the last, open epoch ends at the end of the log.
 - ``status``: one row describing the log: ``minOffset``, ``maxOffset`` (end
   of the whole records), ``confirmOffset`` (null when none is recorded),
@@ -19,11 +19,11 @@ from collections.abc import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from framework.errors import TriomqError
-from framework.ha.checkpoint import load_epoch_checkpoint
-from plugins.spark_export.errors import SparkExportError
-from plugins.spark_export.options import ReadOptions
-from plugins.spark_export.store_files import StoreFiles
+from triomq.errors import TriomqError
+from triomq.ha.checkpoint import load_epoch_checkpoint
+from triomq.plugins.spark_export.errors import SparkExportError
+from triomq.plugins.spark_export.options import ReadOptions
+from triomq.plugins.spark_export.store_files import StoreFiles
 
 SCHEMAS = {
     "epochs": "epoch int, startOffset long, endOffset long",

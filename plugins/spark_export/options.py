@@ -34,7 +34,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from plugins.spark_export.errors import SparkExportError
+from triomq.plugins.spark_export.errors import SparkExportError
 
 STORE_TABLES = ("messages", "epochs", "status")
 CONTROLLER_TABLES = ("syncStateSet", "masterHistory", "syncStateSetHistory")

@@ -19,18 +19,18 @@ from __future__ import annotations
 import json
 import os
 import urllib.parse
-from collections.abc import Callable
 
 import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from plugins.spark_export.arrow_decode import ARROW_SCHEMA
-from plugins.spark_export.errors import SparkExportError
-from plugins.spark_export.options import ReadOptions
-from plugins.spark_export.plan import plan_tasks, read_task, resolve
-from plugins.spark_export.store_files import StoreFiles
+from triomq.plugins.spark_export.arrow_decode import ARROW_SCHEMA
+from triomq.plugins.spark_export.errors import SparkExportError
+from triomq.plugins.spark_export.options import ReadOptions
+from triomq.plugins.spark_export.plan import plan_tasks, read_task, resolve
+from triomq.plugins.spark_export.progress import Progress
+from triomq.plugins.spark_export.store_files import StoreFiles
 
 STATE_FILE = "_triomq_export.json"
 FILE_SCHEMA = pa.schema([f for f in ARROW_SCHEMA if f.name != "topic"])
@@ -110,10 +110,10 @@ def resume_options(opts: ReadOptions, out_dir: str) -> tuple[ReadOptions, Export
 
 
 def export_parquet(opts: ReadOptions, out_dir: str,
-                   progress: Callable[[int, int], None] | None = None) -> ExportResult:
+                   progress: Progress | None = None) -> ExportResult:
     """Export the records ``opts`` selects to ``out_dir`` with pyarrow.
 
-    ``progress(done_bytes, total_bytes)`` is called as batches are read.
+    ``progress(done_bytes, total_bytes, messages)`` is called as batches are read.
     """
     opts, state = resume_options(opts, out_dir)
     files = StoreFiles.open(opts.path)
@@ -126,17 +126,19 @@ def export_parquet(opts: ReadOptions, out_dir: str,
     total = bounds.end - bounds.start
     for task in tasks:
         batches = []
+        read = rows
         for batch in read_task(task):
             batches.append(batch)
-            if progress is not None:
+            read += batch.num_rows
+            if progress is not None and batch.num_rows:
                 last = batch.column("physicalOffset")[-1].as_py()
-                progress(min(max(last - bounds.start, 0), total), total)
+                progress(min(max(last - bounds.start, 0), total), total, read)
         table = pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
         written += _write_chunk(table, out_dir, task.lo)
         rows += table.num_rows
         ExportState(files.root, topics, task.hi).save(out_dir)
         if progress is not None:
-            progress(task.hi - bounds.start, total)
+            progress(task.hi - bounds.start, total, rows)
     if not tasks:
         ExportState(files.root, topics, bounds.end).save(out_dir)
     return ExportResult(bounds.start, bounds.end, rows, written)

@@ -20,17 +20,18 @@ from collections.abc import Iterator
 import attrs
 import pyarrow as pa
 
-from framework.protocol.commitlog_layout import segment_name, segment_start
-from plugins.spark_export.arrow_decode import Stop, decode_range
-from plugins.spark_export.errors import CorruptLogError, SparkExportError
-from plugins.spark_export.options import ReadOptions
-from plugins.spark_export.store_files import (
+from triomq.plugins.spark_export.arrow_decode import Stop, decode_range
+from triomq.plugins.spark_export.errors import CorruptLogError, SparkExportError
+from triomq.plugins.spark_export.options import ReadOptions
+from triomq.plugins.spark_export.plugin_store import read_plugin_range
+from triomq.plugins.spark_export.store_files import (
     LogEnd,
     StoreFiles,
     iter_segment_ranges,
     map_range,
     walk_file,
 )
+from triomq.protocol.commitlog_layout import segment_name, segment_start
 
 log = logging.getLogger("triomq.spark")
 
@@ -40,7 +41,8 @@ class ReadTask:
     """Read the records in ``[lo, hi)`` that start at or after ``min_offset``.
 
     ``lo`` is a record boundary. The range may span segments: the files of
-    ``commitlog_dir``, ``segment_size`` bytes of log each.
+    ``commitlog_dir``, ``segment_size`` bytes of log each, or with ``scheme``
+    the store at ``commitlog_dir`` that plugin reads (``plugin_store``).
     """
 
     commitlog_dir: str
@@ -50,6 +52,7 @@ class ReadTask:
     min_offset: int
     topics: frozenset[str] | None = None
     verify_crc: bool = True
+    scheme: str | None = None
 
 
 @attrs.frozen
@@ -134,6 +137,14 @@ def plan_tasks(files: StoreFiles, start: int, end: int, opts: ReadOptions, *,
     total = sum(hi - lo for _, lo, hi in ranges)
     if not total:
         return []
+    scheme = getattr(files, "scheme", None)
+    if scheme is not None:
+        # A plugin's store: one task per segment, read from its start (a record
+        # boundary) unless ``start`` is known to be one.
+        return [ReadTask(files.commitlog_dir, files.segment_size,
+                         lo if start_is_boundary or lo == seg.start else seg.start, hi, start,
+                         opts.topics, opts.verify_crc, scheme)
+                for seg, lo, hi in ranges]
     slots = opts.parallelism
     count = slots * -(-total // (slots * opts.max_bytes_per_partition))
     step = -(-total // count)
@@ -143,8 +154,14 @@ def plan_tasks(files: StoreFiles, start: int, end: int, opts: ReadOptions, *,
     for seg, lo, hi in ranges:
         # Cut targets are every ``step`` bytes of the read. The first task
         # starts at the first record; a target after a segment's last record
-        # moves to the next segment's start.
-        first = done if not cuts or missed else -(-done // step) * step
+        # moves to the next segment's start, and the targets of that segment
+        # stay where they are.
+        if missed:  # ``lo`` is the segment's start: ranges after the first start there
+            cuts.append(lo)
+            missed = False
+        first = done if not cuts else -(-done // step) * step
+        if cuts and cuts[-1] == lo and first == done:
+            first += step  # the segment's start answers that target already
         targets = len(range(first, done + hi - lo, step))
         at = lo + first - done
         done += hi - lo
@@ -152,7 +169,6 @@ def plan_tasks(files: StoreFiles, start: int, end: int, opts: ReadOptions, *,
             continue
         if (start_is_boundary or lo == seg.start) and at == lo and targets == 1:
             cuts.append(lo)
-            missed = False
             continue
         walk_from = lo if start_is_boundary or lo == seg.start else seg.start
         walked = walk_file(seg.path, walk_from - seg.start, hi - seg.start,
@@ -171,13 +187,18 @@ def read_task(task: ReadTask) -> Iterator[pa.RecordBatch]:
     size = task.segment_size
     for seg_start in range(segment_start(task.lo, size), task.hi, size):
         lo, hi = max(task.lo, seg_start), min(task.hi, seg_start + size)
-        path = os.path.join(task.commitlog_dir, segment_name(seg_start))
-        try:
-            buf = map_range(path, lo - seg_start, hi - seg_start)
-        except FileNotFoundError:
-            raise SparkExportError(
-                path, "segment file is gone (deleted by retention since the read was planned)"
-            ) from None
+        if task.scheme is not None:
+            path = task.commitlog_dir
+            buf = memoryview(read_plugin_range(task.scheme, path, lo, hi))
+        else:
+            path = os.path.join(task.commitlog_dir, segment_name(seg_start))
+            try:
+                buf = map_range(path, lo - seg_start, hi - seg_start)
+            except FileNotFoundError:
+                raise SparkExportError(
+                    path, "segment file is gone (deleted by retention since the read was "
+                          "planned)"
+                ) from None
         stop: list[Stop] = []
         yield from decode_range(buf, lo, min_offset=task.min_offset, max_end=hi,
                                 topics=task.topics, verify_crc=task.verify_crc, stop=stop,

@@ -1,7 +1,7 @@
 """Where the records of a byte range start, found and checked in C, as Arrow arrays.
 
 Walking record lengths one by one in Python costs more than decoding the
-records with Arrow kernels. ``framework.protocol.commitlog_layout.index_records``
+records with Arrow kernels. ``triomq.protocol.commitlog_layout.index_records``
 walks a range in C and checks every record on the way (lengths, magic, body
 CRC, the physical offset each record carries, UTF-8 topic and properties);
 its answer, consume-queue entries ``(physicalOffset, size, tagsCode)`` in runs
@@ -21,7 +21,7 @@ import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from framework.protocol.commitlog_layout import SPEEDUPS, index_records
+from triomq.protocol.commitlog_layout import SPEEDUPS, index_records
 
 _ENTRY = 20  # a consume-queue entry: physicalOffset int64, size int32, tagsCode int64
 

@@ -2,7 +2,7 @@
 
 ::
 
-    from plugins.spark_export import register
+    from triomq.plugins.spark_export import register
     register(spark)
     df = spark.read.format("triomq").option("topics", "orders").load("/data/broker-a")
 
@@ -32,11 +32,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from plugins.spark_export import FORMAT, metadata
-from plugins.spark_export.arrow_decode import SCHEMA_DDL
-from plugins.spark_export.errors import SparkExportError
-from plugins.spark_export.options import CONTROLLER_TABLES, ReadOptions, parse_options
-from plugins.spark_export.plan import (
+from triomq.plugins.spark_export import FORMAT, metadata
+from triomq.plugins.spark_export.arrow_decode import SCHEMA_DDL
+from triomq.plugins.spark_export.errors import SparkExportError
+from triomq.plugins.spark_export.options import CONTROLLER_TABLES, ReadOptions, parse_options
+from triomq.plugins.spark_export.plan import (
     ReadTask,
     available_end,
     plan_tasks,
@@ -44,7 +44,7 @@ from plugins.spark_export.plan import (
     resolve,
     warn_tail,
 )
-from plugins.spark_export.store_files import StoreFiles
+from triomq.plugins.spark_export.store_files import StoreFiles
 
 try:  # Spark >= 4.2: pin the end of an availableNow query when it starts.
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -72,7 +72,7 @@ class TriomqDataSource(DataSource):
         if opts.table in CONTROLLER_TABLES:
             # Imported when used: message reads (every Spark worker) need none of
             # the Raft and controller modules it loads.
-            from plugins.spark_export import controller_tables
+            from triomq.plugins.spark_export import controller_tables
 
             controller_tables.controller_dirs(opts.paths)
             return controller_tables.SCHEMAS[opts.table]
@@ -82,7 +82,7 @@ class TriomqDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = self._options()
         if opts.table in CONTROLLER_TABLES:
-            from plugins.spark_export import controller_tables
+            from triomq.plugins.spark_export import controller_tables
 
             found = controller_tables.history(opts.paths)
             return metadata.TableReader(controller_tables.rows(opts.table, found))

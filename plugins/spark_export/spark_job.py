@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 import sys
 
-from plugins.spark_export.options import ReadOptions
-from plugins.spark_export.parquet import ExportResult, ExportState, resume_options
-from plugins.spark_export.plan import resolve
-from plugins.spark_export.store_files import StoreFiles
+from triomq.plugins.spark_export.options import ReadOptions
+from triomq.plugins.spark_export.parquet import ExportResult, ExportState, resume_options
+from triomq.plugins.spark_export.plan import resolve
+from triomq.plugins.spark_export.store_files import StoreFiles
 
 
 def spark_session(master: str, app_name: str = "triomq-export"):
@@ -25,7 +25,7 @@ def spark_session(master: str, app_name: str = "triomq-export"):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from plugins.spark_export import register
+    from triomq.plugins.spark_export import register
 
     spark = (SparkSession.builder.master(master).appName(app_name)
              .config("spark.ui.enabled", "false")

@@ -1,10 +1,11 @@
 """Read-only access to a store root's files: segments, log end, confirm offset, epochs.
 
-The Spark reader never opens a store through a store plugin: a RocketMQ
-store is a directory of files (``framework.protocol.commitlog_layout``), so
-the driver lists ``commitlog/`` and Spark tasks read segment byte ranges
-directly, whichever program (triomq's mmap store or RocketMQ itself) wrote
-them. Nothing here writes.
+Where a store root has segment files, the Spark reader does not go through
+a store plugin: a RocketMQ store is a directory of files
+(``triomq.protocol.commitlog_layout``), so the driver lists ``commitlog/``
+and Spark tasks read segment byte ranges directly, whichever program
+(triomq's mmap store or RocketMQ itself) wrote them. Other stores (LMDB...)
+are read through their plugin (``plugin_store``). Nothing here writes.
 
 The confirm offset (the group's confirmed offset: every replica of the
 SyncStateSet has the bytes below it) lives where RocketMQ 5 keeps it: the
@@ -24,8 +25,9 @@ from collections.abc import Iterator
 
 import attrs
 
-from framework.protocol.columns import RecordStarts, record_starts
-from framework.protocol.commitlog_layout import (
+from triomq.plugins.spark_export.errors import SparkExportError
+from triomq.protocol.columns import RecordStarts, record_starts
+from triomq.protocol.commitlog_layout import (
     COMMITLOG_DIR,
     DEFAULT_SEGMENT_SIZE,
     EPOCH_CHECKPOINT,
@@ -35,7 +37,7 @@ from framework.protocol.commitlog_layout import (
     segment_start,
     sorted_segments,
 )
-from framework.protocol.message import (
+from triomq.protocol.message import (
     BLANK_MAGIC,
     MAGIC_V1,
     MAGIC_V2,
@@ -43,8 +45,7 @@ from framework.protocol.message import (
     RecordError,
     check,
 )
-from framework.protocol.store_checkpoint import CONFIRM_PHY_OFFSET, CheckpointError, read_long
-from plugins.spark_export.errors import SparkExportError
+from triomq.protocol.store_checkpoint import CONFIRM_PHY_OFFSET, CheckpointError, read_long
 
 log = logging.getLogger("triomq.spark")
 
@@ -92,13 +93,19 @@ class StoreFiles:
 
     @classmethod
     def open(cls, root: str | None, where: str = "path") -> StoreFiles:
-        """Open the store at ``root``; ``SparkExportError`` naming ``where`` if it is not one."""
+        """Open the store at ``root``; ``SparkExportError`` naming ``where`` if it is not one.
+
+        A store without ``commitlog/`` (an LMDB store...) is read through the
+        store plugin that recognises it (``plugin_store.PluginStoreFiles``).
+        """
         if not root:
             raise SparkExportError(where, "no store root given (load(STORE_DIR))")
         if not os.path.isdir(root):
             raise SparkExportError(root, "is not a directory")
         if not os.path.isdir(os.path.join(root, COMMITLOG_DIR)):
-            raise SparkExportError(root, f"is not a store root: it has no {COMMITLOG_DIR}/")
+            from triomq.plugins.spark_export.plugin_store import PluginStoreFiles
+
+            return PluginStoreFiles(root)  # type: ignore[return-value]
         return cls(root)
 
     def refresh(self) -> None:

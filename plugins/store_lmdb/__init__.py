@@ -1,7 +1,9 @@
 """The LMDB store plugin: commit log, Raft entry log and meta store, one environment each.
 
-Provides ``("commitlog", "lmdb")``, ``("entrylog", "lmdb")`` and
-``("meta", "lmdb")`` through ``triomq_log_store``. Writes are durable when
+Provides ``("commitlog", "lmdb")``, ``("entrylog", "lmdb")``,
+``("meta", "lmdb")`` and the read-only ``("commitlog-reader", "lmdb")`` (for
+``triomq store``, ``triomq export`` and the Spark source) through
+``triomq_log_store``. Writes are durable when
 they return unless the store is opened with ``sync=False``.
 
 Options (one table may serve every kind): ``segment_size`` (commit log: the
@@ -14,12 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from framework.hookspecs import StoreFactory, hookimpl
-from plugins.store_lmdb.commitlog import LmdbCommitLog
-from plugins.store_lmdb.entrylog import LmdbEntryLog
-from plugins.store_lmdb.meta import LmdbMetaStore
+from triomq.hookspecs import StoreFactory, hookimpl
+from triomq.plugins.store_lmdb.commitlog import LmdbCommitLog
+from triomq.plugins.store_lmdb.entrylog import LmdbEntryLog
+from triomq.plugins.store_lmdb.meta import LmdbMetaStore
+from triomq.plugins.store_lmdb.reader import LmdbLogReader
+from triomq.store import READER_KIND
 
-__all__ = ["LmdbCommitLog", "LmdbEntryLog", "LmdbMetaStore"]
+__all__ = ["LmdbCommitLog", "LmdbEntryLog", "LmdbLogReader", "LmdbMetaStore"]
 
 
 @hookimpl
@@ -28,4 +32,5 @@ def triomq_log_store() -> Mapping[tuple[str, str], StoreFactory]:
         ("commitlog", "lmdb"): LmdbCommitLog.open,
         ("entrylog", "lmdb"): LmdbEntryLog.open,
         ("meta", "lmdb"): LmdbMetaStore.open,
+        (READER_KIND, "lmdb"): LmdbLogReader.open,
     }

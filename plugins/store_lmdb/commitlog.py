@@ -20,7 +20,8 @@ import struct
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from framework.protocol.commitlog_layout import (
+from triomq.plugins.store_lmdb.env import OPTION_KEYS, Env
+from triomq.protocol.commitlog_layout import (
     DEFAULT_SEGMENT_SIZE,
     check_placement,
     pack_records,
@@ -28,8 +29,8 @@ from framework.protocol.commitlog_layout import (
     segment_start,
     tags_code,
 )
-from framework.protocol.message import MessageRecord, RecordError, decode, store_timestamp_at
-from framework.store import (
+from triomq.protocol.message import MessageRecord, RecordError, decode, store_timestamp_at
+from triomq.store import (
     AppendResult,
     OffsetMismatch,
     OffsetOutOfRange,
@@ -41,7 +42,6 @@ from framework.store import (
     read_into_by_read,
     store_options,
 )
-from plugins.store_lmdb.env import OPTION_KEYS, Env
 
 _U64 = struct.Struct(">Q")
 _QID = struct.Struct(">i")
@@ -57,7 +57,7 @@ def _qkey(topic: str, queue_id: int) -> bytes:
 
 
 class LmdbCommitLog(ScratchAppend, ScratchRead):
-    """A ``framework.store.CommitLog`` in one LMDB environment.
+    """A ``triomq.store.CommitLog`` in one LMDB environment.
 
     Options: ``segment_size`` (virtual segment size for blank padding;
     default 1 GiB; fixed at creation), ``map_size`` (initial, grows),
@@ -465,6 +465,8 @@ class LmdbCommitLog(ScratchAppend, ScratchRead):
 
     def close(self) -> None:
         if not self._env.closed:
+            # A record still arriving from the master: a recovery would cut it anyway.
+            self.truncate(self._dispatched)
             self.flush()
             self._env.close()
 

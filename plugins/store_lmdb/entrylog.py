@@ -6,8 +6,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from framework.store import Entry, HardState, IndexOutOfRange, StoreError, store_options
-from plugins.store_lmdb.env import OPTION_KEYS, Env
+from triomq.plugins.store_lmdb.env import OPTION_KEYS, Env
+from triomq.store import Entry, HardState, IndexOutOfRange, StoreError, store_options
 
 _U64 = struct.Struct(">Q")
 _TERM = struct.Struct(">Q")
@@ -15,7 +15,7 @@ _PAIR = struct.Struct(">QQ")
 
 
 class LmdbEntryLog:
-    """A ``framework.store.EntryLog``: ``entries`` maps index -> term | data.
+    """A ``triomq.store.EntryLog``: ``entries`` maps index -> term | data.
 
     ``meta`` holds ``first`` (first index, compaction term) and ``hard``
     (term, vote). Options: ``map_size``, ``sync`` (default True: every call

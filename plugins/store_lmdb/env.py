@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import lmdb
 
-from framework.store import StoreClosed
+from triomq.store import StoreClosed
 
 T = TypeVar("T")
 

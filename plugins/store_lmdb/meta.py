@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from framework.store import store_options
-from plugins.store_lmdb.env import OPTION_KEYS, Env
+from triomq.plugins.store_lmdb.env import OPTION_KEYS, Env
+from triomq.store import store_options
 
 
 class LmdbMetaStore:
-    """A ``framework.store.MetaStore`` in its own LMDB environment.
+    """A ``triomq.store.MetaStore`` in its own LMDB environment.
 
     Options: ``map_size`` (initial, grows as needed), ``sync`` (default True).
     """

@@ -18,9 +18,9 @@ import os
 
 import attrs
 
-from framework.durable_files import replace_atomically
-from framework.store import StoreCorruption
-from plugins.store_mmap.segments import read_json
+from triomq.durable_files import replace_atomically
+from triomq.plugins.store_mmap.segments import read_json
+from triomq.store import StoreCorruption
 
 CHECKPOINT_FILE = "triomq_checkpoint.json"
 

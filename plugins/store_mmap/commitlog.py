@@ -3,14 +3,16 @@
 Layout under the store root: ``commitlog/`` segments, ``consumequeue/``
 queues, ``triomq_checkpoint.json`` (see ``checkpoint``) and ``lock`` (held
 while open, as RocketMQ does, so two processes never write one store).
-Opening runs recovery:
+Opening runs recovery (``recovery``):
 
 - clean restart (checkpoint says ``clean``): trust ``max_offset``, scan
   nothing, so the time does not grow with the log;
 - abnormal restart: scan from the checkpoint's ``recover_from`` (the first
   segment when there is no checkpoint, e.g. a store written by RocketMQ),
   re-index every record found in the consume queues, and cut the log at the
-  first record that fails its length, magic or CRC check.
+  first record the record rule refuses (``triomq.log_check``: lengths,
+  magic, CRC, UTF-8 topic and properties, placement, queue offsets), where
+  ``triomq store verify`` reports the data ends.
 
 Cutting zeroes the bytes from the cut to the end of data and removes later
 segments, so a record past the cut can never be found again.
@@ -18,35 +20,43 @@ segments, so a record past the cut can never be found again.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from framework.protocol.commitlog_layout import (
+from triomq.plugins.store_mmap.checkpoint import Checkpoint
+from triomq.plugins.store_mmap.consume_queue import ConsumeQueue, queue_dir
+from triomq.plugins.store_mmap.mapping_pool import MappingPool, default_limit
+from triomq.plugins.store_mmap.recovery import Recovery, cached_tags_code
+from triomq.plugins.store_mmap.replicated import check_replicated
+from triomq.plugins.store_mmap.segments import (
+    OPTION_KEYS,
+    DirectoryLock,
+    SegmentQueue,
+    out_of_resources,
+)
+from triomq.protocol.commitlog_layout import (
     COMMITLOG_DIR,
     CONSUMEQUEUE_DIR,
     CQ_ENTRY_SIZE,
     DEFAULT_CQ_ENTRIES_PER_FILE,
     DEFAULT_SEGMENT_SIZE,
     QueueRun,
-    check_placement,
     index_records,
     iter_spans,
     pack_records,
+    runs_fit,
     scan_log,
     segment_start,
-    tags_code,
-    unpack_cq_entry,
 )
-from framework.protocol.message import (
+from triomq.protocol.message import (
     MessageRecord,
     RecordError,
     decode,
     store_timestamp_at,
 )
-from framework.store import (
+from triomq.store import (
     AppendResult,
     OffsetMismatch,
     OffsetOutOfRange,
@@ -54,35 +64,46 @@ from framework.store import (
     StoreClosed,
     StoreCorruption,
     StoreError,
+    StoreOutOfResources,
     store_options,
 )
-from plugins.store_mmap.checkpoint import Checkpoint
-from plugins.store_mmap.consume_queue import ConsumeQueue, queue_dir
-from plugins.store_mmap.replicated import check_queue_offset, check_replicated, runs_fit
-from plugins.store_mmap.segments import OPTION_KEYS, DirectoryLock, SegmentQueue
 
 DEFAULT_CHECKPOINT_INTERVAL = 64 << 20
 
-_tags_code = functools.lru_cache(maxsize=4096)(tags_code)
 
-
-class MmapCommitLog:
-    """A ``framework.store.CommitLog`` on memory-mapped segment files.
+class MmapCommitLog(Recovery):
+    """A ``triomq.store.CommitLog`` on memory-mapped segment files.
 
     Options: ``segment_size`` (bytes per segment; default 1 GiB, or the size
     of the existing segments), ``cq_entries_per_file`` (default 300,000),
     ``checkpoint_interval`` (bytes flushed between checkpoint updates, which
-    bounds the scan of an abnormal restart; default 64 MiB), ``full_recovery``
-    (scan from the first segment whatever the checkpoint says).
+    bounds the scan of an abnormal restart; default 64 MiB: ``flush`` syncs
+    the commit log, the consume queues are synced at each checkpoint and an
+    abnormal restart indexes the records after it again), ``full_recovery``
+    (scan from the first segment whatever the checkpoint says),
+    ``max_open_consume_queue_files`` (consume-queue files kept mapped, one
+    descriptor each, however many queues there are; default 1024, or half
+    the process's open-file limit if lower).
+
+    An append that would need a file, mapping or disk space the process
+    cannot get raises ``StoreOutOfResources`` before writing anything.
     """
 
     def __init__(self, root: str, *, segment_size: int | None = None,
                  cq_entries_per_file: int = DEFAULT_CQ_ENTRIES_PER_FILE,
                  checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL,
-                 full_recovery: bool = False) -> None:
+                 full_recovery: bool = False,
+                 max_open_consume_queue_files: int | None = None) -> None:
         self.root = root
         if segment_size is not None and segment_size < 4096:
             raise StoreError(f"segment_size {segment_size} is below 4096 bytes")
+        if max_open_consume_queue_files is None:
+            max_open_consume_queue_files = default_limit()
+        if max_open_consume_queue_files < 1:
+            raise StoreError(f"max_open_consume_queue_files {max_open_consume_queue_files} "
+                             "is below 1")
+        #: The consume queues' mapped files.
+        self.cq_files = MappingPool(max_open_consume_queue_files)
         os.makedirs(root, exist_ok=True)
         self._lock = DirectoryLock(root)
         try:
@@ -115,7 +136,8 @@ class MmapCommitLog:
     @classmethod
     def open(cls, directory: str, options: Mapping[str, Any]) -> MmapCommitLog:
         """The ``triomq_log_store`` factory."""
-        used = ("segment_size", "cq_entries_per_file", "checkpoint_interval", "full_recovery")
+        used = ("segment_size", "cq_entries_per_file", "checkpoint_interval", "full_recovery",
+                "max_open_consume_queue_files")
         return cls(directory, **store_options(options, OPTION_KEYS, used, "mmap"))
 
     # ------------------------------------------------------------------ offsets
@@ -133,151 +155,14 @@ class MmapCommitLog:
     def flushed_offset(self) -> int:
         return self._flushed
 
-    # ---------------------------------------------------------------- recovery
-
-    def _load_queues(self) -> None:
-        if not os.path.isdir(self._cq_root):
-            return
-        for topic in sorted(os.listdir(self._cq_root)):
-            tdir = os.path.join(self._cq_root, topic)
-            if not os.path.isdir(tdir):
-                raise StoreCorruption(tdir, 0, "not a topic directory")
-            for qid in sorted(os.listdir(tdir)):
-                if not qid.isdigit():
-                    raise StoreCorruption(os.path.join(tdir, qid), 0, "not a queue id directory")
-                self._cqs[topic, int(qid)] = ConsumeQueue(os.path.join(tdir, qid),
-                                                          self._cq_entries)
-
-    def _recover(self, cp: Checkpoint | None, full: bool) -> None:
-        first = self._log.first_start
-        end_of_files = self._log.end
-        if first is None:
-            self._write_pos = self._dispatched = self._flushed = self._recover_from = 0
-            self.recovery = {"clean": cp is not None and cp.clean, "scanned": 0, "cut_at": None}
-        elif (cp is not None and cp.clean and not full
-              and first <= cp.dispatched <= cp.max_offset <= end_of_files):
-            self._write_pos = cp.max_offset
-            self._dispatched = cp.dispatched
-            self._flushed = cp.max_offset
-            self._recover_from = cp.dispatched
-            self.recovery = {"clean": True, "scanned": 0, "cut_at": None}
-        else:
-            start = first if cp is None or full else cp.recover_from
-            if not first <= start < end_of_files:
-                start = first
-            end, reason = self._scan_and_index(start, end_of_files)
-            self._cut(end, end_of_files)
-            for key, cq in self._cqs.items():
-                cq.truncate_physical(end)
-                self._repair_queue_tail(key, cq, end)
-            self._write_pos = self._dispatched = end
-            self._log.sync_range(start, end)
-            for cq in self._cqs.values():
-                cq.sync()
-            self._flushed = self._recover_from = end
-            self.recovery = {"clean": False, "scanned": end - start,
-                             "cut_at": end if reason else None, "reason": reason}
-        if self.min_offset > 0:
-            for cq in self._cqs.values():
-                cq.drop_before_physical(self.min_offset)
-        self._save_checkpoint(clean=False)
-
-    def _scan_and_index(self, start: int, limit: int) -> tuple[int, str | None]:
-        """Index every good record in ``[start, limit)``; return where the good data ends."""
-        end = start
-        for seg in self._log.segments_from(start):
-            if seg.start >= limit:
-                break
-            pos = max(start, seg.start) - seg.start
-            stop = min(seg.end, limit) - seg.start
-            fast = self._index_segment(seg, pos, stop)
-            if fast is not None:
-                end, blank = fast
-                if not blank:
-                    break
-                continue
-            blank = False
-            try:
-                for span in iter_spans(seg.mm, pos, stop, base_offset=seg.start,
-                                       segment_end=seg.size):
-                    if span.blank:
-                        blank = True
-                    else:
-                        self._index(seg.mm, span.offset - seg.start, seg.start, span.size)
-                    end = span.offset + span.size
-            except RecordError as exc:
-                return exc.offset, f"{seg.path}: {exc.reason}"
-            if not blank:
-                break
-        return end, None
-
-    def _index_segment(self, seg: Any, pos: int, stop: int) -> tuple[int, bool] | None:
-        """Index ``seg``'s records in ``[pos, stop)`` with ``index_records``.
-
-        Returns where the records end and whether a blank ends the segment,
-        or ``None`` (nothing indexed) when the per-record walk must run: a
-        bad or torn record, or one that does not fit its queue.
-        """
-        # Released explicitly: a view left alive (say, in a traceback) would keep
-        # the segment's mmap from closing.
-        with memoryview(seg.mm) as view, view[pos:stop] as part:
-            index = index_records(part, seg.start + pos, self.segment_size)
-        if index is None or index[1] == "torn" or not runs_fit(index[2], self._queue_bounds):
-            return None
-        end, _, runs = index
-        records_end = seg.start + pos
-        for topic, queue_id, first, entries in runs:
-            phys, size, _ = unpack_cq_entry(entries, len(entries) - CQ_ENTRY_SIZE)
-            records_end = max(records_end, phys + size)
-            self._queue(topic, queue_id).put_run(first, entries)
-        # The walk reached the segment's end past the last record: a blank.
-        return end, end == seg.end and records_end < end
-
-    def _index(self, buf: Any, pos: int, base: int, size: int) -> None:
-        """Put the (valid) record at ``buf[pos:]`` in its consume queue, if it fits there."""
-        check_placement(buf, pos, base + pos)
-        record, _ = decode(buf, pos, base_offset=base, verify_crc=False)
-        cq = self._queue(record.topic, record.queue_id)
-        check_queue_offset(record, base + pos, cq.min_offset, cq.max_offset)
-        cq.put(record.queue_offset, base + pos, size, _tags_code(record.tags))
-
-    def _repair_queue_tail(self, key: tuple[str, int], cq: ConsumeQueue, end: int) -> None:
-        """Drop queue entries that point at something other than their record.
-
-        After a crash during a truncation the queue may still hold entries of
-        dropped records whose offsets are now taken by other records.
-        """
-        while cq.max_offset > cq.min_offset:
-            q = cq.max_offset - 1
-            phys, size, _ = cq.get(q)
-            if phys < self.min_offset or self._entry_matches(key, q, phys, size, end):
-                return
-            cq.truncate(q)
-
-    def _entry_matches(self, key: tuple[str, int], q: int, phys: int, size: int, end: int
-                       ) -> bool:
-        if phys + size > end:
-            return False
-        seg = self._log.find(phys)
-        try:
-            record, n = decode(seg.mm, phys - seg.start, base_offset=seg.start)
-        except RecordError:
-            return False
-        return (n == size and record.queue_offset == q and record.physical_offset == phys
-                and (record.topic, record.queue_id) == key)
-
-    def _cut(self, end: int, data_end: int) -> None:
-        """Durably drop every byte at or past ``end`` (up to ``data_end``)."""
-        with self._log.lock:
-            seg = self._log.find(end)
-            if seg is not None:
-                self._log.zero(end, min(seg.end, max(data_end, end)))
-                seg.sync()
-                self._log.delete_from(seg.end)
-            else:
-                self._log.delete_from(end)
-
     def _save_checkpoint(self, *, clean: bool) -> None:
+        # A recovery re-indexes the records from ``recover_from`` on (all of them
+        # after a clean stop): the queue entries before it must be on disk first.
+        # Between checkpoints they need not be, so a flush syncs the commit log
+        # alone, as RocketMQ's group commit does (its consume queues are flushed
+        # apart, and rebuilt from the commit log after a crash).
+        for cq in list(self._cqs.values()):
+            cq.sync()
         Checkpoint(clean=clean, max_offset=self._write_pos, dispatched=self._dispatched,
                    recover_from=self._recover_from).save(self.root)
 
@@ -292,7 +177,11 @@ class MmapCommitLog:
         if cq is None:
             if not topic or "/" in topic or topic in (".", ".."):
                 raise StoreError(f"topic {topic!r} cannot name a consume-queue directory")
-            cq = ConsumeQueue(queue_dir(self._cq_root, topic, queue_id), self._cq_entries)
+            directory = queue_dir(self._cq_root, topic, queue_id)
+            try:
+                cq = ConsumeQueue(directory, self._cq_entries, pool=self.cq_files)
+            except OSError as exc:
+                raise out_of_resources(exc, f"creating {directory}") from None
             self._cqs[topic, queue_id] = cq
         return cq
 
@@ -311,9 +200,19 @@ class MmapCommitLog:
                                  result_type=AppendResult)
         except ValueError as exc:
             raise StoreError(str(exc)) from None
-        self._log.write(base, batch.data)
-        for (topic, queue_id), (first, entries) in batch.queue_runs.items():
-            self._queue(topic, queue_id).put_run(first, entries)
+        # Everything that can run short (queue files, mappings, blocks) first:
+        # a failure leaves the log and the queues as they were.
+        self.cq_files.hold()
+        try:
+            runs = [(self._queue(topic, queue_id), first, entries)
+                    for (topic, queue_id), (first, entries) in batch.queue_runs.items()]
+            for cq, first, entries in runs:
+                cq.reserve(first, len(entries) // CQ_ENTRY_SIZE)
+            self._log.write(base, batch.data)
+            for cq, first, entries in runs:
+                cq.put_run(first, entries)
+        finally:
+            self.cq_files.release()
         self._write_pos = self._dispatched = base + len(batch.data)
         return batch.results
 
@@ -353,16 +252,21 @@ class MmapCommitLog:
         else:  # the bytes to check span two segments
             index = index_records(self._log.read(start, end - start), start,
                                   self.segment_size)
-        queues = None if index is None or index[1] == "zero" else self._queues_of(index[2])
-        if queues is None:
-            try:
+        self.cq_files.hold()
+        try:
+            queues = None if index is None or index[1] == "zero" else self._queues_of(index[2])
+            if queues is None:
                 return self._append_raw_checked(offset, end, start)
-            except StoreCorruption:
-                self._log.zero(offset, end)
-                raise
-        records_end, _, runs = index
-        for cq, (_, _, first, entries) in zip(queues, runs, strict=True):
-            cq.put_run(first, entries)
+            records_end, _, runs = index
+            for cq, (_, _, first, entries) in zip(queues, runs, strict=True):
+                cq.reserve(first, len(entries) // CQ_ENTRY_SIZE)
+            for cq, (_, _, first, entries) in zip(queues, runs, strict=True):
+                cq.put_run(first, entries)
+        except (StoreCorruption, StoreOutOfResources):
+            self._log.zero(offset, end)
+            raise
+        finally:
+            self.cq_files.release()
         self._write_pos = end
         self._dispatched = records_end
         return self._write_pos
@@ -395,9 +299,11 @@ class MmapCommitLog:
             raise StoreCorruption("replicated data", scan.end, "zero fill where a record "
                                   "should start")
         records = check_replicated(buf, start, scan.spans, self._queue_bounds)
+        for _, r in records:
+            self._queue(r.topic, r.queue_id).reserve(r.queue_offset, 1)
         for span, r in records:
             self._queue(r.topic, r.queue_id).put(r.queue_offset, span.offset, span.size,
-                                                 _tags_code(r.tags))
+                                                 cached_tags_code(r.tags))
         self._write_pos = end
         self._dispatched = scan.end
         return self._write_pos
@@ -526,8 +432,6 @@ class MmapCommitLog:
             boundary = self._dispatched
             if hi > self._flushed:
                 self._log.sync_range(self._flushed, hi)
-            for cq in list(self._cqs.values()):
-                cq.sync()
             self._flushed = max(self._flushed, hi)
             if boundary - self._recover_from >= self._checkpoint_interval:
                 self._recover_from = boundary
@@ -612,6 +516,8 @@ class MmapCommitLog:
     def close(self) -> None:
         if self._closed:
             return
+        # A record still arriving from the master: a recovery would cut it anyway.
+        self.truncate(self._dispatched)
         self.flush()
         with self._log.lock:
             self._recover_from = self._dispatched

@@ -7,30 +7,41 @@ in order, so the non-zero entries of the last file are a prefix; the
 physical offsets of a queue's entries increase, which makes every search a
 binary search. A consume queue is derived data: recovery rebuilds its tail
 from the commit log.
+
+A store's queues share a ``MappingPool``, which bounds the files they keep
+mapped (and so the descriptors they hold) however many queues there are.
+Blocks are allocated ``PREALLOCATE_CHUNK`` bytes ahead, not the commit
+log's megabytes: a store may hold tens of thousands of mostly idle queues.
 """
 
 from __future__ import annotations
 
 import os
 
-from framework.protocol.commitlog_layout import (
+from triomq.plugins.store_mmap.mapping_pool import MappingPool
+from triomq.plugins.store_mmap.segments import SegmentQueue
+from triomq.protocol.commitlog_layout import (
     CQ_ENTRY_SIZE,
     pack_cq_entry,
     pack_cq_entry_into,
     unpack_cq_entry,
 )
-from plugins.store_mmap.segments import SegmentQueue
 
 _ZERO_ENTRY = bytes(CQ_ENTRY_SIZE)
 _BLANK_ENTRY = pack_cq_entry(0, 0x7FFFFFFF, 0)
+
+#: Bytes of a queue file's blocks allocated ahead at a time (3,276 entries).
+PREALLOCATE_CHUNK = 64 << 10
 
 
 class ConsumeQueue:
     """The consume queue stored in ``directory``."""
 
-    def __init__(self, directory: str, entries_per_file: int, *, writable: bool = True) -> None:
+    def __init__(self, directory: str, entries_per_file: int, *, writable: bool = True,
+                 pool: MappingPool | None = None) -> None:
         self.files = SegmentQueue(directory, entries_per_file * CQ_ENTRY_SIZE, writable=writable,
-                                  sync_creation_lazily=True, read_ahead_new=False)
+                                  sync_creation_lazily=True, read_ahead_new=False, pool=pool,
+                                  preallocate_chunk=PREALLOCATE_CHUNK)
         self.min_offset = self._find_min()
         self.max_offset = max(self._find_max(), self.min_offset)
         self._synced = self.max_offset
@@ -72,6 +83,7 @@ class ConsumeQueue:
         """
         self.files.delete_from(0)
         pos = queue_offset * CQ_ENTRY_SIZE
+        self.files.reserve(pos - pos % self.files.segment_size, pos + CQ_ENTRY_SIZE)
         seg = self.files.get_or_create(pos)
         seg.mm[0:pos - seg.start] = _BLANK_ENTRY * ((pos - seg.start) // CQ_ENTRY_SIZE)
         self.min_offset = self.max_offset = self._synced = queue_offset
@@ -82,6 +94,20 @@ class ConsumeQueue:
             end = self.files.end
             if end is None or queue_offset * CQ_ENTRY_SIZE > end or queue_offset < self.min_offset:
                 self._start_at(queue_offset)
+
+    def reserve(self, first: int, count: int) -> None:
+        """Take the files and blocks entries ``[first, first + count)`` need, so
+        that writing them cannot fail; ``StoreOutOfResources`` if they cannot be had."""
+        lo = first * CQ_ENTRY_SIZE
+        hi = lo + count * CQ_ENTRY_SIZE
+        files = self.files
+        if files.segments and first == self.max_offset:  # the usual case: in the last file
+            seg = files.segments[-1]
+            if seg.start <= lo and hi <= (seg.allocated if files.preallocate else seg.end):
+                seg.pin()  # mapped, and kept so while the pool is held
+                return
+        self._ensure(first)
+        files.reserve(lo, hi)
 
     def put(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> None:
         """Write entry ``queue_offset`` (idempotent: recovery may rewrite it)."""

@@ -17,10 +17,16 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from framework.durable_files import replace_atomically
-from framework.protocol.commitlog_layout import END_FILE_MIN_BLANK_LENGTH, blank_header
-from framework.protocol.message import BLANK_MAGIC
-from framework.store import (
+from triomq.durable_files import replace_atomically
+from triomq.plugins.store_mmap.segments import (
+    OPTION_KEYS,
+    DirectoryLock,
+    SegmentQueue,
+    read_json,
+)
+from triomq.protocol.commitlog_layout import END_FILE_MIN_BLANK_LENGTH, blank_header
+from triomq.protocol.message import BLANK_MAGIC
+from triomq.store import (
     Entry,
     HardState,
     IndexOutOfRange,
@@ -28,12 +34,6 @@ from framework.store import (
     StoreCorruption,
     StoreError,
     store_options,
-)
-from plugins.store_mmap.segments import (
-    OPTION_KEYS,
-    DirectoryLock,
-    SegmentQueue,
-    read_json,
 )
 
 ENTRY_MAGIC = 0xE17E0001
@@ -51,7 +51,7 @@ def _crc(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
 
 
 class MmapEntryLog:
-    """A ``framework.store.EntryLog`` on segment files; option ``segment_size``."""
+    """A ``triomq.store.EntryLog`` on segment files; option ``segment_size``."""
 
     def __init__(self, directory: str, *, segment_size: int = DEFAULT_ENTRY_SEGMENT_SIZE) -> None:
         self.directory = directory

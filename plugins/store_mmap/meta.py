@@ -8,15 +8,15 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from framework.durable_files import replace_atomically
-from framework.store import StoreClosed, StoreCorruption, store_options
-from plugins.store_mmap.segments import OPTION_KEYS, read_json
+from triomq.durable_files import replace_atomically
+from triomq.plugins.store_mmap.segments import OPTION_KEYS, read_json
+from triomq.store import StoreClosed, StoreCorruption, store_options
 
 META_FILE = "meta.json"
 
 
 class FileMetaStore:
-    """A ``framework.store.MetaStore``: values are kept in memory and in ``meta.json``.
+    """A ``triomq.store.MetaStore``: values are kept in memory and in ``meta.json``.
 
     Every write rewrites the file (write, fsync, rename, fsync directory), so
     it suits the small metadata it is meant for (offsets, topic config,

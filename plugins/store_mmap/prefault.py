@@ -62,6 +62,8 @@ import sys
 import threading
 from typing import Protocol
 
+import attrs
+
 #: Bytes warmed ahead of the write position.
 WARM_AHEAD = 32 << 20
 #: Bytes per ``madvise`` call. The thread needs the GIL between two calls,
@@ -133,6 +135,17 @@ class WarmSegment(Protocol):
     size: int
 
 
+@attrs.define
+class WarmReport:
+    """What a ``Warmer`` did: bytes it populated writable and readable, and
+    ``madvise`` calls the kernel refused (those pages fault on the writer's
+    side instead)."""
+
+    writable_bytes: int = 0
+    readable_bytes: int = 0
+    failed_calls: int = 0
+
+
 class Warmer:
     """Keeps one segment queue's pages warm ahead of its writer.
 
@@ -140,7 +153,7 @@ class Warmer:
     ``end``; a thread then warms ``seg`` up to ``end + WARM_AHEAD`` and
     exits once there (no thread lingers while the log is idle). Call
     ``synced`` after each sync of the queue and ``stop`` before unmapping
-    any segment.
+    any segment. ``report`` counts what was warmed, and how.
     """
 
     def __init__(self) -> None:
@@ -169,6 +182,7 @@ class Warmer:
         self._large_until = 0
         #: Large folios the writer is to punch out, from past its end to here.
         self._punch: tuple[WarmSegment, int] | None = None
+        self.report = WarmReport()
 
     def synced(self) -> None:
         """The queue was synced: the next pages asked for are warmed readable,
@@ -295,7 +309,14 @@ class Warmer:
             seg, lo, hi, advice, large = job
             # A failure (EFAULT, ENOMEM under memory pressure) only means these
             # pages fault on the writer's side, as without warming.
-            _populate(_madvise, seg.mm, lo, hi, advice)
+            failed = _populate(_madvise, seg.mm, lo, hi, advice) != 0
+            with self._lock:
+                if failed:
+                    self.report.failed_calls += 1
+                elif advice == _MADV_POPULATE_WRITE:
+                    self.report.writable_bytes += hi - lo
+                else:
+                    self.report.readable_bytes += hi - lo
             if large:
                 # Recorded once populated: a sync dropping large folios while
                 # this chunk was being warmed leaves it to the next sync. The

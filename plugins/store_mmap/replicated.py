@@ -2,39 +2,26 @@
 
 A record carries its queue offset; the log accepts one that rewrites an
 entry its queue has or adds the next one, never one that skips ahead of
-the queue's end (the slave would index a gap). ``QueueBounds`` gives a
-queue's current ``(min_offset, max_offset)``: ``(0, 0)`` for a queue the
-log does not have yet.
+the queue's end (the rule is ``commitlog_layout.queue_offset_error``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from framework.protocol.commitlog_layout import CQ_ENTRY_SIZE, QueueRun, Span, check_placement
-from framework.protocol.message import MessageRecord, RecordError, decode
-from framework.store import StoreCorruption
-
-QueueBounds = Callable[[str, int], tuple[int, int]]
+from triomq.protocol.commitlog_layout import (
+    QueueBounds,
+    Span,
+    check_placement,
+    queue_offset_error,
+)
+from triomq.protocol.message import MessageRecord, RecordError, decode
+from triomq.store import StoreCorruption
 
 
 def check_queue_offset(record: MessageRecord, phys: int, lo: int, hi: int) -> None:
-    """A record may rewrite its queue's entries or add the next one, not skip ahead."""
-    if record.queue_offset > hi > lo:
-        raise RecordError(phys, f"queue offset {record.queue_offset} skips ahead of "
-                                f"{record.topic}:{record.queue_id}'s end {hi}")
-
-
-def runs_fit(runs: list[QueueRun], bounds: QueueBounds) -> bool:
-    """Whether no run of ``index_records`` skips ahead of its queue's end."""
-    ends: dict[tuple[str, int], tuple[int, int]] = {}
-    for topic, queue_id, first, entries in runs:
-        key = (topic, queue_id)
-        lo, hi = ends.get(key) or bounds(topic, queue_id)
-        if first > hi > lo:
-            return False
-        ends[key] = (lo, max(hi, first + len(entries) // CQ_ENTRY_SIZE))
-    return True
+    """Raise ``RecordError`` if ``record`` skips ahead of its queue ``(lo, hi)``."""
+    error = queue_offset_error(record.topic, record.queue_id, record.queue_offset, phys, lo, hi)
+    if error is not None:
+        raise error
 
 
 def check_replicated(buf: bytes, base: int, spans: list[Span], bounds: QueueBounds

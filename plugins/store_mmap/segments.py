@@ -22,17 +22,21 @@ first-touch faults, block reservation included, off the writer's thread.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import fcntl
 import json
 import mmap
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from framework.durable_files import TEMP_SUFFIX, fsync_directory
-from framework.protocol.commitlog_layout import SegmentNameError, parse_segment_name, segment_name
-from framework.store import StoreCorruption, StoreError
-from plugins.store_mmap import prefault
+from triomq.durable_files import TEMP_SUFFIX, fsync_directory
+from triomq.plugins.store_mmap import prefault
+from triomq.protocol.commitlog_layout import SegmentNameError, parse_segment_name, segment_name
+from triomq.store import StoreCorruption, StoreError, StoreOutOfResources
+
+if TYPE_CHECKING:
+    from triomq.plugins.store_mmap.mapping_pool import MappingPool
 
 #: Bytes of blocks ``SegmentQueue.write`` allocates ahead at a time.
 PREALLOCATE_CHUNK = 4 << 20
@@ -100,9 +104,29 @@ class Segment:
         """Make the segment's written bytes durable."""
         os.fdatasync(self.fd)
 
+    def sync_all(self) -> None:
+        """Make the segment's bytes and size durable."""
+        os.fsync(self.fd)
+
+    def allocate(self, lo: int, hi: int) -> None:
+        os.posix_fallocate(self.fd, lo, hi - lo)
+
+    def advise(self, advice: int) -> None:
+        self.mm.madvise(advice)
+
+    def pin(self) -> None:
+        """Nothing to do: a plain segment stays mapped while open (see ``PooledSegment``)."""
+
     def close(self) -> None:
         self.mm.close()
         os.close(self.fd)
+
+
+def out_of_resources(exc: OSError, what: str) -> Exception:
+    """``exc`` as a ``StoreOutOfResources`` if it says the process or disk ran short."""
+    if exc.errno in StoreOutOfResources.ERRNOS:
+        return StoreOutOfResources(what, exc.errno)
+    return exc
 
 
 class SegmentQueue:
@@ -129,13 +153,22 @@ class SegmentQueue:
     later or never (a consume queue's first 20-byte entry cost ~1.5 ms, 0.01
     ms without), and ahead of the commit log's page warming. Full segments
     and those found on disk keep the default advice, for their readers.
+
+    With a ``pool`` (consume queues) the segments are ``PooledSegment``s,
+    mapped only while in use; ``preallocate_chunk`` is how far ahead blocks
+    are allocated. Running short of descriptors, mappings or disk space
+    while creating, mapping or reserving a segment raises
+    ``StoreOutOfResources`` and changes nothing.
     """
 
     def __init__(self, directory: str, segment_size: int | None, *, writable: bool = True,
                  warm: bool = False, sync_creation_lazily: bool = False,
-                 read_ahead_new: bool = True) -> None:
+                 read_ahead_new: bool = True, pool: MappingPool | None = None,
+                 preallocate_chunk: int = PREALLOCATE_CHUNK) -> None:
         self.directory = directory
         self.writable = writable
+        self._pool = pool
+        self._chunk = preallocate_chunk
         self._lazy_creation = sync_creation_lazily and writable
         self._read_ahead_new = read_ahead_new
         #: The segment mapped for random access while being filled.
@@ -143,8 +176,8 @@ class SegmentQueue:
         #: Segments created since the last ``sync_range``, their creation not durable yet.
         self._created: list[Segment] = []
         self._warmer = prefault.Warmer() if warm and writable and prefault.SUPPORTED else None
-        # Warming reserves the blocks itself (see prefault).
-        self._preallocate = writable and self._warmer is None
+        #: Blocks are allocated ahead of writes (warming reserves them itself, see prefault).
+        self.preallocate = writable and self._warmer is None
         # Held for structural changes (create, delete) and while syncing, so a
         # flush in a worker thread never touches a segment being removed.
         self.lock = threading.RLock()
@@ -179,10 +212,16 @@ class SegmentQueue:
                 if self.segments and start != self.segments[-1].end:
                     raise StoreCorruption(path, 0, f"gap: previous segment ends at "
                                           f"{self.segments[-1].end}")
-                self._add(Segment(path, start, segment_size, writable))
+                self._add(self._open_segment(path, start, writable))
         except BaseException:
             self.close()
             raise
+
+    def _open_segment(self, path: str, start: int, writable: bool) -> Segment:
+        if self._pool is None:
+            return Segment(path, start, self.segment_size, writable)
+        from triomq.plugins.store_mmap.mapping_pool import PooledSegment
+        return PooledSegment(self._pool, path, start, self.segment_size, writable)
 
     def _add(self, seg: Segment) -> None:
         self.segments.append(seg)
@@ -221,8 +260,25 @@ class SegmentQueue:
                 raise ValueError(f"segment at {start} would leave a gap after "
                                  f"{self.segments[-1].end}")
             path = os.path.join(self.directory, segment_name(start))
-            tmp = path + TEMP_SUFFIX
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                seg = self._create(path, start)
+            except OSError as exc:
+                raise out_of_resources(exc, f"creating {path}") from None
+            if not self._read_ahead_new:
+                if self._filling is not None:
+                    self._filling.advise(mmap.MADV_NORMAL)
+                seg.advise(mmap.MADV_RANDOM)
+                self._filling = seg
+            self._add(seg)
+            if self._lazy_creation:
+                self._created.append(seg)
+            return seg
+
+    def _create(self, path: str, start: int) -> Segment:
+        """Create and open the segment file ``path`` (nothing left behind if it fails)."""
+        tmp = path + TEMP_SUFFIX
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
             try:
                 os.ftruncate(fd, self.segment_size)
                 if not self._lazy_creation:
@@ -230,18 +286,32 @@ class SegmentQueue:
             finally:
                 os.close(fd)
             os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        try:
             if not self._lazy_creation:
                 fsync_directory(self.directory)
-            seg = Segment(path, start, self.segment_size, True)
-            if not self._read_ahead_new:
-                if self._filling is not None:
-                    self._filling.mm.madvise(mmap.MADV_NORMAL)
-                seg.mm.madvise(mmap.MADV_RANDOM)
-                self._filling = seg
-            self._add(seg)
-            if self._lazy_creation:
-                self._created.append(seg)
-            return seg
+            seg = self._open_segment(path, start, True)
+            _ = seg.mm  # a pooled segment maps here, where failing changes nothing
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        return seg
+
+    def reserve(self, lo: int, hi: int) -> None:
+        """Create, map and allocate what writing ``[lo, hi)`` needs, so that
+        ``write`` of those bytes cannot fail for want of resources."""
+        offset = lo
+        while offset < hi:
+            seg = self.get_or_create(offset)
+            end = min(hi, seg.end)
+            if end - seg.start > seg.allocated and self.preallocate:
+                self._reserve(seg, offset - seg.start, end - seg.start)
+            seg.pin()  # mapped now, and kept so while the pool is held
+            offset = end
 
     def delete_from(self, start: int) -> None:
         """Remove the segments starting at or after ``start``, the last one first."""
@@ -285,7 +355,7 @@ class SegmentQueue:
         with self.lock:
             if self._created:
                 for seg in self._created:
-                    os.fsync(seg.fd)
+                    seg.sync_all()
                 fsync_directory(self.directory)
                 self._created.clear()
             for seg in self.segments_from(lo):
@@ -338,7 +408,7 @@ class SegmentQueue:
             seg = self.segments[-1]
             pos = offset - seg.start
             end = pos + len(data)
-            if pos >= 0 and end <= (seg.allocated if self._preallocate else seg.size):
+            if pos >= 0 and end <= (seg.allocated if self.preallocate else seg.size):
                 seg.mm[pos:end] = data
                 if self._warmer is not None:
                     self._warmer.wrote(seg, end)
@@ -349,7 +419,7 @@ class SegmentQueue:
             seg = self.get_or_create(offset + done)
             pos = offset + done - seg.start
             n = min(len(view) - done, seg.size - pos)
-            if pos + n > seg.allocated and self._preallocate:
+            if pos + n > seg.allocated and self.preallocate:
                 self._reserve(seg, pos, pos + n)
             seg.mm[pos:pos + n] = view[done:done + n]
             done += n
@@ -362,7 +432,7 @@ class SegmentQueue:
         seg = self.get_or_create(offset)
         pos = offset - seg.start
         end = min(pos + max(1, size), seg.size)
-        if end > seg.allocated and self._preallocate:
+        if end > seg.allocated and self.preallocate:
             self._reserve(seg, pos, end)
         with memoryview(seg.mm) as mapped:
             return mapped[pos:end]
@@ -374,12 +444,16 @@ class SegmentQueue:
 
     def _reserve(self, seg: Segment, lo: int, hi: int) -> None:
         """Allocate ``seg``'s blocks from ``lo`` to ``hi`` rounded up to a chunk."""
-        start = max(seg.allocated, lo - lo % PREALLOCATE_CHUNK)
-        end = min(seg.size, hi + PREALLOCATE_CHUNK - hi % PREALLOCATE_CHUNK)
+        chunk = self._chunk
+        start = max(seg.allocated, lo - lo % chunk)
+        end = min(seg.size, hi + chunk - hi % chunk)
         try:
-            os.posix_fallocate(seg.fd, start, end - start)
-        except OSError:  # e.g. no space for the window: plain sparse writes still work
-            self._preallocate = False
+            seg.allocate(start, end)
+        except OSError as exc:
+            if exc.errno in StoreOutOfResources.ERRNOS:
+                # A write into a hole with no space left would kill the process (SIGBUS).
+                raise StoreOutOfResources(f"allocating {seg.path}", exc.errno) from None
+            self.preallocate = False  # not supported here: plain sparse writes
             return
         seg.allocated = end
 
@@ -413,4 +487,5 @@ class SegmentQueue:
 
 
 #: Every option a store of this plugin takes (each kind uses some of them).
-OPTION_KEYS = ("segment_size", "cq_entries_per_file", "checkpoint_interval", "full_recovery")
+OPTION_KEYS = ("segment_size", "cq_entries_per_file", "checkpoint_interval", "full_recovery",
+               "max_open_consume_queue_files")

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from framework.hookspecs import TransportFactory, hookimpl
-from plugins.transport_inproc.network import InprocNetwork, Link, forget_network, get_network
-from plugins.transport_inproc.stream import InprocStream
-from plugins.transport_inproc.transport import InprocListener, InprocTransport
+from triomq.hookspecs import TransportFactory, hookimpl
+from triomq.plugins.transport_inproc.network import InprocNetwork, Link, forget_network, get_network
+from triomq.plugins.transport_inproc.stream import InprocStream
+from triomq.plugins.transport_inproc.transport import InprocListener, InprocTransport
 
 __all__ = ["InprocListener", "InprocNetwork", "InprocStream", "InprocTransport", "Link",
            "forget_network", "get_network", "triomq_transport"]

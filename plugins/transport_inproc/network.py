@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from framework.errors import ConfigError
-from framework.transport import TransportError, split_address
-from plugins.transport_inproc.stream import Connection, InprocStream
+from triomq.errors import ConfigError
+from triomq.plugins.transport_inproc.stream import Connection, InprocStream
+from triomq.transport import TransportError, split_address
 
 if TYPE_CHECKING:
-    from plugins.transport_inproc.transport import InprocListener
+    from triomq.plugins.transport_inproc.transport import InprocListener
 
 SCHEME = "inproc"
 DEFAULT_BUFFER_SIZE = 256 * 1024

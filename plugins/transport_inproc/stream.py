@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from plugins.transport_inproc.network import InprocNetwork
+    from triomq.plugins.transport_inproc.network import InprocNetwork
 
 # Large writes are cut into segments so a slow link paces them gradually.
 _SEGMENT = 64 * 1024

@@ -7,9 +7,9 @@ from typing import Any
 
 import trio
 
-from framework.errors import ConfigError
-from plugins.transport_inproc.network import SCHEME, InprocNetwork, get_network, normalize
-from plugins.transport_inproc.stream import InprocStream
+from triomq.errors import ConfigError
+from triomq.plugins.transport_inproc.network import SCHEME, InprocNetwork, get_network, normalize
+from triomq.plugins.transport_inproc.stream import InprocStream
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_BACKLOG = 128

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from framework.errors import ConfigError
+from triomq.errors import ConfigError
 
 _PATH = "transport.options.tcp.tls"
 
@@ -20,7 +20,9 @@ class TlsOptions:
     ``cert`` is the certificate chain (it may also hold the key; else
     ``key``); ``ca`` the authorities peers' certificates must chain to (the
     system's when absent). With ``require_client_cert`` a listener accepts
-    only clients presenting a certificate signed by ``ca``: mutual TLS.
+    only clients presenting a certificate signed by ``ca``: mutual TLS
+    (``[security] admin_certificates`` then names the clients whose admin
+    requests pass).
     ``server_hostname`` overrides the name checked in the server's
     certificate (default: the host of the address dialled).
     """

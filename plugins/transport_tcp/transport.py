@@ -9,16 +9,18 @@ from typing import Any
 
 import trio
 
-from framework.errors import ConfigError
-from framework.transport import TransportError, split_address
-from plugins.transport_tcp.tls import TlsOptions
+from triomq.errors import ConfigError
+from triomq.plugins.transport_tcp.tls import TlsOptions
+from triomq.plugins.transport_tcp.tls_stream import TlsStream
+from triomq.transport import TransportError, split_address
 
 SCHEME = "tcp"
 DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 DEFAULT_BACKLOG = 128
 _PATH = "transport.options.tcp"
-_OPTIONS = {"connect_timeout", "keepalive", "keepalive_idle", "keepalive_interval",
-            "keepalive_count", "backlog", "tls"}
+_OPTIONS = {"connect_timeout", "handshake_timeout", "keepalive", "keepalive_idle",
+            "keepalive_interval", "keepalive_count", "backlog", "tls"}
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -43,7 +45,8 @@ class TcpListener(trio.abc.Listener[trio.abc.Stream]):
     """A bound TCP listener; ``address`` has the port resolved.
 
     Accepted TLS streams do their handshake on first use, so a slow client
-    does not hold up ``accept``.
+    does not hold up ``accept``; a client that has not finished it within the
+    transport's ``handshake_timeout`` is disconnected (``TlsStream``).
     """
 
     def __init__(self, listener: trio.SocketListener, address: str, transport: TcpTransport,
@@ -61,7 +64,9 @@ class TcpListener(trio.abc.Listener[trio.abc.Stream]):
         self._transport.configure(stream)
         if self._context is None:
             return stream
-        return trio.SSLStream(stream, self._context, server_side=True)
+        return TlsStream(trio.SSLStream(stream, self._context, server_side=True),
+                         server_side=True, handshake_timeout=self._transport.handshake_timeout,
+                         local=self.address)
 
     async def aclose(self) -> None:
         await self._listener.aclose()
@@ -73,16 +78,20 @@ class TcpTransport:
     ``keepalive`` turns on TCP keepalive probes: after ``keepalive_idle``
     seconds of silence, every ``keepalive_interval`` seconds, giving up after
     ``keepalive_count`` unanswered probes. TCP_NODELAY is always on (trio's
-    default): RPC frames are small and latency-bound.
+    default): RPC frames are small and latency-bound. With TLS, a handshake
+    (on a stream's first use, either side) must finish within
+    ``handshake_timeout`` seconds, else the connection is closed.
     """
 
     scheme = SCHEME
 
     def __init__(self, *, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-                 keepalive: bool = True, keepalive_idle: int = 30, keepalive_interval: int = 10,
+                 handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT, keepalive: bool = True,
+                 keepalive_idle: int = 30, keepalive_interval: int = 10,
                  keepalive_count: int = 3, backlog: int = DEFAULT_BACKLOG,
                  tls: TlsOptions | None = None) -> None:
         self.connect_timeout = connect_timeout
+        self.handshake_timeout = handshake_timeout
         self.keepalive = keepalive
         self.keepalive_idle = keepalive_idle
         self.keepalive_interval = keepalive_interval
@@ -98,13 +107,14 @@ class TcpTransport:
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> TcpTransport:
         """Build from ``[transport.options.tcp]``: ``connect_timeout`` (seconds, default 5),
+        ``handshake_timeout`` (seconds a TLS handshake may take, default 10),
         ``keepalive`` (default true), ``keepalive_idle`` / ``keepalive_interval`` (seconds)
         / ``keepalive_count``, ``backlog``, and a ``tls`` table (see ``TlsOptions``)."""
         unknown = set(options) - _OPTIONS
         if unknown:
             raise ConfigError(f"unknown option(s) {', '.join(sorted(unknown))}", _PATH)
         kwargs: dict[str, Any] = {}
-        for name in ("connect_timeout",):
+        for name in ("connect_timeout", "handshake_timeout"):
             if name in options:
                 kwargs[name] = float(_number(options, name, allow_float=True))
         for name in ("keepalive_idle", "keepalive_interval", "keepalive_count", "backlog"):
@@ -137,9 +147,10 @@ class TcpTransport:
         """Connect within ``connect_timeout``.
 
         With TLS the handshake happens on the stream's first use, as with
-        trio's own ``open_ssl_over_tcp_stream``; a failed handshake (say, a
-        rejected certificate) surfaces there as ``trio.BrokenResourceError``
-        whose ``__cause__`` is the ``ssl.SSLError``.
+        trio's own ``open_ssl_over_tcp_stream``, within ``handshake_timeout``;
+        a failed handshake (say, a rejected certificate) surfaces there as
+        ``trio.BrokenResourceError`` saying who refused what and why, its
+        ``__cause__`` the ``ssl.SSLError``.
         """
         host, port = parse_address(address)
         if port == 0:
@@ -153,7 +164,10 @@ class TcpTransport:
             if self._client_context is None:
                 return stream
             server_hostname = (self.tls.server_hostname if self.tls else None) or host
-            return trio.SSLStream(stream, self._client_context, server_hostname=server_hostname)
+            return TlsStream(trio.SSLStream(stream, self._client_context,
+                                            server_hostname=server_hostname),
+                             server_side=False, handshake_timeout=self.handshake_timeout,
+                             local=address)
         raise TransportError(f"{address}: connect timed out after {self.connect_timeout} s")
 
     async def listen(self, address: str) -> TcpListener:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import trio
 
-import framework.broker.plugin
-from framework.broker.service import Broker, broker_of
-from framework.config import NodeConfig, from_mapping
-from framework.plugins import PluginManager
-from framework.runtime import open_node
+import triomq.plugins.broker
+from triomq.broker.service import Broker, broker_of
+from triomq.config import NodeConfig, from_mapping
+from triomq.plugin_manager import PluginManager
+from triomq.runtime import open_node
 
 _networks = itertools.count(1)
 
@@ -25,7 +25,7 @@ def plugins() -> PluginManager:
     installed yet.
     """
     pm = PluginManager.discover(disable={"broker"})
-    pm.register(framework.broker.plugin, name="broker")
+    pm.register(triomq.plugins.broker, name="broker")
     return pm
 
 

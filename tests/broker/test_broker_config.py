@@ -6,11 +6,11 @@ import tomllib
 
 import pytest
 
-from framework.broker.config import BrokerConfig
-from framework.config import NodeConfig, describe, from_mapping
-from framework.errors import ConfigError
-from framework.ha.master_driver import HAMasterConfig
-from framework.ha.slave_driver import HASlaveConfig
+from triomq.broker.config import BrokerConfig
+from triomq.config import NodeConfig, describe, from_mapping
+from triomq.errors import ConfigError
+from triomq.ha.master_driver import HAMasterConfig
+from triomq.ha.slave_driver import HASlaveConfig
 
 
 def node(text: str) -> NodeConfig:

@@ -6,9 +6,9 @@ import os
 
 from broker_nodes import Cluster, caught_up, wait_until
 
-from framework.broker.client import Producer
-from framework.broker.confirm_checkpoint import ConfirmOffsetCheckpoint
-from framework.protocol.store_checkpoint import CONFIRM_PHY_OFFSET, FILE_SIZE
+from triomq.broker.client import Producer
+from triomq.broker.confirm_checkpoint import ConfirmOffsetCheckpoint
+from triomq.protocol.store_checkpoint import CONFIRM_PHY_OFFSET, FILE_SIZE
 
 SYNC = "all_ack_in_sync_state_set = true\nflush_interval = 20\n"
 
@@ -50,7 +50,7 @@ def test_a_missing_file_reads_none_and_is_created_whole(tmp_path):
 
 
 async def test_the_spark_reader_sees_what_the_broker_recorded(tmp_path):
-    from plugins.spark_export.store_files import StoreFiles
+    from triomq.plugins.spark_export.store_files import StoreFiles
 
     cluster = Cluster("inproc", tmp_path)
     async with (

@@ -1,7 +1,7 @@
 """Real processes: a slave killed with SIGKILL right after its handshake truncation.
 
 RocketMQ issue 10666: after the restart, the truncated tail must not come
-back. The slave runs as ``python -m framework.cli broker --config FILE``
+back. The slave runs as ``python -m triomq.cli broker --config FILE``
 (the broker plugin must be installed as an entry point); the master runs
 in the test process.
 """
@@ -17,8 +17,8 @@ import sys
 import trio
 from broker_nodes import Cluster, caught_up, image, wait_until
 
-from framework.broker.client import Producer
-from framework.ha.checkpoint import CHECKPOINT_FILE, load_epoch_checkpoint
+from triomq.broker.client import Producer
+from triomq.ha.checkpoint import CHECKPOINT_FILE, load_epoch_checkpoint
 
 SYNC_ALL = "all_ack_in_sync_state_set = true"
 
@@ -37,7 +37,7 @@ async def start_slave(cluster: Cluster, master_ha: str, log_file) -> trio.Proces
     config.write_text(cluster.toml("b", broker_id=1, master=master_ha, epoch=3, extra=SYNC_ALL)
                       .replace('log_level = "WARNING"', 'log_level = "INFO"'))
     return await trio.lowlevel.open_process(
-        [sys.executable, "-m", "framework.cli", "broker", "--config", str(config)],
+        [sys.executable, "-m", "triomq.cli", "broker", "--config", str(config)],
         stdout=subprocess.DEVNULL, stderr=log_file)
 
 
@@ -124,7 +124,7 @@ def test_cli_rejects_a_bad_broker_config(tmp_path):
     config = tmp_path / "bad.toml"
     config.write_text('role = "broker"\n[broker]\nbroker_id = 1\nha_listen_prot = 1\n')
     done = subprocess.run(
-        [sys.executable, "-m", "framework.cli", "broker", "--config", str(config)],
+        [sys.executable, "-m", "triomq.cli", "broker", "--config", str(config)],
         capture_output=True, text=True, timeout=60, env=os.environ)
     assert done.returncode == 2
     assert "broker.ha_listen_prot: unknown key" in done.stderr

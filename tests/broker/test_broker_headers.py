@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.broker.headers import (
+from triomq.broker.headers import (
     HeaderError,
     SendHeader,
     encode_send_header,
@@ -14,7 +14,7 @@ from framework.broker.headers import (
     parse_offset_msg_id,
     parse_send_header,
 )
-from framework.broker.processor import host_port
+from triomq.broker.processor import host_port
 
 _text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)))
 

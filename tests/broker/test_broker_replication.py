@@ -8,13 +8,13 @@ import pytest
 import trio
 from broker_nodes import Cluster, caught_up, image, wait_until
 
-from framework.broker.client import Producer
-from framework.broker.replicas_manager import BrokerRole, ReplicasManager
-from framework.broker.service import broker_of
-from framework.errors import PluginError, ServiceCrashed
-from framework.ha.checkpoint import CHECKPOINT_FILE, EpochCheckpointFile, load_epoch_checkpoint
-from framework.hookspecs import hookimpl
-from framework.protocol.message import MessageRecord
+from triomq.broker.client import Producer
+from triomq.broker.replicas_manager import BrokerRole, ReplicasManager
+from triomq.broker.service import broker_of
+from triomq.errors import PluginError, ServiceCrashed
+from triomq.ha.checkpoint import CHECKPOINT_FILE, EpochCheckpointFile, load_epoch_checkpoint
+from triomq.hookspecs import hookimpl
+from triomq.protocol.message import MessageRecord
 
 SYNC_ALL = "all_ack_in_sync_state_set = true"
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from framework.controller import ElectMasterEvent, ResponseCode
-from framework.ha.sync_replication import ReplicationStatus
-from framework.testing.clustersim import Simulation
-from framework.testing.clustersim_controller import controller_name
+from triomq.controller import ElectMasterEvent, ResponseCode
+from triomq.ha.sync_replication import ReplicationStatus
+from triomq.testing.clustersim import Simulation
+from triomq.testing.clustersim_controller import controller_name
 
 CONTROLLERS = {controller_name(i) for i in (1, 2, 3)}
 
@@ -61,7 +61,7 @@ def test_controller_leader_killed_during_an_election_elects_once(seed: int) -> N
     assert new is not None and new.name != old.name
     assert sim.group_state.master_epoch == epoch + 1
     assert [e.master_epoch for e in elections(sim)[before:]] == [epoch + 1]
-    masters = [b for b in sim.brokers.values() if b.up and b.role == "master"]
+    masters = [b for b in sim.brokers.values() if b.up and b.term.role == "master"]
     assert masters == [new]
 
 
@@ -95,7 +95,7 @@ def test_master_cut_off_from_controllers_stops_acking_then_rejoins_as_slave(
                   "a new master")
     new = sim.master()
     assert sim.group_state.master_epoch == epoch + 1
-    assert old.role == "master"  # it has not heard: still believes it is master
+    assert old.term.role == "master"  # it has not heard: still believes it is master
     switched = sim.now
     for _ in range(20):  # clients still reach the old master
         sim.put(old.name)
@@ -110,7 +110,7 @@ def test_master_cut_off_from_controllers_stops_acking_then_rejoins_as_slave(
     sim.on_truncated = lambda broker: (truncations.append(broker.log.max_offset)
                                        if broker is old else None, on_truncated(broker))[1]
     sim.heal()
-    sim.run_until(lambda: old.role == "slave" and old.master_epoch == epoch + 1, 5_000,
+    sim.run_until(lambda: old.term.role == "slave" and old.term.epoch == epoch + 1, 5_000,
                   "the old master following the new one")
     sim.run_for(2_000)
     assert truncations and truncations[0] < written_alone
@@ -138,11 +138,11 @@ def test_unclean_election_off_leaves_the_group_without_master_and_says_so() -> N
     assert sim.master() is None
     assert sim.group_state.master_broker_id is None
     assert sim.group_state.master_epoch == epoch + 1  # the dead master is fenced
-    assert all(b.role != "master" for b in sim.brokers.values() if b.up)
+    assert all(b.term.role != "master" for b in sim.brokers.values() if b.up)
     codes = {code for _, _, code, _ in sim.elections}
     assert ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE in codes
     survivor = next(b for b in sim.brokers.values() if b.up)
-    assert "unclean election is disabled" in survivor.no_master_reason
+    assert "unclean election is disabled" in survivor.flow.no_master_reason
     assert sim.possibly_lost == 0
 
 

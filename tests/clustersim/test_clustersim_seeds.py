@@ -1,15 +1,16 @@
 """The controller-mode simulation over many seeds, and checks that it can fail.
 
-A longer run (minutes): ``python -m framework.testing.clustersim --seeds 2000 --start 1000``.
+A longer run (minutes): ``python -m triomq.testing.clustersim --seeds 2000 --start 1000``.
 """
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
-from framework.testing import clustersim
-from framework.testing.clustersim import Simulation, Violation, run_seed, run_seeds
-from framework.testing.clustersim_parts import BrokerSettings
+from triomq.testing import clustersim
+from triomq.testing.clustersim import Simulation, Violation, run_seed, run_seeds
+from triomq.testing.clustersim_parts import SIM_MASTER, BrokerSettings
 
 
 def test_seed_sweep_keeps_every_invariant() -> None:
@@ -18,10 +19,13 @@ def test_seed_sweep_keeps_every_invariant() -> None:
     assert summary.passed == 120
 
 
-def test_the_sweep_exercises_failovers_and_acked_puts() -> None:
+def test_the_sweep_exercises_failovers_acked_puts_and_consumption() -> None:
     results = [run_seed(seed) for seed in range(20)]
     assert sum(r.acked for r in results) > 200
     assert sum(1 for r in results if r.elections > 1) >= 3
+    assert sum(r.consumed for r in results) >= sum(r.acked for r in results) - sum(
+        r.possibly_lost for r in results)
+    assert sum(1 for r in results if r.duplicates) >= 3  # crashes redeliver
 
 
 def test_one_seed_is_one_run() -> None:
@@ -33,12 +37,13 @@ def test_acking_on_the_master_alone_is_caught() -> None:
     # acknowledged messages on failover: the invariants must say so.
     caught = []
     for seed in range(6):
-        sim = Simulation(seed, broker_settings=BrokerSettings(all_ack_in_sync_state_set=False))
+        master = attrs.evolve(SIM_MASTER, all_ack_in_sync_state_set=False)
+        sim = Simulation(seed, broker_settings=BrokerSettings(master=master))
         result = sim.run()
         if not result.ok:
             caught.append(result.violation)
     assert caught
-    assert all("acked" in v and "replay: python -m framework.testing.clustersim" in v
+    assert all("acked" in v and "replay: python -m triomq.testing.clustersim" in v
                for v in caught)
 
 

@@ -10,9 +10,9 @@
 
 from __future__ import annotations
 
-from framework.ha.sync_replication import ReplicationStatus
-from framework.testing.clustersim import Simulation
-from framework.testing.clustersim_controller import controller_name
+from triomq.ha.sync_replication import ReplicationStatus
+from triomq.testing.clustersim import Simulation
+from triomq.testing.clustersim_controller import controller_name
 
 CONTROLLERS = {controller_name(i) for i in (1, 2, 3)}
 
@@ -24,9 +24,10 @@ def test_expand_whose_answer_is_lost_keeps_counting_the_new_member() -> None:
     slave = next(b for b in sim.brokers if b != master.name)
     # The expand {master, slave} is in flight: its request reaches the
     # controllers, every answer to the master is lost.
-    sim.run_until(lambda: master.replica_info is not None
-                  and master.replica_info.broker_id_of(slave) is not None
-                  and master.term.tracker.pending is not None, 5_000, "an expand in flight")
+    sim.run_until(lambda: master.flow.replica_info is not None
+                  and master.flow.replica_info.broker_id_of(slave) is not None
+                  and master.term.master_term.tracker.pending is not None, 5_000,
+                  "an expand in flight")
     for controller in CONTROLLERS:
         sim.network.partition({controller}, {master.name}, one_way=True)
     sim.run_until(lambda: sim.group_state.sync_state_set == {1, 2}, 3_000, "the expand committed")
@@ -36,7 +37,7 @@ def test_expand_whose_answer_is_lost_keeps_counting_the_new_member() -> None:
     for _ in range(50):  # a put acked now would lack a SyncStateSet member (a Violation)
         sim.put(master.name)
         sim.run_for(100)
-    assert master.term.tracker.effective_sync_state_set == {master.name, slave}
+    assert master.term.master_term.tracker.effective_sync_state_set == {master.name, slave}
     assert not any(at >= cut and src == master.name and status is ReplicationStatus.PUT_OK
                    for at, src, status in sim.put_results)
     assert any(at >= cut and src == master.name for at, src, _ in sim.put_results)
@@ -47,20 +48,22 @@ def test_master_relearns_a_sync_state_set_whose_answer_was_lost() -> None:
     sim.run_until(lambda: sim.master() is not None, 5_000, "a master")
     master = sim.master()
     slave = next(b for b in sim.brokers if b != master.name)
-    sim.run_until(lambda: master.replica_info is not None
-                  and master.replica_info.broker_id_of(slave) is not None
-                  and master.term.tracker.pending is not None, 5_000, "an expand in flight")
+    sim.run_until(lambda: master.flow.replica_info is not None
+                  and master.flow.replica_info.broker_id_of(slave) is not None
+                  and master.term.master_term.tracker.pending is not None, 5_000,
+                  "an expand in flight")
     for controller in CONTROLLERS:
         sim.network.partition({controller}, {master.name}, one_way=True)
     sim.run_until(lambda: sim.group_state.sync_state_set == {1, 2}, 3_000, "the expand committed")
     sim.run_for(3_000)  # answers still lost: the expand stays in flight, counted
-    assert master.term.tracker.pending == {master.name, slave}
-    assert master.term.tracker.sync_state_set == {master.name}
+    assert master.term.master_term.tracker.pending == {master.name, slave}
+    assert master.term.master_term.tracker.sync_state_set == {master.name}
     sim.producing = False
     sim.heal()
-    sim.run_until(lambda: master.term.tracker.pending is None, 3_000, "the expand resolved")
-    assert master.term.tracker.sync_state_set == {master.name, slave}
-    assert master.sync_state_set_epoch == sim.group_state.sync_state_set_epoch
+    sim.run_until(lambda: master.term.master_term.tracker.pending is None, 3_000,
+                  "the expand resolved")
+    assert master.term.master_term.tracker.sync_state_set == {master.name, slave}
+    assert master.flow.sync_state_set_epoch == sim.group_state.sync_state_set_epoch
 
 
 def test_restarted_master_does_not_confirm_what_its_slaves_lack() -> None:
@@ -79,4 +82,5 @@ def test_restarted_master_does_not_confirm_what_its_slaves_lack() -> None:
     assert master.log.max_offset > max(m.log.max_offset for m in members)
     sim.crash_broker(master.name, 100)  # back before the controllers notice
     sim.run_until(lambda: sim.master() is master, 3_000, "the master back in its epoch")
-    assert master.confirm_offset <= min(m.log.max_offset for m in members)
+    assert master.term.confirmed(master.log.max_offset) <= min(m.log.max_offset
+                                                               for m in members)

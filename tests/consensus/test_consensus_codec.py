@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.consensus import codec
-from framework.consensus import messages as msg
-from framework.consensus.confchange import ConfState
-from framework.consensus.log import Entry, EntryKind, Snapshot
+from triomq.consensus import codec
+from triomq.consensus import messages as msg
+from triomq.consensus.confchange import ConfState
+from triomq.consensus.log import Entry, EntryKind, Snapshot
 
 U64 = st.integers(min_value=0, max_value=2**64 - 1)
 ids = st.lists(U64, max_size=4)

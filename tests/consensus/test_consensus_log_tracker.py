@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from framework.consensus.confchange import (
+from triomq.consensus.confchange import (
     ConfChangeSingle,
     ConfChangeType,
     ConfChangeV2,
     Configuration,
     ConfState,
 )
-from framework.consensus.log import Entry, EntryKind, LogError, RaftLog, Snapshot, bootstrap_entries
-from framework.consensus.quorum import JointConfig
-from framework.consensus.tracker import ProgressState, ProgressTracker
+from triomq.consensus.log import Entry, EntryKind, LogError, RaftLog, Snapshot, bootstrap_entries
+from triomq.consensus.quorum import JointConfig
+from triomq.consensus.tracker import ProgressState, ProgressTracker
 
 
 def _log(extra_terms=(2, 2, 3)):

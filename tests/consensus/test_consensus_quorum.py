@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from framework.consensus.quorum import (
+from triomq.consensus.quorum import (
     UNBOUNDED_INDEX,
     JointConfig,
     MajorityConfig,

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import contextlib
 
-from framework.consensus.confchange import (
+from triomq.consensus.confchange import (
     ConfChangeSingle,
     ConfChangeType,
     ConfChangeV2,
 )
-from framework.consensus.messages import PushRequest, PushType, ResponseCode, VoteRequest
-from framework.consensus.raft import ProposalRejected, RaftConfig
-from framework.consensus.ready import Role, TruncateSuffix
-from framework.testing.raftsim_cluster import Cluster
+from triomq.consensus.messages import PushRequest, PushType, ResponseCode, VoteRequest
+from triomq.consensus.raft import ProposalRejected, RaftConfig
+from triomq.consensus.ready import Role, TruncateSuffix
+from triomq.testing.raftsim_cluster import Cluster
 
 # One entry per APPEND, so that a test can let one entry through and not the next.
 PLAIN = RaftConfig(pre_vote=False, check_quorum=False, max_batch_entries=1)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from framework.consensus.log import HardState, bootstrap_entries
-from framework.consensus.messages import TimeoutNow, VoteRequest, VoteResponse
-from framework.consensus.raft import ProposalRejected, Raft, RaftConfig
-from framework.consensus.ready import PersistHardState, Role
-from framework.errors import ConfigError
-from framework.testing.raftsim_cluster import Cluster
+from triomq.consensus.log import HardState, bootstrap_entries
+from triomq.consensus.messages import TimeoutNow, VoteRequest, VoteResponse
+from triomq.consensus.raft import ProposalRejected, Raft, RaftConfig
+from triomq.consensus.ready import PersistHardState, Role
+from triomq.errors import ConfigError
+from triomq.testing.raftsim_cluster import Cluster
 
 
 def test_single_node_elects_itself_and_commits():
@@ -126,7 +126,7 @@ def test_learner_never_campaigns():
     cluster = Cluster([1])
     cluster.elect(1)
     cluster.add_node(2)
-    from framework.consensus.confchange import ConfChangeSingle, ConfChangeType, ConfChangeV2
+    from triomq.consensus.confchange import ConfChangeSingle, ConfChangeType, ConfChangeV2
 
     change = ConfChangeV2([ConfChangeSingle(ConfChangeType.ADD_LEARNER_NODE, 2)])
     cluster[1].propose_conf_change(change)

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from framework.consensus.confchange import (
+from triomq.consensus.confchange import (
     ConfChangeSingle,
     ConfChangeTransition,
     ConfChangeType,
     ConfChangeV2,
 )
-from framework.consensus.log import Entry, EntryKind, RaftLog, Snapshot, bootstrap_entries
-from framework.consensus.messages import PushResponse
-from framework.consensus.raft import ProposalRejected
-from framework.consensus.ready import Role
-from framework.testing.raftsim_cluster import Cluster
+from triomq.consensus.log import Entry, EntryKind, RaftLog, Snapshot, bootstrap_entries
+from triomq.consensus.messages import PushResponse
+from triomq.consensus.raft import ProposalRejected
+from triomq.consensus.ready import Role
+from triomq.testing.raftsim_cluster import Cluster
 
 ADD = ConfChangeType.ADD_NODE
 LEARNER = ConfChangeType.ADD_LEARNER_NODE
@@ -167,3 +167,26 @@ def test_removed_leader_steps_down_and_hands_over():
     cluster.tick(25)
     assert cluster[1].role is Role.FOLLOWER  # never campaigns again
     assert cluster.leader() == new
+
+
+def test_a_lagging_member_follows_a_leader_its_configuration_does_not_name():
+    # Node 3 misses the changes that make 4 a voter, so its configuration
+    # still reads {1, 2, 3}. With 1 down, leader 4 needs 3 for a quorum of
+    # {1, 2, 3, 4}: 3 must take the entries of the current term's leader.
+    cluster = Cluster()
+    cluster.elect(1)
+    cluster.add_node(4)
+    cluster.isolate(3)
+    committed(cluster, 1, change((LEARNER, 4)))
+    committed(cluster, 1, change((ADD, 4)))
+    cluster[1].transfer_leadership(4)
+    cluster.settle()
+    assert cluster[4].role is Role.LEADER
+    cluster.crash(1)
+    cluster.heal()
+    assert 4 not in cluster[3].configuration.ids()
+    index = cluster.propose(4, b"needs node 3")
+    cluster.tick(cluster.config.push_timeout_ticks)  # 4 probes 3's log again
+    assert cluster.results(4)[index].code.name == "SUCCESS"
+    assert cluster[3].leader_id == 4
+    assert cluster[3].configuration.voters.incoming.voters == {1, 2, 3, 4}

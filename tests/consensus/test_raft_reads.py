@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from framework.consensus.log import Entry, HardState
-from framework.consensus.messages import HeartbeatRequest, PushResponse, ResponseCode
-from framework.consensus.raft import ProposalRejected
-from framework.consensus.ready import AppendEntries, PersistHardState, Role, coalesce
-from framework.testing.raftsim_cluster import Cluster
+from triomq.consensus.log import Entry, HardState
+from triomq.consensus.messages import HeartbeatRequest, PushResponse, ResponseCode
+from triomq.consensus.raft import ProposalRejected
+from triomq.consensus.ready import AppendEntries, PersistHardState, Role, coalesce
+from triomq.testing.raftsim_cluster import Cluster
 
 
 def read_states(cluster, node_id):

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from framework.consensus.log import Entry, EntryKind, bootstrap_entries
-from framework.consensus.messages import (
+from triomq.consensus.log import Entry, EntryKind, bootstrap_entries
+from triomq.consensus.messages import (
     HeartbeatRequest,
     PushRequest,
     PushResponse,
     PushType,
     ResponseCode,
 )
-from framework.consensus.raft import ProposalRejected, Raft, RaftConfig
-from framework.consensus.ready import AppendEntries, Role, TruncateSuffix
-from framework.testing.raftsim_cluster import Cluster
+from triomq.consensus.raft import ProposalRejected, Raft, RaftConfig
+from triomq.consensus.ready import AppendEntries, Role, TruncateSuffix
+from triomq.testing.raftsim_cluster import Cluster
 
 
 def pushes(cluster, push_type, dst=None):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from framework.consensus.confchange import ConfChangeSingle, ConfChangeType, ConfChangeV2
-from framework.consensus.log import Entry, LogError
-from framework.consensus.messages import InstallSnapshotRequest
-from framework.consensus.ready import SaveSnapshot
-from framework.testing.raftsim_cluster import Cluster
+from triomq.consensus.confchange import ConfChangeSingle, ConfChangeType, ConfChangeV2
+from triomq.consensus.log import Entry, LogError
+from triomq.consensus.messages import InstallSnapshotRequest
+from triomq.consensus.ready import SaveSnapshot
+from triomq.testing.raftsim_cluster import Cluster
 
 
 def compact_all(cluster, node_id):

@@ -9,11 +9,11 @@ from typing import Any
 
 import trio
 
-from framework.config import NodeConfig, StoreConfig, TransportConfig
-from framework.consensus.config import RaftConfig
-from framework.consensus.node import RaftNode, open_raft_node
-from framework.plugins import PluginManager
-from framework.runtime import Node, open_node
+from triomq.config import NodeConfig, StoreConfig, TransportConfig
+from triomq.consensus.config import RaftConfig
+from triomq.consensus.node import RaftNode, open_raft_node
+from triomq.plugin_manager import PluginManager
+from triomq.runtime import Node, open_node
 
 
 class Journal:

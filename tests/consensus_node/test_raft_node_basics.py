@@ -6,7 +6,7 @@ import pytest
 import trio
 from raft_node_harness import Cluster, make_members
 
-from framework.consensus.node import NotLeader, ProposalFailed
+from triomq.consensus.node import NotLeader, ProposalFailed
 
 
 @pytest.fixture

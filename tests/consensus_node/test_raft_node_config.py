@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from framework.consensus.config import RaftConfig
-from framework.errors import ConfigError
-from framework.settings import describe, from_mapping
+from triomq.consensus.config import RaftConfig
+from triomq.errors import ConfigError
+from triomq.settings import describe, from_mapping
 
 
 def test_from_toml_shaped_mapping():

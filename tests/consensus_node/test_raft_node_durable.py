@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.consensus.confchange import ConfState
-from framework.consensus.config import RaftConfig
-from framework.consensus.durable import DurableState
-from framework.consensus.log import Entry, HardState, Snapshot
-from framework.consensus.ready import AppendEntries, PersistHardState, SaveSnapshot
-from framework.plugins import PluginManager
-from framework.store import StoreCorruption
+from triomq.consensus.confchange import ConfState
+from triomq.consensus.config import RaftConfig
+from triomq.consensus.durable import DurableState
+from triomq.consensus.log import Entry, HardState, Snapshot
+from triomq.consensus.ready import AppendEntries, PersistHardState, SaveSnapshot
+from triomq.plugin_manager import PluginManager
+from triomq.store import StoreCorruption
 
 PLUGINS = PluginManager.discover()
 

@@ -8,12 +8,12 @@ import pytest
 import trio
 from raft_node_harness import Cluster, make_members
 
-from framework.consensus import codec
-from framework.consensus.confchange import ConfChangeSingle, ConfChangeType, ConfChangeV2
-from framework.consensus.log import Entry
-from framework.consensus.messages import HeartbeatRequest, PushRequest, PushType, VoteRequest
-from framework.consensus.node import RAFT_REQUEST_CODES, NotLeader, ProposalFailed
-from framework.rpc import open_rpc_client
+from triomq.consensus import codec
+from triomq.consensus.confchange import ConfChangeSingle, ConfChangeType, ConfChangeV2
+from triomq.consensus.log import Entry
+from triomq.consensus.messages import HeartbeatRequest, PushRequest, PushType, VoteRequest
+from triomq.consensus.node import RAFT_REQUEST_CODES, NotLeader, ProposalFailed
+from triomq.rpc import open_rpc_client
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 from hypothesis import strategies as st
 
-from framework.controller import (
+from triomq.controller import (
     AlterSyncStateSetEvent,
     ApplyBrokerIdEvent,
     BrokerGroup,
@@ -17,7 +17,7 @@ from framework.controller import (
     ResponseCode,
     UpdateBrokerAddressEvent,
 )
-from framework.controller._json import MAX_INT
+from triomq.controller._json import MAX_INT
 
 CLUSTER = "DefaultCluster"
 GROUP = "broker-a"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from controller_helpers import GROUP, LiveTable, address
 
-from framework.controller import (
+from triomq.controller import (
     BrokerGroup,
     BrokerLiveInfo,
     BrokerMember,

@@ -9,7 +9,7 @@ from controller_helpers import events
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.controller import (
+from triomq.controller import (
     AlterSyncStateSetEvent,
     ApplyBrokerIdEvent,
     CleanBrokerDataEvent,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from controller_helpers import CLUSTER, GROUP, address
 
-from framework.controller import BrokerHeartbeatTable, BrokerLiveInfo, default_election_policy
+from triomq.controller import BrokerHeartbeatTable, BrokerLiveInfo, default_election_policy
 
 TIMEOUT = 1000
 
@@ -86,7 +86,7 @@ def test_remove_after_clean_broker_data():
 
 
 def test_expect_masters_gives_an_unheard_master_one_timeout():
-    from framework.controller.group import BrokerGroup, BrokerMember
+    from triomq.controller.group import BrokerGroup, BrokerMember
 
     group = BrokerGroup(
         cluster_name=CLUSTER, broker_name=GROUP,

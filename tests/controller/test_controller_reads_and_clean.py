@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from controller_helpers import CLUSTER, GROUP, address
 
-from framework.controller import CleanBrokerDataEvent, ResponseCode
-from framework.controller.results import Replica
+from triomq.controller import CleanBrokerDataEvent, ResponseCode
+from triomq.controller.results import Replica
 
 Code = ResponseCode
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from controller_helpers import CLUSTER, GROUP, address, check_code
 
-from framework.controller import (
+from triomq.controller import (
     FIRST_BROKER_ID,
     ApplyBrokerIdEvent,
     BrokerGroup,

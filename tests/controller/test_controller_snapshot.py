@@ -9,7 +9,7 @@ from controller_helpers import CLUSTER, LiveTable, address, check_code
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.controller import (
+from triomq.controller import (
     AlterSyncStateSetEvent,
     ApplyBrokerIdEvent,
     CleanBrokerDataEvent,
@@ -18,7 +18,7 @@ from framework.controller import (
     SnapshotError,
     UpdateBrokerAddressEvent,
 )
-from framework.controller.snapshot import group_invariant_violation
+from triomq.controller.snapshot import group_invariant_violation
 
 GROUPS = ("a", "b")
 group_names = st.sampled_from(GROUPS)

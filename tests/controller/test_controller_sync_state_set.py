@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from controller_helpers import GROUP
 
-from framework.controller import AlterSyncStateSetEvent, ResponseCode
+from triomq.controller import AlterSyncStateSetEvent, ResponseCode
 
 Code = ResponseCode
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from controller_service_helpers import controller_plugins
 
-from framework.testing.cluster import Cluster, open_cluster
+from triomq.testing.cluster import Cluster, open_cluster
 
 #: Fast timers so that failovers take a fraction of a second.
 CONTROLLER = {"raft": {"tick_interval_ms": 20, "fsync": False}}

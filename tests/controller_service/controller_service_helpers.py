@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import trio
 
-import framework.broker.plugin
-import plugins.controller_dledger
-from framework.broker.client import Producer, SendError
-from framework.broker.service import Broker
-from framework.controller import BrokerGroup
-from framework.plugins import PluginManager
-from framework.runtime import Node
-from framework.testing.cluster import BROKER_NAME, Cluster
-from plugins.controller_dledger.service import ControllerService, controller_of
+import triomq.plugins.broker
+import triomq.plugins.controller_dledger
+from triomq.broker.client import Producer, SendError
+from triomq.broker.service import Broker
+from triomq.controller import BrokerGroup
+from triomq.controller.service import ControllerService, controller_of
+from triomq.plugin_manager import PluginManager
+from triomq.runtime import Node
+from triomq.testing.cluster import BROKER_NAME, Cluster
 
 
 def controller_plugins() -> PluginManager:
     """Discovered plugins plus the broker and controller plugins, registered explicitly
     (so the tests run whether or not their entry points are installed)."""
     pm = PluginManager.discover(disable={"broker", "controller_dledger"})
-    pm.register(framework.broker.plugin, name="broker")
-    pm.register(plugins.controller_dledger, name="controller_dledger")
+    pm.register(triomq.plugins.broker, name="broker")
+    pm.register(triomq.plugins.controller_dledger, name="controller_dledger")
     return pm
 
 

@@ -14,15 +14,18 @@ from controller_service_helpers import (
     wait_leader,
 )
 
-from framework.broker.replicas_manager import BrokerRole
-from framework.cli import build_parser
-from framework.testing.cluster import BROKER_NAME
-from plugins.controller_dledger.cli import run_admin
+from triomq.broker.replicas_manager import BrokerRole
+from triomq.cli import build_parser
+from triomq.plugins.controller_dledger.cli import run_admin
+from triomq.testing.cluster import BROKER_NAME
 
 
 async def test_admin_commands(make_cluster):
     parser = build_parser(controller_plugins())
-    async with make_cluster(transport="tcp") as cluster:
+    # Not a failover test: a busy machine stalling the brokers' heartbeats past the
+    # default 500 ms must not elect another master under the epochs it checks.
+    async with make_cluster(transport="tcp",
+                            controller={"broker_not_active_timeout": 3000}) as cluster:
         await cluster.start_controllers()
         await cluster.start_brokers()
         master = await cluster.wait_master()

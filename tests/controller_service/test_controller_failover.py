@@ -19,12 +19,12 @@ from controller_service_helpers import (
     wait_leader,
 )
 
-import plugins.controller_dledger
-from framework.broker.controller_mode import IDENTITY_FILE
-from framework.broker.replicas_manager import BrokerRole
-from framework.controller.config import ControllerConfig
-from framework.hookspecs import hookimpl
-from framework.testing.cluster import BROKER_NAME
+import triomq.plugins.controller_dledger
+from triomq.broker.controller_mode import IDENTITY_FILE
+from triomq.broker.replicas_manager import BrokerRole
+from triomq.controller.config import ControllerConfig
+from triomq.hookspecs import hookimpl
+from triomq.testing.cluster import BROKER_NAME
 
 
 async def test_registration_and_first_election(make_cluster, tmp_path):
@@ -195,7 +195,7 @@ async def test_controller_embedded_in_a_nameserver(make_cluster):
         assert {cluster.node(n).role for n in cluster.controller_names} == {"nameserver"}
     disabled = SimpleNamespace(role="nameserver", config=SimpleNamespace(
         controller=ControllerConfig()))
-    assert plugins.controller_dledger.triomq_node_services(disabled) is None
+    assert triomq.plugins.controller_dledger.triomq_node_services(disabled) is None
 
 
 async def test_repeated_failovers_lose_no_acknowledged_message(make_cluster):

@@ -17,12 +17,12 @@ from controller_service_helpers import (
     wait_leader,
 )
 
-from framework.broker.client import FlushSlaveTimeout
-from framework.broker.replicas_manager import BrokerRole
-from framework.controller import ResponseCode
-from framework.controller.client import ControllerClient, ControllerError
-from framework.testing.cluster import BROKER_NAME
-from plugins.transport_inproc import get_network
+from triomq.broker.client import FlushSlaveTimeout
+from triomq.broker.replicas_manager import BrokerRole
+from triomq.controller import ResponseCode
+from triomq.controller.client import ControllerClient, ControllerError
+from triomq.plugins.transport_inproc import get_network
+from triomq.testing.cluster import BROKER_NAME
 
 
 async def test_master_cut_off_from_the_controllers(make_cluster):

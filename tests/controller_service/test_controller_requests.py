@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from controller_service_helpers import controllers, wait_leader
 
-from framework.controller import RequestCode, ResponseCode
-from framework.controller.client import ControllerClient, ControllerError
-from framework.controller.wire import decode_config, decode_metadata
+from triomq.controller import RequestCode, ResponseCode
+from triomq.controller.client import ControllerClient, ControllerError
+from triomq.controller.wire import decode_config, decode_metadata
 
 CLUSTER, GROUP = "DefaultCluster", "broker-x"
 Code = ResponseCode

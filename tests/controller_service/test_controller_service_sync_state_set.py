@@ -11,10 +11,10 @@ from controller_service_helpers import (
     wait_leader,
 )
 
-from framework.broker.replicas_manager import BrokerRole
-from framework.controller.client import ControllerClient
-from framework.ha.master_driver import MasterFenced
-from plugins.transport_inproc import get_network
+from triomq.broker.replicas_manager import BrokerRole
+from triomq.controller.client import ControllerClient
+from triomq.ha.master_driver import MasterFenced
+from triomq.plugins.transport_inproc import get_network
 
 
 async def test_a_refused_proposal_reads_the_controllers_set_back(make_cluster):

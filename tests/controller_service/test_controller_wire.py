@@ -9,11 +9,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.broker.config import BrokerConfig
-from framework.broker.controller_mode import IDENTITY_FILE, BrokerIdentity
-from framework.controller import ApplyBrokerIdEvent, ElectMasterEvent, encode_event
-from framework.controller.config import ControllerConfig
-from framework.controller.wire import (
+from triomq.broker.config import BrokerConfig
+from triomq.broker.controller_mode import (
+    IDENTITY_FILE,
+    BrokerIdentity,
+    load_identity,
+    save_identity,
+)
+from triomq.controller import ApplyBrokerIdEvent, ElectMasterEvent, encode_event
+from triomq.controller.config import ControllerConfig
+from triomq.controller.state_machine import ReplicasStateMachine
+from triomq.controller.wire import (
     BrokerEpochCache,
     ControllerMetadata,
     Header,
@@ -30,9 +36,8 @@ from framework.controller.wire import (
     encode_replica_infos,
     join_ids,
 )
-from framework.errors import ConfigError
-from framework.settings import from_mapping
-from plugins.controller_dledger.state_machine import ReplicasStateMachine
+from triomq.errors import ConfigError
+from triomq.settings import from_mapping
 
 ids = st.integers(0, 2**63 - 1)
 names = st.text(min_size=1, max_size=12)
@@ -182,10 +187,10 @@ def test_broker_config_in_controller_mode():
 
 
 def test_broker_identity_file(tmp_path):
-    assert BrokerIdentity.load(str(tmp_path)) is None
+    assert load_identity(str(tmp_path)) is None
     identity = BrokerIdentity("c", "g", 3, "tcp://a:1;123")
-    identity.save(str(tmp_path))
-    assert BrokerIdentity.load(str(tmp_path)) == identity
+    save_identity(identity, str(tmp_path))
+    assert load_identity(str(tmp_path)) == identity
     (tmp_path / IDENTITY_FILE).write_text("{not json")
     with pytest.raises(ConfigError, match="damaged"):
-        BrokerIdentity.load(str(tmp_path))
+        load_identity(str(tmp_path))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 
-from framework.ha.epoch import EpochCache
-from framework.ha.master import MasterConnection, MasterLog, SlaveAcked
-from framework.ha.master import Send as MasterSend
-from framework.ha.slave import (
+from triomq.ha.epoch import EpochCache
+from triomq.ha.master import MasterConnection, MasterLog, SlaveAcked
+from triomq.ha.master import Send as MasterSend
+from triomq.ha.slave import (
     RecordEpoch,
     SlaveAction,
     SlaveConnection,
@@ -15,7 +15,7 @@ from framework.ha.slave import (
     Truncate,
     WriteAt,
 )
-from framework.ha.slave import Send as SlaveSend
+from triomq.ha.slave import Send as SlaveSend
 
 SEGMENT_SIZE = 256
 

@@ -10,16 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.ha import checkpoint as ckpt
-from framework.ha.checkpoint import (
+from triomq.ha import checkpoint as ckpt
+from triomq.ha.checkpoint import (
     CHECKPOINT_FILE,
     decode_checkpoint,
     encode_checkpoint,
     load_epoch_checkpoint,
     save_epoch_checkpoint,
 )
-from framework.ha.epoch import EpochCache, EpochStart
-from framework.ha.errors import CheckpointError
+from triomq.ha.epoch import EpochCache, EpochStart
+from triomq.ha.errors import CheckpointError
 
 OLD = EpochCache([EpochStart(1, 0), EpochStart(2, 4096)])
 NEW = OLD.append(5, 8192)

@@ -11,13 +11,13 @@ import pytest
 import trio
 import trio.testing
 
-from framework.ha.checkpoint import EpochCheckpointFile
-from framework.ha.epoch import EpochCache, EpochStart
-from framework.ha.errors import HAProtocolError
-from framework.ha.master_driver import ApproveLocally, HAMaster, HAMasterConfig, MasterFenced
-from framework.ha.slave_driver import HASlave, HASlaveConfig
-from framework.ha.sync_replication import ReplicationStatus
-from framework.protocol.ha import (
+from triomq.ha.checkpoint import EpochCheckpointFile
+from triomq.ha.epoch import EpochCache, EpochStart
+from triomq.ha.errors import HAProtocolError
+from triomq.ha.master_driver import ApproveLocally, HAMaster, HAMasterConfig, MasterFenced
+from triomq.ha.slave_driver import HASlave, HASlaveConfig
+from triomq.ha.sync_replication import ReplicationStatus
+from triomq.protocol.ha import (
     Ack,
     MasterFrameDecoder,
     MasterHandshake,
@@ -27,7 +27,7 @@ from framework.protocol.ha import (
     TransferHeader,
     encode,
 )
-from framework.store import ScratchAppend, ScratchRead, read_into_by_read
+from triomq.store import ScratchAppend, ScratchRead, read_into_by_read
 
 
 class MemoryLog(ScratchAppend, ScratchRead):

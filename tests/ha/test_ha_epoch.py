@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.ha.epoch import EpochCache, EpochEntry, EpochStart, find_consistent_point
-from framework.ha.errors import EpochError
+from triomq.ha.epoch import EpochCache, EpochEntry, EpochStart, find_consistent_point
+from triomq.ha.errors import EpochError
 
 
 def cache(*pairs: tuple[int, int]) -> EpochCache:

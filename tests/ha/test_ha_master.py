@@ -6,10 +6,10 @@ import struct
 
 import pytest
 
-from framework.ha.epoch import EpochCache, EpochStart
-from framework.ha.errors import HAProtocolError
-from framework.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
-from framework.protocol.ha import (
+from triomq.ha.epoch import EpochCache, EpochStart
+from triomq.ha.errors import HAProtocolError
+from triomq.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
+from triomq.protocol.ha import (
     TRANSFER_HEADER_SIZE,
     HAConnectionState,
     HAFrameError,

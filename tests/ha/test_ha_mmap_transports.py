@@ -11,14 +11,14 @@ import random
 import pytest
 import trio
 
-from framework.ha.checkpoint import CHECKPOINT_FILE, EpochCheckpointFile
-from framework.ha.master_driver import ApproveLocally, HAMaster, HAMasterConfig
-from framework.ha.roles import become_master, become_slave
-from framework.ha.slave_driver import HASlave, HASlaveConfig
-from framework.protocol.message import MessageRecord
-from plugins.store_mmap.commitlog import MmapCommitLog
-from plugins.transport_inproc import InprocNetwork, InprocTransport
-from plugins.transport_tcp.transport import TcpTransport
+from triomq.ha.checkpoint import CHECKPOINT_FILE, EpochCheckpointFile
+from triomq.ha.master_driver import ApproveLocally, HAMaster, HAMasterConfig
+from triomq.ha.roles import become_master, become_slave
+from triomq.ha.slave_driver import HASlave, HASlaveConfig
+from triomq.plugins.store_mmap.commitlog import MmapCommitLog
+from triomq.plugins.transport_inproc import InprocNetwork, InprocTransport
+from triomq.plugins.transport_tcp.transport import TcpTransport
+from triomq.protocol.message import MessageRecord
 
 
 async def inline(function, *args):

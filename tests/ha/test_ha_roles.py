@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from framework.ha.checkpoint import EpochCheckpointFile
-from framework.ha.epoch import EpochCache, EpochStart
-from framework.ha.errors import EpochError
-from framework.ha.roles import become_master, become_slave
+from triomq.ha.checkpoint import EpochCheckpointFile
+from triomq.ha.epoch import EpochCache, EpochStart
+from triomq.ha.errors import EpochError
+from triomq.ha.roles import become_master, become_slave
 
 
 class TornLog:
     """A log whose last whole record ends at ``whole`` (the rest is a torn tail)."""
 
-    def __init__(self, max_offset: int, whole: int) -> None:
+    def __init__(self, max_offset: int, whole: int, min_offset: int = 0) -> None:
         self.max_offset = max_offset
         self.whole = whole
+        self.min_offset = min_offset
 
     def truncate_to_last_whole_record(self) -> int:
         self.max_offset = self.whole
@@ -72,3 +73,15 @@ async def test_become_slave_without_changes_writes_nothing(tmp_path):
     store = EpochCheckpointFile(tmp_path)
     assert await become_slave(TornLog(0, 0), store, offload=inline) == EpochCache()
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_log_without_epochs_is_adopted_from_its_first_byte(tmp_path):
+    # A store written before HA: its bytes become the first term's, so slaves copy them.
+    store = EpochCheckpointFile(tmp_path)
+    epochs = await become_master(TornLog(900, 880, min_offset=300), store, 2, offload=inline)
+    assert epochs == cache((2, 300))
+    assert store.load() == epochs
+    (tmp_path / "empty").mkdir()
+    empty = EpochCheckpointFile(tmp_path / "empty")
+    assert await become_master(TornLog(300, 300, min_offset=300), empty, 2,
+                               offload=inline) == cache((2, 300))

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.ha.epoch import EpochCache, EpochStart
-from framework.ha.errors import HAProtocolError, NoConsistentPoint
-from framework.ha.slave import RecordEpoch, Send, SlaveConnection, SlaveLog, Truncate, WriteAt
-from framework.protocol.ha import HAConnectionState, HAFrameError
+from triomq.ha.epoch import EpochCache, EpochStart
+from triomq.ha.errors import HAProtocolError, NoConsistentPoint
+from triomq.ha.slave import RecordEpoch, Send, SlaveConnection, SlaveLog, Truncate, WriteAt
+from triomq.protocol.ha import HAConnectionState, HAFrameError
 
 
 def cache(*pairs):

@@ -22,18 +22,20 @@ import pytest
 import trio
 import trio.testing
 
-import framework.ha.slave_driver as slave_driver
-from framework.ha.checkpoint import EpochCheckpointFile
-from framework.ha.epoch import EpochCache, EpochStart
-from framework.ha.slave import RecordEpoch, WriteAt
-from framework.ha.slave_driver import HASlave, HASlaveConfig
-from framework.ha.streams import read_scattered
-from framework.protocol.ha import MasterHandshake, SlaveFrameDecoder, Transfer, encode
-from framework.protocol.message import MessageRecord
-from framework.store import StoreCorruption
-from plugins.store_mmap.commitlog import MmapCommitLog
+import triomq.ha.slave_driver as slave_driver
+from triomq.ha.checkpoint import EpochCheckpointFile
+from triomq.ha.epoch import EpochCache, EpochStart
+from triomq.ha.slave import RecordEpoch, WriteAt
+from triomq.ha.slave_driver import HASlave, HASlaveConfig
+from triomq.ha.streams import read_scattered
+from triomq.plugins.store_mmap.commitlog import MmapCommitLog
+from triomq.protocol.ha import MasterHandshake, SlaveFrameDecoder, Transfer, encode
+from triomq.protocol.message import MessageRecord
+from triomq.store import StoreCorruption
 
 SEGMENT = 64 * 1024
+#: A segment larger than a filled master's whole log.
+ONE_SEGMENT = 16 * SEGMENT
 
 Script = Callable[[trio.abc.Stream, int], Awaitable[None]]
 
@@ -42,8 +44,8 @@ async def inline(function, *args):
     return function(*args)
 
 
-def filled_master(root: Path, rng: random.Random) -> MmapCommitLog:
-    log = MmapCommitLog(str(root), segment_size=SEGMENT)
+def filled_master(root: Path, rng: random.Random, segment_size: int = SEGMENT) -> MmapCommitLog:
+    log = MmapCommitLog(str(root), segment_size=segment_size)
     while log.max_offset < 9 * SEGMENT:
         body = rng.randbytes(rng.randint(1, 3000))
         topic = f"t{rng.randrange(3)}"
@@ -98,12 +100,12 @@ async def hung_up_on(session: Awaitable[None]) -> None:
 async def run_slave(tmp_path: Path, kind: str, script: Script,
                     until: Callable[[HASlave], bool], *, close: bool = False,
                     log_type: type[MmapCommitLog] = MmapCommitLog,
-                    ack_interval_ms: int = 200) -> HASlave:
+                    ack_interval_ms: int = 200, segment_size: int = SEGMENT) -> HASlave:
     """Replicate from ``script`` (called per connection with its number) until ``until``;
     with ``close``, cancel the slave from outside and close its log while the
     cancellation unwinds (as a broker does on a role change or shutdown)."""
     root = tmp_path / "slave"
-    log = log_type(str(root), segment_size=SEGMENT)
+    log = log_type(str(root), segment_size=segment_size)
     slaves: list[HASlave] = []
     config = HASlaveConfig(reconnect_min=10, reconnect_max=10,
                            ha_send_heartbeat_interval=ack_interval_ms)
@@ -230,27 +232,22 @@ class CountingLog(MmapCommitLog):
         return super().append_written(offset, size)
 
 
-async def test_reads_are_appended_together_and_acks_report_only_appended_bytes(tmp_path):
+async def test_reads_are_appended_together_and_acks_report_only_appended_bytes(tmp_path,
+                                                                            mock_clock):
     """Over TCP a slave holds reads that brought only bodies in place and appends
-    them together (fewer appends than reads); every ack it sends, after reads
-    or periodic while a frame is still coming, reports only bytes its log
-    holds."""
+    them together: apart from the reads it could not hold, it appends only when
+    an ack reports the bytes (after reads, or periodic while a frame is still
+    coming), and every ack reports only bytes its log holds. The slave's own
+    counts say which reads it held, however the reads were cut; the clock
+    moves only when the master pauses."""
     rng = random.Random(8)
-    master = filled_master(tmp_path / "master", rng)
+    # One segment: no segment's end makes the slave append what it holds.
+    master = filled_master(tmp_path / "master", rng, segment_size=ONE_SEGMENT)
     epoch_starts = [EpochStart(1, 0)]
     data = wire(master, epoch_starts, rng, batch=8192, heartbeats=0)
     handshake = encode(MasterHandshake(master.max_offset, 1, tuple(epoch_starts)))
     slaves: list[HASlave] = []
     acks: list[tuple[int, int]] = []  # (acked, the slave log's max offset then)
-    reads = 0
-
-    def counted(read):
-        def counting(*args):
-            nonlocal reads
-            got = read(*args)
-            reads += bool(got)
-            return got
-        return counting
 
     async def read_acks(stream: trio.abc.Stream) -> None:
         decoder = SlaveFrameDecoder()
@@ -269,23 +266,24 @@ async def test_reads_are_appended_together_and_acks_report_only_appended_bytes(t
                 await stream.send_all(data[pos:pos + n])
                 pos += n
                 # Pauses, often inside a frame: periodic acks come meanwhile.
-                await trio.sleep(0.003 if rng.random() < 0.2 else 0)
-            with trio.fail_after(10):
-                while not acks or acks[-1][0] < master.max_offset:
-                    await trio.sleep(0.001)
+                if rng.random() < 0.2:
+                    mock_clock.jump(0.003)
+                await trio.sleep(0)
+            while not acks or acks[-1][0] < master.max_offset:
+                await trio.sleep(0)
             nursery.cancel_scope.cancel()
         await trio.sleep_forever()
 
-    with pytest.MonkeyPatch.context() as patch:
-        for name in ("read_nowait", "read_scattered"):
-            patch.setattr(slave_driver, name, counted(getattr(slave_driver, name)))
-        slave = await run_slave(
-            tmp_path, "tcp", script,
-            lambda s: (slaves or slaves.append(s)) and acks and acks[-1][0] == master.max_offset,
-            log_type=CountingLog, ack_interval_ms=1)
+    slave = await run_slave(
+        tmp_path, "tcp", script,
+        lambda s: (slaves or slaves.append(s)) and acks and acks[-1][0] == master.max_offset,
+        log_type=CountingLog, ack_interval_ms=1, segment_size=ONE_SEGMENT)
     assert slave.log.read(0, master.max_offset) == master.read(0, master.max_offset)
     assert all(acked <= held for acked, held in acks)
-    assert slave.log.appends < reads
+    assert slave.reads_held >= 2
+    # Held reads wait for an ack (the handshake's ack aside).
+    assert slave.log.appends <= (slave.reads - slave.reads_held) + (len(acks) - 1)
+    assert slave.log.appends < slave.reads
     slave.log.close()
     master.close()
 

@@ -22,9 +22,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_ha_streams import stream_of
 
-from framework.ha import streams
-from framework.protocol import ha
-from framework.protocol.ha import TRANSFER_HEADER_SIZE, HAFrameError, Transfer, encode
+from triomq.ha import streams
+from triomq.protocol import ha
+from triomq.protocol.ha import TRANSFER_HEADER_SIZE, HAFrameError, Transfer, encode
 
 speedups = ha._speedups
 needs_c = pytest.mark.skipif(not ha.SPEEDUPS, reason="C speedups not built")

@@ -6,12 +6,12 @@ from ha_sim import Replica
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.ha.epoch import EpochCache, EpochStart
-from framework.ha.errors import HAProtocolError
-from framework.ha.master import MasterConnection, MasterLog
-from framework.ha.slave import Send as SlaveSend
-from framework.ha.slave import SlaveConnection
-from framework.protocol.ha import (
+from triomq.ha.epoch import EpochCache, EpochStart
+from triomq.ha.errors import HAProtocolError
+from triomq.ha.master import MasterConnection, MasterLog
+from triomq.ha.slave import Send as SlaveSend
+from triomq.ha.slave import SlaveConnection
+from triomq.protocol.ha import (
     Ack,
     HAFrameError,
     MasterHandshake,
@@ -19,7 +19,7 @@ from framework.protocol.ha import (
     Transfer,
     encode,
 )
-from framework.protocol.ha import (
+from triomq.protocol.ha import (
     EpochStart as WireEpoch,
 )
 

@@ -16,8 +16,8 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.ha.streams import laid_out_as_sent, scatter_layout
-from framework.protocol.ha import TRANSFER_HEADER_SIZE, Transfer, encode
+from triomq.ha.streams import laid_out_as_sent, scatter_layout
+from triomq.protocol.ha import TRANSFER_HEADER_SIZE, Transfer, encode
 
 HEADERS = 8
 

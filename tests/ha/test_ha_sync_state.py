@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from framework.ha.sync_replication import (
+from triomq.ha.sync_replication import (
     PutResult,
     ReplicationStatus,
     SyncReplication,
     replicated_offset,
 )
-from framework.ha.sync_state import SyncStateTracker
+from triomq.ha.sync_state import SyncStateTracker
 
 MAX_LAG = 15_000
 

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.protocol import columns
-from framework.protocol.columns import RecordColumns, VarColumn, record_columns
-from framework.protocol.message import MessageRecord, decode, encode
+from triomq.protocol import columns
+from triomq.protocol.columns import RecordColumns, VarColumn, record_columns
+from triomq.protocol.message import MessageRecord, decode, encode
 
 pytestmark = pytest.mark.skipif(not columns.SPEEDUPS, reason="C extension not built")
 
@@ -188,7 +188,7 @@ def test_runs_past_the_buffer_are_left_to_python():
 
 def test_no_speedups_disables_the_c_pass():
     env = dict(os.environ, TRIOMQ_NO_SPEEDUPS="1")
-    script = "from framework.protocol import columns; print(columns.SPEEDUPS)"
+    script = "from triomq.protocol import columns; print(columns.SPEEDUPS)"
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, check=True, cwd=os.path.dirname(os.path.dirname(
                              os.path.dirname(os.path.abspath(__file__)))))

@@ -17,18 +17,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from framework.protocol import commitlog_layout as layout
-from framework.protocol.commitlog_layout import (
+from triomq.plugins.store_mmap.commitlog import MmapCommitLog
+from triomq.protocol import commitlog_layout as layout
+from triomq.protocol.commitlog_layout import (
     CQ_ENTRY_SIZE,
     index_records_py,
     pack_records_py,
     scan_log,
     unpack_cq_entry,
 )
-from framework.protocol.message import MessageRecord, decode, pack_ip
-from framework.store import AppendResult
-from framework.testing.store_suite import make_record
-from plugins.store_mmap.commitlog import MmapCommitLog
+from triomq.protocol.message import MessageRecord, decode, pack_ip
+from triomq.store import AppendResult
+from triomq.testing.store_suite import make_record
 
 speedups = layout._speedups
 needs_c = pytest.mark.skipif(speedups is None, reason="C speedups not built")

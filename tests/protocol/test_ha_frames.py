@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.errors import TriomqError
-from framework.protocol.ha import (
+from triomq.errors import TriomqError
+from triomq.protocol.ha import (
     SLAVE_HANDSHAKE_SIZE,
     TRANSFER_HEADER_SIZE,
     Ack,

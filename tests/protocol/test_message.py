@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.errors import TriomqError
-from framework.protocol.commitlog_layout import (
+from triomq.errors import TriomqError
+from triomq.protocol.commitlog_layout import (
     BLANK_MAGIC,
     SegmentNameError,
     blank_header,
@@ -27,7 +27,7 @@ from framework.protocol.commitlog_layout import (
     tags_code,
     unpack_cq_entry,
 )
-from framework.protocol.message import (
+from triomq.protocol.message import (
     BORNHOST_V6,
     MAGIC_V1,
     MAGIC_V2,

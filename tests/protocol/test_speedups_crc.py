@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.protocol import commitlog_layout as layout
+from triomq.protocol import commitlog_layout as layout
 
 speedups = layout._speedups
 pytestmark = pytest.mark.skipif(speedups is None, reason="C speedups not built")
@@ -33,7 +33,7 @@ def test_crc32_at_the_fold_boundaries(size: int) -> None:
 
 def test_crc32_without_the_512_bit_folds_is_zlibs_too() -> None:
     """CPUs without VPCLMULQDQ fold 128 bits at a time at every length."""
-    check = ("import zlib; from framework.protocol import commitlog_layout as layout; "
+    check = ("import zlib; from triomq.protocol import commitlog_layout as layout; "
              "sizes = [64, 255, 256, 1000, 4096, 1 << 20]; "
              "data = [bytes((i * 131 + 7) & 0xFF for i in range(n)) for n in sizes]; "
              "assert all(layout._speedups.crc32(d) == zlib.crc32(d) for d in data)")

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.protocol.store_checkpoint import (
+from triomq.protocol.store_checkpoint import (
     CONFIRM_PHY_OFFSET,
     FILE_SIZE,
     MASTER_FLUSHED_OFFSET,

@@ -20,7 +20,7 @@ def spark():
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PYSPARK_PYTHON", sys.executable)
         env.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
-        # Python workers import plugins.spark_export from the repository.
+        # Python workers import triomq.plugins.spark_export from the repository.
         env.setenv("PYTHONPATH", REPO_ROOT, prepend=os.pathsep)
         session = (
             pyspark_sql.SparkSession.builder.master("local[2]")
@@ -33,7 +33,7 @@ def spark():
             .getOrCreate()
         )
         session.sparkContext.setLogLevel("ERROR")
-        from plugins.spark_export import register
+        from triomq.plugins.spark_export import register
 
         register(session)
         yield session
@@ -55,10 +55,10 @@ def mmap_commitlog(tmp_path):
     The Spark plugin never imports a store plugin; the test asks a plugin
     manager for the store, as a host would.
     """
-    from framework.plugins import PluginManager
+    from triomq.plugin_manager import PluginManager
 
     pm = PluginManager()
-    pm.register(importlib.import_module("plugins.store_mmap"), name="store_mmap")
+    pm.register(importlib.import_module("triomq.plugins.store_mmap"), name="store_mmap")
     factory = pm.log_store("commitlog", "mmap")
     opened = []
 

@@ -12,9 +12,9 @@ import os
 import struct
 from collections.abc import Sequence
 
-from framework.ha.checkpoint import save_epoch_checkpoint
-from framework.ha.epoch import EpochCache
-from framework.protocol.commitlog_layout import (
+from triomq.ha.checkpoint import save_epoch_checkpoint
+from triomq.ha.epoch import EpochCache
+from triomq.protocol.commitlog_layout import (
     COMMITLOG_DIR,
     ROCKETMQ_CHECKPOINT,
     iter_spans,
@@ -23,7 +23,7 @@ from framework.protocol.commitlog_layout import (
     segment_start,
     sorted_segments,
 )
-from framework.protocol.message import MessageRecord, RecordError, body_crc, decode
+from triomq.protocol.message import MessageRecord, RecordError, body_crc, decode
 
 
 class StoreWriter:

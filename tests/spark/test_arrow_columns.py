@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.protocol import columns
-from framework.protocol.commitlog_layout import COMMITLOG_DIR, pack_records, sorted_segments
-from framework.protocol.message import MessageRecord, encode
-from plugins.spark_export import arrow_decode
-from plugins.spark_export.arrow_columns import column_arrays
-from plugins.spark_export.arrow_decode import ARROW_SCHEMA, Stop, decode_range
 from tests.spark.storegen import sample_records
+from triomq.plugins.spark_export import arrow_decode
+from triomq.plugins.spark_export.arrow_columns import column_arrays
+from triomq.plugins.spark_export.arrow_decode import ARROW_SCHEMA, Stop, decode_range
+from triomq.protocol import columns
+from triomq.protocol.commitlog_layout import COMMITLOG_DIR, pack_records, sorted_segments
+from triomq.protocol.message import MessageRecord, encode
 
 pytestmark = pytest.mark.skipif(not columns.SPEEDUPS, reason="C extension not built")
 

@@ -9,11 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.protocol.commitlog_layout import pack_records
-from framework.protocol.message import MessageRecord, RecordError, decode, encode
-from plugins.spark_export.arrow_decode import ARROW_SCHEMA, Stop, decode_range, properties_array
-from plugins.spark_export.arrow_fast import fast_columns
 from tests.spark.storegen import normalize, record_row, sample_records
+from triomq.plugins.spark_export.arrow_decode import (
+    ARROW_SCHEMA,
+    Stop,
+    decode_range,
+    properties_array,
+)
+from triomq.plugins.spark_export.arrow_fast import fast_columns
+from triomq.protocol.commitlog_layout import pack_records
+from triomq.protocol.message import MessageRecord, RecordError, decode, encode
 
 SEGMENT = 1 << 20
 

@@ -1,17 +1,17 @@
-"""``framework.controller.history``: the commit point of controllers' logs, and the replay."""
+"""``triomq.controller.history``: the commit point of controllers' logs, and the replay."""
 
 from __future__ import annotations
 
-from framework.consensus.confchange import ConfState
-from framework.consensus.log import Entry, EntryKind, RaftLog, Snapshot
-from framework.controller import (
+from triomq.consensus.confchange import ConfState
+from triomq.consensus.log import Entry, EntryKind, RaftLog, Snapshot
+from triomq.controller import (
     AlterSyncStateSetEvent,
     ApplyBrokerIdEvent,
     ElectMasterEvent,
     ReplicasInfoManager,
     encode_event,
 )
-from framework.controller.history import commit_point, replay
+from triomq.controller.history import commit_point, replay
 
 VOTERS = ConfState(voters=[1, 2, 3])
 EVENTS = [

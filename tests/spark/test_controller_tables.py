@@ -8,13 +8,13 @@ import pyarrow.parquet as pq
 import pytest
 import trio
 
-import framework.broker.plugin
-import plugins.controller_dledger
-from framework.plugins import PluginManager
-from framework.testing.cluster import BROKER_NAME, Cluster, open_cluster
-from plugins.controller_dledger.service import ControllerService, controller_of
-from plugins.spark_export.cli import main
-from plugins.spark_export.controller_tables import history
+import triomq.plugins.broker
+import triomq.plugins.controller_dledger
+from triomq.controller.service import ControllerService, controller_of
+from triomq.plugin_manager import PluginManager
+from triomq.plugins.spark_export.cli import main
+from triomq.plugins.spark_export.controller_tables import history
+from triomq.testing.cluster import BROKER_NAME, Cluster, open_cluster
 
 pytestmark = pytest.mark.spark
 
@@ -26,8 +26,8 @@ STORE = {"options": {"segment_size": 65536}}
 
 def _plugins() -> PluginManager:
     pm = PluginManager.discover(disable={"broker", "controller_dledger"})
-    pm.register(framework.broker.plugin, name="broker")
-    pm.register(plugins.controller_dledger, name="controller_dledger")
+    pm.register(triomq.plugins.broker, name="broker")
+    pm.register(triomq.plugins.controller_dledger, name="controller_dledger")
     return pm
 
 

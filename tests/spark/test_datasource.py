@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from plugins.spark_export.cli import main
-from plugins.spark_export.options import parse_options
-from plugins.spark_export.spark_job import export_with_spark
 from tests.spark.storegen import decode_store, normalize, sample_records
+from triomq.plugins.spark_export.cli import main
+from triomq.plugins.spark_export.options import parse_options
+from triomq.plugins.spark_export.spark_job import export_with_spark
 
 pytestmark = pytest.mark.spark
 
@@ -147,7 +147,7 @@ def test_streaming_rejects_an_ending_offset(spark, store):
 
 
 def test_arrow_schema_matches_the_spark_schema(spark, store):
-    from plugins.spark_export.arrow_decode import ARROW_SCHEMA
+    from triomq.plugins.spark_export.arrow_decode import ARROW_SCHEMA
 
     table = spark.read.format("triomq").option("endingOffset", store.placed[5][0]).load(
         store.root).toArrow()

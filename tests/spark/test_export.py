@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -12,11 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plugins import spark_export
-from plugins.spark_export import triomq_add_cli_commands
-from plugins.spark_export.cli import main
-from plugins.spark_export.errors import SparkExportError
-from plugins.spark_export.parquet import STATE_FILE, ExportState, topic_dir
 from tests.spark.storegen import decode_store, normalize, sample_records
+from triomq.plugins.spark_export import triomq_add_cli_commands
+from triomq.plugins.spark_export.cli import main
+from triomq.plugins.spark_export.errors import SparkExportError
+from triomq.plugins.spark_export.parquet import STATE_FILE, ExportState, topic_dir
+from triomq.plugins.spark_export.progress import ProgressLines, terminal_bar
 
 
 def exported(out_dir):
@@ -97,8 +101,8 @@ def test_state_file_decoder_accepts_or_names_the_file(tmp_path_factory, raw):
 
 
 def test_the_triomq_command_line_runs_the_export(store, tmp_path, capsys):
-    from framework.cli import build_parser
-    from framework.plugins import PluginManager
+    from triomq.cli import build_parser
+    from triomq.plugin_manager import PluginManager
 
     pm = PluginManager()
     pm.register(spark_export, name="spark_export")
@@ -109,11 +113,45 @@ def test_the_triomq_command_line_runs_the_export(store, tmp_path, capsys):
 
 
 def test_progress_reaches_the_total(store, tmp_path):
-    from plugins.spark_export.options import ReadOptions
-    from plugins.spark_export.parquet import export_parquet
+    from triomq.plugins.spark_export.options import ReadOptions
+    from triomq.plugins.spark_export.parquet import export_parquet
 
     calls = []
     opts = ReadOptions(path=store.root, max_bytes_per_partition=50_000)
-    result = export_parquet(opts, str(tmp_path / "o"), lambda done, total: calls.append(done))
+    result = export_parquet(opts, str(tmp_path / "o"),
+                            lambda done, total, messages: calls.append((done, messages)))
     assert calls == sorted(calls) and len(calls) > 5
-    assert calls[-1] == result.end - result.start == store.end
+    assert calls[-1] == (result.end - result.start, result.rows) == (store.end, 3000)
+
+
+def test_plain_progress_lines_come_at_most_every_interval():
+    lines = ProgressLines(interval=10)
+    mib = 1 << 20
+    assert lines.update(100.0, 0, 100 * mib, 0) is None  # the start
+    assert lines.update(105.0, 10 * mib, 100 * mib, 500) is None
+    assert lines.update(110.0, 20 * mib, 100 * mib, 1000) == (
+        "exporting: 1,000 messages, 20.0 MiB of 100.0 MiB (20%), 2.0 MiB/s, 0:00:40 left")
+    assert lines.update(119.0, 30 * mib, 100 * mib, 1500) is None
+    assert lines.update(130.0, 60 * mib, 100 * mib, 3000) == (
+        "exporting: 3,000 messages, 60.0 MiB of 100.0 MiB (60%), 2.0 MiB/s, 0:00:20 left")
+
+
+def test_a_piped_export_prints_plain_progress_lines(store, tmp_path):
+    # stderr is a pipe here: no bar; an export this short ends before a line is due.
+    done = subprocess.run([sys.executable, "-m", "triomq.plugins.spark_export.cli", "export",
+                           "parquet", store.root, str(tmp_path / "o")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "exported 3000 messages" in done.stdout
+    assert "\x1b[" not in done.stderr and "exporting:" not in done.stderr
+
+
+def test_the_terminal_bar_shows_messages_bytes_rate_and_time_left():
+    from rich.console import Console
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=160, color_system=None)
+    with terminal_bar(console) as update:
+        update(20 << 20, 100 << 20, 1000)
+    # Rate and time left are unknown ("?", "-:--:--") until rich has measured a rate.
+    assert "1,000 messages 20.0/100.0 MiB ? -:--:--" in out.getvalue()

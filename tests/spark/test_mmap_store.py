@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from plugins.spark_export.options import ReadOptions, parse_options
-from plugins.spark_export.plan import plan_tasks, read_task, resolve
-from plugins.spark_export.source import MessagesStreamReader
-from plugins.spark_export.store_files import StoreFiles
 from tests.spark.storegen import normalize, record_row, sample_records
+from triomq.plugins.spark_export.options import ReadOptions, parse_options
+from triomq.plugins.spark_export.plan import plan_tasks, read_task, resolve
+from triomq.plugins.spark_export.source import MessagesStreamReader
+from triomq.plugins.spark_export.store_files import StoreFiles
 
 
 def test_rows_equal_the_plugins_own_records(mmap_commitlog, tmp_path):

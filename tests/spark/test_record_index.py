@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.protocol.commitlog_layout import SPEEDUPS
-from plugins.spark_export.record_index import checked_records
 from tests.spark.storegen import sample_records
 from tests.spark.test_arrow_decode import SEGMENT, decoded, packed
+from triomq.plugins.spark_export.record_index import checked_records
+from triomq.protocol.commitlog_layout import SPEEDUPS
 
 RECORDS = sample_records(60, body_size=40)
 BUF, PLACED = packed(RECORDS)

@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.protocol import columns
-from framework.protocol.columns import record_starts, record_starts_py
-from plugins.spark_export import store_files
-from plugins.spark_export.options import ReadOptions
-from plugins.spark_export.plan import plan_tasks
-from plugins.spark_export.store_files import StoreFiles
 from tests.spark.storegen import sample_records
 from tests.spark.test_arrow_decode import packed
+from triomq.plugins.spark_export import store_files
+from triomq.plugins.spark_export.options import ReadOptions
+from triomq.plugins.spark_export.plan import plan_tasks
+from triomq.plugins.spark_export.store_files import StoreFiles
+from triomq.protocol import columns
+from triomq.protocol.columns import record_starts, record_starts_py
 
 RECORDS = sample_records(40, body_size=30)
 BUF, PLACED = packed(RECORDS)

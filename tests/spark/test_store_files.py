@@ -6,14 +6,14 @@ import logging
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from plugins.spark_export.errors import CorruptLogError, SparkExportError
-from plugins.spark_export.options import ReadOptions, parse_options
-from plugins.spark_export.plan import plan_tasks, read_task, resolve
-from plugins.spark_export.store_files import StoreFiles
 from tests.spark.storegen import StoreWriter, decode_store, sample_records
+from triomq.plugins.spark_export.errors import CorruptLogError, SparkExportError
+from triomq.plugins.spark_export.options import ReadOptions, parse_options
+from triomq.plugins.spark_export.plan import plan_tasks, read_task, resolve
+from triomq.plugins.spark_export.store_files import StoreFiles
 
 
 def read_all(files, opts):
@@ -49,6 +49,7 @@ def test_tasks_split_segments_at_record_boundaries(store):
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # the store is only read
 @given(parallelism=st.integers(1, 5), step=st.integers(2_000, 200_000),
        first=st.integers(0, 1499), last=st.integers(1500, 2999))
+@example(parallelism=2, step=2000, first=29, last=2164)  # targets past two segments' last records
 def test_tasks_are_even_a_multiple_of_the_parallelism_and_read_every_record_once(
         store, parallelism, step, first, last):
     placed = [p for p, _, _ in store.placed]

@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from plugins.spark_export.errors import SparkExportError
-from plugins.spark_export.options import parse_options
-from plugins.spark_export.source import MessagesStreamReader
-from plugins.spark_export.store_files import StoreFiles
 from tests.spark.storegen import sample_records
+from triomq.plugins.spark_export.errors import SparkExportError
+from triomq.plugins.spark_export.options import parse_options
+from triomq.plugins.spark_export.source import MessagesStreamReader
+from triomq.plugins.spark_export.store_files import StoreFiles
 
 
 def stream_reader(store, **options):

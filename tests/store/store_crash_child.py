@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import sys
 
-from framework.protocol.message import MessageRecord
-from framework.store import Entry
-from plugins.store_mmap.commitlog import MmapCommitLog
-from plugins.store_mmap.entrylog import MmapEntryLog
+from triomq.plugins.store_mmap.commitlog import MmapCommitLog
+from triomq.plugins.store_mmap.entrylog import MmapEntryLog
+from triomq.protocol.message import MessageRecord
+from triomq.store import Entry
 
 COMMITLOG_OPTIONS = {"segment_size": 1 << 16, "cq_entries_per_file": 64,
                      "checkpoint_interval": 20_000}

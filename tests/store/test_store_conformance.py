@@ -1,9 +1,9 @@
 """The store conformance suite, run against both in-tree store plugins."""
 
-from framework.testing.store_models import commitlog_model_test, entrylog_model_test
-from framework.testing.store_suite import CommitLogSuite, EntryLogSuite, MetaStoreSuite
-from plugins.store_lmdb import LmdbCommitLog, LmdbEntryLog, LmdbMetaStore
-from plugins.store_mmap import FileMetaStore, MmapCommitLog, MmapEntryLog
+from triomq.plugins.store_lmdb import LmdbCommitLog, LmdbEntryLog, LmdbMetaStore
+from triomq.plugins.store_mmap import FileMetaStore, MmapCommitLog, MmapEntryLog
+from triomq.testing.store_models import commitlog_model_test, entrylog_model_test
+from triomq.testing.store_suite import CommitLogSuite, EntryLogSuite, MetaStoreSuite
 
 
 class TestMmapCommitLog(CommitLogSuite):

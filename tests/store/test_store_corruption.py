@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from framework.protocol.commitlog_layout import segment_name, segment_start
-from framework.store import Entry, StoreCorruption
-from framework.testing.store_suite import make_record
-from plugins.store_mmap.cli import dump_command, recover_command, verify_command
-from plugins.store_mmap.commitlog import MmapCommitLog
-from plugins.store_mmap.entrylog import MmapEntryLog
+from triomq.plugins.store_mmap.commitlog import MmapCommitLog
+from triomq.plugins.store_mmap.entrylog import MmapEntryLog
+from triomq.protocol.commitlog_layout import segment_name, segment_start
+from triomq.store import Entry, StoreCorruption
+from triomq.store_cli import dump_command, recover_command, verify_command
+from triomq.testing.store_suite import make_record
 
 SEG = 4096
 OPTIONS = {"segment_size": SEG, "cq_entries_per_file": 16}
@@ -54,9 +54,9 @@ def read(root: Path, offset: int, n: int) -> bytes:
         return f.read(n)
 
 
-def run(command, *args) -> tuple[int, str, str]:
+def run(command, root: str, **options) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = command(*args, out, err)
+    code = command(root, out, err, **options)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -89,7 +89,15 @@ def test_flipped_body_bit(store, which: str) -> None:
     assert "CRC mismatch" in err
     assert segment_name(segment_start(offset, SEG)) in err
 
-    code, out, _ = run(recover_command, str(root), 16)
+    dropped = len(records) - index - 1
+    if dropped:
+        # Good records follow the bad one: not cut without --force.
+        code, _, err = run(recover_command, str(root))
+        assert code == 1
+        assert f"refusing to cut at offset {offset}" in err
+        assert f"{dropped} good records after it" in err
+        assert f"offsets {records[index + 1][0]} to {records[-1][0]}" in err
+    code, out, _ = run(recover_command, str(root), force=True)
     assert code == 0
     assert f"cut at offset {offset}" in out
     assert reopened_offsets(root) == [o for o, _ in records[:index]]
@@ -125,7 +133,7 @@ def test_bad_headers_are_named(store, field: int, value: int, reason: str) -> No
     assert code == 1
     assert f"offset {offset}" in err
     assert reason in err
-    code, out, _ = run(recover_command, str(root), 16)
+    code, out, _ = run(recover_command, str(root), force=True)
     assert f"cut at offset {offset}" in out
     assert reopened_offsets(root) == [o for o, _ in records[:20]]
 
@@ -148,7 +156,7 @@ def test_garbage_after_cut_never_returns(store) -> None:
     root, records = store
     offset, _ = records[10]
     patch(root, offset + 4, b"\xff\xff\xff\xff")
-    assert run(recover_command, str(root), 16)[0] == 0
+    assert run(recover_command, str(root), force=True)[0] == 0
     assert read(root, offset + 100, 200) == bytes(200)
     assert reopened_offsets(root) == [o for o, _ in records[:10]]
     assert len(list((root / "commitlog").iterdir())) == 1
@@ -212,7 +220,7 @@ def test_entrylog_corruption_cuts_the_tail(tmp_path: Path) -> None:
 
 def test_dump_json(store) -> None:
     root, records = store
-    code, out, _ = run(dump_command, str(root), None, True)
+    code, out, _ = run(dump_command, str(root), as_json=True)
     assert code == 0
     lines = [json.loads(line) for line in out.splitlines()]
     assert len(lines) == 60
@@ -224,19 +232,19 @@ def test_dump_json(store) -> None:
         "bornTimestamp": rec.born_timestamp, "storeTimestamp": rec.store_timestamp,
         "properties": dict(rec.properties), "body": base64.b64encode(rec.body).decode(),
     }
-    code, out, _ = run(dump_command, str(root), records[50][0], True)
+    code, out, _ = run(dump_command, str(root), start=records[50][0], as_json=True)
     assert [json.loads(x)["physicalOffset"] for x in out.splitlines()] == [
         o for o, _ in records[50:]]
-    code, out, _ = run(dump_command, str(root), records[50][0], False)
+    code, out, _ = run(dump_command, str(root), start=records[50][0])
     assert code == 0 and f"{records[50][0]}" in out.splitlines()[0]
-    code, _, err = run(dump_command, str(root), records[50][0] + 1, True)
+    code, _, err = run(dump_command, str(root), start=records[50][0] + 1, as_json=True)
     assert code == 1 and "bad" in err
 
 
 def test_cli_rejects_a_directory_without_a_log(tmp_path: Path) -> None:
     assert run(verify_command, str(tmp_path))[0] == 2
-    assert run(dump_command, str(tmp_path), None, False)[0] == 2
-    assert run(recover_command, str(tmp_path), 16)[0] == 2
+    assert run(dump_command, str(tmp_path))[0] == 2
+    assert run(recover_command, str(tmp_path))[0] == 2
 
 
 def test_rocketmq_store_root(store, tmp_path: Path) -> None:
@@ -260,9 +268,9 @@ def test_rocketmq_store_root(store, tmp_path: Path) -> None:
 
     code, out, _ = run(verify_command, str(rmq))
     assert code == 0 and "60 records" in out
-    code, out, _ = run(dump_command, str(rmq), None, True)
+    code, out, _ = run(dump_command, str(rmq), as_json=True)
     assert len(out.splitlines()) == 60
-    code, out, _ = run(recover_command, str(rmq), 16)
+    code, out, _ = run(recover_command, str(rmq))
     assert code == 0
     with MmapCommitLog(str(rmq), cq_entries_per_file=16) as log:
         assert log.segment_size == SEG

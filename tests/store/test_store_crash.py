@@ -31,10 +31,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from framework.protocol.commitlog_layout import scan_log
-from plugins.store_mmap.cli import verify_command
-from plugins.store_mmap.commitlog import MmapCommitLog
-from plugins.store_mmap.entrylog import MmapEntryLog
+from triomq.plugins.store_mmap.commitlog import MmapCommitLog
+from triomq.plugins.store_mmap.entrylog import MmapEntryLog
+from triomq.protocol.commitlog_layout import scan_log
+from triomq.store_cli import verify_command
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

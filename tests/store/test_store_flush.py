@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from framework.store import FlushService
-from framework.testing.store_suite import make_record
-from plugins.store_lmdb import LmdbCommitLog
-from plugins.store_mmap import MmapCommitLog
+from triomq.plugins.store_lmdb import LmdbCommitLog
+from triomq.plugins.store_mmap import MmapCommitLog
+from triomq.store import FlushService
+from triomq.testing.store_suite import make_record
 
 
 async def write_and_wait(log, service: FlushService, i: int, done: list[int]) -> None:

@@ -10,14 +10,14 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from framework.errors import TriomqError
-from framework.protocol.commitlog_layout import segment_name
-from framework.protocol.message import RecordError, properties_from_bytes
-from framework.store import Entry
-from framework.testing.store_suite import make_record
-from plugins.store_mmap import FileMetaStore, MmapCommitLog, MmapEntryLog
-from plugins.store_mmap.checkpoint import CHECKPOINT_FILE, Checkpoint
-from plugins.store_mmap.cli import verify_command
+from triomq.errors import TriomqError
+from triomq.plugins.store_mmap import FileMetaStore, MmapCommitLog, MmapEntryLog
+from triomq.plugins.store_mmap.checkpoint import CHECKPOINT_FILE, Checkpoint
+from triomq.protocol.commitlog_layout import segment_name
+from triomq.protocol.message import RecordError, properties_from_bytes
+from triomq.store import Entry
+from triomq.store_cli import verify_command
+from triomq.testing.store_suite import make_record
 
 SEG = 4096
 FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from framework.store import Entry, StoreClosed, StoreError
-from framework.testing.store_suite import make_record
-from plugins.store_lmdb import LmdbCommitLog, LmdbEntryLog
-from plugins.store_mmap import MmapCommitLog, MmapEntryLog
-from plugins.store_mmap.checkpoint import Checkpoint
+from triomq.plugins.store_lmdb import LmdbCommitLog, LmdbEntryLog
+from triomq.plugins.store_mmap import MmapCommitLog, MmapEntryLog
+from triomq.plugins.store_mmap.checkpoint import Checkpoint
+from triomq.store import Entry, StoreClosed, StoreError
+from triomq.testing.store_suite import make_record
 
 OPTIONS = {"segment_size": 1 << 16, "cq_entries_per_file": 1024}
 
@@ -119,8 +119,8 @@ def test_lost_consume_queue_is_rebuilt_from_the_log(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["commitlog", "entrylog"])
 def test_a_second_process_cannot_open_a_store_in_use(tmp_path: Path, kind: str) -> None:
     opener = {"commitlog": "MmapCommitLog", "entrylog": "MmapEntryLog"}[kind]
-    script = (f"from plugins.store_mmap import {opener}\n"
-              "from framework.store import StoreError\n"
+    script = (f"from triomq.plugins.store_mmap import {opener}\n"
+              "from triomq.store import StoreError\n"
               "import sys\n"
               f"try:\n    {opener}(sys.argv[1]).close()\n"
               "except StoreError as exc:\n    print(exc)\n    sys.exit(3)\n")

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from framework import durable_files
-from framework.store import Entry
-from framework.testing.store_suite import make_record
-from plugins.store_mmap import segments
-from plugins.store_mmap.cli import verify_command
-from plugins.store_mmap.commitlog import MmapCommitLog
-from plugins.store_mmap.entrylog import MmapEntryLog
+from triomq import durable_files
+from triomq.plugins.store_mmap import segments
+from triomq.plugins.store_mmap.commitlog import MmapCommitLog
+from triomq.plugins.store_mmap.entrylog import MmapEntryLog
+from triomq.store import Entry
+from triomq.store_cli import verify_command
+from triomq.testing.store_suite import make_record
 
 OPTIONS = {"segment_size": 4096, "cq_entries_per_file": 8}
 

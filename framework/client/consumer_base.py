@@ -1,0 +1,532 @@
+"""What a push and a lite pull consumer share: a group member that takes queues and pulls them.
+
+``ConsumerBase`` is RocketMQ's ``MQClientInstance`` plus ``RebalanceImpl``
+and the pull side of ``DefaultMQPushConsumerImpl``, as one trio driver of
+the pure rules (``allocate``, ``pull``, ``queue_pull``, ``process_queue``,
+``consume_from``):
+
+- **membership**: HEART_BEAT to every broker (master and replicas) of the
+  subscribed topics at start and every ``heartbeat_broker_interval``
+  (30 s); UNREGISTER_CLIENT when it stops.
+- **rebalancing**: at start, every ``rebalance_interval`` (20 s; every
+  ``pull_delay_on_exception`` while a subscribed topic has no route yet) and
+  at once when a broker sends NOTIFY_CONSUMER_IDS_CHANGED, each topic's readable
+  queues are split among the group's client ids (GET_CONSUMER_LIST_BY_GROUP)
+  with average allocation. A queue taken up starts at the group's stored
+  offset, else where ``consume_from_where`` says; a queue let go stops
+  pulling, and its offset is stored first.
+- **pulling**: one task per queue long-polls PULL_MESSAGE, pausing while
+  flow control holds it back and for ``pull_delay_on_exception`` (0.5 s;
+  RocketMQ's 3 s would outlast a failover several times) after a failure
+  (after a broker that does not answer, the routes are fetched again
+  first); the next pull goes to the broker the last answer
+  suggested. Pulls from the master carry the consumer's offset for the
+  broker to store. An illegal offset (the messages are gone) drops the
+  queue with its offset moved to the first one left; the next rebalance
+  takes it up again.
+- **offsets**: every ``persist_consumer_offset_interval`` (5 s) and when the
+  consumer stops (``offset_store``).
+- **queue locks** (orderly consumers): LOCK_BATCH_MQ for a queue before
+  taking it up and every 20 s for all held; a lock not renewed for 30 s
+  counts as lost; UNLOCK_BATCH_MQ when a queue is let go.
+
+Subclasses say what happens to pulled messages (``_deliver``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+
+import attrs
+import trio
+
+from triomq.client.allocate import allocate_averagely, subscribe_queues
+from triomq.client.codes import ClientRequestCode as Req
+from triomq.client.consume_from import ConsumeFromWhere, Lookup, start_offset
+from triomq.client.errors import BrokerError, ClientError, NoRouteError
+from triomq.client.instance import ClientInstance, default_instance_name, local_ip
+from triomq.client.message import MessageDecodeError, MessageExt, MessageQueue
+from triomq.client.offset_store import OffsetStore
+from triomq.client.process_queue import ProcessQueue
+from triomq.client.pull import (
+    BROKER_SUSPEND_MAX_MS,
+    CONSUMER_TIMEOUT_WHEN_SUSPEND_MS,
+    PullError,
+    PullThresholds,
+    pull_header,
+    read_pull_response,
+)
+from triomq.client.queue_pull import Deliver, OffsetMoved, QueuePull, Skipped
+from triomq.client.subscription import SubscriptionData
+from triomq.client.wire import (
+    ConsumerData,
+    ConsumeType,
+    heartbeat_body,
+    lock_body,
+    read_consumer_ids,
+    read_locked,
+)
+from triomq.protocol.remoting import RemotingCommand
+from triomq.protocol.route import RouteDataError
+from triomq.rpc import Connect, Handler, RpcConnection, RpcError, open_rpc_client
+
+__all__ = ["ConsumerBase", "QueueState"]
+
+log = logging.getLogger("triomq.client")
+
+#: Seconds a queue lock lives on the broker without renewal (REBALANCE_LOCK_MAX_LIVE_TIME).
+LOCK_MAX_LIVE = 30.0
+#: Seconds between renewals of every lock held (REBALANCE_LOCK_INTERVAL).
+LOCK_INTERVAL = 20.0
+# Seconds a pull waits while flow control holds the queue back.
+_FLOW_CONTROL_DELAY = 0.05
+# Seconds the stop may spend storing offsets, unlocking and unregistering.
+_STOP_TIMEOUT = 5.0
+_FAILURES = (RpcError, BrokerError, NoRouteError, RouteDataError)
+
+
+@attrs.define(eq=False)
+class QueueState:
+    """One queue this consumer holds: its messages, where it pulls next, its lock."""
+
+    #: Its messages, where the next pull starts (-1 until known), the suggested broker.
+    pull: QueuePull
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    locked: bool = False
+    lock_time: float = -math.inf
+    #: Held while a message of the queue is consumed in order.
+    consume_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    #: Set when messages arrive (an orderly consumer's loop waits on it).
+    arrived: trio.Event = attrs.field(factory=trio.Event)
+
+    @property
+    def queue(self) -> MessageQueue:
+        return self.pull.queue
+
+    @property
+    def process(self) -> ProcessQueue:
+        return self.pull.process
+
+    @property
+    def next_offset(self) -> int:
+        return self.pull.next_offset
+
+    @next_offset.setter
+    def next_offset(self, offset: int) -> None:
+        self.pull.next_offset = offset
+
+    def lock_valid(self, now: float) -> bool:
+        return self.locked and now - self.lock_time < LOCK_MAX_LIVE
+
+
+class ConsumerBase:
+    """A member of consumer group ``group``; see the module."""
+
+    consume_type = ConsumeType.CONSUME_PASSIVELY
+
+    def __init__(self, group: str, namesrv_addr: Sequence[str], *,
+                 consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                 consume_timestamp_ms: int | None = None, pull_batch_size: int = 32,
+                 pull_thresholds: PullThresholds | None = None,
+                 heartbeat_broker_interval: float = 30.0, rebalance_interval: float = 20.0,
+                 poll_name_server_interval: float = 30.0,
+                 persist_consumer_offset_interval: float = 5.0,
+                 pull_delay_on_exception: float = 0.5, broker_suspend_max_ms: int =
+                 BROKER_SUSPEND_MAX_MS, instance_name: str | None = None,
+                 client_ip: str | None = None, timeout: float = 3.0) -> None:
+        self.group = group
+        self.namesrv_addr = list(namesrv_addr)
+        self.consume_from_where = consume_from_where
+        #: CONSUME_FROM_TIMESTAMP's time, ms since the epoch (RocketMQ: half an hour ago).
+        self.consume_timestamp_ms = consume_timestamp_ms
+        self.pull_batch_size = pull_batch_size
+        self.pull_thresholds = pull_thresholds or PullThresholds()
+        self.heartbeat_broker_interval = heartbeat_broker_interval
+        self.rebalance_interval = rebalance_interval
+        self.poll_name_server_interval = poll_name_server_interval
+        self.persist_consumer_offset_interval = persist_consumer_offset_interval
+        self.pull_delay_on_exception = pull_delay_on_exception
+        self.broker_suspend_max_ms = broker_suspend_max_ms
+        self.timeout = timeout
+        self.client_ip = client_ip or local_ip()
+        self.instance_name = instance_name or default_instance_name()
+        self.client_id = f"{self.client_ip}@{self.instance_name}"
+        self.subscriptions: dict[str, SubscriptionData] = {}
+        #: The queues held now.
+        self.states: dict[MessageQueue, QueueState] = {}
+        self.orderly = False
+        #: Whether pulls carry the subscription (else the broker uses the heartbeat's).
+        self.with_subscription = False
+        #: Whether pulls from a master carry the consumer's offset.
+        self.commit_offset_on_pull = True
+        self._instance: ClientInstance | None = None
+        self._offsets: OffsetStore | None = None
+        self._nursery: trio.Nursery | None = None
+        self._rebalance_now = trio.Event()
+        self._rebalancing = trio.Lock()
+        #: Brokers that took this client's heartbeat: the others do not know it yet.
+        self._heartbeated: set[str] = set()
+        self._sub_version = 0
+
+    # -- configuration -----------------------------------------------------------
+
+    def _subscribe(self, topic: str, expression: str | None, now_ms: int) -> None:
+        # Versions only grow, so a broker always prefers the newest subscription.
+        self._sub_version = max(self._sub_version + 1, now_ms)
+        self.subscriptions[topic] = SubscriptionData.build(topic, expression, self._sub_version)
+        self._rebalance_now.set()
+
+    @property
+    def instance(self) -> ClientInstance:
+        if self._instance is None:
+            raise ClientError("the consumer is not started (use `async with consumer.start(...)`)")
+        return self._instance
+
+    @property
+    def offsets(self) -> OffsetStore:
+        if self._offsets is None:
+            raise ClientError("the consumer is not started (use `async with consumer.start(...)`)")
+        return self._offsets
+
+    @property
+    def assignment(self) -> set[MessageQueue]:
+        """The queues this consumer holds now."""
+        return set(self.states)
+
+    # -- running -----------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _running(self, connect: Connect) -> AsyncIterator[None]:
+        if self._instance is not None:
+            raise ClientError("the consumer is already started")
+        handlers: dict[int, Handler] = {Req.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed}
+        async with open_rpc_client(connect, handlers=handlers) as rpc:
+            self._instance = ClientInstance(rpc, self.namesrv_addr, self.client_id,
+                                            timeout=self.timeout)
+            self._offsets = OffsetStore(self._instance, self.group)
+            try:
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    work = trio.CancelScope()
+                    nursery.start_soon(self._loops, work)
+                    await self._update_routes()
+                    await self._heartbeat()
+                    await self.rebalance()
+                    try:
+                        yield
+                    finally:
+                        work.cancel()
+                        with trio.move_on_after(_STOP_TIMEOUT, shield=True):
+                            await self._stop()
+                        # Consumptions still running are not committed: delivered again later.
+                        nursery.cancel_scope.cancel()
+            finally:
+                self._nursery = None
+                self._instance = self._offsets = None
+                self.states.clear()
+
+    async def _stop(self) -> None:
+        states = list(self.states.values())
+        for state in states:
+            state.process.dropped = True
+            state.scope.cancel()
+        await self.persist()
+        if self.orderly:
+            await self._unlock([s.queue for s in states])
+        for address in self._broker_addresses():
+            try:
+                await self.instance.invoke(address, Req.UNREGISTER_CLIENT,
+                                           {"clientID": self.client_id,
+                                            "consumerGroup": self.group})
+            except RpcError as exc:
+                log.info("unregister from %s: %s", address, exc)
+
+    async def _loops(self, work: trio.CancelScope) -> None:
+        with work:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._every, self.heartbeat_broker_interval, self._heartbeat)
+                nursery.start_soon(self._every, self.poll_name_server_interval,
+                                   self._update_routes)
+                nursery.start_soon(self._every, self.persist_consumer_offset_interval,
+                                   self.persist)
+                nursery.start_soon(self._rebalance_loop)
+                if self.orderly:
+                    nursery.start_soon(self._every, LOCK_INTERVAL, self._lock_all)
+
+    @staticmethod
+    async def _every(interval: float, action: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await trio.sleep(interval)
+            await action()
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            # A topic without a route yet (created a moment ago) is looked up again soon.
+            unrouted = any(t not in self.instance.routes for t in self._topics())
+            with trio.move_on_after(min(self.rebalance_interval, self.pull_delay_on_exception)
+                                    if unrouted else self.rebalance_interval):
+                await self._rebalance_now.wait()
+            await self.rebalance()
+
+    async def _on_ids_changed(self, request: RemotingCommand,
+                              peer: RpcConnection) -> RemotingCommand | None:
+        if request.ext_fields.get("consumerGroup") == self.group:
+            self._rebalance_now.set()
+        return None
+
+    def _topics(self) -> list[str]:
+        """The topics whose routes and brokers this consumer needs."""
+        return list(self.subscriptions)
+
+    def _subscription(self, topic: str) -> SubscriptionData | None:
+        """What a pull of ``topic`` asks for."""
+        return self.subscriptions.get(topic)
+
+    def _broker_addresses(self) -> list[str]:
+        return [a for addrs in self.instance.broker_addresses(self._topics()).values()
+                for a in addrs.values()]
+
+    async def _update_routes(self) -> None:
+        for topic in self._topics():
+            try:
+                await self.instance.update_route(topic)
+            except _FAILURES as exc:
+                log.warning("route of %s not fetched: %s", topic, exc)
+
+    async def _heartbeat(self) -> None:
+        body = heartbeat_body(self.client_id, (), [ConsumerData(
+            self.group, self.consume_type, self.consume_from_where,
+            tuple(self.subscriptions.values()))])
+        for address in self._broker_addresses():
+            try:
+                await self.instance.checked(address, Req.HEART_BEAT, {}, body)
+            except (RpcError, BrokerError) as exc:
+                self._heartbeated.discard(address)
+                log.info("heartbeat to %s: %s", address, exc)
+            else:
+                self._heartbeated.add(address)
+
+    async def persist(self) -> None:
+        """Store the offsets of every queue held on their brokers now."""
+        await self.offsets.persist_all(list(self.states))
+
+    # -- rebalancing ---------------------------------------------------------------
+
+    async def rebalance(self) -> None:
+        """Split each subscribed topic's queues among the group now, and follow the split."""
+        # One at a time: the start's, the loop's and a notified one would each take
+        # a queue they all saw missing.
+        async with self._rebalancing:
+            self._rebalance_now = trio.Event()
+            await self._rebalance_topics()
+
+    async def _rebalance_topics(self) -> None:
+        for topic in list(self.subscriptions):
+            mine = await self._allocate(topic)
+            if mine is None:
+                continue
+            for queue in [q for q in self.states if q.topic == topic and q not in mine]:
+                await self._release(queue)
+            new = sorted(q for q in mine if q not in self.states)
+            if self.orderly and new:
+                new = sorted(await self._lock(new))
+            for queue in new:
+                self._take(queue)
+
+    async def _allocate(self, topic: str) -> set[MessageQueue] | None:
+        """This client's share of ``topic``; ``None`` when the group or route is unknown."""
+        route = self.instance.routes.get(topic)
+        if route is None:
+            try:
+                route = await self.instance.update_route(topic)
+            except _FAILURES as exc:
+                log.info("route of %s: %s", topic, exc)
+            if route is None:
+                return None
+        queues = subscribe_queues(topic, route)
+        # Any broker of the topic knows the group (every member heartbeats to all).
+        groups = self.instance.broker_addresses([topic])
+        addresses = [a for addrs in groups.values() for _, a in sorted(addrs.items())]
+        if not self._heartbeated.issuperset(addresses):
+            # A route found since the last heartbeat (a topic created after the start,
+            # a new master): its brokers must know this client before it takes a share.
+            await self._heartbeat()
+        for address in addresses:
+            try:
+                answer = await self.instance.checked(address, Req.GET_CONSUMER_LIST_BY_GROUP,
+                                                     {"consumerGroup": self.group})
+                ids = read_consumer_ids(answer.body)
+            except _FAILURES as exc:
+                log.info("consumer list from %s: %s", address, exc)
+                continue
+            return set(allocate_averagely(self.client_id, queues, ids))
+        return None
+
+    def _take(self, queue: MessageQueue) -> None:
+        assert self._nursery is not None
+        state = QueueState(QueuePull(queue))
+        if self.orderly:
+            state.locked, state.lock_time = True, trio.current_time()
+        self.states[queue] = state
+        self._nursery.start_soon(self._run_queue, state)
+
+    async def _run_queue(self, state: QueueState) -> None:
+        with state.scope:
+            async with trio.open_nursery() as nursery:
+                self._taken(state, nursery)
+                await self._pull_queue(state)
+
+    def _taken(self, state: QueueState, nursery: trio.Nursery) -> None:
+        """A subclass's hook: a queue was taken up; its tasks go in ``nursery``."""
+
+    async def _release(self, queue: MessageQueue) -> None:
+        state = self.states.pop(queue)
+        state.process.dropped = True
+        state.arrived.set()
+        if self.orderly:
+            # The message being consumed finishes and commits first (RocketMQ waits 1 s).
+            with trio.move_on_after(1.0):
+                async with state.consume_lock:
+                    pass
+        state.scope.cancel()
+        try:
+            await self.offsets.persist(queue)
+        except _FAILURES as exc:
+            log.warning("offset of %s not stored on release: %s", queue, exc)
+        self.offsets.remove(queue)
+        if self.orderly:
+            await self._unlock([queue])
+
+    # -- queue locks -----------------------------------------------------------------
+
+    async def _lock(self, queues: Iterable[MessageQueue]) -> set[MessageQueue]:
+        """Lock ``queues`` on their masters; the ones locked."""
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for queue in queues:
+            by_broker.setdefault(queue.broker_name, []).append(queue)
+        locked: set[MessageQueue] = set()
+        for broker, group in by_broker.items():
+            address = self.instance.master_address(broker)
+            if address is None:
+                continue
+            try:
+                answer = await self.instance.checked(
+                    address, Req.LOCK_BATCH_MQ, {"bname": broker},
+                    lock_body(self.group, self.client_id, group))
+                locked |= read_locked(answer.body)
+            except _FAILURES as exc:
+                log.info("lock on %s: %s", address, exc)
+        return locked
+
+    async def _lock_all(self) -> None:
+        states = list(self.states.values())
+        locked = await self._lock(s.queue for s in states)
+        now = trio.current_time()
+        for state in states:
+            state.locked = state.queue in locked
+            if state.locked:
+                state.lock_time = now
+
+    async def _unlock(self, queues: Sequence[MessageQueue]) -> None:
+        for broker in {q.broker_name for q in queues}:
+            address = self.instance.master_address(broker)
+            if address is None:
+                continue
+            mine = [q for q in queues if q.broker_name == broker]
+            try:
+                await self.instance.invoke(address, Req.UNLOCK_BATCH_MQ, {"bname": broker},
+                                           lock_body(self.group, self.client_id, mine))
+            except RpcError as exc:
+                log.info("unlock on %s: %s", address, exc)
+
+    # -- pulling ---------------------------------------------------------------------
+
+    async def _start_offset(self, queue: MessageQueue) -> int:
+        # A timestamp means what it says even on a queue that never lost a message
+        # (RocketMQ's client lets the broker answer 0 there, as for the others).
+        by_time = self.consume_from_where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP
+        stored = await self.offsets.fetch(queue, zero_if_not_found=not by_time)
+        where = start_offset(self.consume_from_where, stored)
+        if where is Lookup.MAX_OFFSET:
+            return await self.offsets.max_offset(queue)
+        if where is Lookup.BY_TIMESTAMP:
+            return await self.offsets.search_offset(queue, self.consume_timestamp_ms or 0)
+        return where
+
+    async def _pull_queue(self, state: QueueState) -> None:
+        while state.next_offset < 0:
+            try:
+                state.next_offset = await self._start_offset(state.queue)
+            except _FAILURES as exc:
+                log.warning("start offset of %s: %s", state.queue, exc)
+                await trio.sleep(self.pull_delay_on_exception)
+        while not state.process.dropped:
+            await self._pull_once(state)
+
+    async def _pull_once(self, state: QueueState) -> None:
+        queue, process = state.queue, state.process
+        if (self.pull_thresholds.holds_back(process, orderly=self.orderly)
+                or self._paused_queue(state)):
+            await trio.sleep(_FLOW_CONTROL_DELAY)
+            return
+        if self.orderly and not state.lock_valid(trio.current_time()):
+            await trio.sleep(self.pull_delay_on_exception)
+            return
+        subscription = self._subscription(queue.topic)
+        address = self.instance.subscribe_address(queue.broker_name, state.pull.broker_id)
+        if subscription is None or address is None:
+            await trio.sleep(self.pull_delay_on_exception)
+            return
+        master = address == self.instance.master_address(queue.broker_name)
+        commit = state.pull.commit_offset(self.offsets,
+                                          to_master=master and self.commit_offset_on_pull)
+        fields = pull_header(self.group, queue, state.next_offset, self.pull_batch_size,
+                             subscription, commit_offset=commit,
+                             suspend_ms=self.broker_suspend_max_ms,
+                             with_subscription=self.with_subscription)
+        try:
+            answer = await self.instance.invoke(
+                address, Req.PULL_MESSAGE, fields,
+                timeout=max(CONSUMER_TIMEOUT_WHEN_SUSPEND_MS, 2 * self.broker_suspend_max_ms)
+                / 1000)
+            result = read_pull_response(answer.code, answer.remark, answer.ext_fields,
+                                        answer.body, queue, subscription)
+        except (RpcError, PullError, MessageDecodeError) as exc:
+            log.info("pull of %s from %s: %s", queue, address, exc)
+            if isinstance(exc, RpcError):
+                await self._update_routes()
+            await trio.sleep(self.pull_delay_on_exception)
+            return
+        step = state.pull.answered(result)
+        if isinstance(step, OffsetMoved):
+            log.warning("offset %d of %s is gone: the queue restarts at %d", state.next_offset,
+                        queue, step.offset)
+            state.arrived.set()
+            self.offsets.update(queue, step.offset)
+            try:
+                await self.offsets.persist(queue)
+            except _FAILURES as exc:
+                log.warning("moved offset of %s not stored: %s", queue, exc)
+            if self.states.get(queue) is state:
+                del self.states[queue]
+            return
+        if isinstance(step, Deliver):
+            state.arrived.set()
+            self._deliver(state, step.messages)
+        elif isinstance(step, Skipped):
+            self._skipped_to(state, step.offset)
+
+    def _skipped_to(self, state: QueueState, offset: int) -> None:
+        """Nothing is held and the queue has nothing for us before ``offset``."""
+        self.offsets.update(state.queue, offset, increase_only=True)
+
+    def _paused_queue(self, state: QueueState) -> bool:
+        """A subclass's hook: whether the queue's pulls wait (a lite consumer's pause)."""
+        return False
+
+    def _deliver(self, state: QueueState, messages: Sequence[MessageExt]) -> None:
+        """A subclass's hook: pulled ``messages`` are held in ``state.process``."""
+        raise NotImplementedError

@@ -1,0 +1,346 @@
+"""Controller requests and replies as values, and their remoting frames.
+
+The controller service's core (``service_core``) takes a request as one of
+the classes here and answers with a ``Reply``; ``decode_request`` reads
+them from a remoting command (header keys as ``wire`` lists them) and
+``reply_command`` writes a reply back. A request whose header does not
+decode becomes ``Malformed`` and is answered CONTROLLER_INVALID_REQUEST by
+the core, like any other refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from triomq.controller.codes import RequestCode, ResponseCode
+from triomq.controller.wire import (
+    ControllerMetadata,
+    Header,
+    ReplicaInfo,
+    WireError,
+    decode_config,
+    encode_config,
+    encode_metadata,
+    encode_replica_info,
+    encode_replica_infos,
+)
+from triomq.protocol.remoting import RemotingCommand
+
+__all__ = [
+    "AlterSyncStateSet",
+    "ApplyBrokerId",
+    "BrokerHeartbeat",
+    "CleanBrokerData",
+    "ConfigValues",
+    "ControllerRequest",
+    "ElectMaster",
+    "GetControllerConfig",
+    "GetMetadata",
+    "GetNextBrokerId",
+    "GetReplicaInfo",
+    "GetSyncStateData",
+    "GroupInfos",
+    "Malformed",
+    "NextBrokerId",
+    "RegisterBroker",
+    "Reply",
+    "SyncStateSet",
+    "UpdateControllerConfig",
+    "decode_request",
+    "reply_command",
+]
+
+
+@attrs.frozen
+class GetNextBrokerId:
+    """GET_NEXT_BROKER_ID."""
+
+    cluster_name: str
+    broker_name: str
+
+
+@attrs.frozen
+class ApplyBrokerId:
+    """APPLY_BROKER_ID: claim ``broker_id``, proven later by ``check_code``."""
+
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    broker_address: str
+    check_code: str
+
+
+@attrs.frozen
+class RegisterBroker:
+    """REGISTER_BROKER."""
+
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    broker_address: str
+
+
+@attrs.frozen
+class BrokerHeartbeat:
+    """BROKER_HEARTBEAT with the broker's live info."""
+
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    broker_address: str
+    epoch: int = 0
+    max_offset: int = 0
+    confirm_offset: int = 0
+    election_priority: int = 0
+    heartbeat_timeout_ms: int | None = None
+
+
+@attrs.frozen
+class AlterSyncStateSet:
+    """ALTER_SYNC_STATE_SET from a group's master, fenced by both epochs."""
+
+    broker_name: str
+    master_broker_id: int
+    master_epoch: int
+    sync_state_set_epoch: int
+    new_sync_state_set: frozenset[int] = attrs.field(converter=frozenset)
+
+
+@attrs.frozen
+class ElectMaster:
+    """ELECT_MASTER by a broker (its own id) or an administrator (``designate``)."""
+
+    cluster_name: str
+    broker_name: str
+    broker_id: int | None = None
+    designate: bool = False
+
+
+@attrs.frozen
+class GetReplicaInfo:
+    """GET_REPLICA_INFO."""
+
+    broker_name: str
+
+
+@attrs.frozen
+class GetSyncStateData:
+    """GET_SYNC_STATE_DATA of the named groups (none named: every group)."""
+
+    broker_names: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class GetMetadata:
+    """GET_METADATA_INFO."""
+
+
+@attrs.frozen
+class CleanBrokerData:
+    """CLEAN_BROKER_DATA of some replicas of a group (``broker_ids`` None: the group)."""
+
+    cluster_name: str
+    broker_name: str
+    broker_ids: frozenset[int] | None = None
+    clean_living_broker: bool = False
+
+
+@attrs.frozen
+class GetControllerConfig:
+    """GET_CONTROLLER_CONFIG."""
+
+
+@attrs.frozen
+class UpdateControllerConfig:
+    """UPDATE_CONTROLLER_CONFIG: the keys to change and their values."""
+
+    values: Mapping[str, Any]
+
+
+@attrs.frozen
+class Malformed:
+    """A request whose header or body did not decode; ``reason`` says where."""
+
+    name: str
+    reason: str
+
+
+ControllerRequest = (GetNextBrokerId | ApplyBrokerId | RegisterBroker | BrokerHeartbeat
+                     | AlterSyncStateSet | ElectMaster | GetReplicaInfo | GetSyncStateData
+                     | GetMetadata | CleanBrokerData | GetControllerConfig
+                     | UpdateControllerConfig | Malformed)
+
+
+# -- reply payloads ---------------------------------------------------------------
+
+
+@attrs.frozen
+class NextBrokerId:
+    """GET_NEXT_BROKER_ID's answer."""
+
+    next_broker_id: int
+
+
+@attrs.frozen
+class SyncStateSet:
+    """ALTER_SYNC_STATE_SET's answer: the applied set and its epoch."""
+
+    members: frozenset[int] = attrs.field(converter=frozenset)
+    epoch: int = 0
+
+
+@attrs.frozen
+class GroupInfos:
+    """GET_SYNC_STATE_DATA's answer."""
+
+    infos: tuple[ReplicaInfo, ...] = attrs.field(converter=tuple)
+
+
+@attrs.frozen
+class ConfigValues:
+    """GET_CONTROLLER_CONFIG's answer."""
+
+    values: Mapping[str, Any]
+
+
+Payload = NextBrokerId | SyncStateSet | ReplicaInfo | GroupInfos | ControllerMetadata | ConfigValues
+
+
+@attrs.frozen
+class Reply:
+    """The answer to request ``request_id``.
+
+    CONTROLLER_NOT_LEADER names the leader this controller knows of
+    (``leader_id`` 0 and ``leader_address`` "" while there is none).
+    """
+
+    request_id: int
+    code: int
+    remark: str = ""
+    payload: Payload | None = None
+    leader_id: int = 0
+    leader_address: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the request succeeded."""
+        return self.code == ResponseCode.SUCCESS
+
+
+# -- remoting frames --------------------------------------------------------------
+
+
+def _get_next_broker_id(header: Header, body: bytes) -> GetNextBrokerId:
+    return GetNextBrokerId(header.string("clusterName"), header.string("brokerName"))
+
+
+def _apply_broker_id(header: Header, body: bytes) -> ApplyBrokerId:
+    return ApplyBrokerId(header.string("clusterName"), header.string("brokerName"),
+                         header.integer("appliedBrokerId"), header.string("brokerAddress"),
+                         header.string("registerCheckCode"))
+
+
+def _register_broker(header: Header, body: bytes) -> RegisterBroker:
+    return RegisterBroker(header.string("clusterName"), header.string("brokerName"),
+                          header.integer("brokerId"), header.string("brokerAddress"))
+
+
+def _heartbeat(header: Header, body: bytes) -> BrokerHeartbeat:
+    return BrokerHeartbeat(
+        header.string("clusterName"), header.string("brokerName"), header.integer("brokerId"),
+        header.string("brokerAddr"), epoch=header.integer("epoch"),
+        max_offset=header.integer("maxOffset"), confirm_offset=header.integer("confirmOffset"),
+        election_priority=header.integer("electionPriority"),
+        heartbeat_timeout_ms=header.optional_integer("heartbeatTimeoutMills"))
+
+
+def _alter_sync_state_set(header: Header, body: bytes) -> AlterSyncStateSet:
+    return AlterSyncStateSet(
+        header.string("brokerName"), header.integer("masterBrokerId"),
+        header.integer("masterEpoch"), header.integer("syncStateSetEpoch"),
+        header.id_set("newSyncStateSet") or frozenset())
+
+
+def _elect_master(header: Header, body: bytes) -> ElectMaster:
+    broker_name = header.string("brokerName")  # the key a refusal names first
+    return ElectMaster(header.string("clusterName"), broker_name,
+                       header.optional_integer("brokerId"), header.boolean("designateElect"))
+
+
+def _get_replica_info(header: Header, body: bytes) -> GetReplicaInfo:
+    return GetReplicaInfo(header.string("brokerName"))
+
+
+def _get_sync_state_data(header: Header, body: bytes) -> GetSyncStateData:
+    names = header.fields.get("brokerNames", "")
+    return GetSyncStateData(tuple(sorted({n for n in names.split(";") if n})))
+
+
+def _clean_broker_data(header: Header, body: bytes) -> CleanBrokerData:
+    return CleanBrokerData(header.string("clusterName"), header.string("brokerName"),
+                           header.id_set("brokerIdSetToClean"),
+                           header.boolean("isCleanLivingBroker"))
+
+
+def _update_controller_config(header: Header, body: bytes) -> UpdateControllerConfig:
+    return UpdateControllerConfig(decode_config(body))
+
+
+_DECODERS: dict[int, Callable[[Header, bytes], ControllerRequest]] = {
+    RequestCode.GET_NEXT_BROKER_ID: _get_next_broker_id,
+    RequestCode.APPLY_BROKER_ID: _apply_broker_id,
+    RequestCode.REGISTER_BROKER: _register_broker,
+    RequestCode.BROKER_HEARTBEAT: _heartbeat,
+    RequestCode.ALTER_SYNC_STATE_SET: _alter_sync_state_set,
+    RequestCode.ELECT_MASTER: _elect_master,
+    RequestCode.GET_REPLICA_INFO: _get_replica_info,
+    RequestCode.GET_METADATA_INFO: lambda header, body: GetMetadata(),
+    RequestCode.GET_SYNC_STATE_DATA: _get_sync_state_data,
+    RequestCode.CLEAN_BROKER_DATA: _clean_broker_data,
+    RequestCode.GET_CONTROLLER_CONFIG: lambda header, body: GetControllerConfig(),
+    RequestCode.UPDATE_CONTROLLER_CONFIG: _update_controller_config,
+}
+
+#: The request codes a controller serves.
+REQUEST_CODES = tuple(_DECODERS)
+
+
+def decode_request(command: RemotingCommand) -> ControllerRequest:
+    """The request ``command`` carries; ``Malformed`` when it does not decode.
+
+    ``command.code`` must be one of ``REQUEST_CODES``.
+    """
+    name = RequestCode(command.code).name
+    try:
+        return _DECODERS[command.code](Header(command.ext_fields, name), command.body)
+    except WireError as exc:
+        return Malformed(name, str(exc))
+
+
+def _body(payload: Payload | None) -> bytes:
+    if payload is None:
+        return b""
+    if isinstance(payload, ReplicaInfo):
+        return encode_replica_info(payload)
+    if isinstance(payload, NextBrokerId):
+        return encode_config({"nextBrokerId": payload.next_broker_id})
+    if isinstance(payload, SyncStateSet):
+        return encode_config({"syncStateSet": sorted(payload.members),
+                              "syncStateSetEpoch": payload.epoch})
+    if isinstance(payload, GroupInfos):
+        return encode_replica_infos(payload.infos)
+    if isinstance(payload, ControllerMetadata):
+        return encode_metadata(payload)
+    return encode_config(payload.values)
+
+
+def reply_command(reply: Reply) -> RemotingCommand:
+    """``reply`` as a remoting response (the RPC layer stamps the request's opaque)."""
+    fields = None
+    if reply.code == ResponseCode.CONTROLLER_NOT_LEADER:
+        fields = {"leaderId": str(reply.leader_id or ""), "leaderAddress": reply.leader_address}
+    return RemotingCommand.response(reply.code, remark=reply.remark or None,
+                                    ext_fields=fields, body=_body(reply.payload))

@@ -1,0 +1,39 @@
+"""The broker role as a plugin: entry point ``broker = "triomq.plugins.broker"``.
+
+A node whose role is ``"broker"`` runs ``triomq.broker.service.broker_service``;
+its section is ``[broker]`` (``triomq.broker.config.BrokerConfig``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from triomq.broker.config import BrokerConfig
+from triomq.broker.service import broker_service, ha_listen_address
+from triomq.hookspecs import Service, hookimpl
+
+if TYPE_CHECKING:
+    from triomq.runtime import Node
+
+
+@hookimpl
+def triomq_node_services(node: Node) -> Mapping[str, Service] | None:
+    """The broker service, for broker nodes only; its HA port is bound with the
+    node's RPC port, before any service writes a file."""
+    if node.role != "broker":
+        return None
+    node.declare_listen(ha_listen_address(node))
+    return {"broker": broker_service}
+
+
+@hookimpl
+def triomq_config_sections() -> Mapping[str, type]:
+    """``[broker]``: the replica's identity, HA replication and puts."""
+    return {"broker": BrokerConfig}
+
+
+@hookimpl
+def triomq_roles() -> Iterable[str]:
+    """The broker role."""
+    return ("broker",)

@@ -1,0 +1,272 @@
+"""The broker's controller-mode flow, driven by hand (no I/O, no clock)."""
+
+from __future__ import annotations
+
+import pytest
+
+from triomq.broker.controller_flow import (
+    AlterSyncStateSet,
+    Answer,
+    ApplyBrokerId,
+    Call,
+    ControllerModeFlow,
+    ElectMaster,
+    FlowSettings,
+    GetNextBrokerId,
+    GetReplicaInfo,
+    LearnSyncStateSet,
+    Log,
+    ProposalOutcome,
+    RegisterBroker,
+    Registered,
+    SaveIdentity,
+    SendHeartbeat,
+    TakeMaster,
+    TakeSlave,
+)
+from triomq.broker.identity import BrokerIdentity
+from triomq.broker.role import BrokerRole
+from triomq.controller.codes import ResponseCode
+from triomq.controller.wire import ReplicaInfo
+from triomq.errors import ConfigError
+
+Code = ResponseCode
+SETTINGS = FlowSettings(cluster_name="c", broker_name="g", address="me",
+                        controllers=("c1", "c2"), broker_heartbeat_interval=100,
+                        sync_controller_metadata_period=300)
+REPLICAS = ((1, "other"), (2, "me"))
+OK = Answer(Code.SUCCESS)
+
+
+def info(master: int | None, epoch: int, members=(1, 2), set_epoch: int = 1) -> ReplicaInfo:
+    address = dict(REPLICAS).get(master) if master is not None else None
+    return ReplicaInfo("g", master, address, epoch, frozenset(members), set_epoch, REPLICAS)
+
+
+def calls(outputs) -> list[Call]:
+    return [out for out in outputs if isinstance(out, Call)]
+
+
+def only_call(flow: ControllerModeFlow) -> Call:
+    [call] = calls(flow.outputs())
+    return call
+
+
+def registered(saved_id: int = 2, answer: ReplicaInfo | None = None) -> ControllerModeFlow:
+    """A flow registered as ``saved_id``; its outputs drained."""
+    flow = ControllerModeFlow(SETTINGS)
+    flow.start(0, BrokerIdentity("c", "g", saved_id, "me;1"), 0, "me;2")
+    call = only_call(flow)
+    assert call.request == RegisterBroker(saved_id)
+    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=answer or info(1, 1)))
+    flow.outputs()
+    return flow
+
+
+def test_a_new_replica_claims_an_id_and_saves_it_before_registering():
+    flow = ControllerModeFlow(SETTINGS)
+    flow.start(0, None, 0, "me;42")
+    call = only_call(flow)
+    assert call.request == GetNextBrokerId()
+    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=2))
+    call = only_call(flow)
+    assert call.request == ApplyBrokerId(2, "me;42")
+    flow.answered(0, call.id, OK)
+    assert flow.outputs() == [SaveIdentity(BrokerIdentity("c", "g", 2, "me;42"))]
+    flow.identity_saved(0)
+    call = only_call(flow)
+    assert call.request == RegisterBroker(2)
+    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=info(1, 3)))
+    out = flow.outputs()
+    assert Registered(2) in out
+    assert [o.controller for o in out if isinstance(o, SendHeartbeat)] == ["c1", "c2"]
+    assert TakeSlave("other", 3) in out
+    assert flow.broker_id == 2 and flow.registered
+
+
+def test_a_saved_identity_of_another_group_is_refused():
+    flow = ControllerModeFlow(SETTINGS)
+    with pytest.raises(ConfigError, match="belongs to c/h"):
+        flow.start(0, BrokerIdentity("c", "h", 1, "x"), 0, "me;1")
+    with pytest.raises(ConfigError, match="belongs to d/g"):
+        flow.start(0, BrokerIdentity("d", "g", 1, "x"), 0, "me;1")
+
+
+def test_failed_registration_is_retried_after_the_metadata_period():
+    flow = ControllerModeFlow(SETTINGS)
+    flow.start(0, BrokerIdentity("c", "g", 2, "me;1"), 0, "me;2")
+    call = only_call(flow)
+    flow.answered(10, call.id, None, "no leader")
+    assert [o.text for o in flow.outputs() if isinstance(o, Log)] == [
+        "broker me: registration with the controllers failed: no leader"]
+    assert flow.next_deadline() == 310
+    flow.tick(309)
+    assert flow.outputs() == []
+    flow.tick(310)
+    assert only_call(flow).request == RegisterBroker(2)
+
+
+def test_a_forgotten_replica_claims_its_id_again_with_its_check_code():
+    flow = ControllerModeFlow(SETTINGS)
+    flow.start(0, BrokerIdentity("c", "g", 2, "me;1"), 0, "me;2")
+    call = only_call(flow)
+    flow.answered(0, call.id, Answer(Code.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED))
+    call = only_call(flow)
+    assert call.request == ApplyBrokerId(2, "me;1")
+    flow.answered(0, call.id, OK)
+    call = only_call(flow)
+    assert call.request == RegisterBroker(2)
+    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=info(2, 1)))
+    assert TakeMaster(1, frozenset({"me", "other"}), 1) in flow.outputs()
+
+
+def test_no_master_asks_an_election_and_says_why_once_per_reason():
+    flow = ControllerModeFlow(SETTINGS)
+    flow.start(0, BrokerIdentity("c", "g", 2, "me;1"), 0, "me;2")
+    flow.answered(0, only_call(flow).id, Answer(Code.SUCCESS, payload=info(None, 1)))
+    logs = []
+    for now in (0, 300, 600):
+        call = next(c for c in calls(flow.outputs()) if c.request == ElectMaster(2))
+        flow.answered(now, call.id, Answer(Code.CONTROLLER_MASTER_NOT_AVAILABLE, "unclean off"))
+        assert flow.no_master_reason == "unclean off"
+        logs += [o.text for o in flow.outputs() if isinstance(o, Log)]
+        assert flow.next_deadline() == now + 300
+        flow.tick(now + 300)  # the poll
+        flow.answered(now, only_call(flow).id, Answer(Code.SUCCESS, payload=info(None, 1)))
+    assert logs == ["broker me: group g has no master: unclean off"]
+    assert not flow.group_has_master  # its slaves serve reads meanwhile
+    call = only_call(flow)
+    flow.answered(0, call.id, Answer(Code.CONTROLLER_MASTER_STILL_EXIST, payload=info(2, 2)))
+    assert flow.no_master_reason == ""
+    assert TakeMaster(2, frozenset({"me", "other"}), 1) in flow.outputs()
+
+
+def test_role_changes_one_at_a_time_towards_the_newest_info():
+    flow = registered()
+    assert flow.role is BrokerRole.NONE
+    flow.notified(0, info(2, 2))
+    flow.notified(0, info(1, 1))  # older: ignored
+    assert flow.replica_info == info(2, 2)
+    flow.notified(0, info(1, 3))
+    assert flow.outputs() == []  # TakeSlave(1) is still under way
+    flow.followed(0, BrokerRole.SLAVE, 1)
+    assert flow.outputs() == [TakeSlave("other", 3)]
+    flow.followed(0, BrokerRole.SLAVE, 3)
+    flow.notified(0, info(1, 3))
+    assert flow.outputs() == []  # already its slave
+    assert flow.group_has_master
+
+
+def test_a_failed_role_change_is_retried_after_the_metadata_period():
+    flow = registered(answer=info(2, 4))
+    flow.followed(50, BrokerRole.NONE, -1, "epoch 4 is older than 5")
+    assert any(isinstance(o, Log) and "epoch 4 failed" in o.text for o in flow.outputs())
+    flow.notified(60, info(2, 4, set_epoch=2))
+    assert flow.outputs() == []
+    flow.tick(349)
+    assert not any(isinstance(o, TakeMaster) for o in flow.outputs())
+    flow.tick(350)
+    assert TakeMaster(4, frozenset({"me", "other"}), 2) in flow.outputs()
+
+
+def test_the_masters_poll_hands_it_the_committed_set_of_its_term():
+    flow = registered(answer=info(2, 4, members=(2,), set_epoch=3))
+    flow.followed(0, BrokerRole.MASTER, 4)
+    assert flow.sync_state_set_epoch == 3
+    flow.notified(0, info(2, 4, members=(1, 2), set_epoch=3))
+    assert flow.outputs() == [LearnSyncStateSet(frozenset({"me", "other"}))]
+    flow.sync_state_set_epoch = 5
+    flow.notified(0, info(2, 4, members=(2,), set_epoch=4))
+    assert flow.outputs() == []  # older than what it knows
+
+
+def test_heartbeats_go_out_one_interval_after_the_last():
+    flow = registered()
+    flow.heartbeat_sent(20, "c1")
+    flow.tick(119)
+    assert flow.outputs() == []
+    flow.tick(120)
+    assert flow.outputs() == [SendHeartbeat("c1", 2, 0)]
+
+
+def test_a_poll_of_a_forgotten_group_registers_again():
+    flow = registered()
+    flow.tick(flow.next_deadline())
+    call = only_call(flow)
+    flow.answered(0, call.id, Answer(Code.CONTROLLER_BROKER_METADATA_NOT_EXIST))
+    assert only_call(flow).request == RegisterBroker(2)
+
+
+def master_flow() -> ControllerModeFlow:
+    flow = registered(answer=info(2, 4, members=(2,), set_epoch=3))
+    flow.followed(0, BrokerRole.MASTER, 4)
+    return flow
+
+
+def test_a_proposal_becomes_ids_fenced_by_both_epochs():
+    flow = master_flow()
+    token = flow.propose(0, frozenset({"me", "other"}), 4)
+    call = only_call(flow)
+    assert call.request == AlterSyncStateSet(2, 4, 3, frozenset({1, 2}))
+    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=(frozenset({1, 2}), 4)))
+    assert flow.outputs() == [ProposalOutcome(token, frozenset({"me", "other"}))]
+    assert flow.sync_state_set_epoch == 4
+
+
+def test_a_proposal_without_an_answer_has_an_unknown_outcome():
+    flow = master_flow()
+    token = flow.propose(0, frozenset({"me", "other"}), 4)
+    flow.answered(0, only_call(flow).id, None, "no leader")
+    assert ProposalOutcome(token, None) in flow.outputs()
+
+
+def test_a_refused_proposal_answers_the_set_read_back():
+    flow = master_flow()
+    token = flow.propose(0, frozenset({"me"}), 4)
+    flow.answered(0, only_call(flow).id, Answer(Code.CONTROLLER_INVALID_REQUEST, "unchanged"))
+    call = only_call(flow)
+    assert call.request == GetReplicaInfo()
+    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=info(2, 4, set_epoch=5)))
+    assert ProposalOutcome(token, frozenset({"me", "other"})) in flow.outputs()
+    assert flow.sync_state_set_epoch == 5
+
+
+def test_a_proposal_refused_for_a_newer_master_fences_and_learns_it():
+    flow = master_flow()
+    token = flow.propose(0, frozenset({"me"}), 4)
+    flow.answered(0, only_call(flow).id, Answer(Code.CONTROLLER_FENCED_MASTER_EPOCH, "old"))
+    flow.answered(0, only_call(flow).id, Answer(Code.SUCCESS, payload=info(1, 5)))
+    out = flow.outputs()
+    assert TakeSlave("other", 5) in out
+    [outcome] = [o for o in out if isinstance(o, ProposalOutcome)]
+    assert outcome.token == token and outcome.fenced == "the controller is at master epoch 5"
+
+
+def test_a_proposal_naming_an_unknown_replica_reads_the_group_first():
+    flow = master_flow()
+    token = flow.propose(0, frozenset({"me", "new"}), 4)
+    call = only_call(flow)
+    assert call.request == GetReplicaInfo()
+    grown = ReplicaInfo("g", 2, "me", 4, frozenset({2}), 3, (*REPLICAS, (3, "new")))
+    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=grown))
+    assert only_call(flow).request == AlterSyncStateSet(2, 4, 3, frozenset({2, 3}))
+    flow2 = master_flow()
+    token = flow2.propose(0, frozenset({"me", "new"}), 4)
+    flow2.answered(0, only_call(flow2).id, Answer(Code.SUCCESS, payload=info(2, 4, (2,), 3)))
+    assert ProposalOutcome(token, frozenset({"me"})) in flow2.outputs()
+
+
+def test_no_proposal_before_the_replica_has_an_id():
+    flow = ControllerModeFlow(SETTINGS)
+    flow.start(0, None, 0, "me;1")
+    flow.outputs()
+    token = flow.propose(0, frozenset({"me"}), 1)
+    assert flow.outputs() == [ProposalOutcome(token, None)]
+
+
+def test_pushes_before_registration_are_ignored():
+    flow = ControllerModeFlow(SETTINGS)
+    flow.start(0, BrokerIdentity("c", "g", 2, "me;1"), 0, "me;2")
+    flow.outputs()
+    flow.notified(0, info(2, 1))
+    assert flow.replica_info is None and flow.outputs() == []

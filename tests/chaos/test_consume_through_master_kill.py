@@ -1,0 +1,207 @@
+"""Real processes: a consumer group keeps consuming through its master's SIGKILL.
+
+Three broker replicas run as ``python -m triomq.cli broker`` processes in
+controller mode with ``all_ack_in_sync_state_set = true``; the controllers
+and a name server run in the test's process, over TCP. A ``Producer`` sends
+without pause and a ``PushConsumer`` group reads the topic from its first
+offset while the master's process is killed with SIGKILL: every message
+acknowledged before or after the kill is consumed, and what is consumed
+twice stays within what was delivered but not yet committed when the
+master died.
+"""
+
+from __future__ import annotations
+
+import collections
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from triomq.client.consume_from import ConsumeFromWhere
+from triomq.client.errors import ClientError
+from triomq.client.listener import ConsumeConcurrentlyStatus, MessageListenerConcurrently
+from triomq.client.message import Message, MessageExt, SendStatus
+from triomq.client.producer import Producer
+from triomq.client.push_consumer import PushConsumer
+from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
+from triomq.rpc import RpcError
+from triomq.testing.cluster import BROKER_NAME, free_tcp_port, open_cluster
+
+TOPIC = "Orders"
+GROUP = "OrderReaders"
+QUEUES = 4
+ROOT = Path(__file__).resolve().parents[2]
+QUERY_CONSUMER_OFFSET = 14
+CREATE_TOPIC = 17
+
+
+def broker_toml(name: str, root: Path, address: str, controllers: list[str], namesrv: str
+                ) -> str:
+    quoted = ", ".join(f'"{c}"' for c in controllers)
+    return f"""
+name = "{name}"
+role = "broker"
+listen = "{address}"
+log_level = "WARNING"
+[store]
+path = "{root / name}"
+[broker]
+broker_name = "{BROKER_NAME}"
+enable_controller_mode = true
+controller_addresses = [{quoted}]
+namesrv_addr = ["{namesrv}"]
+ha_listen_port = {free_tcp_port()}
+all_ack_in_sync_state_set = true
+"""
+
+
+class Replica:
+    """One broker replica as a process of its own, at a fixed address."""
+
+    def __init__(self, name: str, root: Path, controllers: list[str], namesrv: str) -> None:
+        self.name = name
+        self.address = f"tcp://127.0.0.1:{free_tcp_port()}"
+        self.config = root / f"{name}.toml"
+        self.config.write_text(broker_toml(name, root, self.address, controllers, namesrv))
+        self.log = root / f"{name}.log"
+        self.process: trio.Process | None = None
+
+    async def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.process = await trio.lowlevel.open_process(
+                [sys.executable, "-m", "triomq.cli", "broker", "--config", str(self.config)],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+
+    async def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        await self.process.wait()
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.terminate()
+            with trio.move_on_after(10) as waited:
+                await self.process.wait()
+            if waited.cancelled_caught:
+                self.process.kill()
+                await self.process.wait()
+
+
+class Deliveries:
+    """What the group's listener was handed: each (queue, offset) and message id, how often."""
+
+    def __init__(self) -> None:
+        self.by_position: collections.Counter[tuple[int, int]] = collections.Counter()
+        self.by_id: collections.Counter[str] = collections.Counter()
+
+    async def handle(self, messages: list[MessageExt]) -> ConsumeConcurrentlyStatus:
+        for message in messages:
+            self.by_position[message.queue_id, message.queue_offset] += 1
+            self.by_id[message.msg_id] += 1
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    def next_offsets(self) -> dict[int, int]:
+        """Per queue, one past the highest offset delivered."""
+        ends: dict[int, int] = {}
+        for queue, offset in self.by_position:
+            ends[queue] = max(ends.get(queue, 0), offset + 1)
+        return ends
+
+
+async def test_a_consumer_group_keeps_consuming_through_a_master_sigkill(tmp_path: Path) -> None:
+    async with open_cluster(tmp_path, transport="tcp", brokers=0, namesrvs=1) as cluster:
+        await cluster.start_namesrvs()
+        await cluster.start_controllers()
+        client = await cluster.start("client")
+        controller_addresses = list(cluster.controller_addresses.values())
+        namesrv = cluster.namesrv_addresses["n1"].removeprefix("tcp://")
+        replicas = {r.address: r for r in (Replica(f"b{i}", tmp_path, controller_addresses,
+                                                   namesrv) for i in (1, 2, 3))}
+        controllers = ControllerClient(client.rpc, controller_addresses)
+
+        async def group(min_epoch: int = 0):
+            with trio.fail_after(60):
+                while True:
+                    try:
+                        info = await controllers.get_replica_info(BROKER_NAME)
+                    except (ControllerError, ControllerUnavailable):
+                        info = None  # no leader yet, or the group not registered yet
+                    if (info is not None and info.master_address in replicas
+                            and info.master_epoch > min_epoch
+                            and len(info.sync_state_set) == 3 - (min_epoch > 0)):
+                        return info
+                    await trio.sleep(0.05)
+
+        try:
+            for replica in replicas.values():
+                await replica.start()
+            info = await group()
+            answer = await client.rpc.invoke(info.master_address, CREATE_TOPIC, {
+                "topic": TOPIC, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES),
+                "perm": "6"})
+            assert answer.code == 0, answer.remark
+
+            acked: set[str] = set()
+            deliveries = Deliveries()
+            producer = Producer("OrderWriters", [namesrv], send_msg_timeout=2.0)
+            consumer = PushConsumer(GROUP, [namesrv], rebalance_interval=1.0,
+                                    persist_consumer_offset_interval=0.5,
+                                    pull_delay_on_exception=0.1,
+                                    consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+            consumer.subscribe(TOPIC, "*")
+            consumer.register_message_listener(MessageListenerConcurrently(deliveries.handle))
+            producing = True
+            produced = trio.Event()
+
+            async def produce() -> None:
+                n = 0
+                while producing:
+                    n += 1
+                    try:
+                        result = await producer.send(Message(TOPIC, b"order-%d" % n))
+                    except (ClientError, RpcError):
+                        await trio.sleep(0.01)
+                        continue
+                    if result.send_status is SendStatus.SEND_OK:
+                        acked.add(result.msg_id)
+                produced.set()
+
+            async def until(predicate, timeout: float = 60) -> None:
+                with trio.fail_after(timeout):
+                    while not predicate():
+                        await trio.sleep(0.01)
+
+            async with (producer.start(client.connect), consumer.start(client.connect),
+                        trio.open_nursery() as nursery):
+                nursery.start_soon(produce)
+                await until(lambda: len(acked) >= 150 and len(deliveries.by_id) >= 100)
+
+                # What the group had been handed and what its master had stored of its
+                # offsets, when the master died: a consumer resuming anywhere rewinds to
+                # no earlier than the committed offsets.
+                delivered = deliveries.next_offsets()
+                committed = {}
+                for queue in range(QUEUES):
+                    answer = await client.rpc.invoke(info.master_address, QUERY_CONSUMER_OFFSET, {
+                        "consumerGroup": GROUP, "topic": TOPIC, "queueId": str(queue)})
+                    committed[queue] = int(answer.ext_fields["offset"]) if answer.code == 0 else 0
+                await replicas[info.master_address].kill()
+                new = await group(min_epoch=info.master_epoch)
+                assert new.master_address != info.master_address
+
+                before = len(acked)
+                await until(lambda: len(acked) >= before + 150)
+                producing = False
+                await produced.wait()  # the last send's answer is in
+                await until(lambda: acked <= deliveries.by_id.keys())
+
+            assert acked <= deliveries.by_id.keys()  # nothing acknowledged is lost
+            redelivered = sum(n - 1 for n in deliveries.by_position.values())
+            uncommitted = sum(max(0, delivered.get(q, 0) - committed[q]) for q in range(QUEUES))
+            assert redelivered <= uncommitted
+        finally:
+            for replica in replicas.values():
+                await replica.stop()

@@ -1,0 +1,105 @@
+"""Controller requests read from remoting commands, and replies written back."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from triomq.controller import RequestCode, ResponseCode
+from triomq.controller.requests import (
+    REQUEST_CODES,
+    AlterSyncStateSet,
+    BrokerHeartbeat,
+    ConfigValues,
+    ElectMaster,
+    GetSyncStateData,
+    GroupInfos,
+    Malformed,
+    NextBrokerId,
+    Reply,
+    SyncStateSet,
+    UpdateControllerConfig,
+    decode_request,
+    reply_command,
+)
+from triomq.controller.wire import (
+    ReplicaInfo,
+    decode_config,
+    decode_replica_info,
+    decode_replica_infos,
+    load_body,
+)
+from triomq.protocol.remoting import RemotingCommand
+
+KEYS = ["clusterName", "brokerName", "brokerId", "brokerAddr", "brokerAddress", "epoch",
+        "maxOffset", "confirmOffset", "electionPriority", "heartbeatTimeoutMills",
+        "appliedBrokerId", "registerCheckCode", "masterBrokerId", "masterEpoch",
+        "syncStateSetEpoch", "newSyncStateSet", "designateElect", "brokerNames",
+        "brokerIdSetToClean", "isCleanLivingBroker"]
+VALUES = st.one_of(st.text(max_size=12), st.integers(-5, 2**70).map(str),
+                   st.sampled_from(["true", "false", "1;2", ";", "", "1;x"]))
+
+
+@given(st.sampled_from(REQUEST_CODES), st.dictionaries(st.sampled_from(KEYS), VALUES),
+       st.binary(max_size=40))
+def test_any_header_decodes_to_a_request_or_a_refusal(code: int, fields: dict[str, str],
+                                                      body: bytes) -> None:
+    request = decode_request(RemotingCommand.request(code, fields, body))
+    if isinstance(request, Malformed):
+        assert request.name == RequestCode(code).name and request.reason
+
+
+def test_headers_decode_to_their_requests() -> None:
+    heartbeat = decode_request(RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, {
+        "clusterName": "c", "brokerName": "g", "brokerId": "2", "brokerAddr": "a",
+        "epoch": "3", "maxOffset": "10", "confirmOffset": "9", "electionPriority": "0"}))
+    assert heartbeat == BrokerHeartbeat("c", "g", 2, "a", epoch=3, max_offset=10,
+                                        confirm_offset=9)
+    alter = decode_request(RemotingCommand.request(RequestCode.ALTER_SYNC_STATE_SET, {
+        "brokerName": "g", "masterBrokerId": "1", "masterEpoch": "2",
+        "syncStateSetEpoch": "3", "newSyncStateSet": "1;2"}))
+    assert alter == AlterSyncStateSet("g", 1, 2, 3, {1, 2})
+    elect = decode_request(RemotingCommand.request(RequestCode.ELECT_MASTER, {
+        "clusterName": "c", "brokerName": "g", "designateElect": "true", "brokerId": "4"}))
+    assert elect == ElectMaster("c", "g", 4, True)
+    names = decode_request(RemotingCommand.request(RequestCode.GET_SYNC_STATE_DATA, {
+        "brokerNames": "b;a;;b"}))
+    assert names == GetSyncStateData(("a", "b"))
+    update = decode_request(RemotingCommand.request(RequestCode.UPDATE_CONTROLLER_CONFIG,
+                                                    body=b'{"request_timeout": 5}'))
+    assert update == UpdateControllerConfig({"request_timeout": 5})
+
+
+def test_a_missing_key_is_named() -> None:
+    request = decode_request(RemotingCommand.request(RequestCode.ELECT_MASTER, {}))
+    assert request == Malformed("ELECT_MASTER",
+                                "ELECT_MASTER: header field 'brokerName': missing")
+
+
+INFO = ReplicaInfo("g", 1, "a1", 2, {1, 2}, 3, ((1, "a1"), (2, "a2")))
+
+
+@pytest.mark.parametrize(("payload", "read", "expected"), [
+    (INFO, decode_replica_info, INFO),
+    (GroupInfos([INFO]), decode_replica_infos, (INFO,)),
+    (NextBrokerId(3), decode_config, {"nextBrokerId": 3}),
+    (SyncStateSet({2, 1}, 4), decode_config, {"syncStateSet": [1, 2], "syncStateSetEpoch": 4}),
+    (ConfigValues({"a": 1}), decode_config, {"a": 1}),
+])
+def test_reply_bodies(payload, read, expected) -> None:
+    command = reply_command(Reply(7, ResponseCode.SUCCESS, payload=payload))
+    assert command.is_response and command.code == ResponseCode.SUCCESS
+    assert read(command.body) == expected
+
+
+def test_a_not_leader_reply_names_the_leader_in_its_header() -> None:
+    command = reply_command(Reply(1, ResponseCode.CONTROLLER_NOT_LEADER, "not the leader",
+                                  leader_id=2, leader_address="tcp://c2:9878"))
+    assert command.ext_fields == {"leaderId": "2", "leaderAddress": "tcp://c2:9878"}
+    assert command.remark == "not the leader" and command.body == b""
+    unknown = reply_command(Reply(1, ResponseCode.CONTROLLER_NOT_LEADER))
+    assert unknown.ext_fields == {"leaderId": "", "leaderAddress": ""}
+    refused = reply_command(Reply(1, ResponseCode.CONTROLLER_INVALID_REQUEST, "bad"))
+    assert refused.ext_fields == {} and refused.remark == "bad"
+    assert load_body(reply_command(Reply(1, 0, payload=NextBrokerId(1))).body, "x")

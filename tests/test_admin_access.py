@@ -1,0 +1,336 @@
+"""Admin access: admin requests need an admin's credential once one is configured.
+
+Signed requests (RocketMQ's ACL: AccessKey and an HmacSHA1 Signature) over
+the in-process transport, client certificates over mutual TLS on real TCP
+(``trustme``), the admin CLI's signing options, and the signature checked
+against one computed here from RocketMQ's algorithm, not by our signer.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import io
+import ssl
+import tomllib
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+import trustme
+
+import triomq.plugins.broker
+import triomq.plugins.controller_dledger
+from triomq.admin_access import NO_PERMISSION, AdminAccess, ClientCertificate
+from triomq.broker.client import Producer
+from triomq.cli import build_parser
+from triomq.cli_credentials import Signer
+from triomq.config import NodeConfig, SecurityConfig, TransportConfig, from_mapping
+from triomq.controller import RequestCode as ControllerCode
+from triomq.errors import ConfigError
+from triomq.namesrv.processor import NameServerCode
+from triomq.plugin_manager import PluginManager
+from triomq.plugins.controller_dledger.cli import run_admin as controller_admin
+from triomq.plugins.transport_inproc import InprocNetwork, InprocTransport
+from triomq.protocol import acl
+from triomq.protocol.remoting import RemotingCommand
+from triomq.rpc import RpcConnection, RpcServer
+from triomq.runtime import open_node
+from triomq.testing.cluster import open_cluster
+
+ACCESS_KEY, SECRET_KEY = "rocketmq2", "12345678"
+SECURITY = {"admin_access_key": ACCESS_KEY, "admin_secret_key": SECRET_KEY}
+UPDATE_AND_CREATE_TOPIC = 17
+ACCESS_KEY_FIELD = acl.ACCESS_KEY
+DELETE = NameServerCode.DELETE_TOPIC_IN_NAMESRV
+
+
+def rocketmq_signature(fields: dict[str, str], body: bytes, secret_key: str) -> str:
+    """RocketMQ's AclClientRPCHook signature, written out from its documentation:
+    values by key (Java string order), then the body; HmacSHA1; base64."""
+    ordered = sorted(fields, key=lambda key: key.encode("utf-16-be"))
+    content = "".join(fields[key] for key in ordered).encode() + body
+    digest = hmac.new(secret_key.encode(), content, hashlib.sha1).digest()
+    return base64.b64encode(digest).decode()
+
+
+def refused_remark(answer: RemotingCommand) -> str:
+    assert answer.code == NO_PERMISSION, (answer.code, answer.remark)
+    remark = answer.remark or ""
+    assert SECRET_KEY not in remark
+    return remark
+
+
+# -- the signature ------------------------------------------------------------------
+
+
+def test_the_signature_is_rocketmqs_for_a_fixed_request():
+    fields = {"topic": "orders", "clusterName": "DefaultCluster", ACCESS_KEY_FIELD: ACCESS_KEY}
+    body = b'{"x":1}'
+    expected = rocketmq_signature(fields, body, SECRET_KEY)
+    # Fixed: values in the order AccessKey, clusterName, topic, then the body.
+    assert expected == base64.b64encode(hmac.new(
+        b"12345678", b'rocketmq2DefaultClusterorders{"x":1}', hashlib.sha1).digest()).decode()
+    signed = acl.sign({"topic": "orders", "clusterName": "DefaultCluster"}, body, ACCESS_KEY,
+                      SECRET_KEY)
+    assert signed[acl.SIGNATURE] == expected
+    assert acl.signature_matches({**fields, acl.SIGNATURE: expected}, body, SECRET_KEY)
+    assert not acl.signature_matches({**fields, acl.SIGNATURE: expected}, b"", SECRET_KEY)
+
+
+
+def test_keys_sort_as_java_strings_do():
+    # U+FF21 (a BMP letter) sorts after U+1F600 by code point but before it by UTF-16
+    # code unit, as Java's TreeMap sorts.
+    fields = {"\U0001f600": "b", "\uff21": "a", ACCESS_KEY_FIELD: "k"}
+    content = acl.signed_content(fields, b"")
+    assert content == b"kba"
+
+
+# -- the rule ---------------------------------------------------------------------
+
+
+def delete_request(fields: dict[str, str] | None = None) -> RemotingCommand:
+    return RemotingCommand.request(DELETE, {"topic": "orders", **(fields or {})})
+
+
+def test_the_rule_by_hand():
+    access = AdminAccess(ACCESS_KEY, SECRET_KEY, frozenset({"CN=ops"}))
+    assert access.refusal(delete_request(), ClientCertificate("ab", ("ops",))) is None
+    remark = refused_remark(access.refusal(delete_request(), None))
+    assert remark.startswith("DELETE_TOPIC_IN_NAMESRV (216) needs admin access")
+    assert "no client certificate" in remark and "no AccessKey and Signature" in remark
+    other = ClientCertificate("cd" * 32, ("app",))
+    assert f"sha256:{'cd' * 32} is not an admin's" in refused_remark(
+        access.refusal(delete_request(), other))
+    signed = acl.sign({"topic": "orders"}, b"", ACCESS_KEY, SECRET_KEY)
+    assert access.refusal(delete_request(signed), other) is None
+    # Anything else stays open, and so does a broker's own ELECT_MASTER.
+    assert access.refusal(RemotingCommand.request(310, {}), None) is None
+    assert access.refusal(RemotingCommand.request(ControllerCode.ELECT_MASTER, {
+        "designateElect": "false"}), None) is None
+    assert access.refusal(RemotingCommand.request(ControllerCode.ELECT_MASTER, {
+        "designateElect": "true"}), None) is not None
+    # With nothing configured, everything is open.
+    assert AdminAccess().refusal(delete_request(), None) is None
+
+
+def test_certificates_are_named_by_fingerprint_or_common_name():
+    fingerprint = "AB:" * 31 + "CD"
+    access = SecurityConfig(admin_certificates=(f"sha256:{fingerprint}",)).admin_access()
+    certificate = ClientCertificate(fingerprint.replace(":", "").lower(), ("x",))
+    assert access.refusal(delete_request(), certificate) is None
+    with pytest.raises(ConfigError, match=r"security\.admin_certificates"):
+        from_mapping(NodeConfig, {"security": {"admin_certificates": ["ops"]}})
+
+
+def test_a_key_without_its_secret_is_refused_without_showing_it():
+    with pytest.raises(ConfigError) as error:
+        from_mapping(NodeConfig, {"security": {"admin_secret_key": "hunter2"}})
+    assert "hunter2" not in str(error.value)
+    assert "hunter2" not in repr(SecurityConfig(**SECURITY | {"admin_secret_key": "hunter2"}))
+
+
+# -- signed requests over the in-process transport --------------------------------
+
+
+async def test_admin_requests_need_the_signature_others_stay_open(temporary_node):
+    async with temporary_node("ns", role="nameserver", listen="inproc://ns",
+                              security=SecurityConfig(**SECURITY)), \
+            temporary_node("app") as app:
+        invoke = app.rpc.invoke
+        remark = refused_remark(await invoke("inproc://ns", DELETE, {"topic": "orders"}))
+        assert "the request carries no AccessKey and Signature" in remark
+        wrong_key = acl.sign({"topic": "orders"}, b"", "intruder", SECRET_KEY)
+        assert "AccessKey 'intruder' is not the admin's" in refused_remark(
+            await invoke("inproc://ns", DELETE, wrong_key))
+        wrong_secret = acl.sign({"topic": "orders"}, b"", ACCESS_KEY, "guess")
+        assert "Signature does not match" in refused_remark(
+            await invoke("inproc://ns", DELETE, wrong_secret))
+        tampered = {**acl.sign({"topic": "orders"}, b"", ACCESS_KEY, SECRET_KEY),
+                    "topic": "payments"}
+        assert "Signature does not match" in refused_remark(
+            await invoke("inproc://ns", DELETE, tampered))
+        # Non-admin requests need nothing.
+        answer = await invoke("inproc://ns", NameServerCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        assert answer.code == 0
+        # Signed as RocketMQ signs, computed here: accepted, on the same connection.
+        connection = await app.rpc.connection("inproc://ns")
+        fields = {"topic": "orders", "clusterName": "DefaultCluster",
+                  ACCESS_KEY_FIELD: ACCESS_KEY}
+        fields[acl.SIGNATURE] = rocketmq_signature(fields, b"", SECRET_KEY)
+        answer = await invoke("inproc://ns", DELETE, fields)
+        assert answer.code == 0, answer.remark
+        assert await app.rpc.connection("inproc://ns") is connection
+        # The client's signing hook (the admin CLI's) signs every request alike.
+        app.rpc.sign = Signer(ACCESS_KEY, SECRET_KEY)
+        assert (await invoke("inproc://ns", DELETE, {"topic": "orders"})).code == 0
+
+
+async def test_without_credentials_admin_requests_stay_open(temporary_node):
+    async with temporary_node("ns", role="nameserver", listen="inproc://ns-open"), \
+            temporary_node("app") as app:
+        answer = await app.rpc.invoke("inproc://ns-open", DELETE, {"topic": "orders"})
+        assert answer.code == 0, answer.remark
+
+
+# -- the admin CLI ----------------------------------------------------------------
+
+
+def controller_plugins() -> PluginManager:
+    pm = PluginManager.discover(disable={"broker", "controller_dledger"})
+    pm.register(triomq.plugins.broker, name="broker")
+    pm.register(triomq.plugins.controller_dledger, name="controller_dledger")
+    return pm
+
+
+async def test_the_admin_cli_signs_with_its_options_or_the_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRIOMQ_ACCESS_KEY", raising=False)
+    monkeypatch.delenv("TRIOMQ_SECRET_KEY", raising=False)
+    pm = controller_plugins()
+    async with open_cluster(tmp_path, controllers=1, brokers=0, plugins=pm,
+                            controller={"raft": {"tick_interval_ms": 20, "fsync": False}}
+                            ) as cluster:
+        await cluster.start("c1", attrs.evolve(cluster.controller_config("c1"),
+                                               security=SecurityConfig(**SECURITY)))
+        address = cluster.controller_addresses["c1"]
+        node = await cluster.start("admin")
+        parser = build_parser(pm)
+
+        async def admin(*argv: str) -> tuple[int, str]:
+            node.rpc.sign = None
+            args = parser.parse_args(["admin", *argv, "--controller", address])
+            out = io.StringIO()
+            return await controller_admin(args, node.rpc, out), out.getvalue()
+
+        clean = ("clean-broker-metadata", "--broker-name", "broker-x")
+        code, out = await admin(*clean)
+        assert code == 1 and "NO_PERMISSION (16)" in out and "CLEAN_BROKER_DATA" in out
+        code, out = await admin(*clean, "--access-key", ACCESS_KEY, "--secret-key", "guess")
+        assert code == 1 and "Signature does not match" in out and "guess" not in out
+        code, out = await admin(*clean, "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY)
+        assert code == 1 and "NO_PERMISSION" not in out  # past the guard: no such group
+        monkeypatch.setenv("TRIOMQ_ACCESS_KEY", ACCESS_KEY)
+        monkeypatch.setenv("TRIOMQ_SECRET_KEY", SECRET_KEY)
+        code, out = await admin(*clean)
+        assert code == 1 and "NO_PERMISSION" not in out
+        monkeypatch.delenv("TRIOMQ_SECRET_KEY")
+        code, out = await admin(*clean)
+        assert code == 1 and "--secret-key (or $TRIOMQ_SECRET_KEY) is needed too" in out
+        # Reads need nothing.
+        monkeypatch.delenv("TRIOMQ_ACCESS_KEY")
+        code, out = await admin("get-controller-metadata")
+        assert code == 0, out
+
+
+# -- mutual TLS -------------------------------------------------------------------
+
+
+class Certificates:
+    """A CA, the broker's certificate, an admin's and an application's client ones."""
+
+    def __init__(self, folder: Path) -> None:
+        self.ca = trustme.CA()
+        self.ca_file = str(folder / "ca.pem")
+        self.ca.cert_pem.write_to_path(self.ca_file)
+        self.files = {}
+        self.der = {}
+        for name, common_name in (("server", "broker"), ("admin", "ops-admin"),
+                                  ("app", "orders-app")):
+            cert = self.ca.issue_cert("127.0.0.1", common_name=common_name)
+            path = folder / f"{name}.pem"
+            cert.private_key_and_cert_chain_pem.write_to_path(str(path))
+            self.files[name] = str(path)
+            self.der[name] = ssl.PEM_cert_to_DER_cert(cert.cert_chain_pems[0].bytes().decode())
+
+    def transport(self, name: str, **extra: object) -> dict:
+        return {"tcp": {"tls": {"cert": self.files[name], "ca": self.ca_file, **extra}}}
+
+
+def broker_config(tmp_path: Path, certificates: Certificates, admin_fingerprint: str
+                  ) -> NodeConfig:
+    data = tomllib.loads(f"""
+name = "b0"
+role = "broker"
+listen = "tcp://127.0.0.1:0"
+log_level = "WARNING"
+[store]
+path = "{tmp_path / 'b0'}"
+options = {{ segment_size = 65536 }}
+[broker]
+ha_listen_port = 0
+flush_policy = "none"
+[security]
+admin_certificates = ["CN=someone-else", "sha256:{admin_fingerprint}"]
+""")
+    data["transport"] = {"options": certificates.transport("server", require_client_cert=True)}
+    pm = PluginManager.discover(disable={"broker"})
+    pm.register(triomq.plugins.broker, name="broker")
+    return NodeConfig.from_mapping(data, plugins=pm)
+
+
+def client_config(name: str, certificates: Certificates) -> NodeConfig:
+    return NodeConfig(name=name, transport=TransportConfig(options=certificates.transport(name)))
+
+
+async def test_mutual_tls_admin_certificate_passes_others_still_produce(tmp_path):
+    certificates = Certificates(tmp_path)
+    digest = hashlib.sha256(certificates.der["admin"]).hexdigest().upper()
+    fingerprint = ":".join(digest[i:i + 2] for i in range(0, 64, 2))
+    pm = PluginManager.discover(disable={"broker"})
+    pm.register(triomq.plugins.broker, name="broker")
+    topic = {"topic": "audit", "defaultTopic": "TBW102", "readQueueNums": "4",
+             "writeQueueNums": "4", "perm": "6", "topicFilterType": "SINGLE_TAG",
+             "topicSysFlag": "0", "order": "false"}
+    async with open_node(broker_config(tmp_path, certificates, fingerprint), plugins=pm) as b0, \
+            open_node(client_config("admin", certificates), plugins=pm) as admin, \
+            open_node(client_config("app", certificates), plugins=pm) as app:
+        address = b0.address
+        # The application's certificate: producing works, topic changes do not.
+        result = await Producer(app.rpc, address).send("orders", b"hello")
+        assert result.physical_offset == 0
+        remark = refused_remark(await app.rpc.invoke(address, UPDATE_AND_CREATE_TOPIC, topic))
+        assert "UPDATE_AND_CREATE_TOPIC (17) needs admin access" in remark
+        assert f"sha256:{hashlib.sha256(certificates.der['app']).hexdigest()}" in remark
+        # The admin's certificate: the topic change is made.
+        answer = await admin.rpc.invoke(address, UPDATE_AND_CREATE_TOPIC, topic)
+        assert answer.code == 0, answer.remark
+        # And the application's connection still produces.
+        result = await Producer(app.rpc, address).send("audit", b"after")
+        assert result.physical_offset > 0
+
+
+# -- the RPC server's guard ---------------------------------------------------------
+
+
+async def test_a_guard_answers_first_for_own_and_fallback_handlers() -> None:
+    transport = InprocTransport(InprocNetwork("guarded-codes"), "inproc://client")
+    server = RpcServer()
+    seen: list[int] = []
+
+    async def answer(request: RemotingCommand, peer: RpcConnection) -> RemotingCommand:
+        return RemotingCommand.response(body=b"handled")
+
+    def guard(request: RemotingCommand, peer: RpcConnection) -> RemotingCommand | None:
+        return (RemotingCommand.response(NO_PERMISSION, remark="no")
+                if request.ext_fields.get("who") != "admin" else None)
+
+    server.register_fallback(216, answer, inline=True)
+    server.observe(216, lambda request, peer: seen.append(request.code))
+    server.guard([216, 17], guard)
+    with pytest.raises(ValueError, match="already have a guard"):
+        server.guard([17], guard)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.serve, await transport.listen("inproc://server"))
+        connection = RpcConnection(await transport.connect(address))
+        await nursery.start(connection.run)
+        assert (await connection.invoke(216)).code == NO_PERMISSION
+        assert seen == []  # refused before the observers
+        assert (await connection.invoke(216, {"who": "admin"})).body == b"handled"
+        server.register(17, answer)  # registered after the guard: guarded too
+        assert (await connection.invoke(17)).code == NO_PERMISSION
+        assert (await connection.invoke(17, {"who": "admin"})).body == b"handled"
+        assert seen == [216]
+        nursery.cancel_scope.cancel()
