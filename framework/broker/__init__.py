@@ -16,6 +16,9 @@
   GET_EARLIEST_MSG_STORETIME; ``index_service.IndexService`` keeps RocketMQ's ``index/``
   files (``index_store``) from the commit log, the arithmetic in the pure ``index_file``
   and ``index_dispatch``.
+- ``consume_stats_service.ConsumeStatsService``: GET_CONSUME_STATS (a group's offsets, lag
+  and consume TPS per queue) over the pure ``consume_stats``, which also counts the
+  messages pulls return.
 - ``service.broker_service`` / ``broker_of``: the node service and its handle.
 - ``plugin``: the hook that runs the service on ``role = "broker"`` nodes.
 - ``client.Producer``: a small client that sends messages to a master.

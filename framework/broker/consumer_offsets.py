@@ -82,6 +82,15 @@ class ConsumerOffsetTable:
         """The group's stored offset in the queue, None if it stored none."""
         return self._offsets.get(topic + TOPIC_GROUP_SEPARATOR + group, {}).get(queue_id)
 
+    def topics_of(self, group: str) -> set[str]:
+        """The topics ``group`` stored offsets for (RocketMQ's ``whichTopicByConsumer``)."""
+        topics = set()
+        for key in self._offsets:
+            topic, _, owner = key.rpartition(TOPIC_GROUP_SEPARATOR)
+            if owner == group:
+                topics.add(topic)
+        return topics
+
     def offsets(self) -> dict[str, dict[int, int]]:
         """A copy of the table: ``"topic@group"`` -> ``{queueId: offset}``."""
         return {key: dict(queues) for key, queues in self._offsets.items()}

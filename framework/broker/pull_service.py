@@ -119,7 +119,9 @@ class PullService:
                  registered: Callable[[str, str], Subscription | None] = (
                      lambda group, topic: None),
                  master_online: Callable[[], bool] = lambda: True,
-                 confirmed: Callable[[], int] | None = None) -> None:
+                 confirmed: Callable[[], int] | None = None,
+                 got: Callable[[str, str, int], None] = lambda group, topic, count: None
+                 ) -> None:
         self.log = log
         #: The confirm offset (the replicas' ``confirm_offset``): consumers read up to it.
         self.confirmed = confirmed if confirmed is not None else lambda: log.max_offset
@@ -131,6 +133,8 @@ class PullService:
         self.group_known = group_known
         self.registered = registered
         self.master_online = master_online
+        #: Told of every FOUND pull's messages (the group's consumeTps counts them).
+        self.got = got
         self.holds: HoldTable[trio.Event] = HoldTable()
         self._wakeup = trio.Event()
         self._grew = False
@@ -183,6 +187,8 @@ class PullService:
                 await self._hold(header)
                 result = self._look_up(header, subscription, allow_suspend=False)
             body = b"".join(self.log.read(offset, size) for offset, size in result.ranges)
+            if result.code == ResponseCode.SUCCESS:
+                self.got(header.consumer_group, header.topic, len(result.ranges))
         except (StoreError, OSError) as exc:
             # The store's own words may name server files: they stay in the log.
             log.error("pulling from %s queue %d failed: %s", header.topic, header.queue_id, exc)

@@ -30,6 +30,7 @@ from triomq.broker.batch_send import BatchSendHandler
 from triomq.broker.clients import ClientService, load_subscription_groups
 from triomq.broker.config import BrokerConfig
 from triomq.broker.confirm_checkpoint import ConfirmOffsetCheckpoint
+from triomq.broker.consume_stats_service import ConsumeStatsService
 from triomq.broker.controller_mode import ControllerMode
 from triomq.broker.index_service import IndexService
 from triomq.broker.locks import QueueLockService
@@ -254,6 +255,9 @@ async def broker_service(node: Node, *,
             root, config, offsets_table, log=log, topics=topics,
             is_master=lambda: replicas.is_master, memory_window=window,
             group_known=group_known)
+        stats = ConsumeStatsService(log=log, broker_name=config.broker_name, topics=topics,
+                                    offsets=offsets, clients=clients,
+                                    confirmed=lambda: replicas.confirm_offset)
         pulls = broker.pulls = PullService(
             log=log, config=config, topics=topics, offsets=offsets,
             is_master=lambda: replicas.is_master, limits=pull_limits(config, window),
@@ -261,7 +265,7 @@ async def broker_service(node: Node, *,
             registered=lambda group, topic: registered_subscription(
                 clients.subscription(group, topic)),
             master_online=lambda: broker.master_rpc_address() is not None,
-            confirmed=lambda: replicas.confirm_offset)
+            confirmed=lambda: replicas.confirm_offset, got=stats.got)
         replicas.on_appended = pulls.appended
 
         def role_changed(role: BrokerRole, master_epoch: int) -> None:
@@ -299,6 +303,7 @@ async def broker_service(node: Node, *,
                                    lambda: broker.master_rpc_address())
                 offsets.register(node.rpc_server)
                 pulls.register(node.rpc_server)
+                stats.register(node.rpc_server)
                 if broker.namesrv is not None:
                     await nursery.start(broker.namesrv.run)
                 if broker.controller_mode is not None:

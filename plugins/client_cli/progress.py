@@ -4,67 +4,49 @@
 
     triomq admin consumer-progress -n 127.0.0.1:9876 -g cli-group [-t TopicTest]
 
-RocketMQ's ``mqadmin consumerProgress`` table: for each readable queue of
-the topic (broker group, queue id), the broker offset (GET_MAX_OFFSET), the
-group's stored offset (QUERY_CONSUMER_OFFSET, 0 when it has none, as
-RocketMQ counts it) and their difference, then the total. RocketMQ gets the
-table from one GET_CONSUME_STATS (208) per broker; triomq's brokers do not
-serve it, so the table is built from the topic's route and two requests per
-queue. Without ``-t`` the topics are those the group has offsets for on any
-broker of the name servers' clusters (GET_ALL_CONSUMER_OFFSET): a group
-that never stored an offset needs ``-t``.
+What ``mqadmin consumerProgress`` does (``examineConsumeStats``): take the
+route of the group's retry topic ``%RETRY%<group>`` (a master creates it
+when a consumer of the group sends it a heartbeat), or, failing that and
+with ``-t``, the topic's own route; send GET_CONSUME_STATS (208) to each
+broker group in it (its master, any replica while it has none), and merge
+the answers. Each row is a queue: the broker offset, the group's committed
+offset and their difference (the lag; negative if the group stands past the
+end), then the group's consume rate (messages a second over the last
+minute) and the total lag. Without ``-t`` each broker answers for the topics
+the group stored offsets for, so a group that never stored one needs ``-t``.
+A broker that does not hold the ``-t`` topic (TOPIC_NOT_EXIST) adds nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, TextIO
-
-import attrs
+from typing import TextIO
 
 from triomq.cli_credentials import add_credential_options
 from triomq.cli_table import table
-from triomq.client import BrokerError, MessageQueue, NoRouteError
-from triomq.client.allocate import subscribe_queues
+from triomq.client import BrokerError
+from triomq.client.codes import ClientResponseCode
 from triomq.client.instance import ClientInstance, dial_address
-from triomq.client.offset_store import OffsetStore
 from triomq.plugins.client_cli.session import (
     CommandError,
     add_common_options,
     client_instance,
-    cluster_info,
+    find_route,
     one_line,
     route_of,
     run,
 )
-from triomq.protocol.route import MASTER_ID, RouteDataError, loads
+from triomq.protocol.consume_stats import ConsumeStats
+from triomq.protocol.route import MASTER_ID, RouteDataError
+from triomq.protocol.topic_rules import RETRY_GROUP_TOPIC_PREFIX
 from triomq.rpc import RpcError
 from triomq.runtime import Node
 
-__all__ = ["QueueProgress", "add_consumer_progress_command", "consumer_progress",
-           "group_topics"]
+__all__ = ["add_consumer_progress_command", "consumer_progress", "examine_consume_stats"]
 
-#: RocketMQ's request code for a broker's whole consumer-offset table.
-GET_ALL_CONSUMER_OFFSET = 43
-
-
-@attrs.frozen
-class QueueProgress:
-    """One queue's row: the broker's offset, the group's, and the lag between them."""
-
-    queue: MessageQueue
-    broker_offset: int
-    consumer_offset: int
-
-    @property
-    def diff(self) -> int:
-        return max(0, self.broker_offset - self.consumer_offset)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"topic": self.queue.topic, "brokerName": self.queue.broker_name,
-                "queueId": self.queue.queue_id, "brokerOffset": self.broker_offset,
-                "consumerOffset": self.consumer_offset, "diff": self.diff}
+#: RocketMQ's request code for a group's consume stats on one broker.
+GET_CONSUME_STATS = 208
 
 
 def add_consumer_progress_command(commands: argparse._SubParsersAction) -> None:
@@ -73,7 +55,8 @@ def add_consumer_progress_command(commands: argparse._SubParsersAction) -> None:
         "consumer-progress", help="a consumer group's offsets and lag per queue",
         description="For each queue of the topic (or of every topic the group has offsets "
                     "for): the broker offset, the group's offset and the difference, then "
-                    "the total, as mqadmin consumerProgress prints them.")
+                    "the consume rate and the total, as mqadmin consumerProgress prints "
+                    "them (GET_CONSUME_STATS to each broker of the group's retry topic).")
     add_common_options(p)
     p.add_argument("-g", "--group", required=True, help="the consumer group")
     p.add_argument("-t", "--topic", help="only this topic (needed for a group that never "
@@ -82,59 +65,64 @@ def add_consumer_progress_command(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: run(consumer_progress, args, sign=True))
 
 
-def group_topics(offset_table: dict[str, Any], group: str) -> set[str]:
-    """The topics ``group`` has offsets for in a ``consumerOffset.json``-shaped table."""
-    return {key.rpartition("@")[0] for key in offset_table.get("offsetTable", {})
-            if key.rpartition("@")[2] == group}
-
-
-async def _topics_of_group(instance: ClientInstance, group: str) -> list[str]:
-    info = await cluster_info(instance)
-    topics: set[str] = set()
-    for name, broker in sorted(info.broker_addr_table.items()):
+async def examine_consume_stats(instance: ClientInstance, group: str, topic: str | None
+                                ) -> ConsumeStats:
+    """The group's ``ConsumeStats`` merged over the brokers of its retry topic's route
+    (else of ``topic``'s); ``CommandError`` if there is no such route, a broker
+    cannot be asked or answers no queue."""
+    retry = RETRY_GROUP_TOPIC_PREFIX + group
+    route = await find_route(instance, retry)
+    if route is None and topic:
+        route = await route_of(instance, topic)
+    if route is None:
+        raise CommandError(f"group {group!r} has no route: no name server knows its retry "
+                           f"topic {retry} (created when a consumer of the group sends a "
+                           f"heartbeat); name the topic with -t")
+    fields = {"consumerGroup": group, **({"topic": topic} if topic else {})}
+    merged = ConsumeStats()
+    lacking: list[BrokerError] = []
+    for broker in sorted(route.broker_datas, key=lambda b: b.broker_name):
         addresses = broker.broker_addrs
-        address = (addresses.get(MASTER_ID) or addresses[min(addresses)]) if addresses else None
-        if address is None:
+        if not addresses:
             continue
+        address = addresses.get(MASTER_ID) or addresses[min(addresses)]
+        where = f"consume stats of {broker.broker_name} ({address})"
         try:
-            answer = await instance.checked(dial_address(address), GET_ALL_CONSUMER_OFFSET, {})
-            topics |= group_topics(loads(answer.body, "consumer offsets"), group)
+            answer = await instance.invoke(dial_address(address), GET_CONSUME_STATS, fields)
+            if answer.code == ClientResponseCode.TOPIC_NOT_EXIST and topic:
+                lacking.append(BrokerError(address, answer.code, answer.remark))
+                continue
+            if answer.code != ClientResponseCode.SUCCESS:
+                raise BrokerError(address, answer.code, answer.remark)
+            merged = merged.merge(ConsumeStats.decode(answer.body))
         except (RpcError, BrokerError, RouteDataError) as exc:
-            raise CommandError(f"consumer offsets of {name} ({address}): "
-                               f"{one_line(exc)}") from None
-    if not topics:
+            raise CommandError(f"{where}: {one_line(exc)}") from None
+    if not merged.offset_table:
+        if lacking:
+            raise CommandError(f"topic {topic!r} is on no broker of the route: "
+                               f"{one_line(lacking[0])}")
+        if topic:
+            raise CommandError(f"group {group!r} has no queue of topic {topic!r}: its online "
+                               f"consumers subscribe to other topics")
         raise CommandError(f"group {group!r} has no stored offset on any broker: "
                            "name the topic with -t")
-    return sorted(topics)
-
-
-async def _progress(instance: ClientInstance, group: str, topic: str) -> list[QueueProgress]:
-    route = await route_of(instance, topic)
-    offsets = OffsetStore(instance, group)
-    rows = []
-    for queue in sorted(subscribe_queues(topic, route)):
-        try:
-            broker_offset = await offsets.max_offset(queue)
-            consumer_offset = await offsets.fetch(queue, zero_if_not_found=False)
-        except (RpcError, BrokerError, NoRouteError) as exc:
-            raise CommandError(f"offsets of {topic} queue {queue.broker_name}:"
-                               f"{queue.queue_id}: {one_line(exc)}") from None
-        rows.append(QueueProgress(queue, broker_offset, consumer_offset or 0))
-    return rows
+    return merged
 
 
 async def consumer_progress(args: argparse.Namespace, node: Node, out: TextIO) -> int:
     """Print the group's progress table; the exit code."""
-    instance = client_instance(node, args)
-    topics = [args.topic] if args.topic else await _topics_of_group(instance, args.group)
-    rows = [row for topic in topics for row in await _progress(instance, args.group, topic)]
-    total = sum(row.diff for row in rows)
+    stats = await examine_consume_stats(client_instance(node, args), args.group, args.topic)
+    rows = sorted(stats.offset_table.items())
+    total = stats.total_diff()
     if args.json:
-        print(json.dumps({"consumerGroup": args.group, "offsetTable": [r.to_json() for r in rows],
-                          "diffTotal": total}, indent=2), file=out)
+        print(json.dumps({
+            "consumerGroup": args.group, "consumeTps": stats.consume_tps, "diffTotal": total,
+            "offsetTable": [{**queue.to_json(), **wrapper.to_json(), "diff": wrapper.diff}
+                            for queue, wrapper in rows]}, indent=2), file=out)
         return 0
     print(table(("Topic", "Broker Name", "QID", "Broker Offset", "Consumer Offset", "Diff"),
-                [(r.queue.topic, r.queue.broker_name, r.queue.queue_id, r.broker_offset,
-                  r.consumer_offset, r.diff) for r in rows]), file=out)
-    print(f"\nDiff Total: {total}", file=out)
+                [(q.topic, q.broker_name, q.queue_id, w.broker_offset, w.consumer_offset,
+                  w.diff) for q, w in rows]), file=out)
+    print(f"\nConsume TPS: {stats.consume_tps:.2f}", file=out)
+    print(f"Diff Total: {total}", file=out)
     return 0

@@ -37,7 +37,7 @@ from triomq.rpc import RpcError
 from triomq.runtime import Node
 
 __all__ = ["CommandError", "add_common_options", "ask_namesrv", "client_instance", "cluster_info",
-           "namesrv_addresses", "one_line", "route_of", "run"]
+           "find_route", "namesrv_addresses", "one_line", "route_of", "run"]
 
 #: A command's body: parsed arguments, the node it runs in, where it prints; the exit code.
 Command = Callable[[argparse.Namespace, Node, TextIO], Awaitable[int]]
@@ -106,16 +106,22 @@ async def cluster_info(instance: ClientInstance) -> ClusterInfo:
         raise CommandError(f"cluster info: {exc}") from None
 
 
-async def route_of(instance: ClientInstance, topic: str) -> TopicRouteData:
-    """``topic``'s route from the name servers; ``CommandError`` if none answers or
-    none knows the topic."""
+async def find_route(instance: ClientInstance, topic: str) -> TopicRouteData | None:
+    """``topic``'s route from the name servers, None if none knows the topic;
+    ``CommandError`` if none answers."""
     try:
-        route = await instance.update_route(topic)
+        return await instance.update_route(topic)
     except RpcError as exc:
         raise CommandError(f"no name server answered ({', '.join(instance.namesrv_addrs)}): "
                            f"{one_line(exc)}") from None
     except (BrokerError, NoRouteError) as exc:
         raise CommandError(f"route of topic {topic!r}: {one_line(exc)}") from None
+
+
+async def route_of(instance: ClientInstance, topic: str) -> TopicRouteData:
+    """``topic``'s route from the name servers; ``CommandError`` if none answers or
+    none knows the topic."""
+    route = await find_route(instance, topic)
     if route is None:
         raise CommandError(f"topic {topic!r} is not known to the name servers")
     return route

@@ -146,3 +146,9 @@ async def test_a_slave_copies_its_masters_subscription_groups(tmp_path, autojump
         await c1.beat(group="copied")
         await wait_until(lambda: s.clients.groups.get("copied") is not None, timeout=60)
         assert s.clients.groups.data_version == m.clients.groups.data_version
+        assert "%RETRY%copied" in m.topics.table
+        # A slave creates no topic: a consumer beating to it makes no retry topic.
+        c2 = await Consumer(stack, node, s.node.address, "c2").open()
+        await c2.beat(group="on-slave")
+        assert await consumer_ids(c2, "on-slave") == ["c2"]
+        assert "%RETRY%on-slave" not in s.topics.table

@@ -22,6 +22,8 @@ from client_cluster import Groups, open_groups
 
 from triomq.broker.service import broker_of
 from triomq.cli import build_parser
+from triomq.client.message import Message, MessageQueue
+from triomq.client.producer import Producer
 from triomq.config import NodeConfig
 from triomq.plugin_manager import PluginManager
 from triomq.plugins.client_cli.broker_status import broker_status
@@ -103,10 +105,83 @@ async def test_produced_messages_are_consumed_once_each_and_the_lag_follows(grou
 
 async def test_progress_of_a_group_without_offsets_asks_for_the_topic(groups) -> None:
     app = await groups.client("app")
-    with pytest.raises(CommandError, match="group 'nobody' has no stored offset on any "
-                                           "broker: name the topic with -t"):
+    # No consumer of it ever beat: no broker holds its retry topic.
+    with pytest.raises(CommandError, match="group 'nobody' has no route: no name server "
+                                           "knows its retry topic %RETRY%nobody"):
         await call(consumer_progress, app, "admin", "consumer-progress", "-n",
                    namesrv(groups), "-g", "nobody")
+    # One did, but the group stored no offset: the brokers answer no topic.
+    await beat(groups, "a", "idle", [TOPIC])
+    await groups.wait_routed("%RETRY%idle", {"broker-a"})
+    with pytest.raises(CommandError, match="group 'idle' has no stored offset on any "
+                                           "broker: name the topic with -t"):
+        await call(consumer_progress, app, "admin", "consumer-progress", "-n",
+                   namesrv(groups), "-g", "idle")
+
+
+async def beat(groups: Groups, broker: str, group: str, topics: list[str]) -> None:
+    """A consumer's heartbeat to ``broker``, from the admin node's connection (which
+    stays open: the group's consumer is online there)."""
+    admin = groups.cluster.node("admin")
+    body = json.dumps({
+        "clientID": "10.0.0.5@1", "producerDataSet": [],
+        "consumerDataSet": [{"groupName": group, "consumeType": "CONSUME_PASSIVELY",
+                             "messageModel": "CLUSTERING",
+                             "subscriptionDataSet": [{"topic": t, "subString": "*"}
+                                                     for t in topics]}]}).encode()
+    answer = await admin.rpc.invoke(groups.cluster.node(broker).address, 34, {}, body)
+    assert answer.code == 0, answer.remark
+
+
+async def test_progress_merges_the_answers_of_the_brokers_of_the_retry_topic(tmp_path) -> None:
+    async with open_groups(tmp_path, "tcp", groups=2) as groups:
+        await groups.create_topic(TOPIC, queues=2)
+        admin = groups.cluster.node("admin")
+        answer = await admin.rpc.invoke(groups.cluster.node("a").address, 17, {
+            "topic": "only-a", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"})
+        assert answer.code == 0, answer.remark
+        await groups.wait_routed("only-a", {"broker-a"})
+        app = await groups.client("app")
+        async with Producer("pg", groups.namesrv).start(app.connect) as producer:
+            for queue, count in ((MessageQueue(TOPIC, "broker-a", 0), 3),
+                                 (MessageQueue(TOPIC, "broker-b", 1), 2),
+                                 (MessageQueue("only-a", "broker-a", 0), 4)):
+                for _ in range(count):
+                    await producer.send(Message(queue.topic, b"m"), queue)
+        # The group's consumer beats to both masters and commits some offsets.
+        for broker in ("a", "b"):
+            await beat(groups, broker, "progress", [TOPIC, "only-a"])
+        for broker, topic, queue_id, offset in (("a", TOPIC, 0, 2), ("b", TOPIC, 1, 2),
+                                                ("a", "only-a", 0, 1)):
+            answer = await admin.rpc.invoke(groups.cluster.node(broker).address, 15, {
+                "consumerGroup": "progress", "topic": topic, "queueId": str(queue_id),
+                "commitOffset": str(offset)})
+            assert answer.code == 0, answer.remark
+        await groups.wait_routed("%RETRY%progress", {"broker-a", "broker-b"})
+        ns = namesrv(groups)
+
+        code, out = await call(consumer_progress, app, "admin", "consumer-progress", "-n", ns,
+                               "-g", "progress", "--json")
+        document = json.loads(out)
+        assert code == 0 and document["consumeTps"] == 0.0 and document["diffTotal"] == 4
+        assert [(r["topic"], r["brokerName"], r["queueId"], r["brokerOffset"],
+                 r["consumerOffset"], r["diff"]) for r in document["offsetTable"]] == [
+            (TOPIC, "broker-a", 0, 3, 2, 1), (TOPIC, "broker-a", 1, 0, 0, 0),
+            (TOPIC, "broker-b", 0, 0, 0, 0), (TOPIC, "broker-b", 1, 2, 2, 0),
+            ("only-a", "broker-a", 0, 4, 1, 3)]
+        assert document["offsetTable"][0]["lastTimestamp"] > 0
+        assert document["offsetTable"][1]["lastTimestamp"] == 0
+
+        # One topic: broker-b does not hold it and adds nothing.
+        code, out = await call(consumer_progress, app, "admin", "consumer-progress", "-n", ns,
+                               "-g", "progress", "-t", "only-a")
+        lines = out.splitlines()
+        assert code == 0 and lines[2].split() == ["only-a", "broker-a", "0", "4", "1", "3"]
+        assert lines[3:] == ["", "Consume TPS: 0.00", "Diff Total: 3"]
+        with pytest.raises(CommandError, match=r"topic 'nowhere' is on no broker of the "
+                                               r"route: .*TOPIC_NOT_EXIST"):
+            await call(consumer_progress, app, "admin", "consumer-progress", "-n", ns,
+                       "-g", "progress", "-t", "nowhere")
 
 
 async def test_consume_json_lines_and_a_tag_filter(groups) -> None:

@@ -1,0 +1,198 @@
+"""GET_CONSUME_STATS (208), pure: RocketMQ's ``AdminBrokerProcessor.getConsumeStats`` rules.
+
+``mqadmin consumerProgress`` asks every master of a group's retry topic for
+the group's ``ConsumeStats`` (header ``consumerGroup``, optional ``topic``):
+
+- the topics: the one in the header, else every topic the group stored
+  offsets for (``ConsumerOffsetTable.topics_of``) that the broker holds;
+  then, when the group's online consumers subscribe to anything, only those
+  they subscribe to (``topics_to_collect``). A header topic that is not a
+  legal name, or that the broker does not hold, is refused with
+  TOPIC_NOT_EXIST naming it (RocketMQ 5 answers an empty table instead);
+- each read queue of each topic one ``OffsetWrapper`` (``offset_wrapper``):
+  ``brokerOffset`` the queue's end as consumers see it (up to the confirm
+  offset, as PULL_MESSAGE and GET_MAX_OFFSET bound it), ``consumerOffset``
+  the committed offset (0 without one), ``pullOffset`` the same, and
+  ``lastTimestamp`` the store time of the message at ``consumerOffset - 1``
+  (0 when there is none);
+- ``consumeTps``: messages FOUND pulls returned to the group on those topics
+  over the last minute, divided by 60 (``GroupGetNums``, fed by the pull
+  handler with the time passed in), summed over the topics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Protocol
+
+import attrs
+
+from triomq.broker.consumer_offsets import ConsumerOffsetTable
+from triomq.broker.headers import HeaderError
+from triomq.broker.pull_lookup import QueueStore, confirmed_queue_max
+from triomq.errors import TriomqError
+from triomq.protocol.consume_stats import ConsumeStats, MessageQueueKey, OffsetWrapper
+from triomq.protocol.message import store_timestamp_at
+from triomq.protocol.route import TopicConfig
+from triomq.protocol.topic_rules import IllegalName, check_topic
+
+__all__ = [
+    "GroupGetNums",
+    "StatsRefused",
+    "StatsRequest",
+    "StatsStore",
+    "consume_stats",
+    "offset_wrapper",
+    "parse_stats_header",
+    "store_timestamp",
+    "topics_to_collect",
+]
+
+#: RocketMQ's ``ResponseCode.TOPIC_NOT_EXIST``.
+TOPIC_NOT_EXIST = 17
+#: Seconds ``consumeTps`` is counted over (RocketMQ's per-minute stats).
+TPS_WINDOW = 60
+#: A record's bytes up to the end of its storeTimestamp (with an IPv6 born host).
+_TIMESTAMP_SPAN = 76
+_QUOTED = 80
+
+
+class StatsStore(QueueStore, Protocol):
+    """What the table reads of a commit log: its queues, and a record's first bytes."""
+
+    def read(self, offset: int, size: int) -> bytes: ...
+
+
+class StatsRefused(TriomqError):
+    """A request answered with ``code`` and ``remark`` instead of a table."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        self.code = code
+        self.remark = remark
+        super().__init__(remark)
+
+
+@attrs.frozen
+class StatsRequest:
+    """GET_CONSUME_STATS's header: the group, and one topic or ``""`` for all."""
+
+    consumer_group: str
+    topic: str = ""
+
+
+def parse_stats_header(fields: Mapping[str, str]) -> StatsRequest:
+    """``GetConsumeStatsRequestHeader``; ``HeaderError`` if the group is missing."""
+    group = fields.get("consumerGroup")
+    if not group:
+        raise HeaderError("consumerGroup", "missing or empty")
+    topic = fields.get("topic") or ""
+    # Java's isBlank: white space alone names no topic.
+    return StatsRequest(group, topic if topic.strip() else "")
+
+
+def topics_to_collect(request: StatsRequest, *, offset_topics: Iterable[str],
+                      held: Mapping[str, TopicConfig], subscribed: Collection[str]
+                      ) -> list[TopicConfig]:
+    """The topics to answer for, in name order (see the module); ``StatsRefused`` for
+    a header topic that is illegal or not ``held``. ``subscribed``: the topics the
+    group's online consumers subscribe to (empty when none is online)."""
+    if request.topic:
+        topic = request.topic
+        try:
+            check_topic(topic)
+        except IllegalName as exc:
+            raise StatsRefused(TOPIC_NOT_EXIST, f"topic[{topic[:_QUOTED]}] not exist: "
+                                                f"{exc}") from None
+        if topic not in held:
+            raise StatsRefused(TOPIC_NOT_EXIST, f"topic[{topic[:_QUOTED]}] not exist on this "
+                                                f"broker")
+        names = [topic]
+    else:
+        names = sorted(t for t in offset_topics if t in held)
+    return [held[t] for t in names if not subscribed or t in subscribed]
+
+
+def store_timestamp(store: StatsStore, topic: str, queue_id: int, queue_offset: int) -> int:
+    """The storeTimestamp of the queue's message at ``queue_offset``; 0 when the queue
+    no longer (or never) held it."""
+    if not (store.queue_min_offset(topic, queue_id) <= queue_offset
+            < store.queue_max_offset(topic, queue_id)):
+        return 0
+    entries = store.queue_entries(topic, queue_id, queue_offset, 1)
+    if not entries or entries[0][1] < store.min_offset:
+        return 0
+    head = store.read(entries[0][1], _TIMESTAMP_SPAN)
+    return store_timestamp_at(head) if len(head) == _TIMESTAMP_SPAN else 0
+
+
+def offset_wrapper(store: StatsStore, topic: str, queue_id: int, *, committed: int | None,
+                   confirm_offset: int) -> OffsetWrapper:
+    """One queue's figures for a group that committed ``committed`` (None: nothing)."""
+    consumer_offset = max(0, committed) if committed is not None else 0
+    return OffsetWrapper(
+        broker_offset=confirmed_queue_max(store, topic, queue_id, confirm_offset),
+        consumer_offset=consumer_offset,
+        # RocketMQ 5 reports max(committed, its pull-offset table), a table only POP
+        # consumers fill; triomq has none, so this is what RocketMQ reports for pulls.
+        pull_offset=consumer_offset,
+        last_timestamp=(store_timestamp(store, topic, queue_id, consumer_offset - 1)
+                        if consumer_offset > 0 else 0))
+
+
+def consume_stats(group: str, topics: Sequence[TopicConfig], *, broker_name: str,
+                  store: StatsStore, offsets: ConsumerOffsetTable, confirm_offset: int,
+                  got: GroupGetNums, now: float) -> ConsumeStats:
+    """The group's ``ConsumeStats`` on this broker for ``topics``, at time ``now``."""
+    table = {}
+    for config in topics:
+        topic = config.topic_name
+        for queue_id in range(config.read_queue_nums):
+            table[MessageQueueKey(topic, broker_name, queue_id)] = offset_wrapper(
+                store, topic, queue_id, committed=offsets.query(group, topic, queue_id),
+                confirm_offset=confirm_offset)
+    return ConsumeStats(table, sum(got.tps(group, c.topic_name, now) for c in topics))
+
+
+class GroupGetNums:
+    """Messages FOUND pulls returned per group and topic over the last ``window``
+    seconds (RocketMQ's ``GROUP_GET_NUMS`` stats), counted in one-second buckets:
+    a message counts for ``window`` seconds after it was got, give or take one."""
+
+    def __init__(self, window: int = TPS_WINDOW) -> None:
+        self.window = window
+        #: (group, topic) -> [second, messages] buckets, oldest first.
+        self._buckets: dict[tuple[str, str], deque[list[int]]] = {}
+        self._swept = -math.inf
+
+    def add(self, group: str, topic: str, count: int, now: float) -> None:
+        """``count`` messages of ``topic`` were returned to ``group`` at ``now``."""
+        if count <= 0:
+            return
+        second = math.floor(now)
+        buckets = self._buckets.setdefault((group, topic), deque())
+        if buckets and buckets[-1][0] == second:
+            buckets[-1][1] += count
+        else:
+            buckets.append([second, count])
+        while buckets[0][0] <= second - self.window:
+            buckets.popleft()
+        if second - self._swept >= self.window:
+            self._sweep(second)
+
+    def _sweep(self, second: int) -> None:
+        # Forget pairs that got nothing for a whole window: the table stays as small
+        # as the set of groups pulling now.
+        self._swept = second
+        for key in [k for k, b in self._buckets.items() if b[-1][0] <= second - self.window]:
+            del self._buckets[key]
+
+    def got(self, group: str, topic: str, now: float) -> int:
+        """Messages of ``topic`` returned to ``group`` in the window ending at ``now``."""
+        start = math.floor(now) - self.window
+        return sum(n for second, n in self._buckets.get((group, topic), ()) if second > start)
+
+    def tps(self, group: str, topic: str, now: float) -> float:
+        """``got`` as messages a second."""
+        return self.got(group, topic, now) / self.window
