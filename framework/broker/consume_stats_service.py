@@ -22,7 +22,6 @@ from triomq.broker.clients import ClientService
 from triomq.broker.codes import RequestCode, ResponseCode
 from triomq.broker.consume_stats import (
     GroupGetNums,
-    StatsRefused,
     consume_stats,
     parse_stats_header,
     topics_to_collect,
@@ -72,17 +71,18 @@ class ConsumeStatsService:
                                             remark=f"GET_CONSUME_STATS: {exc}")
         group = stats_request.consumer_group
         online = self.clients.table.consumer_group(group)
+        held = self.topics.table.configs()
+        if stats_request.topic and stats_request.topic not in held:
+            log.info("consume stats of group %s: topic %r is not on this broker, skipped",
+                     group, stats_request.topic[:80])
+        topics = topics_to_collect(
+            stats_request, offset_topics=self.offsets.table.topics_of(group), held=held,
+            subscribed=online.subscriptions.keys() if online is not None else ())
         try:
-            topics = topics_to_collect(
-                stats_request, offset_topics=self.offsets.table.topics_of(group),
-                held=self.topics.table.configs(),
-                subscribed=online.subscriptions.keys() if online is not None else ())
             stats = consume_stats(
                 group, topics, broker_name=self.broker_name, store=self.log,
                 offsets=self.offsets.table, confirm_offset=self.confirmed(),
                 got=self.group_get_nums, now=trio.current_time())
-        except StatsRefused as exc:
-            return RemotingCommand.response(exc.code, remark=exc.remark)
         except (StoreError, OSError) as exc:
             log.error("consume stats of group %s failed: %s", group, exc)
             reason = errno.errorcode.get(getattr(exc, "errno", 0) or 0, type(exc).__name__)

@@ -14,7 +14,7 @@ offset and their difference (the lag; negative if the group stands past the
 end), then the group's consume rate (messages a second over the last
 minute) and the total lag. Without ``-t`` each broker answers for the topics
 the group stored offsets for, so a group that never stored one needs ``-t``.
-A broker that does not hold the ``-t`` topic (TOPIC_NOT_EXIST) adds nothing.
+A broker that does not hold the ``-t`` topic adds nothing.
 """
 
 from __future__ import annotations
@@ -80,7 +80,6 @@ async def examine_consume_stats(instance: ClientInstance, group: str, topic: str
                            f"heartbeat); name the topic with -t")
     fields = {"consumerGroup": group, **({"topic": topic} if topic else {})}
     merged = ConsumeStats()
-    lacking: list[BrokerError] = []
     for broker in sorted(route.broker_datas, key=lambda b: b.broker_name):
         addresses = broker.broker_addrs
         if not addresses:
@@ -89,21 +88,16 @@ async def examine_consume_stats(instance: ClientInstance, group: str, topic: str
         where = f"consume stats of {broker.broker_name} ({address})"
         try:
             answer = await instance.invoke(dial_address(address), GET_CONSUME_STATS, fields)
-            if answer.code == ClientResponseCode.TOPIC_NOT_EXIST and topic:
-                lacking.append(BrokerError(address, answer.code, answer.remark))
-                continue
             if answer.code != ClientResponseCode.SUCCESS:
                 raise BrokerError(address, answer.code, answer.remark)
             merged = merged.merge(ConsumeStats.decode(answer.body))
         except (RpcError, BrokerError, RouteDataError) as exc:
             raise CommandError(f"{where}: {one_line(exc)}") from None
     if not merged.offset_table:
-        if lacking:
-            raise CommandError(f"topic {topic!r} is on no broker of the route: "
-                               f"{one_line(lacking[0])}")
         if topic:
-            raise CommandError(f"group {group!r} has no queue of topic {topic!r}: its online "
-                               f"consumers subscribe to other topics")
+            raise CommandError(f"group {group!r} has no queue of topic {topic!r}: no broker "
+                               f"of the route holds it, or its online consumers subscribe to "
+                               f"other topics")
         raise CommandError(f"group {group!r} has no stored offset on any broker: "
                            "name the topic with -t")
     return merged

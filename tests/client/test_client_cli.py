@@ -178,8 +178,8 @@ async def test_progress_merges_the_answers_of_the_brokers_of_the_retry_topic(tmp
         lines = out.splitlines()
         assert code == 0 and lines[2].split() == ["only-a", "broker-a", "0", "4", "1", "3"]
         assert lines[3:] == ["", "Consume TPS: 0.00", "Diff Total: 3"]
-        with pytest.raises(CommandError, match=r"topic 'nowhere' is on no broker of the "
-                                               r"route: .*TOPIC_NOT_EXIST"):
+        with pytest.raises(CommandError, match=r"group 'progress' has no queue of topic "
+                                               r"'nowhere': no broker of the route holds it"):
             await call(consumer_progress, app, "admin", "consumer-progress", "-n", ns,
                        "-g", "progress", "-t", "nowhere")
 
