@@ -135,8 +135,8 @@ class HAMaster:
         return self.term.confirm_offset(self.log.max_offset)
 
     def appended(self) -> None:
-        """New local bytes: wake the connections and recheck pending puts."""
-        self._update_puts()
+        """New local bytes: wake the connections. (No pending put completes by an
+        append: each was checked against the master's own bytes when it came.)"""
         self._notify()
 
     def _notify(self) -> None:
@@ -211,6 +211,9 @@ class HAMaster:
 
         ``None`` if the term ends first.
         """
+        # Most puts are already replicated once their flush is done: no waiter then.
+        if self.term.replicated(next_offset, self.log.max_offset):
+            return ReplicationStatus.PUT_OK
         waiter = object()
         deadline_ms = now_ms() + timeout_ms
         failed = self.term.add_put(waiter, next_offset, deadline_ms)
@@ -219,7 +222,6 @@ class HAMaster:
         event, result = trio.Event(), list[ReplicationStatus | None]()
         self._waiters[waiter] = (event, result)
         try:
-            self._update_puts()
             with trio.move_on_at(deadline_ms / 1000):
                 await event.wait()
             if not result:
@@ -227,7 +229,8 @@ class HAMaster:
             return result[0]
         finally:
             self._waiters.pop(waiter, None)
-            self.term.withdraw(waiter)
+            if not result:  # cancelled: a completed or expired put is already gone
+                self.term.withdraw(waiter)
 
     def _update_puts(self) -> None:
         self._deliver(self.term.completed(self.log.max_offset))

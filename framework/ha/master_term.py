@@ -181,14 +181,25 @@ class MasterTerm:
                                self.tracker.effective_sync_state_set)
         return failed.status if failed is not None else None
 
+    def replicated(self, next_offset: int, max_offset: int) -> bool:
+        """Whether the acks already cover the bytes before ``next_offset``: a put ending
+        there is done without waiting (never once fenced)."""
+        if self.fenced:
+            return False
+        members = self.tracker.effective_sync_state_set
+        if len(members) < self.puts.min_in_sync_replicas:
+            return False
+        return next_offset <= self.puts.reached(self._acks(members, max_offset), members)
+
     def completed(self, max_offset: int) -> list[PutResult]:
         """The puts the acks now cover (none once fenced)."""
         if self.fenced:
             return []
-        tracker = self.tracker
-        members = tracker.effective_sync_state_set
-        acks = {m: tracker.ack_offset(m, max_offset) for m in members}
-        return self.puts.update(acks, members)
+        members = self.tracker.effective_sync_state_set
+        return self.puts.update(self._acks(members, max_offset), members)
+
+    def _acks(self, members: frozenset[str], max_offset: int) -> dict[str, int]:
+        return {m: self.tracker.ack_offset(m, max_offset) for m in members}
 
     def expired(self, now_ms: int) -> list[PutResult]:
         """The puts whose deadline passed."""

@@ -85,12 +85,16 @@ class SyncReplication:
         bisect.insort(self._pending, _Pending(next_offset, self._sequence, waiter, deadline_ms))
         return None
 
-    def update(self, acks: Mapping[str, int], sync_state_set: Set[str]) -> list[PutResult]:
-        """Complete the puts the current acks cover, in offset order."""
+    def reached(self, acks: Mapping[str, int], sync_state_set: Set[str]) -> int:
+        """The offset enough members have acked: puts ending at or before it are done."""
         required = (
             len(sync_state_set) if self.all_ack_in_sync_state_set else self.min_in_sync_replicas
         )
-        reached = replicated_offset(acks, sync_state_set, required)
+        return replicated_offset(acks, sync_state_set, required)
+
+    def update(self, acks: Mapping[str, int], sync_state_set: Set[str]) -> list[PutResult]:
+        """Complete the puts the current acks cover, in offset order."""
+        reached = self.reached(acks, sync_state_set)
         done = 0
         while done < len(self._pending) and self._pending[done].next_offset <= reached:
             done += 1
