@@ -68,6 +68,20 @@ def test_a_fenced_term_fails_its_puts_and_changes_nothing_more():
     assert master.check(2000, 500) is None
 
 
+def test_a_put_the_acks_already_cover_needs_no_wait():
+    master = term()
+    master.slave_joined("s", is_async_learner=False, now_ms=0)
+    assert not master.replicated(150, 150)  # s has acked nothing yet
+    master.slave_acked("s", 150, 0, 200)
+    assert master.replicated(150, 200) and not master.replicated(200, 200)
+    alone = term(members=("m",), config=HAMasterConfig(all_ack_in_sync_state_set=True))
+    assert alone.replicated(150, 150)  # the master's own bytes suffice
+    too_few = term(members=("m",), config=HAMasterConfig(min_in_sync_replicas=2))
+    assert not too_few.replicated(150, 150)
+    master.fence()
+    assert not master.replicated(150, 200)  # a fenced term completes nothing
+
+
 def test_ending_the_term_abandons_its_puts():
     master = term()
     master.add_put("a", 150, 1000)
