@@ -32,15 +32,38 @@ Controller requests go out as ``Call``; the pump makes each through the
 leader-following retry (``triomq.controller.leader_calls``) and answers it
 with ``answered``: an ``Answer`` (the response's code, remark and decoded
 payload) or None when no leader answered in time. Times are milliseconds.
+``Call``, ``Answer``, the requests and the other outputs are values of
+``triomq.broker.controller_flow_messages``, re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import attrs
 
+from triomq.broker.controller_flow_messages import (
+    AlterSyncStateSet,
+    Answer,
+    ApplyBrokerId,
+    Call,
+    ElectMaster,
+    GetNextBrokerId,
+    GetReplicaInfo,
+    LearnSyncStateSet,
+    Log,
+    Output,
+    ProposalOutcome,
+    RegisterBroker,
+    Registered,
+    SaveIdentity,
+    SendHeartbeat,
+    TakeMaster,
+    TakeSlave,
+)
+
+# ``X as X``: re-exported, for the pumps that name a request's type.
+from triomq.broker.controller_flow_messages import ControllerRequest as ControllerRequest
 from triomq.broker.identity import BrokerIdentity
 from triomq.broker.role import BrokerRole
 from triomq.controller.codes import ResponseCode
@@ -86,151 +109,6 @@ class FlowSettings:
     controller_heartbeat_timeout: int | None = None
 
 
-# -- requests to the active controller --------------------------------------------------
-
-
-@attrs.frozen
-class GetNextBrokerId:
-    """GET_NEXT_BROKER_ID (answer payload: the id)."""
-
-
-@attrs.frozen
-class ApplyBrokerId:
-    """APPLY_BROKER_ID: claim ``broker_id``, proven later by ``check_code``."""
-
-    broker_id: int
-    check_code: str
-
-
-@attrs.frozen
-class RegisterBroker:
-    """REGISTER_BROKER (answer payload: the group's ``ReplicaInfo``)."""
-
-    broker_id: int
-
-
-@attrs.frozen
-class ElectMaster:
-    """ELECT_MASTER for this replica (payload: ``ReplicaInfo``; MASTER_STILL_EXIST answers)."""
-
-    broker_id: int
-
-
-@attrs.frozen
-class GetReplicaInfo:
-    """GET_REPLICA_INFO of the group (payload: ``ReplicaInfo``)."""
-
-
-@attrs.frozen
-class AlterSyncStateSet:
-    """ALTER_SYNC_STATE_SET (payload: the applied set and its epoch)."""
-
-    master_broker_id: int
-    master_epoch: int
-    sync_state_set_epoch: int
-    sync_state_set: frozenset[int]
-
-
-ControllerRequest = (GetNextBrokerId | ApplyBrokerId | RegisterBroker | ElectMaster
-                     | GetReplicaInfo | AlterSyncStateSet)
-
-
-@attrs.frozen
-class Answer:
-    """The active controller's answer: its code, remark and decoded body."""
-
-    code: int
-    remark: str = ""
-    payload: Any = None
-
-    @property
-    def ok(self) -> bool:
-        """Whether the request succeeded."""
-        return self.code == ResponseCode.SUCCESS
-
-
-# -- outputs ---------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Call:
-    """Make ``request`` to the active controller; answer with ``answered(now, id, ...)``."""
-
-    id: int
-    request: ControllerRequest
-
-
-@attrs.frozen
-class SendHeartbeat:
-    """BROKER_HEARTBEAT to ``controller``; report ``heartbeat_sent`` once it went out.
-
-    The pump adds the live info: the epoch of the current term, else
-    ``recorded_epoch``; the log's max offset; the confirm offset.
-    """
-
-    controller: str
-    broker_id: int
-    recorded_epoch: int
-
-
-@attrs.frozen
-class SaveIdentity:
-    """Save ``identity`` durably, then report ``identity_saved``."""
-
-    identity: BrokerIdentity
-
-
-@attrs.frozen
-class Registered:
-    """The controllers registered this replica as ``broker_id``."""
-
-    broker_id: int
-
-
-@attrs.frozen
-class TakeMaster:
-    """Serve as master of ``epoch`` with ``sync_state_set``; then report ``followed``."""
-
-    epoch: int
-    sync_state_set: frozenset[str]
-    sync_state_set_epoch: int
-
-
-@attrs.frozen
-class TakeSlave:
-    """Follow the master at broker address ``master_address``; then report ``followed``."""
-
-    master_address: str
-    epoch: int
-
-
-@attrs.frozen
-class LearnSyncStateSet:
-    """The master's own term: the controller's committed SyncStateSet (addresses)."""
-
-    sync_state_set: frozenset[str]
-
-
-@attrs.frozen
-class ProposalOutcome:
-    """How proposal ``token`` ended: the controller's set (None: unknown) or ``fenced``."""
-
-    token: int
-    sync_state_set: frozenset[str] | None
-    #: Why a newer master fences this term; empty when not fenced.
-    fenced: str = ""
-
-
-@attrs.frozen
-class Log:
-    """Something worth telling the operator."""
-
-    text: str
-    warning: bool = True
-
-
-Output = (Call | SendHeartbeat | SaveIdentity | Registered | TakeMaster | TakeSlave
-          | LearnSyncStateSet | ProposalOutcome | Log)
 _Then = Callable[[float], None]
 _Answered = Callable[[float, Answer | None, str], None]
 

@@ -26,7 +26,8 @@ of the replicas-info state, installed on lagging followers), clock skew,
 and whether unclean election is enabled. The name servers' and the
 consumers' counts and faults come from random streams of their own.
 
-Invariants, checked throughout (a ``Violation`` names the seed's replay command):
+Invariants, checked throughout (a ``Violation`` names the seed's replay command; those
+on the committed state and the logs are ``clustersim_invariants``):
 
 - at most one broker per master epoch completes synchronous puts;
 - no acknowledged message is lost: every acked message is in the log of
@@ -90,21 +91,19 @@ from typing import Any
 
 import attrs
 
-from triomq.controller import ElectMasterEvent
-from triomq.controller.events import Event
-from triomq.controller.group import BrokerGroup
 from triomq.controller.requests import UpdateControllerConfig
 from triomq.controller.service_core import Elected
 from triomq.controller.wire import ReplicaInfo
 from triomq.ha.sync_replication import ReplicationStatus
 from triomq.testing import seeds
-from triomq.testing.clustersim_broker import GROUP, SimBroker
+from triomq.testing.clustersim_broker import SimBroker
 from triomq.testing.clustersim_controller import (
     ControllerSettings,
     SimController,
     controller_name,
 )
 from triomq.testing.clustersim_group import CONSUME_HEAL_LIMIT_MS, ConsumerGroup
+from triomq.testing.clustersim_invariants import Invariants, Violation
 from triomq.testing.clustersim_namesrv import (
     NamesrvSettings,
     SimNamesrv,
@@ -117,7 +116,6 @@ from triomq.testing.clustersim_parts import (
     BrokerSettings,
     PutRequest,
     PutResponse,
-    Term,
 )
 from triomq.testing.seeds import SimSummary
 
@@ -127,20 +125,6 @@ HEAL_LIMIT_MS = 15_000
 #: After the put that follows healing: every name server routes the master as id 0.
 NAMESRV_HEAL_LIMIT_MS = 5_000
 PRODUCER = "producer"
-
-
-class Violation(AssertionError):
-    """An invariant broke; the message says which, where, and how to replay."""
-
-
-@attrs.frozen
-class AckedMessage:
-    """A put the master completed (PUT_OK): where it is and in which epoch."""
-
-    offset: int
-    record: bytes
-    epoch: int
-    broker: str
 
 
 @attrs.frozen
@@ -163,7 +147,7 @@ class SeedResult:
         return f"python -m triomq.testing.clustersim --seeds 1 --start {self.seed}"
 
 
-class Simulation:
+class Simulation(Invariants):
     """One seeded run; scenario tests drive it by hand (``chaos=False``).
 
     ``replicas``, ``unclean``, ``namesrvs`` (how many name servers; 0: none)
@@ -189,19 +173,7 @@ class Simulation:
         self.replicas = replicas if replicas is not None else rng.choice([2, 3])
         self.unclean = unclean if unclean is not None else rng.random() < 0.25
         self._request_id = 0
-        # Invariant bookkeeping.
-        self.acked: list[AckedMessage] = []
-        self.writers: dict[int, str] = {}  # master epoch -> the broker that completed puts
-        self.relaxed_before = 0  # messages acked in an epoch before this are not checked
-        self.possibly_lost = 0
-        self.history: dict[int, tuple] = {}  # Raft index -> group state after applying it
-        self.group_state: BrokerGroup | None = None
-        self.top_index = 0
-        self.unclean_elections: list[int] = []
-        #: Master epoch -> the SyncStateSet (addresses) last committed in it.
-        self.sync_state_sets: dict[int, frozenset[str]] = {}
-        #: Committed events that changed the group, in log order.
-        self.committed_events: list[Event] = []
+        super().__init__()  # the invariants' bookkeeping
         #: (virtual ms, controller id, result code, replica info) per committed election.
         self.elections: list[tuple[int, int, int, ReplicaInfo]] = []
         self.put_results: list[tuple[int, str, ReplicationStatus | None]] = []
@@ -219,8 +191,6 @@ class Simulation:
         self.namesrv_names = tuple(namesrv_name(i) for i in range(1, count + 1))
         self.p_crash_namesrv = ns_rng.choice([0.0, 0.002, 0.004])
         self.p_partition_namesrv = ns_rng.choice([0.0, 0.003])
-        #: Master epoch -> the broker the controllers committed as its master.
-        self.epoch_masters: dict[int, str] = {}
         self.brokers: dict[str, SimBroker] = {}
         for index in range(1, self.replicas + 1):
             self.brokers[f"b{index}"] = SimBroker(f"b{index}", self,
@@ -241,79 +211,9 @@ class Simulation:
         self._request_id += 1
         return self._request_id
 
-    def violation(self, what: str) -> None:
-        """Raise a ``Violation`` naming the seed and the replay command."""
-        raise Violation(f"seed {self.seed} at {self.now} ms: {what} (replay: python -m "
-                        f"triomq.testing.clustersim --seeds 1 --start {self.seed})")
-
-    def on_applied(self, controller: SimController, index: int, event: Event,
-                   before: BrokerGroup | None, changed: bool) -> None:
-        """A controller applied a committed event: same history everywhere, epochs only grow."""
-        after = controller.manager.group(GROUP)
-        state = None if after is None else (after.master_broker_id, after.master_epoch,
-                                            after.sync_state_set, after.sync_state_set_epoch,
-                                            after.members)
-        seen = self.history.setdefault(index, state)
-        if seen != state:
-            self.violation(f"controller {controller.id} reached {state} at index {index}, "
-                           f"another controller {seen}")
-        if before is not None and after is not None and (
-                after.master_epoch < before.master_epoch
-                or after.sync_state_set_epoch < before.sync_state_set_epoch):
-            self.violation(f"controller {controller.id}: epochs went back applying {event}")
-        if index > self.top_index:
-            self.top_index = index
-            self.group_state = after
-            if after is not None and after.master_address is not None:
-                self.epoch_masters.setdefault(after.master_epoch, after.master_address)
-            if changed:
-                self.committed_events.append(event)
-            if after is not None:
-                self.sync_state_sets[after.master_epoch] = frozenset(
-                    a for a in map(after.address_of, after.sync_state_set) if a is not None)
-            if (changed and isinstance(event, ElectMasterEvent) and before is not None
-                    and event.new_master_broker_id is not None and before.master_epoch > 0
-                    and event.new_master_broker_id not in before.sync_state_set):
-                # Unclean election: what was acked before it may be lost (module doc).
-                self.unclean_elections.append(event.master_epoch)
-                exposed = [m for m in self.acked if self.relaxed_before <= m.epoch]
-                self.relaxed_before = event.master_epoch
-                self.possibly_lost += len(exposed)
-            self.check_holders()
-
     def on_election(self, controller: SimController, elected: Elected) -> None:
         """A controller committed an election."""
         self.elections.append((self.now, controller.id, int(elected.code), elected.info))
-
-    def on_role(self, broker: SimBroker, term: Term) -> None:
-        """A broker took a role: a new master must hold every acked message."""
-        if term.role == "master":
-            self._check_holds(broker, f"new master of epoch {term.epoch}",
-                              max_epoch=term.epoch)
-
-    def on_truncated(self, broker: SimBroker) -> None:
-        """A slave cut its log: it must not cut what it must hold."""
-        self.check_holders()
-
-    def on_acked(self, broker: SimBroker, term: Term, offset: int, record: bytes,
-                 members: frozenset[str]) -> None:
-        """A master completed a synchronous put."""
-        writer = self.writers.setdefault(term.epoch, broker.name)
-        if writer != broker.name:
-            self.violation(f"two masters completed puts in epoch {term.epoch}: "
-                           f"{writer} and {broker.name}")
-        committed = self.sync_state_sets.get(term.epoch, frozenset())
-        if not committed <= members:
-            self.violation(f"{broker.name} acked over {sorted(members)} while the "
-                           f"SyncStateSet committed in epoch {term.epoch} is "
-                           f"{sorted(committed)}")
-        message = AckedMessage(offset, record, term.epoch, broker.name)
-        self.acked.append(message)
-        for name in sorted(members):
-            holder = self.brokers.get(name)
-            if holder is not None and holder.log.read(offset, len(record)) != record:
-                self.violation(f"put at {offset} acked while {name} lacks it")
-        self.check_holders()
 
     def maybe_crash_writing(self, broker: SimBroker, data: bytes) -> bool:
         """Sometimes crash a broker in the middle of a write, tearing it."""
@@ -324,57 +224,6 @@ class Simulation:
         self.crash_broker(broker.name, self.rng.randint(100, 2000),
                           torn=data[:self.rng.randrange(len(data))])
         return True
-
-    # -- invariants -----------------------------------------------------------------
-
-    def checked_acked(self, max_epoch: int | None = None) -> list[AckedMessage]:
-        """The acked messages the invariants check (not those an unclean election exposed)."""
-        return [m for m in self.acked if m.epoch >= self.relaxed_before
-                and (max_epoch is None or m.epoch <= max_epoch)]
-
-    def _check_holds(self, broker: SimBroker, why: str, max_epoch: int | None = None) -> None:
-        for message in self.checked_acked(max_epoch):
-            if broker.log.read(message.offset, len(message.record)) != message.record:
-                self.violation(f"acked message at {message.offset} (epoch {message.epoch}, "
-                               f"by {message.broker}) missing on {broker.name}, {why}")
-
-    def check_holders(self) -> None:
-        """Every SyncStateSet member and the current master hold every acked message."""
-        group = self.group_state
-        if group is None:
-            return
-        for broker_id in sorted(group.sync_state_set):
-            name = group.address_of(broker_id)
-            if name in self.brokers:
-                self._check_holds(self.brokers[name], f"member of SyncStateSet "
-                                  f"{sorted(group.sync_state_set)} (epoch "
-                                  f"{group.sync_state_set_epoch})")
-        for broker in self.brokers.values():
-            if broker.up and broker.term.role == "master":
-                self._check_holds(broker, f"master of epoch {broker.term.epoch}",
-                                  max_epoch=broker.term.epoch)
-
-    def check_prefixes(self) -> None:
-        """SyncStateSet members hold the master's log up to its confirm offset."""
-        group = self.group_state
-        if group is None or group.master_address not in self.brokers:
-            return
-        master = self.brokers[group.master_address]
-        term = master.term
-        if not master.up or term.role != "master" or term.epoch != group.master_epoch:
-            return
-        confirm = term.confirmed(master.log.max_offset)
-        for broker_id in sorted(group.sync_state_set):
-            name = group.address_of(broker_id)
-            if name not in self.brokers:
-                continue
-            member = self.brokers[name].log
-            if member.max_offset < confirm:
-                self.violation(f"SyncStateSet member {name} ends at {member.max_offset}, "
-                               f"below master {master.name}'s confirm offset {confirm}")
-            if member.read(0, confirm) != master.log.read(0, confirm):
-                self.violation(f"SyncStateSet member {name} differs from master "
-                               f"{master.name} below its confirm offset {confirm}")
 
     # -- the producer ------------------------------------------------------------------
 

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from test_ha_streams import stream_of
 
 from triomq.ha import streams
-from triomq.protocol import ha
+from triomq.protocol import ha, ha_transfers
 from triomq.protocol.ha import TRANSFER_HEADER_SIZE, HAFrameError, Transfer, encode
 
-speedups = ha._speedups
+speedups = ha_transfers._speedups
 needs_c = pytest.mark.skipif(not ha.SPEEDUPS, reason="C speedups not built")
 
 LONG_MAX = 2**63 - 1
@@ -40,12 +40,12 @@ EDGY = st.one_of(st.integers(0, 5000), st.sampled_from(
 def pure_python() -> Iterator[None]:
     """The pure-Python versions, with the extension switched off meanwhile (also
     inside a hypothesis example, where a function-scoped fixture would not do)."""
-    saved = ha._speedups, streams._speedups
-    ha._speedups = streams._speedups = None
+    saved = ha_transfers._speedups, streams._speedups
+    ha_transfers._speedups = streams._speedups = None
     try:
         yield
     finally:
-        ha._speedups, streams._speedups = saved
+        ha_transfers._speedups, streams._speedups = saved
 
 
 @pytest.fixture
@@ -120,7 +120,7 @@ def header_runs(draw):
 def test_c_transfer_runs_are_pythons(headers, pos, room, max_body_size):
     offset = struct.unpack_from(">q", headers, pos + 8)[0] if len(headers) >= pos + 16 else 0
     args = (headers, pos, offset, 1, 0, max_body_size, room)
-    assert speedups.transfer_run(*args) == ha._transfer_run(*args)
+    assert speedups.transfer_run(*args) == ha_transfers._transfer_run(*args)
 
 
 def test_a_run_stops_at_a_header_that_does_not_continue_it(python_only):

@@ -1,0 +1,188 @@
+"""The cluster simulation's invariants on the committed state and the brokers' logs.
+
+``Invariants``, a base of ``clustersim.Simulation``, keeps the books of what
+the nodes report through its hooks (an event a controller applied, a role a
+broker took, a log a slave cut, a put a master acked) and checks them as
+each report comes and as the simulation steps (``check_holders``,
+``check_prefixes``): controllers apply the same history and its epochs never
+go back; one broker per master epoch completes synchronous puts, each over a
+set holding the SyncStateSet committed in its epoch; every SyncStateSet
+member and every later master holds every acked message (but what an
+unclean election may lose); SyncStateSet members hold the master's log up
+to its confirm offset. ``clustersim``'s docstring states every invariant of
+the simulation; a broken one raises ``Violation``, naming the seed's replay
+command.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from triomq.controller import ElectMasterEvent
+from triomq.controller.events import Event
+from triomq.controller.group import BrokerGroup
+from triomq.testing.clustersim_broker import GROUP, SimBroker
+from triomq.testing.clustersim_controller import SimController
+from triomq.testing.clustersim_parts import Term
+
+
+class Violation(AssertionError):
+    """An invariant broke; the message says which, where, and how to replay."""
+
+
+@attrs.frozen
+class AckedMessage:
+    """A put the master completed (PUT_OK): where it is and in which epoch."""
+
+    offset: int
+    record: bytes
+    epoch: int
+    broker: str
+
+
+class Invariants:
+    """The invariants' bookkeeping and checks, a base of ``Simulation`` (module docstring)."""
+
+    # Set by the simulation; the checks read them.
+    seed: int
+    now: int
+    brokers: dict[str, SimBroker]
+
+    def __init__(self) -> None:
+        self.acked: list[AckedMessage] = []
+        self.writers: dict[int, str] = {}  # master epoch -> the broker that completed puts
+        self.relaxed_before = 0  # messages acked in an epoch before this are not checked
+        self.possibly_lost = 0
+        self.history: dict[int, tuple] = {}  # Raft index -> group state after applying it
+        self.group_state: BrokerGroup | None = None
+        self.top_index = 0
+        self.unclean_elections: list[int] = []
+        #: Master epoch -> the SyncStateSet (addresses) last committed in it.
+        self.sync_state_sets: dict[int, frozenset[str]] = {}
+        #: Committed events that changed the group, in log order.
+        self.committed_events: list[Event] = []
+        #: Master epoch -> the broker the controllers committed as its master.
+        self.epoch_masters: dict[int, str] = {}
+
+    # -- hooks called by the nodes ----------------------------------------------------
+
+    def violation(self, what: str) -> None:
+        """Raise a ``Violation`` naming the seed and the replay command."""
+        raise Violation(f"seed {self.seed} at {self.now} ms: {what} (replay: python -m "
+                        f"triomq.testing.clustersim --seeds 1 --start {self.seed})")
+
+    def on_applied(self, controller: SimController, index: int, event: Event,
+                   before: BrokerGroup | None, changed: bool) -> None:
+        """A controller applied a committed event: same history everywhere, epochs only grow."""
+        after = controller.manager.group(GROUP)
+        state = None if after is None else (after.master_broker_id, after.master_epoch,
+                                            after.sync_state_set, after.sync_state_set_epoch,
+                                            after.members)
+        seen = self.history.setdefault(index, state)
+        if seen != state:
+            self.violation(f"controller {controller.id} reached {state} at index {index}, "
+                           f"another controller {seen}")
+        if before is not None and after is not None and (
+                after.master_epoch < before.master_epoch
+                or after.sync_state_set_epoch < before.sync_state_set_epoch):
+            self.violation(f"controller {controller.id}: epochs went back applying {event}")
+        if index > self.top_index:
+            self.top_index = index
+            self.group_state = after
+            if after is not None and after.master_address is not None:
+                self.epoch_masters.setdefault(after.master_epoch, after.master_address)
+            if changed:
+                self.committed_events.append(event)
+            if after is not None:
+                self.sync_state_sets[after.master_epoch] = frozenset(
+                    a for a in map(after.address_of, after.sync_state_set) if a is not None)
+            if (changed and isinstance(event, ElectMasterEvent) and before is not None
+                    and event.new_master_broker_id is not None and before.master_epoch > 0
+                    and event.new_master_broker_id not in before.sync_state_set):
+                # Unclean election: what was acked before it may be lost (module doc).
+                self.unclean_elections.append(event.master_epoch)
+                exposed = [m for m in self.acked if self.relaxed_before <= m.epoch]
+                self.relaxed_before = event.master_epoch
+                self.possibly_lost += len(exposed)
+            self.check_holders()
+
+    def on_role(self, broker: SimBroker, term: Term) -> None:
+        """A broker took a role: a new master must hold every acked message."""
+        if term.role == "master":
+            self._check_holds(broker, f"new master of epoch {term.epoch}",
+                              max_epoch=term.epoch)
+
+    def on_truncated(self, broker: SimBroker) -> None:
+        """A slave cut its log: it must not cut what it must hold."""
+        self.check_holders()
+
+    def on_acked(self, broker: SimBroker, term: Term, offset: int, record: bytes,
+                 members: frozenset[str]) -> None:
+        """A master completed a synchronous put."""
+        writer = self.writers.setdefault(term.epoch, broker.name)
+        if writer != broker.name:
+            self.violation(f"two masters completed puts in epoch {term.epoch}: "
+                           f"{writer} and {broker.name}")
+        committed = self.sync_state_sets.get(term.epoch, frozenset())
+        if not committed <= members:
+            self.violation(f"{broker.name} acked over {sorted(members)} while the "
+                           f"SyncStateSet committed in epoch {term.epoch} is "
+                           f"{sorted(committed)}")
+        message = AckedMessage(offset, record, term.epoch, broker.name)
+        self.acked.append(message)
+        for name in sorted(members):
+            holder = self.brokers.get(name)
+            if holder is not None and holder.log.read(offset, len(record)) != record:
+                self.violation(f"put at {offset} acked while {name} lacks it")
+        self.check_holders()
+
+    # -- invariants -----------------------------------------------------------------
+
+    def checked_acked(self, max_epoch: int | None = None) -> list[AckedMessage]:
+        """The acked messages the invariants check (not those an unclean election exposed)."""
+        return [m for m in self.acked if m.epoch >= self.relaxed_before
+                and (max_epoch is None or m.epoch <= max_epoch)]
+
+    def _check_holds(self, broker: SimBroker, why: str, max_epoch: int | None = None) -> None:
+        for message in self.checked_acked(max_epoch):
+            if broker.log.read(message.offset, len(message.record)) != message.record:
+                self.violation(f"acked message at {message.offset} (epoch {message.epoch}, "
+                               f"by {message.broker}) missing on {broker.name}, {why}")
+
+    def check_holders(self) -> None:
+        """Every SyncStateSet member and the current master hold every acked message."""
+        group = self.group_state
+        if group is None:
+            return
+        for broker_id in sorted(group.sync_state_set):
+            name = group.address_of(broker_id)
+            if name in self.brokers:
+                self._check_holds(self.brokers[name], f"member of SyncStateSet "
+                                  f"{sorted(group.sync_state_set)} (epoch "
+                                  f"{group.sync_state_set_epoch})")
+        for broker in self.brokers.values():
+            if broker.up and broker.term.role == "master":
+                self._check_holds(broker, f"master of epoch {broker.term.epoch}",
+                                  max_epoch=broker.term.epoch)
+
+    def check_prefixes(self) -> None:
+        """SyncStateSet members hold the master's log up to its confirm offset."""
+        group = self.group_state
+        if group is None or group.master_address not in self.brokers:
+            return
+        master = self.brokers[group.master_address]
+        term = master.term
+        if not master.up or term.role != "master" or term.epoch != group.master_epoch:
+            return
+        confirm = term.confirmed(master.log.max_offset)
+        for broker_id in sorted(group.sync_state_set):
+            name = group.address_of(broker_id)
+            if name not in self.brokers:
+                continue
+            member = self.brokers[name].log
+            if member.max_offset < confirm:
+                self.violation(f"SyncStateSet member {name} ends at {member.max_offset}, "
+                               f"below master {master.name}'s confirm offset {confirm}")
+            if member.read(0, confirm) != master.log.read(0, confirm):
+                self.violation(f"SyncStateSet member {name} differs from master "
+                               f"{master.name} below its confirm offset {confirm}")
