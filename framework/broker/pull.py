@@ -58,7 +58,8 @@ RETRY_IMMEDIATELY (a slave never moves a consumer's offset).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Mapping
 
 import attrs
 
@@ -351,13 +352,14 @@ def confirmed_max_offset(min_offset: int, max_offset: int, confirm_offset: int,
 
 
 def get_messages(header: PullHeader, subscription: Subscription, *, min_offset: int,
-                 max_offset: int, entries: Sequence[Entry], log_min_offset: int,
+                 max_offset: int, entries: Iterable[Entry], log_min_offset: int,
                  log_max_offset: int, limits: PullLimits, correct_offsets: bool = True
                  ) -> GetResult:
     """``DefaultMessageStore.getMessage`` over the queue's offsets and ``entries``.
 
     ``entries`` are the consume queue's from ``header.queue_offset`` (at
-    most ``limits.scan_count(header.max_msg_nums)``); ``log_min_offset`` /
+    most ``limits.scan_count(header.max_msg_nums)``, taken only as far as the
+    pull goes, so they may be read lazily); ``log_min_offset`` /
     ``log_max_offset`` the commit log's readable range. A slave passes
     ``correct_offsets=False`` (unless ``offset_check_in_slave``): its
     nextBeginOffset for an offset out of range stays the requested one.
@@ -378,7 +380,9 @@ def get_messages(header: PullHeader, subscription: Subscription, *, min_offset: 
     if offset > max_offset:
         return GetResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, corrected(max_offset),
                          min_offset, max_offset)
-    if not entries or entries[0][0] != offset:
+    scan = iter(entries)
+    first = next(scan, None)
+    if first is None or first[0] != offset:
         # No entry where the queue's offsets say one is: RocketMQ goes on at
         # the next consume-queue file.
         next_file = (offset // CQ_FILE_ENTRIES + 1) * CQ_FILE_ENTRIES
@@ -392,7 +396,7 @@ def get_messages(header: PullHeader, subscription: Subscription, *, min_offset: 
     ranges: list[tuple[int, int]] = []
     total = 0
     last_read = 0
-    for queue_offset, physical_offset, size, tags_code in entries:
+    for queue_offset, physical_offset, size, tags_code in itertools.chain((first,), scan):
         if next_begin >= max_offset or (queue_offset - offset) * CQ_UNIT_SIZE >= window:
             break
         in_memory = log_max_offset - physical_offset <= limits.memory_window

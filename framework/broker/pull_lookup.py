@@ -15,7 +15,7 @@ applies them to a store seen through ``QueueStore`` (the calls of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
 from triomq.broker.pull import (
@@ -87,10 +87,10 @@ def look_up(store: QueueStore, header: PullHeader, subscription: Subscription, *
     topic_name, queue_id = header.topic, header.queue_id
     min_offset = store.queue_min_offset(topic_name, queue_id)
     max_offset = confirmed_queue_max(store, topic_name, queue_id, confirm_offset)
-    entries: Sequence[Entry] = ()
+    entries: Iterable[Entry] = ()
     if min_offset <= header.queue_offset < max_offset:
-        entries = store.queue_entries(topic_name, queue_id, header.queue_offset,
-                                      limits.scan_count(header.max_msg_nums))
+        entries = _scan(store, topic_name, queue_id, header.queue_offset,
+                        limits.scan_count(header.max_msg_nums), max(1, header.max_msg_nums + 1))
     result = get_messages(
         header, subscription, min_offset=min_offset, max_offset=max_offset, entries=entries,
         log_min_offset=store.min_offset, log_max_offset=store.max_offset, limits=limits,
@@ -99,3 +99,19 @@ def look_up(store: QueueStore, header: PullHeader, subscription: Subscription, *
                   is_master=is_master, master_online=master_online,
                   slave_read_enable=slave_read_enable,
                   offset_check_in_slave=offset_check_in_slave, allow_suspend=allow_suspend)
+
+
+def _scan(store: QueueStore, topic: str, queue_id: int, start: int, count: int, chunk: int
+          ) -> Iterator[Entry]:
+    """Up to ``count`` entries from ``start``, read ``chunk`` at a time, then twice as many
+    each time (a tag filter may skip many): a pull mostly ends with its first chunk,
+    long before the filter window that bounds its scan."""
+    end = start + count
+    while start < end:
+        want = min(chunk, end - start)
+        got = store.queue_entries(topic, queue_id, start, want)
+        yield from got
+        if len(got) < want:
+            return
+        start += want
+        chunk *= 2

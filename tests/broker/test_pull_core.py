@@ -8,6 +8,7 @@ from triomq.broker.headers import HeaderError
 from triomq.broker.pull import (
     GetMessageStatus,
     GetResult,
+    PullAnswer,
     PullHeader,
     PullLimits,
     PullRefused,
@@ -17,6 +18,7 @@ from triomq.broker.pull import (
     parse_pull_header,
 )
 from triomq.broker.pull_hold import HoldTable
+from triomq.broker.pull_lookup import look_up
 from triomq.broker.subscription import Subscription, SubscriptionRefused, parse_subscription
 from triomq.protocol.commitlog_layout import tags_code
 from triomq.protocol.route import PERM_WRITE, TopicConfig
@@ -254,3 +256,48 @@ def test_hold_table_deadlines_stay_small_when_arrivals_release() -> None:
         assert len(table.arrived("t", 0, i + 1)) == 1
     assert len(table._deadlines) < 200
     assert table.next_deadline() == 1000.0 and table.tick(1000.0) == [keep]
+
+
+IN_MEMORY = PullLimits(memory_window=10**9)
+
+
+class CountingQueue:
+    """One queue ``orders``/0 of 100-byte records, counting the entries a pull reads."""
+
+    def __init__(self, count: int, tags: dict[int, str] | None = None) -> None:
+        self.entries = entries(0, count, tags)
+        self.read = 0
+        self.min_offset, self.max_offset = 0, count * SIZE
+
+    def queue_min_offset(self, topic: str, queue_id: int) -> int:
+        return 0
+
+    def queue_max_offset(self, topic: str, queue_id: int) -> int:
+        return len(self.entries)
+
+    def queue_entries(self, topic: str, queue_id: int, start: int, max_count: int
+                      ) -> list[QueueEntry]:
+        got = self.entries[start:start + max_count]
+        self.read += len(got)
+        return got
+
+
+def pull(store: CountingQueue, offset: int, subscription: Subscription = ALL) -> PullAnswer:
+    # Every record in memory: RocketMQ's in-memory transfer cap (32) bounds the pull.
+    return look_up(store, header(offset), subscription, limits=IN_MEMORY, topic=None,
+                   confirm_offset=store.max_offset, is_master=True, master_online=True,
+                   slave_read_enable=False, offset_check_in_slave=False, allow_suspend=False)
+
+
+def test_a_pull_reads_the_consume_queue_only_as_far_as_it_goes() -> None:
+    store = CountingQueue(10_000)
+    answered = pull(store, 100)
+    assert len(answered.ranges) == 32 and answered.fields["nextBeginOffset"] == "132"
+    # The 33 entries the pull looks at and the queue's last (its confirmed end); not
+    # the whole filter window (800 entries).
+    assert store.read == 34
+    # A tag filter reads on, chunk after growing chunk, until the window ends.
+    store = CountingQueue(10_000, tags={700: "z"})
+    answered = pull(store, 0, parse_subscription("z"))
+    assert answered.ranges == ((700 * SIZE, SIZE),)
+    assert 700 < store.read <= IN_MEMORY.scan_count(32) + 1
