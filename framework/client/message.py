@@ -208,8 +208,10 @@ def _body(raw: bytes, sys_flag: int, where: int) -> bytes:
         raise MessageDecodeError(f"message at {where}: body does not inflate: {exc}") from None
 
 
-def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
-    """The messages of a PULL_MESSAGE body: stored records back to back.
+def decode_messages(body: bytes, broker_name: str = "",
+                    extra_properties: Mapping[str, str] | None = None) -> list[MessageExt]:
+    """The messages of a PULL_MESSAGE body: stored records back to back, each with
+    ``extra_properties`` added to its own.
 
     Compressed bodies (zlib, as RocketMQ's producers send bodies over 4 KiB)
     are inflated. Raises ``MessageDecodeError`` for anything else.
@@ -224,6 +226,8 @@ def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
             raise MessageDecodeError(str(exc)) from None
         offset_id = _offset_msg_id(record.store_host, record.physical_offset)
         props = dict(record.properties)
+        if extra_properties:
+            props.update(extra_properties)
         out.append(MessageExt(
             topic=record.topic, body=_body(record.body, record.sys_flag, pos),
             queue_id=record.queue_id, queue_offset=record.queue_offset,

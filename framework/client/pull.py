@@ -147,10 +147,8 @@ def read_pull_response(code: int, remark: str | None, fields: Mapping[str, str],
     messages: tuple[MessageExt, ...] = ()
     if status is PullStatus.FOUND:
         bounds = {PROPERTY_MIN_OFFSET: str(min_offset), PROPERTY_MAX_OFFSET: str(max_offset)}
-        messages = tuple(
-            attrs.evolve(m, properties={**m.properties, **bounds})
-            for m in decode_messages(body, queue.broker_name)
-            if subscription.matches(m.tags))
+        messages = tuple(m for m in decode_messages(body, queue.broker_name, bounds)
+                         if subscription.matches(m.tags))
     return PullResult(status, _long(fields, "nextBeginOffset"), min_offset, max_offset,
                       messages, int(fields.get("suggestWhichBrokerId", "0") or 0))
 

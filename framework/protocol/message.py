@@ -120,6 +120,7 @@ def body_crc(body: bytes | memoryview) -> int:
 
 
 @functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1024)  # per record otherwise, for the few hosts there are
 def pack_ip(ip: str) -> bytes:
     """The packed (4 or 16 byte) address of an IPv4 or IPv6 ``ip``; ``RecordError`` if none."""
     try:
@@ -350,6 +351,7 @@ def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, base_offset: in
     return record, total
 
 
+@functools.lru_cache(maxsize=1024)
 def _unpack_ip(packed: bytes) -> str:
     return str(ipaddress.ip_address(packed))
 
