@@ -1,13 +1,13 @@
 /* Optional C versions of the HA drivers' per-frame work.
  *
  * - encode_transfer_headers: the headers of a master's batches
- *   (framework/protocol/ha.py);
+ *   (framework/protocol/ha_transfers.py);
  * - write_frames: one non-blocking gathered write of transfer frames, each
  *   header before its batch (framework/ha/streams.py);
  * - read_scattered: one non-blocking scattered read of transfer frames
  *   (framework/ha/streams.py: the layout, the read and its check);
  * - transfer_run: the transfer headers of a read that continue the current
- *   run (framework/protocol/ha.py).
+ *   run (framework/protocol/ha_transfers.py).
  *
  * With 32 KiB batches a master sends and a slave reads about ten frames at a
  * time; doing this per frame in Python cost about as much as the kernel's
