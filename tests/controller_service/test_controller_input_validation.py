@@ -36,6 +36,10 @@ async def one_controller(root: Path) -> AsyncIterator[tuple[Cluster, Node, str]]
         await cluster.start_controllers()
         client = await cluster.start("client")
         leader = await wait_leader(cluster)
+        # A new leader's first entries (its term's no-op) apply after it leads: wait for
+        # them, so what a test counts from here on is what its own requests caused.
+        raft = controllers(cluster)[leader].raft
+        await cluster.wait_for(lambda: raft.applied_index == raft.status()["last_index"])
         yield cluster, client, cluster.controller_addresses[leader]
 
 
