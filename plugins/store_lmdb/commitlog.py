@@ -56,6 +56,35 @@ def _qkey(topic: str, queue_id: int) -> bytes:
     return topic.encode() + b"\x00" + _QID.pack(queue_id)
 
 
+def log_bounds(txn: Any, log_db: Any, state_db: Any) -> tuple[int, int]:
+    """The log's first and end offsets: its chunks', or the stored base when it
+    holds none (everything was truncated or nothing written yet)."""
+    cur = txn.cursor(db=log_db)
+    if cur.first():
+        first = _U64.unpack(cur.key())[0]
+        cur.last()
+        return first, _U64.unpack(cur.key())[0] + len(cur.value())
+    base = txn.get(b"base", db=state_db)
+    start = _U64.unpack(base)[0] if base else 0
+    return start, start
+
+
+def read_range(txn: Any, log_db: Any, offset: int, end: int) -> bytes:
+    """The log's bytes in ``[offset, end)``, from the chunks keyed by their start offset
+    in ``log_db`` (within the log's range, ``offset < end``)."""
+    parts = []
+    cur = txn.cursor(db=log_db)
+    cur.set_range(_U64.pack(offset))
+    if not cur.key() or _U64.unpack(cur.key())[0] > offset:
+        cur.prev()
+    for key, value in cur:
+        at = _U64.unpack(key)[0]
+        if at >= end:
+            break
+        parts.append(value[max(offset, at) - at:min(end, at + len(value)) - at])
+    return b"".join(parts)
+
+
 class LmdbCommitLog(ScratchAppend, ScratchRead):
     """A ``triomq.store.CommitLog`` in one LMDB environment.
 
@@ -75,14 +104,7 @@ class LmdbCommitLog(ScratchAppend, ScratchRead):
         with self._env.read() as txn:
             stored = txn.get(b"segment_size", db=self._state)
             dispatched = txn.get(b"dispatched", db=self._state)
-            cur = txn.cursor(db=self._log)
-            if cur.first():
-                self._min = _U64.unpack(cur.key())[0]
-                cur.last()
-                self._max = _U64.unpack(cur.key())[0] + len(cur.value())
-            else:
-                base = txn.get(b"base", db=self._state)
-                self._min = self._max = _U64.unpack(base)[0] if base else 0
+            self._min, self._max = log_bounds(txn, self._log, self._state)
             self._queues = {
                 (k[:-5].decode(), _QID.unpack(k[-4:])[0]): list(_RANGE.unpack(v))
                 for k, v in txn.cursor(db=self._qdb)
@@ -246,20 +268,8 @@ class LmdbCommitLog(ScratchAppend, ScratchRead):
         end = min(offset + max(size, 0), self._max)
         if end <= offset:
             return b""
-        parts = []
         with self._env.read() as txn:
-            cur = txn.cursor(db=self._log)
-            cur.set_range(_U64.pack(offset))
-            if not cur.key() or _U64.unpack(cur.key())[0] > offset:
-                cur.prev()
-            for key, value in cur:
-                at = _U64.unpack(key)[0]
-                if at >= end:
-                    break
-                lo = max(offset, at) - at
-                hi = min(end, at + len(value)) - at
-                parts.append(value[lo:hi])
-        return b"".join(parts)
+            return read_range(txn, self._log, offset, end)
 
     def read_into(self, offset: int, buffer: bytearray | memoryview) -> int:
         return read_into_by_read(self.read, offset, buffer)

@@ -13,6 +13,7 @@ from typing import Any
 
 import lmdb
 
+from triomq.plugins.store_lmdb.commitlog import log_bounds, read_range
 from triomq.store import StoreNotFound
 
 _U64 = struct.Struct(">Q")
@@ -41,14 +42,7 @@ class LmdbLogReader:
             state = self._env.open_db(b"state", create=False)
             with self._env.begin() as txn:
                 stored = txn.get(b"segment_size", db=state)
-                base = txn.get(b"base", db=state)
-                cur = txn.cursor(db=self._log)
-                if cur.first():
-                    self._min = _U64.unpack(cur.key())[0]
-                    cur.last()
-                    self._end = _U64.unpack(cur.key())[0] + len(cur.value())
-                else:
-                    self._min = self._end = _U64.unpack(base)[0] if base else 0
+                self._min, self._end = log_bounds(txn, self._log, state)
         except BaseException:
             self._env.close()
             raise
@@ -74,18 +68,8 @@ class LmdbLogReader:
         end = min(offset + max(size, 0), self._end)
         if end <= offset:
             return b""
-        parts = []
         with self._env.begin() as txn:
-            cur = txn.cursor(db=self._log)
-            cur.set_range(_U64.pack(offset))
-            if not cur.key() or _U64.unpack(cur.key())[0] > offset:
-                cur.prev()
-            for key, value in cur:
-                at = _U64.unpack(key)[0]
-                if at >= end:
-                    break
-                parts.append(value[max(offset, at) - at:min(end, at + len(value)) - at])
-        return b"".join(parts)
+            return read_range(txn, self._log, offset, end)
 
     def where(self, offset: int) -> str:
         return self.directory
