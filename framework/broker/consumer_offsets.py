@@ -30,7 +30,7 @@ from typing import Any
 
 import attrs
 
-from triomq.broker.headers import HeaderError
+from triomq.broker.headers import HeaderError, java_integer
 from triomq.broker.pull_lookup import QueueStore
 from triomq.protocol.route import DataVersion, RouteDataError, TopicConfig, dumps, loads
 
@@ -169,15 +169,9 @@ class OffsetHeader:
 
 
 def _integer(fields: Mapping[str, str], key: str, bounds: tuple[int, int]) -> int:
-    raw = fields.get(key)
-    if raw is None or raw == "":
+    value = java_integer(fields, key, bounds) if fields.get(key) else None
+    if value is None:  # absent or empty
         raise HeaderError(key, "missing")
-    digits = raw[1:] if raw[:1] in ("-", "+") else raw
-    if not (digits.isascii() and digits.isdigit()) or len(digits) > 19:
-        raise HeaderError(key, f"expected an integer, got {raw[:_QUOTED]!r}")
-    value = int(raw)
-    if not bounds[0] <= value <= bounds[1]:
-        raise HeaderError(key, f"{value} is out of range [{bounds[0]}, {bounds[1]}]")
     return value
 
 

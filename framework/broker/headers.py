@@ -23,6 +23,7 @@ __all__ = [
     "HeaderError",
     "SendHeader",
     "encode_send_header",
+    "java_integer",
     "offset_msg_id",
     "parse_offset_msg_id",
     "parse_send_header",
@@ -52,6 +53,21 @@ class SendHeader:
     flag: int = 0
     properties: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
     reconsume_times: int = 0
+
+
+def java_integer(fields: Mapping[str, str], key: str, bounds: tuple[int, int]) -> int | None:
+    """Header field ``key`` read as Java's parseInt/parseLong would (an optional sign
+    and ASCII digits, nothing else) and checked against ``bounds``; None when absent."""
+    raw = fields.get(key)
+    if raw is None:
+        return None
+    digits = raw[1:] if raw[:1] in ("-", "+") else raw
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 19:
+        raise HeaderError(key, f"expected an integer, got {raw[:80]!r}")
+    value = int(raw)
+    if not bounds[0] <= value <= bounds[1]:
+        raise HeaderError(key, f"{value} is out of range [{bounds[0]}, {bounds[1]}]")
+    return value
 
 
 def _int(fields: Mapping[str, str], key: str, name: str, bounds: tuple[int, int],

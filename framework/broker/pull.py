@@ -63,7 +63,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import attrs
 
-from triomq.broker.headers import HeaderError
+from triomq.broker.headers import HeaderError, java_integer
 from triomq.broker.subscription import (
     EXPRESSION_TAG,
     Subscription,
@@ -196,22 +196,8 @@ class PullHeader:
         return bool(self.sys_flag & FLAG_SUBSCRIPTION)
 
 
-def _number(fields: Mapping[str, str], key: str, bounds: tuple[int, int]) -> int | None:
-    raw = fields.get(key)
-    if raw is None:
-        return None
-    # Java's parseInt/parseLong: an optional sign and ASCII digits, nothing else.
-    digits = raw[1:] if raw[:1] in ("-", "+") else raw
-    if not (digits.isascii() and digits.isdigit()) or len(digits) > 19:
-        raise HeaderError(key, f"expected an integer, got {raw[:_QUOTED]!r}")
-    value = int(raw)
-    if not bounds[0] <= value <= bounds[1]:
-        raise HeaderError(key, f"{value} is out of range [{bounds[0]}, {bounds[1]}]")
-    return value
-
-
 def _required(fields: Mapping[str, str], key: str, bounds: tuple[int, int]) -> int:
-    value = _number(fields, key, bounds)
+    value = java_integer(fields, key, bounds)
     if value is None:
         raise HeaderError(key, "missing")
     return value
@@ -238,7 +224,7 @@ def parse_pull_header(fields: Mapping[str, str]) -> PullHeader:
         subscription=fields.get("subscription"),
         sub_version=_required(fields, "subVersion", _INT64),
         expression_type=fields.get("expressionType"),
-        max_msg_bytes=_number(fields, "maxMsgBytes", _INT32),
+        max_msg_bytes=java_integer(fields, "maxMsgBytes", _INT32),
     )
 
 
