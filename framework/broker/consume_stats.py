@@ -33,8 +33,9 @@ import attrs
 from triomq.broker.consumer_offsets import ConsumerOffsetTable
 from triomq.broker.headers import HeaderError
 from triomq.broker.pull_lookup import QueueStore, confirmed_queue_max
-from triomq.protocol.consume_stats import ConsumeStats, MessageQueueKey, OffsetWrapper
+from triomq.protocol.consume_stats import ConsumeStats, OffsetWrapper
 from triomq.protocol.message import store_timestamp_at
+from triomq.protocol.message_queue import MessageQueue
 from triomq.protocol.route import TopicConfig
 
 __all__ = [
@@ -125,7 +126,7 @@ def consume_stats(group: str, topics: Sequence[TopicConfig], *, broker_name: str
     for config in topics:
         topic = config.topic_name
         for queue_id in range(config.read_queue_nums):
-            table[MessageQueueKey(topic, broker_name, queue_id)] = offset_wrapper(
+            table[MessageQueue(topic, broker_name, queue_id)] = offset_wrapper(
                 store, topic, queue_id, committed=offsets.query(group, topic, queue_id),
                 confirm_offset=confirm_offset)
     return ConsumeStats(table, sum(got.tps(group, c.topic_name, now) for c in topics))

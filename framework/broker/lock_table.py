@@ -17,19 +17,9 @@ from collections.abc import Iterable
 
 import attrs
 
+from triomq.protocol.message_queue import MessageQueue
+
 __all__ = ["LockEntry", "LockTable", "MessageQueue"]
-
-
-@attrs.frozen(order=True)
-class MessageQueue:
-    """A queue of a topic on one broker group (RocketMQ's ``MessageQueue``)."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
-
-    def to_json(self) -> dict[str, object]:
-        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
 
 
 @attrs.define

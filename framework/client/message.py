@@ -30,6 +30,7 @@ from triomq.protocol.message import (
     pack_ip,
     properties_to_bytes,
 )
+from triomq.protocol.message_queue import MessageQueue
 
 __all__ = [
     "PROPERTY_DELAY",
@@ -113,22 +114,6 @@ class Message:
         if not self.wait_store_msg_ok:
             props[PROPERTY_WAIT] = "false"
         return props
-
-
-@attrs.frozen(order=True)
-class MessageQueue:
-    """Queue ``queue_id`` of ``topic`` on broker group ``broker_name``."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
-
-    def to_json(self) -> dict[str, object]:
-        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
-
-    @classmethod
-    def from_json(cls, value: Mapping[str, object]) -> MessageQueue:
-        return cls(str(value["topic"]), str(value["brokerName"]), int(str(value["queueId"])))
 
 
 @attrs.frozen

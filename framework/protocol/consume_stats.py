@@ -18,29 +18,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import attrs
 
+from triomq.protocol.message_queue import MessageQueue
 from triomq.protocol.route import RouteDataError, dumps
 
-__all__ = ["ConsumeStats", "MessageQueueKey", "OffsetWrapper"]
+__all__ = ["ConsumeStats", "OffsetWrapper"]
 
 _INT64 = (-(2**63), 2**63 - 1)
 #: Deeper than any ConsumeStats body: a bound on what a peer can make the reader recurse.
 _MAX_DEPTH = 16
 _SCALARS = json.JSONDecoder()
-
-
-class MessageQueueKey(NamedTuple):
-    """The ``MessageQueue`` an ``offsetTable`` entry is keyed by."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
 
 
 @attrs.frozen
@@ -63,8 +53,8 @@ class OffsetWrapper:
         return self.broker_offset - self.consumer_offset
 
 
-def _table(table: Mapping[MessageQueueKey, OffsetWrapper]
-           ) -> dict[MessageQueueKey, OffsetWrapper]:
+def _table(table: Mapping[MessageQueue, OffsetWrapper]
+           ) -> dict[MessageQueue, OffsetWrapper]:
     return dict(table)
 
 
@@ -72,7 +62,7 @@ def _table(table: Mapping[MessageQueueKey, OffsetWrapper]
 class ConsumeStats:
     """A consumer group's ``offsetTable`` and ``consumeTps`` on one broker, or merged."""
 
-    offset_table: Mapping[MessageQueueKey, OffsetWrapper] = attrs.field(
+    offset_table: Mapping[MessageQueue, OffsetWrapper] = attrs.field(
         factory=dict, converter=_table)
     consume_tps: float = 0.0
 
@@ -116,14 +106,14 @@ class ConsumeStats:
         return cls(dict(_entry(key, value) for key, value in table), float(tps))
 
 
-def _entry(key: Any, value: Any) -> tuple[MessageQueueKey, OffsetWrapper]:
+def _entry(key: Any, value: Any) -> tuple[MessageQueue, OffsetWrapper]:
     where = "ConsumeStats.offsetTable"
     if not isinstance(key, dict) or not isinstance(value, dict):
         raise RouteDataError(f"{where}: expected MessageQueue -> OffsetWrapper objects")
     topic, broker_name = key.get("topic"), key.get("brokerName")
     if not isinstance(topic, str) or not isinstance(broker_name, str):
         raise RouteDataError(f"{where}: a key without topic or brokerName: {key!r:.80}")
-    queue = MessageQueueKey(topic, broker_name, _integer(key, "queueId", where))
+    queue = MessageQueue(topic, broker_name, _integer(key, "queueId", where))
     return queue, OffsetWrapper(
         _integer(value, "brokerOffset", where), _integer(value, "consumerOffset", where),
         _integer(value, "pullOffset", where, optional=True),

@@ -14,8 +14,9 @@ from triomq.broker.consume_stats import (
 )
 from triomq.broker.consumer_offsets import ConsumerOffsetTable
 from triomq.broker.headers import HeaderError
-from triomq.protocol.consume_stats import ConsumeStats, MessageQueueKey, OffsetWrapper
+from triomq.protocol.consume_stats import ConsumeStats, OffsetWrapper
 from triomq.protocol.message import MessageRecord, encode
+from triomq.protocol.message_queue import MessageQueue
 from triomq.protocol.route import RouteDataError, TopicConfig
 
 T0 = 1_700_000_000_000
@@ -138,9 +139,9 @@ def test_the_table_has_every_read_queue_and_the_groups_rate() -> None:
     stats = consume_stats("cg", [orders(3)], broker_name="broker-a", store=log,
                           offsets=offsets, confirm_offset=log.max_offset, got=got, now=101.0)
     assert stats == ConsumeStats({
-        MessageQueueKey("orders", "broker-a", 0): OffsetWrapper(0, 0, 0, 0),
-        MessageQueueKey("orders", "broker-a", 1): OffsetWrapper(3, 2, 2, T0 + 1),
-        MessageQueueKey("orders", "broker-a", 2): OffsetWrapper(0, 0, 0, 0),
+        MessageQueue("orders", "broker-a", 0): OffsetWrapper(0, 0, 0, 0),
+        MessageQueue("orders", "broker-a", 1): OffsetWrapper(3, 2, 2, T0 + 1),
+        MessageQueue("orders", "broker-a", 2): OffsetWrapper(0, 0, 0, 0),
     }, consume_tps=0.1)
     assert stats.total_diff() == 1
     # No topic: an empty table.
@@ -180,7 +181,7 @@ def test_pairs_that_stopped_pulling_are_forgotten() -> None:
 
 
 def test_the_body_is_fastjsons_object_keyed_map() -> None:
-    stats = ConsumeStats({MessageQueueKey("t", "broker-a", 0): OffsetWrapper(10, 4, 4, T0)},
+    stats = ConsumeStats({MessageQueue("t", "broker-a", 0): OffsetWrapper(10, 4, 4, T0)},
                          consume_tps=0.0)
     body = (b'{"consumeTps":0.0,"offsetTable":{{"brokerName":"broker-a","queueId":0,'
             b'"topic":"t"}:{"brokerOffset":10,"consumerOffset":4,"lastTimestamp":'
@@ -192,12 +193,12 @@ def test_the_body_is_fastjsons_object_keyed_map() -> None:
     spaced = (b' {"offsetTable" : { {"topic":"t","queueId":1,"brokerName":"b"} : '
               b'{"consumerOffset":1,"brokerOffset":2} },\n"consumeTps": 2 } ')
     assert ConsumeStats.decode(spaced) == ConsumeStats(
-        {MessageQueueKey("t", "b", 1): OffsetWrapper(2, 1, 0, 0)}, 2.0)
+        {MessageQueue("t", "b", 1): OffsetWrapper(2, 1, 0, 0)}, 2.0)
 
 
 def test_merging_brokers_answers_sums_their_rates() -> None:
-    a = ConsumeStats({MessageQueueKey("t", "a", 0): OffsetWrapper(5, 1, 1)}, 0.5)
-    b = ConsumeStats({MessageQueueKey("t", "b", 0): OffsetWrapper(7, 7, 7)}, 0.25)
+    a = ConsumeStats({MessageQueue("t", "a", 0): OffsetWrapper(5, 1, 1)}, 0.5)
+    b = ConsumeStats({MessageQueue("t", "b", 0): OffsetWrapper(7, 7, 7)}, 0.25)
     merged = a.merge(b)
     assert merged.consume_tps == 0.75 and merged.total_diff() == 4
     assert set(merged.offset_table) == set(a.offset_table) | set(b.offset_table)
