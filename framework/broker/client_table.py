@@ -4,7 +4,9 @@ RocketMQ's ``ProducerManager`` and ``ConsumerManager`` in one table. A
 client is known by the connection (channel) it heartbeats on, as in
 RocketMQ, so one client instance holds one entry per group however many
 heartbeats it sends. A consumer group's info (consume type, message
-model, where to start, its subscriptions) is the last heartbeat's.
+model, where to start, its subscriptions) is the last heartbeat's, and so
+is what a connection's client said of itself (``ClientOrigin``: its
+address, language and version, which the admin tool's connection lists show).
 
 Every change of a consumer group's membership or subscriptions returns
 the group's name: the caller tells the group's remaining connections
@@ -24,15 +26,26 @@ import attrs
 
 from triomq.broker.heartbeat import ConsumerData, HeartbeatData, SubscriptionData
 
-__all__ = ["ClientChannel", "ClientTable", "ConsumerGroupInfo", "Expired"]
+__all__ = ["ClientChannel", "ClientOrigin", "ClientTable", "ConsumerGroupInfo", "Expired"]
+
+
+@attrs.frozen
+class ClientOrigin:
+    """Where a heartbeat came from: the client's address (``host:port``) and the
+    language and version its remoting header named (RocketMQ's ``ClientChannelInfo``)."""
+
+    address: str = ""
+    language: str = "JAVA"
+    version: int = 0
 
 
 @attrs.define
 class ClientChannel:
-    """One client's connection in a group: its id and its last heartbeat."""
+    """One client's connection in a group: its id, its last heartbeat and where from."""
 
     client_id: str
     last_update: int
+    origin: ClientOrigin = ClientOrigin()
 
 
 @attrs.define
@@ -50,18 +63,12 @@ class ConsumerGroupInfo:
         return [channel.client_id for channel in self.channels.values()]
 
     def update_channel(self, channel: Hashable, client_id: str, data: ConsumerData,
-                       now: int) -> bool:
+                       now: int, origin: ClientOrigin) -> bool:
         """Take a heartbeat's view of the group; whether ``channel`` is new to it."""
         self.consume_type = data.consume_type
         self.message_model = data.message_model
         self.consume_from_where = data.consume_from_where
-        held = self.channels.get(channel)
-        if held is None:
-            self.channels[channel] = ClientChannel(client_id, now)
-            return True
-        held.client_id = client_id
-        held.last_update = now
-        return False
+        return _update(self.channels, channel, client_id, now, origin)
 
     def update_subscriptions(self, subscriptions: Iterable[SubscriptionData]) -> bool:
         """Take a heartbeat's subscriptions; whether a topic was added or dropped.
@@ -83,6 +90,19 @@ class ConsumerGroupInfo:
             del self.subscriptions[topic]
             changed = True
         return changed
+
+
+def _update(channels: dict[Hashable, ClientChannel], channel: Hashable, client_id: str,
+            now: int, origin: ClientOrigin) -> bool:
+    """Record a heartbeat on ``channel``; whether the channel is new."""
+    held = channels.get(channel)
+    if held is None:
+        channels[channel] = ClientChannel(client_id, now, origin)
+        return True
+    held.client_id = client_id
+    held.last_update = now
+    held.origin = origin
+    return False
 
 
 @attrs.frozen
@@ -130,9 +150,20 @@ class ClientTable:
         return {group: [c.client_id for c in channels.values()]
                 for group, channels in self._producers.items()}
 
+    def producer_channels(self, group: str) -> list[ClientChannel] | None:
+        """The connections of ``group``'s producers; None when none is connected."""
+        channels = self._producers.get(group)
+        return None if channels is None else list(channels.values())
+
+    def groups_subscribing(self, topic: str) -> set[str]:
+        """The groups whose connected consumers subscribe to ``topic``."""
+        return {group for group, info in self._consumers.items()
+                if topic in info.subscriptions}
+
     # -- changes -------------------------------------------------------------
 
-    def heartbeat(self, channel: Hashable, heartbeat: HeartbeatData, now: int) -> list[str]:
+    def heartbeat(self, channel: Hashable, heartbeat: HeartbeatData, now: int,
+                  origin: ClientOrigin = ClientOrigin()) -> list[str]:
         """Register what a heartbeat declares; the consumer groups that changed."""
         changed = []
         for data in heartbeat.consumers:
@@ -141,17 +172,12 @@ class ClientTable:
                 info = self._consumers[data.group_name] = ConsumerGroupInfo(
                     data.group_name, data.consume_type, data.message_model,
                     data.consume_from_where)
-            joined = info.update_channel(channel, heartbeat.client_id, data, now)
+            joined = info.update_channel(channel, heartbeat.client_id, data, now, origin)
             if info.update_subscriptions(data.subscriptions) or joined:
                 changed.append(data.group_name)
         for group in heartbeat.producer_groups:
-            channels = self._producers.setdefault(group, {})
-            held = channels.get(channel)
-            if held is None:
-                channels[channel] = ClientChannel(heartbeat.client_id, now)
-            else:
-                held.client_id = heartbeat.client_id
-                held.last_update = now
+            _update(self._producers.setdefault(group, {}), channel, heartbeat.client_id, now,
+                    origin)
         return changed
 
     def unregister(self, channel: Hashable, producer_group: str | None,

@@ -12,7 +12,18 @@
 - GET_CONSUMER_LIST_BY_GROUP 38 (``consumerGroup``): body
   ``{"consumerIdList": [...]}``, SYSTEM_ERROR "no consumer for this group"
   when none is connected, as RocketMQ answers;
-- GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201: ``subscriptionGroup.json``.
+- GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201: ``subscriptionGroup.json``;
+- GET_CONSUMER_CONNECTION_LIST 203 (``consumerGroup``) and
+  GET_PRODUCER_CONNECTION_LIST 204 (``producerGroup``): the group's
+  connections (``triomq.broker.connection_bodies``), with the address,
+  language and version each client's heartbeat came with; a consumer group
+  with no consumer connected is CONSUMER_NOT_ONLINE, a producer group with
+  none SYSTEM_ERROR, as RocketMQ answers;
+- UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200 (body: a
+  ``SubscriptionGroupConfig``) and DELETE_SUBSCRIPTIONGROUP 207
+  (``groupName``; ``cleanOffset``, or RocketMQ 4's ``removeOffset``, also
+  drops the group's consumer offsets): admin requests (the node's admin
+  access guards them), taken on the master only, as topic changes are.
 
 When a consumer group's membership or subscriptions change (a heartbeat, an
 unregistration, a closed connection, a client silent for
@@ -27,7 +38,8 @@ temporary file renamed into place, the previous one kept as ``.bak``); a
 slave copies its master's table every ``slave_synchronize_period``.
 
 A bad request body or header is INVALID_PARAMETER with a remark naming the
-field (RocketMQ would fail the decoding with SYSTEM_ERROR).
+field (RocketMQ would fail the decoding with SYSTEM_ERROR); so is a group
+config with an illegal name or attributes.
 """
 
 from __future__ import annotations
@@ -39,18 +51,29 @@ from collections.abc import Callable
 import trio
 
 from triomq.broker import config_files
-from triomq.broker.client_table import ClientTable
+from triomq.broker.client_table import ClientOrigin, ClientTable
 from triomq.broker.codes import RequestCode, ResponseCode
 from triomq.broker.config import BrokerConfig
-from triomq.broker.heartbeat import BodyError, HeartbeatData, SubscriptionData, parse_heartbeat
-from triomq.broker.subscription_groups import SubscriptionGroupTable
+from triomq.broker.connection_bodies import consumer_connection, producer_connection
+from triomq.broker.heartbeat import (
+    BodyError,
+    HeartbeatData,
+    SubscriptionData,
+    parse_heartbeat,
+    parse_json_body,
+)
+from triomq.broker.subscription_groups import (
+    AttributeRefused,
+    SubscriptionGroupConfig,
+    SubscriptionGroupTable,
+)
 from triomq.broker.topic_table import TopicRefused
 from triomq.broker.topics import TopicService
 from triomq.clock import now_ms
 from triomq.controller.wire import Header, WireError
 from triomq.protocol.remoting import RemotingCommand
-from triomq.protocol.route import PERM_READ, PERM_WRITE, TopicConfig, dumps
-from triomq.protocol.topic_rules import RETRY_GROUP_TOPIC_PREFIX
+from triomq.protocol.route import PERM_READ, PERM_WRITE, RouteDataError, TopicConfig, dumps
+from triomq.protocol.topic_rules import RETRY_GROUP_TOPIC_PREFIX, IllegalName, check_group
 from triomq.rpc import RpcClient, RpcConnection, RpcError, RpcServer
 
 __all__ = ["SCAN_INTERVAL", "SUBSCRIPTION_GROUP_FILE", "ClientService",
@@ -86,6 +109,8 @@ class ClientService:
         self.topics = topics
         self.is_master = is_master
         self.table = ClientTable(config.channel_expired_timeout)
+        #: Drops a group's consumer offsets; whether it had any (set by the broker).
+        self.remove_offsets: Callable[[str], bool] = lambda group: False
         self._nursery: trio.Nursery | None = None
         self._dirty = config_files.Changes()
         self._saved = groups.encode()
@@ -109,6 +134,14 @@ class ClientService:
                         inline=True)
         server.register(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
                         self.get_all_subscription_groups, inline=True)
+        server.register(RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                        self.get_consumer_connections, inline=True)
+        server.register(RequestCode.GET_PRODUCER_CONNECTION_LIST,
+                        self.get_producer_connections, inline=True)
+        server.register(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                        self.update_subscription_group, inline=True)
+        server.register(RequestCode.DELETE_SUBSCRIPTIONGROUP, self.delete_subscription_group,
+                        inline=True)
         server.on_connection_closed.append(self.connection_closed)
 
     async def run(self, rpc: RpcClient, master_address: Callable[[], str | None], *,
@@ -131,7 +164,8 @@ class ClientService:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER,
                                             remark=f"HEART_BEAT: {exc}")
         self._configure_groups(heartbeat)
-        self._notify(self.table.heartbeat(peer, heartbeat, now_ms()))
+        origin = ClientOrigin(peer.peer, request.language, request.version)
+        self._notify(self.table.heartbeat(peer, heartbeat, now_ms(), origin))
         return RemotingCommand.response()
 
     def _configure_groups(self, heartbeat: HeartbeatData) -> None:
@@ -184,6 +218,77 @@ class ClientService:
     async def get_all_subscription_groups(self, request: RemotingCommand, peer: RpcConnection
                                           ) -> RemotingCommand:
         return RemotingCommand.response(body=self.groups.encode())
+
+    async def get_consumer_connections(self, request: RemotingCommand, peer: RpcConnection
+                                       ) -> RemotingCommand:
+        try:
+            group = Header(request.ext_fields, "GET_CONSUMER_CONNECTION_LIST").string(
+                "consumerGroup")
+        except WireError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        info = self.table.consumer_group(group)
+        if info is None:
+            return RemotingCommand.response(
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                remark=f"the consumer group[{group[:200]}] not online")
+        return RemotingCommand.response(body=consumer_connection(info))
+
+    async def get_producer_connections(self, request: RemotingCommand, peer: RpcConnection
+                                       ) -> RemotingCommand:
+        try:
+            group = Header(request.ext_fields, "GET_PRODUCER_CONNECTION_LIST").string(
+                "producerGroup")
+        except WireError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        channels = self.table.producer_channels(group)
+        if channels is None:
+            return RemotingCommand.response(
+                ResponseCode.SYSTEM_ERROR, remark=f"the producer group[{group[:200]}] not exist")
+        return RemotingCommand.response(body=producer_connection(channels))
+
+    def _slave_refusal(self, what: str) -> RemotingCommand | None:
+        if self.is_master():
+            return None
+        return RemotingCommand.response(
+            ResponseCode.SERVICE_NOT_AVAILABLE,
+            remark=f"{what}: broker {self.config.broker_name} is a slave; subscription groups "
+                   f"change on its master")
+
+    async def update_subscription_group(self, request: RemotingCommand, peer: RpcConnection
+                                        ) -> RemotingCommand:
+        what = "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP"
+        refusal = self._slave_refusal(what)
+        if refusal is not None:
+            return refusal
+        try:
+            config = SubscriptionGroupConfig.from_json(parse_json_body(request.body), "body")
+            check_group(config.group_name)
+            stored = self.groups.update(config, now_ms())
+        except (BodyError, RouteDataError, IllegalName, AttributeRefused) as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER,
+                                            remark=f"{what}: {exc}")
+        log.info("subscription group %s created or updated by %s", stored.group_name, peer.peer)
+        self._dirty.set()
+        return RemotingCommand.response()
+
+    async def delete_subscription_group(self, request: RemotingCommand, peer: RpcConnection
+                                        ) -> RemotingCommand:
+        what = "DELETE_SUBSCRIPTIONGROUP"
+        refusal = self._slave_refusal(what)
+        if refusal is not None:
+            return refusal
+        try:
+            header = Header(request.ext_fields, what)
+            group = header.string("groupName")
+            clean = header.boolean("cleanOffset") or header.boolean("removeOffset")
+        except WireError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        if self.groups.delete(group, now_ms()):
+            log.info("subscription group %s deleted by %s", group, peer.peer)
+            self._dirty.set()
+        if clean and self.remove_offsets(group):
+            log.info("consumer offsets of group %s removed by %s", group, peer.peer)
+        return RemotingCommand.response()
 
     # -- membership changes ------------------------------------------------------
 

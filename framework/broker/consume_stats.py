@@ -17,14 +17,13 @@ the group's ``ConsumeStats`` (header ``consumerGroup``, optional ``topic``):
   ``lastTimestamp`` the store time of the message at ``consumerOffset - 1``
   (0 when there is none);
 - ``consumeTps``: messages FOUND pulls returned to the group on those topics
-  over the last minute, divided by 60 (``GroupGetNums``, fed by the pull
-  handler with the time passed in), summed over the topics.
+  over the last minute, divided by 60 (``MinuteCounts`` keyed by
+  ``stats_key(topic, group)``, fed by the pull handler with the time passed
+  in), summed over the topics.
 """
 
 from __future__ import annotations
 
-import math
-from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Protocol
 
@@ -32,6 +31,7 @@ import attrs
 
 from triomq.broker.consumer_offsets import ConsumerOffsetTable
 from triomq.broker.headers import HeaderError
+from triomq.broker.minute_counts import MinuteCounts, stats_key
 from triomq.broker.pull_lookup import QueueStore, confirmed_queue_max
 from triomq.protocol.consume_stats import ConsumeStats, OffsetWrapper
 from triomq.protocol.message import store_timestamp_at
@@ -39,7 +39,6 @@ from triomq.protocol.message_queue import MessageQueue
 from triomq.protocol.route import TopicConfig
 
 __all__ = [
-    "GroupGetNums",
     "StatsRequest",
     "StatsStore",
     "consume_stats",
@@ -49,8 +48,6 @@ __all__ = [
     "topics_to_collect",
 ]
 
-#: Seconds ``consumeTps`` is counted over (RocketMQ's per-minute stats).
-TPS_WINDOW = 60
 #: A record's bytes up to the end of its storeTimestamp (with an IPv6 born host).
 _TIMESTAMP_SPAN = 76
 
@@ -120,7 +117,7 @@ def offset_wrapper(store: StatsStore, topic: str, queue_id: int, *, committed: i
 
 def consume_stats(group: str, topics: Sequence[TopicConfig], *, broker_name: str,
                   store: StatsStore, offsets: ConsumerOffsetTable, confirm_offset: int,
-                  got: GroupGetNums, now: float) -> ConsumeStats:
+                  got: MinuteCounts, now: float) -> ConsumeStats:
     """The group's ``ConsumeStats`` on this broker for ``topics``, at time ``now``."""
     table = {}
     for config in topics:
@@ -129,47 +126,5 @@ def consume_stats(group: str, topics: Sequence[TopicConfig], *, broker_name: str
             table[MessageQueue(topic, broker_name, queue_id)] = offset_wrapper(
                 store, topic, queue_id, committed=offsets.query(group, topic, queue_id),
                 confirm_offset=confirm_offset)
-    return ConsumeStats(table, sum(got.tps(group, c.topic_name, now) for c in topics))
-
-
-class GroupGetNums:
-    """Messages FOUND pulls returned per group and topic over the last ``window``
-    seconds (RocketMQ's ``GROUP_GET_NUMS`` stats), counted in one-second buckets:
-    a message counts for ``window`` seconds after it was got, give or take one."""
-
-    def __init__(self, window: int = TPS_WINDOW) -> None:
-        self.window = window
-        #: (group, topic) -> [second, messages] buckets, oldest first.
-        self._buckets: dict[tuple[str, str], deque[list[int]]] = {}
-        self._swept = -math.inf
-
-    def add(self, group: str, topic: str, count: int, now: float) -> None:
-        """``count`` messages of ``topic`` were returned to ``group`` at ``now``."""
-        if count <= 0:
-            return
-        second = math.floor(now)
-        buckets = self._buckets.setdefault((group, topic), deque())
-        if buckets and buckets[-1][0] == second:
-            buckets[-1][1] += count
-        else:
-            buckets.append([second, count])
-        while buckets[0][0] <= second - self.window:
-            buckets.popleft()
-        if second - self._swept >= self.window:
-            self._sweep(second)
-
-    def _sweep(self, second: int) -> None:
-        # Forget pairs that got nothing for a whole window: the table stays as small
-        # as the set of groups pulling now.
-        self._swept = second
-        for key in [k for k, b in self._buckets.items() if b[-1][0] <= second - self.window]:
-            del self._buckets[key]
-
-    def got(self, group: str, topic: str, now: float) -> int:
-        """Messages of ``topic`` returned to ``group`` in the window ending at ``now``."""
-        start = math.floor(now) - self.window
-        return sum(n for second, n in self._buckets.get((group, topic), ()) if second > start)
-
-    def tps(self, group: str, topic: str, now: float) -> float:
-        """``got`` as messages a second."""
-        return self.got(group, topic, now) / self.window
+    return ConsumeStats(table, sum(got.tps(stats_key(c.topic_name, group), now)
+                                   for c in topics))

@@ -1,12 +1,19 @@
-"""GET_CONSUME_STATS (208) at run time: the handler, and the count of messages pulled.
+"""Who consumes what, how far, and how fast topics fill: the admin tool's stats at run time.
 
-The rules and the table are ``triomq.broker.consume_stats``'s; this reads
-the broker's topics, offsets, online consumers and commit log for them, and
-keeps the time: ``got`` is called by the pull handler for every FOUND pull
-and counts its messages at ``trio.current_time()``.
+- GET_CONSUME_STATS (208): a group's offsets and rate, by the rules and the
+  table of ``triomq.broker.consume_stats``; ``got`` is called by the pull
+  handler for every FOUND pull and counts its messages at
+  ``trio.current_time()``.
+- GET_TOPIC_STATS_INFO (202): a topic's queues and put rate, by
+  ``triomq.broker.topic_stats``'s rules (the rate from ``StoreStats``).
+- QUERY_TOPIC_CONSUME_BY_WHO (300): the groups whose online consumers
+  subscribe to the topic and those that stored offsets for it, as a
+  ``GroupList`` (RocketMQ 5.3.3 means the same, but its table of online
+  subscribers records topic names where it means groups).
 
-A missing ``consumerGroup`` is INVALID_PARAMETER naming it (RocketMQ would
-fail the decoding with SYSTEM_ERROR); a store that cannot be read is
+This reads the broker's topics, offsets, online consumers and commit log
+when asked. A missing header field is INVALID_PARAMETER naming it (RocketMQ
+would fail the decoding with SYSTEM_ERROR); a store that cannot be read is
 SYSTEM_ERROR, its own words staying in the broker's log.
 """
 
@@ -20,15 +27,19 @@ import trio
 
 from triomq.broker.clients import ClientService
 from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.connection_bodies import group_list
 from triomq.broker.consume_stats import (
-    GroupGetNums,
     consume_stats,
     parse_stats_header,
     topics_to_collect,
 )
 from triomq.broker.headers import HeaderError
+from triomq.broker.minute_counts import MinuteCounts, stats_key
 from triomq.broker.offset_service import ConsumerOffsetService
+from triomq.broker.store_stats import StoreStats
+from triomq.broker.topic_stats import topic_stats
 from triomq.broker.topics import TopicService
+from triomq.controller.wire import Header, WireError
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection, RpcServer
 from triomq.store import CommitLog, StoreError
@@ -39,28 +50,34 @@ log = logging.getLogger("triomq.broker")
 
 
 class ConsumeStatsService:
-    """Answers GET_CONSUME_STATS from the broker's state when asked.
+    """Answers the stats requests from the broker's state when asked.
 
-    ``confirmed()``: the confirm offset, which bounds the queues' ends.
+    ``confirmed()``: the confirm offset, which bounds the queues' ends;
+    ``store_stats``: the broker's message counters.
     """
 
     def __init__(self, *, log: CommitLog, broker_name: str, topics: TopicService,
                  offsets: ConsumerOffsetService, clients: ClientService,
-                 confirmed: Callable[[], int]) -> None:
+                 confirmed: Callable[[], int], store_stats: StoreStats) -> None:
         self.log = log
         self.broker_name = broker_name
         self.topics = topics
         self.offsets = offsets
         self.clients = clients
         self.confirmed = confirmed
-        self.group_get_nums = GroupGetNums()
+        self.store_stats = store_stats
+        #: Messages FOUND pulls returned, by ``topic@group`` (RocketMQ's GROUP_GET_NUMS).
+        self.group_get_nums = MinuteCounts()
 
     def register(self, server: RpcServer) -> None:
         server.register(RequestCode.GET_CONSUME_STATS, self.get_consume_stats, inline=True)
+        server.register(RequestCode.GET_TOPIC_STATS_INFO, self.get_topic_stats, inline=True)
+        server.register(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, self.query_consumed_by,
+                        inline=True)
 
     def got(self, group: str, topic: str, count: int) -> None:
         """A pull returned ``count`` messages of ``topic`` to ``group``."""
-        self.group_get_nums.add(group, topic, count, trio.current_time())
+        self.group_get_nums.add(stats_key(topic, group), count, trio.current_time())
 
     async def get_consume_stats(self, request: RemotingCommand, peer: RpcConnection
                                 ) -> RemotingCommand:
@@ -85,8 +102,41 @@ class ConsumeStatsService:
                 got=self.group_get_nums, now=trio.current_time())
         except (StoreError, OSError) as exc:
             log.error("consume stats of group %s failed: %s", group, exc)
-            reason = errno.errorcode.get(getattr(exc, "errno", 0) or 0, type(exc).__name__)
-            return RemotingCommand.response(
-                ResponseCode.SYSTEM_ERROR,
-                remark=f"the store could not be read ({reason}); see the broker's log")
+            return _store_failure(exc)
         return RemotingCommand.response(body=stats.encode())
+
+    async def get_topic_stats(self, request: RemotingCommand, peer: RpcConnection
+                              ) -> RemotingCommand:
+        try:
+            topic = Header(request.ext_fields, "GET_TOPIC_STATS_INFO").string("topic")
+        except WireError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        config = self.topics.table.get(topic)
+        if config is None:
+            return RemotingCommand.response(ResponseCode.TOPIC_NOT_EXIST,
+                                            remark=f"topic[{topic[:200]}] not exist")
+        try:
+            table = topic_stats(config, broker_name=self.broker_name, store=self.log,
+                                confirm_offset=self.confirmed(),
+                                put_tps=self.store_stats.topic_put_tps(
+                                    topic, trio.current_time()))
+        except (StoreError, OSError) as exc:
+            log.error("topic stats of %s failed: %s", topic, exc)
+            return _store_failure(exc)
+        return RemotingCommand.response(body=table.encode())
+
+    async def query_consumed_by(self, request: RemotingCommand, peer: RpcConnection
+                                ) -> RemotingCommand:
+        try:
+            topic = Header(request.ext_fields, "QUERY_TOPIC_CONSUME_BY_WHO").string("topic")
+        except WireError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        groups = self.clients.table.groups_subscribing(topic) | self.offsets.table.groups_of(topic)
+        return RemotingCommand.response(body=group_list(groups))
+
+
+def _store_failure(exc: StoreError | OSError) -> RemotingCommand:
+    reason = errno.errorcode.get(getattr(exc, "errno", 0) or 0, type(exc).__name__)
+    return RemotingCommand.response(
+        ResponseCode.SYSTEM_ERROR,
+        remark=f"the store could not be read ({reason}); see the broker's log")

@@ -91,6 +91,25 @@ class ConsumerOffsetTable:
                 topics.add(topic)
         return topics
 
+    def groups_of(self, topic: str) -> set[str]:
+        """The groups that stored offsets for ``topic`` (RocketMQ's ``whichGroupByTopic``)."""
+        groups = set()
+        for key in self._offsets:
+            stored, _, group = key.rpartition(TOPIC_GROUP_SEPARATOR)
+            if stored == topic:
+                groups.add(group)
+        return groups
+
+    def remove_group(self, group: str) -> bool:
+        """Forget every offset of ``group`` (DELETE_SUBSCRIPTIONGROUP with cleanOffset);
+        whether it had any."""
+        keys = [k for k in self._offsets if k.rpartition(TOPIC_GROUP_SEPARATOR)[2] == group]
+        for key in keys:
+            del self._offsets[key]
+        if keys:
+            self.revision += 1
+        return bool(keys)
+
     def offsets(self) -> dict[str, dict[int, int]]:
         """A copy of the table: ``"topic@group"`` -> ``{queueId: offset}``."""
         return {key: dict(queues) for key, queues in self._offsets.items()}

@@ -42,6 +42,7 @@ from triomq.broker.config import BrokerConfig
 from triomq.broker.headers import HeaderError, SendHeader, offset_msg_id, parse_send_header
 from triomq.broker.pull_service import confirmed_queue_max
 from triomq.broker.replicas_manager import ReplicasManager
+from triomq.broker.store_stats import StoreStats
 from triomq.broker.topic_table import TopicRefused
 from triomq.broker.topics import TopicService
 from triomq.clock import now_ms
@@ -94,7 +95,8 @@ class BrokerProcessor:
 
     def __init__(self, *, log: CommitLog, flush: FlushService, replicas: ReplicasManager,
                  config: BrokerConfig, topics: TopicService,
-                 store_host: tuple[str, int] = _UNKNOWN_HOST) -> None:
+                 store_host: tuple[str, int] = _UNKNOWN_HOST,
+                 stats: StoreStats | None = None) -> None:
         self.log = log
         self.topics = topics
         self.flush = flush
@@ -103,6 +105,8 @@ class BrokerProcessor:
         self.store_host = store_host
         #: This replica's id (the controllers' in controller mode), for refusals.
         self.broker_id = config.broker_id
+        #: Counts the messages stored (GET_BROKER_RUNTIME_INFO's rates and totals).
+        self.stats = stats if stats is not None else StoreStats(time.time_ns() // 1_000_000)
 
     def register(self, server: RpcServer) -> None:
         """Register the handlers on ``server``."""
@@ -185,6 +189,8 @@ class BrokerProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 remark=f"the store refused the message ({reason}); see the broker's log")
         self.replicas.appended()
+        self.stats.put(header.topic, len(placed), sum(p.size for p in placed),
+                       trio.current_time())
         end = placed[-1].physical_offset + placed[-1].size
         fields = {
             "msgId": ",".join(offset_msg_id(self.store_host, p.physical_offset) for p in placed),

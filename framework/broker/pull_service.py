@@ -52,6 +52,7 @@ from triomq.broker.pull import (
 )
 from triomq.broker.pull_hold import HoldTable
 from triomq.broker.pull_lookup import confirmed_queue_max, look_up, slave_refusal
+from triomq.broker.store_stats import StoreStats
 from triomq.broker.subscription import EXPRESSION_TAG, SUB_ALL, Subscription
 from triomq.broker.topics import TopicService
 from triomq.protocol.remoting import RemotingCommand
@@ -120,8 +121,8 @@ class PullService:
                      lambda group, topic: None),
                  master_online: Callable[[], bool] = lambda: True,
                  confirmed: Callable[[], int] | None = None,
-                 got: Callable[[str, str, int], None] = lambda group, topic, count: None
-                 ) -> None:
+                 got: Callable[[str, str, int], None] = lambda group, topic, count: None,
+                 stats: StoreStats | None = None) -> None:
         self.log = log
         #: The confirm offset (the replicas' ``confirm_offset``): consumers read up to it.
         self.confirmed = confirmed if confirmed is not None else lambda: log.max_offset
@@ -135,6 +136,8 @@ class PullService:
         self.master_online = master_online
         #: Told of every FOUND pull's messages (the group's consumeTps counts them).
         self.got = got
+        #: Counts each store read and what it found (GET_BROKER_RUNTIME_INFO's rates).
+        self.stats = stats if stats is not None else StoreStats(0)
         self.holds: HoldTable[trio.Event] = HoldTable()
         self._wakeup = trio.Event()
         self._grew = False
@@ -189,6 +192,7 @@ class PullService:
             body = b"".join(self.log.read(offset, size) for offset, size in result.ranges)
             if result.code == ResponseCode.SUCCESS:
                 self.got(header.consumer_group, header.topic, len(result.ranges))
+                self.stats.delivered(header.topic, len(result.ranges))
         except (StoreError, OSError) as exc:
             # The store's own words may name server files: they stay in the log.
             log.error("pulling from %s queue %d failed: %s", header.topic, header.queue_id, exc)
@@ -201,12 +205,15 @@ class PullService:
 
     def _look_up(self, header: PullHeader, subscription: Subscription, *,
                  allow_suspend: bool) -> PullAnswer:
-        return look_up(self.log, header, subscription, limits=self.limits,
-                       topic=self.topics.table.get(header.topic), confirm_offset=self.confirmed(),
-                       is_master=self.is_master(), master_online=self.master_online(),
-                       slave_read_enable=self.config.slave_read_enable,
-                       offset_check_in_slave=self.config.offset_check_in_slave,
-                       allow_suspend=allow_suspend)
+        answer = look_up(self.log, header, subscription, limits=self.limits,
+                         topic=self.topics.table.get(header.topic),
+                         confirm_offset=self.confirmed(), is_master=self.is_master(),
+                         master_online=self.master_online(),
+                         slave_read_enable=self.config.slave_read_enable,
+                         offset_check_in_slave=self.config.offset_check_in_slave,
+                         allow_suspend=allow_suspend)
+        self.stats.looked_up(len(answer.ranges))
+        return answer
 
     def _queue_max(self, topic: str, queue_id: int) -> int:
         return confirmed_queue_max(self.log, topic, queue_id, self.confirmed())

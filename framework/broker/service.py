@@ -255,9 +255,11 @@ async def broker_service(node: Node, *,
             root, config, offsets_table, log=log, topics=topics,
             is_master=lambda: replicas.is_master, memory_window=window,
             group_known=group_known)
+        clients.remove_offsets = offsets.table.remove_group
         stats = ConsumeStatsService(log=log, broker_name=config.broker_name, topics=topics,
                                     offsets=offsets, clients=clients,
-                                    confirmed=lambda: replicas.confirm_offset)
+                                    confirmed=lambda: replicas.confirm_offset,
+                                    store_stats=processor.stats)
         pulls = broker.pulls = PullService(
             log=log, config=config, topics=topics, offsets=offsets,
             is_master=lambda: replicas.is_master, limits=pull_limits(config, window),
@@ -265,7 +267,7 @@ async def broker_service(node: Node, *,
             registered=lambda group, topic: registered_subscription(
                 clients.subscription(group, topic)),
             master_online=lambda: broker.master_rpc_address() is not None,
-            confirmed=lambda: replicas.confirm_offset, got=stats.got)
+            confirmed=lambda: replicas.confirm_offset, got=stats.got, stats=processor.stats)
         replicas.on_appended = pulls.appended
 
         def role_changed(role: BrokerRole, master_epoch: int) -> None:
@@ -290,7 +292,9 @@ async def broker_service(node: Node, *,
                     broker.index = IndexService(log, root, config)
                     await nursery.start(broker.index.run)
                 QueryService(log, broker.index, config).register(node.rpc_server)
-                RuntimeInfoService(broker).register(node.rpc_server)
+                runtime_info = RuntimeInfoService(broker, root)
+                runtime_info.register(node.rpc_server)
+                nursery.start_soon(runtime_info.run)
                 topics.register(node.rpc_server)
                 # Looked up at each copy, so a host (or a test) may redirect it.
                 await nursery.start(clients.run, node.rpc, lambda: broker.master_rpc_address())

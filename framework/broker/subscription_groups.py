@@ -11,7 +11,10 @@ compares versions). The broker persists ``encode()`` as
 A new broker holds RocketMQ's system groups (``TOOLS_CONSUMER`` and the
 others). A consumer's heartbeat for an unknown group creates its config
 with RocketMQ's defaults when ``auto_create`` is on (or the group is a
-system one): ``find(group, auto_create, now)``.
+system one): ``find(group, auto_create, now)``. An admin replaces a group's
+config (``update``, keeping the attributes it has) or deletes it
+(``delete``, its ``forbiddenTable`` entry too), as RocketMQ's
+``SubscriptionGroupManager`` does.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import attrs
 
 from triomq.protocol.route import DataVersion, RouteDataError, dumps, loads
 
-__all__ = ["SYSTEM_GROUPS", "SubscriptionGroupConfig", "SubscriptionGroupTable"]
+__all__ = ["SYSTEM_GROUPS", "AttributeRefused", "SubscriptionGroupConfig",
+           "SubscriptionGroupTable"]
 
 #: The groups a RocketMQ broker creates for itself (``MixAll``'s consumer groups).
 SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
@@ -39,6 +43,10 @@ _INTS = {"retryQueueNums": "retry_queue_nums", "retryMaxTimes": "retry_max_times
          "brokerId": "broker_id", "whichBrokerWhenConsumeSlowly":
              "which_broker_when_consume_slowly", "groupSysFlag": "group_sys_flag",
          "consumeTimeoutMinute": "consume_timeout_minute"}
+
+
+class AttributeRefused(ValueError):
+    """A group config's attributes cannot be applied; the message says why."""
 
 
 def is_system_group(group: str) -> bool:
@@ -132,6 +140,29 @@ class SubscriptionGroupTable:
         self._configs[group] = config
         self.data_version = self.data_version.next(now)
         return config, True
+
+    def update(self, config: SubscriptionGroupConfig, now: int) -> SubscriptionGroupConfig:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: put ``config`` in place of the group's; what
+        was stored. ``AttributeRefused`` if it alters attributes: RocketMQ 5 knows none for
+        groups, so it refuses any; without any, the group keeps those it has."""
+        if config.attributes:
+            key = next(iter(config.attributes))
+            raise AttributeRefused(f"attributes: unsupported key: {str(key)[:80]!r} (no "
+                                   f"subscription-group attribute can be set)")
+        held = self._configs.get(config.group_name)
+        stored = attrs.evolve(config, attributes=held.attributes if held is not None else {})
+        self._configs[config.group_name] = stored
+        self.data_version = self.data_version.next(now)
+        return stored
+
+    def delete(self, group: str, now: int) -> bool:
+        """DELETE_SUBSCRIPTIONGROUP: forget the group's config and forbidden topics;
+        whether the table changed (its version moves only if the config was there)."""
+        forbidden = self.forbidden.pop(group, None) is not None
+        if self._configs.pop(group, None) is None:
+            return forbidden
+        self.data_version = self.data_version.next(now)
+        return True
 
     def adopt(self, other: SubscriptionGroupTable) -> bool:
         """Take a master's table (a slave's periodic copy); whether it differed."""

@@ -8,7 +8,8 @@ per queue and how many messages a second it got lately::
 
 ``offsetTable`` is a ``HashMap<MessageQueue, OffsetWrapper>``, and fastjson
 writes a map's keys as they are: the keys are JSON objects, so the body is
-not JSON. ``ConsumeStats.encode`` writes that form, each key and value with
+not JSON. ``queue_map`` writes that form (GET_TOPIC_STATS_INFO's body has
+such a map too), each key and value with
 ``triomq.protocol.route.dumps`` (fields sorted as fastjson sorts a bean's);
 ``ConsumeStats.decode`` reads it and raises ``RouteDataError`` naming what is
 wrong. ``merge`` adds another broker's answer, as ``mqadmin`` does.
@@ -25,7 +26,7 @@ import attrs
 from triomq.protocol.message_queue import MessageQueue
 from triomq.protocol.route import RouteDataError, dumps
 
-__all__ = ["ConsumeStats", "OffsetWrapper"]
+__all__ = ["ConsumeStats", "OffsetWrapper", "queue_map"]
 
 _INT64 = (-(2**63), 2**63 - 1)
 #: Deeper than any ConsumeStats body: a bound on what a peer can make the reader recurse.
@@ -53,6 +54,13 @@ class OffsetWrapper:
         return self.broker_offset - self.consumer_offset
 
 
+def queue_map(table: Mapping[MessageQueue, Mapping[str, Any]]) -> bytes:
+    """A ``Map<MessageQueue, bean>`` as fastjson writes it: each key the queue's JSON
+    object, each value the bean's (``to_json``), queues in order for a stable answer."""
+    return (b"{" + b",".join(dumps(queue.to_json()) + b":" + dumps(value)
+                             for queue, value in sorted(table.items())) + b"}")
+
+
 def _table(table: Mapping[MessageQueue, OffsetWrapper]
            ) -> dict[MessageQueue, OffsetWrapper]:
     return dict(table)
@@ -76,10 +84,9 @@ class ConsumeStats:
 
     def encode(self) -> bytes:
         """The body as fastjson writes it (queues in order, for a stable answer)."""
-        table = b",".join(dumps(queue.to_json()) + b":" + dumps(wrapper.to_json())
-                          for queue, wrapper in sorted(self.offset_table.items()))
         return (b'{"consumeTps":' + dumps(float(self.consume_tps))
-                + b',"offsetTable":{' + table + b"}}")
+                + b',"offsetTable":' + queue_map(
+                    {q: w.to_json() for q, w in self.offset_table.items()}) + b"}")
 
     @classmethod
     def decode(cls, data: bytes) -> ConsumeStats:

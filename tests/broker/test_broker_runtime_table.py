@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import json
 
-from triomq.broker.runtime_table import SlaveConnection, runtime_table
+import pytest
+
+from triomq.broker.runtime_table import (
+    DiskSpace,
+    SlaveConnection,
+    disk_used_ratio,
+    human_bytes,
+    runtime_table,
+    store_table,
+)
 
 COMMON = {"cluster_name": "DefaultCluster", "broker_name": "broker-a", "min_offset": 0,
           "max_offset": 500, "ha_address": "tcp://10.0.0.1:10912", "controller_mode": False}
@@ -40,3 +49,62 @@ def test_a_slave_names_its_master_and_no_set() -> None:
     assert table["haMasterAddress"] == "tcp://10.0.0.9:10912"
     assert table["syncStateSet"] == "" and table["haConnectionInfo"] == "[]"
     assert table["inSyncSlaveNums"] == "0"
+
+
+def test_a_master_is_id_0_whatever_id_the_controllers_gave_it() -> None:
+    # RocketMQ's controller mode sets its master's brokerId to 0 (changeToMaster).
+    table = runtime_table(**{**COMMON, "controller_mode": True}, broker_id=3, role="master",
+                          master_epoch=2, confirm_offset=500, master_ha_address="",
+                          sync_state_set=(), slaves=())
+    assert table["brokerId"] == "0"
+
+
+# -- the store's and the host's keys --------------------------------------------------------
+
+STORE = {"earliest_message_time": 1_700_000_000_000, "commit_log_path": "/s/commitlog",
+         "flush_behind": 0, "dispatch_behind": 0, "is_master": True}
+
+
+def test_the_store_keys_clusterlist_reads() -> None:
+    disk = DiskSpace(total=100 * 2**30, free=47 * 2**30, usable=40 * 2**30)
+    table = store_table(**{**STORE, "flush_behind": 1536, "dispatch_behind": 20}, disk=disk)
+    assert {k: table[k] for k in (
+        "brokerVersionDesc", "brokerVersion", "brokerActive", "earliestMessageTimeStamp",
+        "commitLogDiskRatio", "commitLogDiskRatio_/s/commitlog", "consumeQueueDiskRatio",
+        "commitLogDirCapacity", "remainHowManyDataToFlush", "dispatchBehindBytes",
+        "pageCacheLockTimeMills", "remainTransientStoreBufferNumbs")} == {
+        "brokerVersionDesc": "V5_3_3", "brokerVersion": "479", "brokerActive": "true",
+        "earliestMessageTimeStamp": "1700000000000",
+        # 53 GiB used of the 93 GiB the broker may use: 56.99 %, rounded up.
+        "commitLogDiskRatio": "0.57", "commitLogDiskRatio_/s/commitlog": "0.57",
+        "consumeQueueDiskRatio": "0.57",
+        "commitLogDirCapacity": "Total : 100.0 GiB, Free : 47.0 GiB.",
+        "remainHowManyDataToFlush": "1.5 KiB", "dispatchBehindBytes": "20",
+        "pageCacheLockTimeMills": "0", "remainTransientStoreBufferNumbs": "2147483647"}
+    # No thread pools, no timer store: RocketMQ's keys, at zero.
+    assert table["sendThreadPoolQueueSize"] == table["pullThreadPoolQueueHeadWaitTimeMills"] \
+        == table["EndTransactionThreadPoolQueueCapacity"] == table["timerReadBehind"] == "0"
+    assert table["timerEnqueueTps"] == table["timerDequeueTps"] == "0.0"
+    assert all(isinstance(v, str) for v in table.values())
+
+
+def test_a_slave_is_not_active_and_an_unmeasured_disk_is_minus_one() -> None:
+    table = store_table(**{**STORE, "is_master": False, "earliest_message_time": -1},
+                        disk=None)
+    assert (table["brokerActive"], table["earliestMessageTimeStamp"]) == ("false", "-1")
+    assert table["commitLogDiskRatio"] == "-1.0" and "commitLogDirCapacity" not in table
+
+
+@pytest.mark.parametrize(("count", "text"), [
+    (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"),
+    # Java's %.1f rounds the shortest digits half up: 1.25 GiB is 1.3 GiB.
+    (int(1.25 * 2**30), "1.3 GiB"), (10**12, "931.3 GiB"), (2**60, "1.0 EiB"),
+])
+def test_byte_counts_in_rocketmqs_binary_units(count: int, text: str) -> None:
+    assert human_bytes(count) == text
+
+
+def test_the_used_ratio_rounds_up_to_hundredths() -> None:
+    assert disk_used_ratio(DiskSpace(100, 50, 50)) == 0.5
+    assert disk_used_ratio(DiskSpace(300, 200, 200)) == 0.34  # 33.3 % up to 34 %
+    assert disk_used_ratio(DiskSpace(0, 0, 0)) == -1.0

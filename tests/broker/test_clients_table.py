@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from triomq.broker.client_table import ClientTable
+import json
+
+from triomq.broker.client_table import ClientOrigin, ClientTable
+from triomq.broker.connection_bodies import consumer_connection, group_list, producer_connection
 from triomq.broker.heartbeat import ConsumerData, HeartbeatData, SubscriptionData
 
 
@@ -46,3 +49,46 @@ def test_silent_clients_expire_with_their_groups() -> None:
     assert table.consumer_ids("cg") == ["c2"] and not table.group_known("lone")
     assert table.producer_groups() == {}
     assert table.expire(now=151).channels == ["ch2"]
+
+
+def test_each_connection_keeps_where_its_last_heartbeat_came_from() -> None:
+    table = ClientTable()
+    table.heartbeat("ch1", beat("c1", "t", producer="pg"), now=0,
+                    origin=ClientOrigin("10.0.0.5:4000", "JAVA", 435))
+    table.heartbeat("ch1", beat("c1", "t", producer="pg"), now=1,
+                    origin=ClientOrigin("10.0.0.5:4000", "JAVA", 479))
+    table.heartbeat("ch2", beat("c2", "u", group="other"), now=1,
+                    origin=ClientOrigin("10.0.0.6:4001", "GO", 1))
+    producers = table.producer_channels("pg")
+    assert producers is not None and [(c.client_id, c.origin) for c in producers] == [
+        ("c1", ClientOrigin("10.0.0.5:4000", "JAVA", 479))]
+    assert table.producer_channels("nobody") is None
+    info = table.consumer_group("cg")
+    assert info is not None and [c.origin.version for c in info.channels.values()] == [479]
+    assert table.groups_subscribing("t") == {"cg"} and table.groups_subscribing("v") == set()
+    table.connection_closed("ch1")
+    assert table.producer_channels("pg") is None and table.groups_subscribing("t") == set()
+
+
+def test_the_connection_bodies_are_rocketmqs_beans() -> None:
+    table = ClientTable()
+    table.heartbeat("ch2", beat("c2", "t", producer="pg"), now=0,
+                    origin=ClientOrigin("10.0.0.6:4001", "JAVA", 479))
+    table.heartbeat("ch1", beat("c1", "t", producer="pg"), now=0,
+                    origin=ClientOrigin("10.0.0.5:4000", "CPP", 3))
+    info = table.consumer_group("cg")
+    assert info is not None
+    connections = [
+        {"clientAddr": "10.0.0.5:4000", "clientId": "c1", "language": "CPP", "version": 3},
+        {"clientAddr": "10.0.0.6:4001", "clientId": "c2", "language": "JAVA", "version": 479}]
+    assert json.loads(consumer_connection(info)) == {
+        "connectionSet": connections, "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+        "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        "subscriptionTable": {"t": {"classFilterMode": False, "codeSet": [],
+                                    "expressionType": "TAG", "subString": "*",
+                                    "subVersion": 1, "tagsSet": [], "topic": "t"}}}
+    channels = table.producer_channels("pg")
+    assert channels is not None
+    assert producer_connection(channels) == json.dumps(
+        {"connectionSet": connections}, separators=(",", ":")).encode()
+    assert group_list({"b", "a"}) == b'{"groupList":["a","b"]}'

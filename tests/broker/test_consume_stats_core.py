@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from triomq.broker.consume_stats import (
-    GroupGetNums,
     StatsRequest,
     consume_stats,
     offset_wrapper,
@@ -14,6 +13,7 @@ from triomq.broker.consume_stats import (
 )
 from triomq.broker.consumer_offsets import ConsumerOffsetTable
 from triomq.broker.headers import HeaderError
+from triomq.broker.minute_counts import MinuteCounts
 from triomq.protocol.consume_stats import ConsumeStats, OffsetWrapper
 from triomq.protocol.message import MessageRecord, encode
 from triomq.protocol.message_queue import MessageQueue
@@ -132,10 +132,10 @@ def test_the_table_has_every_read_queue_and_the_groups_rate() -> None:
     offsets = ConsumerOffsetTable()
     offsets.commit("cg", "orders", 1, 2, T0)
     offsets.commit("other", "orders", 0, 1, T0)
-    got = GroupGetNums()
-    got.add("cg", "orders", 6, now=100.0)
-    got.add("cg", "audit", 60, now=100.0)  # not a topic answered for
-    got.add("other", "orders", 60, now=100.0)
+    got = MinuteCounts()
+    got.add("orders@cg", 6, now=100.0)
+    got.add("audit@cg", 60, now=100.0)  # not a topic answered for
+    got.add("orders@other", 60, now=100.0)
     stats = consume_stats("cg", [orders(3)], broker_name="broker-a", store=log,
                           offsets=offsets, confirm_offset=log.max_offset, got=got, now=101.0)
     assert stats == ConsumeStats({
@@ -153,28 +153,28 @@ def test_the_table_has_every_read_queue_and_the_groups_rate() -> None:
 
 
 def test_the_rate_counts_the_last_minute_only() -> None:
-    got = GroupGetNums()
-    got.add("cg", "orders", 30, now=10.2)
-    got.add("cg", "orders", 12, now=10.9)  # the same second's bucket
-    got.add("cg", "orders", 18, now=40.0)
-    got.add("cg", "orders", 0, now=41.0)  # an empty pull counts nothing
-    assert got.tps("cg", "orders", now=41.0) == 1.0
-    assert got.got("cg", "audit", now=41.0) == got.got("cg2", "orders", now=41.0) == 0
+    got = MinuteCounts()
+    got.add("orders@cg", 30, now=10.2)
+    got.add("orders@cg", 12, now=10.9)  # the same second's bucket
+    got.add("orders@cg", 18, now=40.0)
+    got.add("orders@cg", 0, now=41.0)  # an empty pull counts nothing
+    assert got.tps("orders@cg", now=41.0) == 1.0
+    assert got.count("audit@cg", now=41.0) == got.count("orders@cg2", now=41.0) == 0
     # A message counts for 60 s after the second it was got in.
-    assert got.got("cg", "orders", now=69.99) == 60
-    assert got.got("cg", "orders", now=70.0) == 18
-    assert got.got("cg", "orders", now=99.99) == 18
-    assert got.tps("cg", "orders", now=100.0) == 0.0
+    assert got.count("orders@cg", now=69.99) == 60
+    assert got.count("orders@cg", now=70.0) == 18
+    assert got.count("orders@cg", now=99.99) == 18
+    assert got.tps("orders@cg", now=100.0) == 0.0
 
 
 def test_pairs_that_stopped_pulling_are_forgotten() -> None:
-    got = GroupGetNums()
-    got.add("old", "orders", 5, now=0.0)
-    got.add("cg", "orders", 5, now=30.0)
-    assert set(got._buckets) == {("old", "orders"), ("cg", "orders")}
-    got.add("cg", "orders", 5, now=61.0)  # a minute after the last sweep
-    assert set(got._buckets) == {("cg", "orders")}
-    assert got.got("cg", "orders", now=61.0) == 10
+    got = MinuteCounts()
+    got.add("orders@old", 5, now=0.0)
+    got.add("orders@cg", 5, now=30.0)
+    assert set(got._buckets) == {"orders@old", "orders@cg"}
+    got.add("orders@cg", 5, now=61.0)  # a minute after the last sweep
+    assert set(got._buckets) == {"orders@cg"}
+    assert got.count("orders@cg", now=61.0) == 10
 
 
 # -- the body ---------------------------------------------------------------------------------

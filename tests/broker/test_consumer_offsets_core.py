@@ -75,3 +75,14 @@ def test_offset_headers_and_the_query_answer() -> None:
                    query_answer(None, OffsetHeader("cg", "orders", 1, None, False),
                                 queue_min_offset=0, first_message_in_memory=True)):
         assert (answer.code, answer.offset) == (22, None) and answer.remark
+
+
+def test_which_groups_stored_offsets_for_a_topic_and_a_groups_removal() -> None:
+    table = ConsumerOffsetTable()
+    for group, topic in (("cg", "orders"), ("cg", "audit"), ("other", "orders")):
+        table.commit(group, topic, 0, 1, now_ms=100)
+    assert table.groups_of("orders") == {"cg", "other"} and table.groups_of("nope") == set()
+    revision = table.revision
+    assert table.remove_group("cg") and table.revision == revision + 1
+    assert table.offsets() == {"orders@other": {0: 1}}
+    assert not table.remove_group("cg") and table.revision == revision + 1
