@@ -34,7 +34,7 @@ from triomq.broker.headers import HeaderError
 from triomq.broker.minute_counts import MinuteCounts, stats_key
 from triomq.broker.pull_lookup import QueueStore, confirmed_queue_max
 from triomq.protocol.consume_stats import ConsumeStats, OffsetWrapper
-from triomq.protocol.message import store_timestamp_at
+from triomq.protocol.message import STORE_TIMESTAMP_SPAN, store_timestamp_at
 from triomq.protocol.message_queue import MessageQueue
 from triomq.protocol.route import TopicConfig
 
@@ -47,9 +47,6 @@ __all__ = [
     "store_timestamp",
     "topics_to_collect",
 ]
-
-#: A record's bytes up to the end of its storeTimestamp (with an IPv6 born host).
-_TIMESTAMP_SPAN = 76
 
 
 class StatsStore(QueueStore, Protocol):
@@ -97,8 +94,8 @@ def store_timestamp(store: StatsStore, topic: str, queue_id: int, queue_offset: 
     entries = store.queue_entries(topic, queue_id, queue_offset, 1)
     if not entries or entries[0][1] < store.min_offset:
         return 0
-    head = store.read(entries[0][1], _TIMESTAMP_SPAN)
-    return store_timestamp_at(head) if len(head) == _TIMESTAMP_SPAN else 0
+    head = store.read(entries[0][1], STORE_TIMESTAMP_SPAN)
+    return store_timestamp_at(head) if len(head) == STORE_TIMESTAMP_SPAN else 0
 
 
 def offset_wrapper(store: StatsStore, topic: str, queue_id: int, *, committed: int | None,

@@ -33,7 +33,7 @@ from triomq.broker.config_properties import Facts, broker_properties, encode_pro
 from triomq.broker.replicas_manager import BrokerRole
 from triomq.broker.runtime_table import DiskSpace, SlaveConnection, runtime_table, store_table
 from triomq.clock import now_ms
-from triomq.protocol.message import store_timestamp_at
+from triomq.protocol.message import STORE_TIMESTAMP_SPAN, store_timestamp_at
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import DataVersion, dumps
 from triomq.store import CommitLog, StoreError
@@ -47,15 +47,13 @@ __all__ = ["SAMPLE_INTERVAL", "RuntimeInfoService", "earliest_message_time"]
 
 #: Seconds between samples of the message counters (RocketMQ's FREQUENCY_OF_SAMPLING).
 SAMPLE_INTERVAL = 1.0
-#: A record's bytes up to the end of its storeTimestamp (with an IPv6 born host).
-_TIMESTAMP_SPAN = 76
 
 
 def earliest_message_time(log: CommitLog) -> int:
     """The store time of the commit log's first record; -1 when there is none (RocketMQ's
     ``getEarliestMessageTime``)."""
     first = log.min_offset
-    span = min(_TIMESTAMP_SPAN, log.max_offset - first)
+    span = min(STORE_TIMESTAMP_SPAN, log.max_offset - first)
     try:
         return store_timestamp_at(log.read(first, span))
     except (StoreError, OSError, struct.error):  # no record there, or a cut one

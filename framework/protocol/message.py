@@ -356,6 +356,11 @@ def _unpack_ip(packed: bytes) -> str:
     return str(ipaddress.ip_address(packed))
 
 
+#: A record's bytes up to the end of its storeTimestamp when its born host is IPv6: a
+#: record's first bytes this long always hold it.
+STORE_TIMESTAMP_SPAN = 76
+
+
 def store_timestamp_at(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
     """The storeTimestamp of the (already validated) record at ``pos``."""
     born_v6 = _I32.unpack_from(buf, pos + 36)[0] & BORNHOST_V6

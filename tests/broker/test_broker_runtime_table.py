@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_consume_stats_core import T0, QueueLog
 
+from triomq.broker.runtime_info import earliest_message_time
 from triomq.broker.runtime_table import (
     DiskSpace,
     SlaveConnection,
@@ -108,3 +110,13 @@ def test_the_used_ratio_rounds_up_to_hundredths() -> None:
     assert disk_used_ratio(DiskSpace(100, 50, 50)) == 0.5
     assert disk_used_ratio(DiskSpace(300, 200, 200)) == 0.34  # 33.3 % up to 34 %
     assert disk_used_ratio(DiskSpace(0, 0, 0)) == -1.0
+
+
+def test_the_earliest_message_is_the_first_records_store_time() -> None:
+    log = QueueLog()
+    assert earliest_message_time(log) == -1  # an empty log
+    log.put("orders", 0, T0, born_host=("::1", 9))  # an IPv6 born host moves the field
+    log.put("orders", 0, T0 + 5)
+    assert earliest_message_time(log) == T0
+    log.min_offset = log.queues[("orders", 0)][1][1]  # retention took the first record
+    assert earliest_message_time(log) == T0 + 5
