@@ -10,6 +10,11 @@ FLUSH_SLAVE_TIMEOUT. The answer always carries where the record went
 master and may still reach the slaves. A slave answers
 SERVICE_NOT_AVAILABLE (see ``codes.ResponseCode``).
 
+A message stored without a ``UNIQ_KEY`` property (the producer's message
+id; Java clients always set one, ali-ons never does) gets one made here,
+laid out as a client's, as RocketMQ 5's broker does: every consumer then
+names it by that id, and a query by id finds it.
+
 Before storing, a send is checked, every refusal a code and a remark
 naming the field (never a server path or a traceback): the header and a
 body within ``max_message_size`` (MESSAGE_ILLEGAL); the topic as RocketMQ's
@@ -32,6 +37,8 @@ import errno
 import functools
 import ipaddress
 import logging
+import os
+import random
 import time
 from collections.abc import Callable, Mapping
 
@@ -40,11 +47,13 @@ import trio
 from triomq.broker.codes import RequestCode, ResponseCode
 from triomq.broker.config import BrokerConfig
 from triomq.broker.headers import HeaderError, SendHeader, offset_msg_id, parse_send_header
+from triomq.broker.index_dispatch import PROPERTY_UNIQ_KEY
 from triomq.broker.pull_service import confirmed_queue_max
 from triomq.broker.replicas_manager import ReplicasManager
 from triomq.broker.store_stats import StoreStats
 from triomq.broker.topic_table import TopicRefused
 from triomq.broker.topics import TopicService
+from triomq.client.unique_id import UniqueIdGenerator
 from triomq.clock import now_ms
 from triomq.ha.sync_replication import ReplicationStatus
 from triomq.protocol.message import MessageRecord, RecordError
@@ -107,6 +116,7 @@ class BrokerProcessor:
         self.broker_id = config.broker_id
         #: Counts the messages stored (GET_BROKER_RUNTIME_INFO's rates and totals).
         self.stats = stats if stats is not None else StoreStats(time.time_ns() // 1_000_000)
+        self.unique_ids = UniqueIdGenerator(store_host[0], os.getpid(), random.getrandbits(32))
 
     def register(self, server: RpcServer) -> None:
         """Register the handlers on ``server``."""
@@ -124,6 +134,10 @@ class BrokerProcessor:
         refusal = self.check_send(header, len(request.body), request.ext_fields)
         if refusal is not None:
             return refusal
+        stored_at = time.time_ns() // 1_000_000
+        properties = header.properties
+        if not properties.get(PROPERTY_UNIQ_KEY):
+            properties = {**properties, PROPERTY_UNIQ_KEY: self.unique_ids.next_id(stored_at)}
         record = MessageRecord(
             topic=header.topic,
             body=request.body,
@@ -132,10 +146,10 @@ class BrokerProcessor:
             sys_flag=header.sys_flag,
             born_timestamp=header.born_timestamp,
             born_host=host_port(peer.peer),
-            store_timestamp=time.time_ns() // 1_000_000,
+            store_timestamp=stored_at,
             store_host=self.store_host,
             reconsume_times=header.reconsume_times,
-            properties=header.properties,
+            properties=properties,
         )
         return await self.put(header, lambda: [self.log.append(record)])
 

@@ -22,10 +22,10 @@ GET_ALL_CONSUMER_OFFSET, UPDATE_AND_CREATE_TOPIC = 43, 17
 MAGIC_V1 = 0xDAA320A7
 
 
-def frame(code: int, opaque: int, ext_fields: dict) -> bytes:
+def frame(code: int, opaque: int, ext_fields: dict, body: bytes = b"") -> bytes:
     header = json.dumps({"code": code, "language": "JAVA", "version": 435, "opaque": opaque,
                          "flag": 0, "extFields": ext_fields}).encode()
-    return struct.pack(">iI", 4 + len(header), len(header)) + header
+    return struct.pack(">iI", 4 + len(header) + len(body), len(header)) + header + body
 
 
 async def receive_exactly(stream: trio.SocketStream, size: int) -> bytes:
@@ -37,10 +37,10 @@ async def receive_exactly(stream: trio.SocketStream, size: int) -> bytes:
     return data
 
 
-async def call(stream: trio.SocketStream, code: int, opaque: int, ext_fields: dict
-               ) -> tuple[dict, bytes]:
+async def call(stream: trio.SocketStream, code: int, opaque: int, ext_fields: dict,
+               body: bytes = b"") -> tuple[dict, bytes]:
     """Send one request; the answer's JSON header and its body."""
-    await stream.send_all(frame(code, opaque, ext_fields))
+    await stream.send_all(frame(code, opaque, ext_fields, body))
     (length,) = struct.unpack(">i", await receive_exactly(stream, 4))
     rest = await receive_exactly(stream, length)
     (word,) = struct.unpack_from(">I", rest)
