@@ -10,7 +10,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 PACKAGING := pyproject.toml setup.py $(wildcard framework/protocol/*.c framework/protocol/*.h)
 
-.PHONY: test run lint clean soak test-busy
+.PHONY: test run lint clean soak test-busy ali-ons
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,21 @@ $(RUN_STAMP): $(PACKAGING) | $(BIN)/python
 $(TEST_STAMP): $(PACKAGING) | $(BIN)/python
 	$(BIN)/pip install -e '.[spark,dev]'
 	touch $@ $(RUN_STAMP)
+
+# ali-ons, the Node.js RocketMQ client tests/compat/ runs against triomq, at the
+# version its package-lock.json pins: installed again only when that file
+# changes, and only where node is (without node those tests skip). The lock
+# file is a wildcard: tests/test_setup.py plans `make test` in a folder holding
+# the Makefile alone.
+ALI_ONS := tests/compat/ali_ons
+ALI_ONS_STAMP := $(ALI_ONS)/node_modules/.installed
+NODE := $(shell command -v node)
+
+$(ALI_ONS_STAMP): $(wildcard $(ALI_ONS)/package-lock.json)
+	cd $(ALI_ONS) && npm ci --no-audit --no-fund
+	touch $@
+
+ali-ons: $(ALI_ONS_STAMP)
 
 # import-linter and mypy find a package by its folder, and framework/ and
 # plugins/ are one package (triomq, triomq.plugins) only once installed: they
@@ -39,7 +54,7 @@ define lint_steps
 	$(BIN)/mypy
 endef
 
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) $(if $(NODE),ali-ons)
 	$(lint_steps)
 	$(BIN)/python -m pytest
 
@@ -69,4 +84,4 @@ test-busy: $(TEST_STAMP)
 	done
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info $(ALI_ONS)/node_modules
