@@ -215,7 +215,9 @@ async def test_repeated_failovers_lose_no_acknowledged_message(make_cluster):
             await cluster.start(master)
         master = await cluster.wait_master(epoch_above=epoch)
         await wait_full_sync_state_set(cluster, master)
-        assert cluster.broker(master).replicas.master_epoch == 4
+        # Three failovers, three new epochs at least: a busy host may miss a
+        # heartbeat and have the controllers elect once more.
+        assert cluster.broker(master).replicas.master_epoch >= 4
         for broker in cluster.brokers().values():
             await cluster.wait_for(
                 lambda b=broker: b.log.max_offset == cluster.broker(master).log.max_offset)
