@@ -53,7 +53,6 @@ from triomq.broker.replicas_manager import ReplicasManager
 from triomq.broker.store_stats import StoreStats
 from triomq.broker.topic_table import TopicRefused
 from triomq.broker.topics import TopicService
-from triomq.client.unique_id import UniqueIdGenerator
 from triomq.clock import now_ms
 from triomq.ha.sync_replication import ReplicationStatus
 from triomq.protocol.message import MessageRecord, RecordError
@@ -65,6 +64,7 @@ from triomq.protocol.topic_rules import (
     IllegalName,
     check_topic,
 )
+from triomq.protocol.unique_id import UniqueIdGenerator
 from triomq.rpc import RpcConnection, RpcServer
 from triomq.store import AppendResult, CommitLog, FlushService, StoreOutOfResources
 

@@ -65,9 +65,9 @@ from triomq.client.publish import (
     retriable,
     send_status,
 )
-from triomq.client.unique_id import UniqueIdGenerator
 from triomq.protocol.message import properties_to_bytes
 from triomq.protocol.remoting import RemotingCommand
+from triomq.protocol.unique_id import UniqueIdGenerator
 from triomq.rpc import Connect, RpcError, open_rpc_client
 
 __all__ = ["Producer"]

@@ -17,7 +17,6 @@ from triomq.client.message import (
     encode_batch,
 )
 from triomq.client.subscription import SubscriptionData
-from triomq.client.unique_id import UniqueIdGenerator
 from triomq.client.wire import (
     ConsumerData,
     ConsumeType,
@@ -28,6 +27,7 @@ from triomq.client.wire import (
 )
 from triomq.protocol.message import COMPRESSED, MessageRecord, encode, properties_from_bytes
 from triomq.protocol.route import RouteDataError
+from triomq.protocol.unique_id import UniqueIdGenerator
 
 
 def test_fields_travel_as_rocketmq_properties() -> None:

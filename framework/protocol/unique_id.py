@@ -1,4 +1,4 @@
-"""Client-side message ids (``UNIQ_KEY``), laid out as RocketMQ's ``MessageClientIDSetter``.
+"""Message ids (``UNIQ_KEY``), laid out as RocketMQ's ``MessageClientIDSetter``.
 
 An id is upper-case hex of: the client's IP (4 or 16 bytes), its process id
 (2), a per-client random number (4: Java uses its class loader's hash),
