@@ -46,6 +46,7 @@ class RequestCode(enum.IntEnum):
     QUERY_TOPIC_CONSUME_BY_WHO = 300
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
+    LITE_PULL_MESSAGE = 361
 
 
 class ResponseCode(enum.IntEnum):

@@ -244,6 +244,10 @@ class BrokerConfig:
                    "the log's end is pointed at a slave (suggestWhichBrokerId 1); without it "
                    "a slave refuses pulls (SYSTEM_BUSY) unless its group has no master "
                    "(RocketMQ's slaveReadEnable).")
+    lite_pull_message_enable: bool = setting(
+        True, doc="Serve LITE_PULL_MESSAGE (361), the pull of RocketMQ 5's "
+                  "DefaultLitePullConsumer; off, it is refused with NO_PERMISSION (RocketMQ's "
+                  "litePullMessageEnable).")
     long_polling_enable: bool = setting(
         True, doc="A pull that finds nothing is held until a message arrives or its "
                   "suspendTimeoutMillis ends; off, it is held short_polling_time_mills "

@@ -1,5 +1,9 @@
 """PULL_MESSAGE 11 at run time: the handler and the long-poll driver.
 
+LITE_PULL_MESSAGE 361, which RocketMQ 5's ``DefaultLitePullConsumer``
+sends, is the same pull (RocketMQ serves both with one processor), refused
+with NO_PERMISSION when ``lite_pull_message_enable`` is off.
+
 The rules are pure (``triomq.broker.pull``: the header, the checks, the
 store lookup, the answer; ``triomq.broker.pull_lookup``: the slave's refusal
 and the look-up in the store; ``triomq.broker.pull_hold``: the held pulls);
@@ -146,6 +150,7 @@ class PullService:
     def register(self, server: RpcServer) -> None:
         # Not inline: a held pull waits in its handler.
         server.register(RequestCode.PULL_MESSAGE, self.pull_message)
+        server.register(RequestCode.LITE_PULL_MESSAGE, self.pull_message)
 
     # -- what the broker tells it ------------------------------------------------
 
@@ -166,6 +171,12 @@ class PullService:
     async def pull_message(self, request: RemotingCommand, peer: RpcConnection
                            ) -> RemotingCommand:
         """PULL_MESSAGE: the records after the consumer's offset, at once or when they come."""
+        if (request.code == RequestCode.LITE_PULL_MESSAGE
+                and not self.config.lite_pull_message_enable):
+            return RemotingCommand.response(
+                ResponseCode.NO_PERMISSION,
+                remark=f"LITE_PULL_MESSAGE: the broker {self.config.broker_name} does not serve "
+                       "lite pull consumers (lite_pull_message_enable is off)")
         try:
             header = parse_pull_header(request.ext_fields)
         except HeaderError as exc:

@@ -19,6 +19,7 @@ from triomq.broker.client import Producer
 
 PULL_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET = 11, 14, 15
 GET_ALL_CONSUMER_OFFSET, UPDATE_AND_CREATE_TOPIC = 43, 17
+LITE_PULL_MESSAGE = 361
 MAGIC_V1 = 0xDAA320A7
 
 
@@ -130,3 +131,48 @@ async def test_a_rocketmq_client_pulls_and_commits_over_tcp(tmp_path) -> None:
             assert header["code"] == 22
             header, body = await call(stream, GET_ALL_CONSUMER_OFFSET, 14, {})
             assert json.loads(body)["offsetTable"] == {"orders@cg": {"0": 3}}
+
+
+def lite_pull_fields(offset: int) -> dict:
+    """RocketMQ 5's DefaultLitePullConsumer: suspend, subscription and the lite flag (0x10)."""
+    return {"consumerGroup": "lite", "topic": "orders", "queueId": "0",
+            "queueOffset": str(offset), "maxMsgNums": "10", "sysFlag": str(0x2 | 0x4 | 0x10),
+            "commitOffset": "0", "suspendTimeoutMillis": "20000", "subscription": "*",
+            "subVersion": "0", "expressionType": "TAG", "maxMsgBytes": "2147483647",
+            "bname": "broker-a"}
+
+
+async def test_a_lite_pull_consumer_pulls_with_its_own_request_code(tmp_path) -> None:
+    cluster = Cluster("tcp", tmp_path)
+    async with cluster.broker("a") as a, cluster.client() as client:
+        host, _, port = a.node.address.removeprefix("tcp://").rpartition(":")
+        producer = Producer(client.rpc, a.node.address)
+        for i in range(2):
+            await producer.send("orders", b"lite-%d" % i)
+        stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            header, body = await call(stream, LITE_PULL_MESSAGE, 1, lite_pull_fields(0))
+            assert (header["code"], header["extFields"]["nextBeginOffset"]) == (0, "2")
+            assert [m["body"] for m in decode_messages(body)] == [b"lite-0", b"lite-1"]
+            # Past the end, without a message to wait for: as a pull would be answered.
+            fields = {**lite_pull_fields(5), "sysFlag": str(0x4 | 0x10)}
+            header, _ = await call(stream, LITE_PULL_MESSAGE, 2, fields)
+            assert (header["code"], header["extFields"]["nextBeginOffset"]) == (21, "2")
+
+
+async def test_lite_pulls_are_refused_when_the_broker_disables_them(tmp_path) -> None:
+    cluster = Cluster("tcp", tmp_path)
+    extra = "lite_pull_message_enable = false"
+    async with cluster.broker("a", extra=extra) as a, cluster.client() as client:
+        host, _, port = a.node.address.removeprefix("tcp://").rpartition(":")
+        await Producer(client.rpc, a.node.address).send("orders", b"kept")
+        stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            header, body = await call(stream, LITE_PULL_MESSAGE, 1, lite_pull_fields(0))
+            assert header["code"] == 16 and "lite_pull_message_enable" in header["remark"]
+            assert body == b""
+            # A plain pull on the same connection is still served.
+            header, body = await call(stream, PULL_MESSAGE, 2,
+                                      {**lite_pull_fields(0), "sysFlag": "4"})
+            assert header["code"] == 0
+            assert [m["body"] for m in decode_messages(body)] == [b"kept"]
