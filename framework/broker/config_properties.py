@@ -64,6 +64,7 @@ ROCKETMQ_NAMES: Mapping[str, str] = {
     "default_query_max_num": "defaultQueryMaxNum",
     "max_msgs_num_batch": "maxMsgsNumBatch",
     "slave_read_enable": "slaveReadEnable",
+    "lite_pull_message_enable": "litePullMessageEnable",
     "long_polling_enable": "longPollingEnable",
     "short_polling_time_mills": "shortPollingTimeMills",
     "offset_check_in_slave": "offsetCheckInSlave",

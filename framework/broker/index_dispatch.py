@@ -21,6 +21,8 @@ from triomq.protocol.message import (
     MAGIC_V1,
     MAGIC_V2,
     MIN_RECORD_SIZE,
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_KEY,
     STOREHOST_V6,
     TRANSACTION_ROLLBACK,
     RecordError,
@@ -30,8 +32,6 @@ from triomq.protocol.message import (
 __all__ = ["KEY_SEPARATOR", "IndexedRecord", "index_keys", "walk"]
 
 KEY_SEPARATOR = " "
-PROPERTY_KEYS = "KEYS"
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")

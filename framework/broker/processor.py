@@ -10,6 +10,8 @@ FLUSH_SLAVE_TIMEOUT. The answer always carries where the record went
 master and may still reach the slaves. A slave answers
 SERVICE_NOT_AVAILABLE (see ``codes.ResponseCode``).
 
+Every stored message carries the broker's cluster name as its ``CLUSTER``
+property, as RocketMQ 5 adds it (its request-reply messages need it).
 A message stored without a ``UNIQ_KEY`` property (the producer's message
 id; Java clients always set one, ali-ons never does) gets one made here,
 laid out as a client's, as RocketMQ 5's broker does: every consumer then
@@ -47,7 +49,6 @@ import trio
 from triomq.broker.codes import RequestCode, ResponseCode
 from triomq.broker.config import BrokerConfig
 from triomq.broker.headers import HeaderError, SendHeader, offset_msg_id, parse_send_header
-from triomq.broker.index_dispatch import PROPERTY_UNIQ_KEY
 from triomq.broker.pull_service import confirmed_queue_max
 from triomq.broker.replicas_manager import ReplicasManager
 from triomq.broker.store_stats import StoreStats
@@ -55,7 +56,12 @@ from triomq.broker.topic_table import TopicRefused
 from triomq.broker.topics import TopicService
 from triomq.clock import now_ms
 from triomq.ha.sync_replication import ReplicationStatus
-from triomq.protocol.message import MessageRecord, RecordError
+from triomq.protocol.message import (
+    PROPERTY_CLUSTER,
+    PROPERTY_UNIQ_KEY,
+    MessageRecord,
+    RecordError,
+)
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import PERM_WRITE
 from triomq.protocol.topic_rules import (
@@ -135,9 +141,9 @@ class BrokerProcessor:
         if refusal is not None:
             return refusal
         stored_at = time.time_ns() // 1_000_000
-        properties = header.properties
+        properties = {**header.properties, PROPERTY_CLUSTER: self.config.cluster_name}
         if not properties.get(PROPERTY_UNIQ_KEY):
-            properties = {**properties, PROPERTY_UNIQ_KEY: self.unique_ids.next_id(stored_at)}
+            properties[PROPERTY_UNIQ_KEY] = self.unique_ids.next_id(stored_at)
         record = MessageRecord(
             topic=header.topic,
             body=request.body,

@@ -25,6 +25,13 @@ import attrs
 from triomq.errors import TriomqError
 from triomq.protocol.message import (
     COMPRESSED,
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_MAX_OFFSET,
+    PROPERTY_MIN_OFFSET,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
     RecordError,
     decode,
     pack_ip,
@@ -50,14 +57,6 @@ __all__ = [
     "encode_batch",
 ]
 
-# RocketMQ's MessageConst names.
-PROPERTY_TAGS = "TAGS"
-PROPERTY_KEYS = "KEYS"
-PROPERTY_DELAY = "DELAY"
-PROPERTY_WAIT = "WAIT"
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"
-PROPERTY_MIN_OFFSET = "MIN_OFFSET"
-PROPERTY_MAX_OFFSET = "MAX_OFFSET"
 _SYSTEM_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY, PROPERTY_WAIT})
 # sysFlag bits 8-10 name the compression of a compressed body (RocketMQ 5);
 # 0 is the zlib of older clients, 3 is zlib named.

@@ -46,6 +46,16 @@ STOREHOST_V6 = 0x20
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
+# RocketMQ's MessageConst property names.
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_WAIT = "WAIT"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_CLUSTER = "CLUSTER"
+
 #: The smallest possible record: IPv4 hosts, empty body, topic and properties.
 MIN_RECORD_SIZE = 91
 #: Java's ``short`` bounds the properties length.

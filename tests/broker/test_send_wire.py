@@ -51,6 +51,8 @@ async def test_a_message_sent_without_a_unique_key_is_given_one(tmp_path) -> Non
     made = [first.pop("UNIQ_KEY"), second.pop("UNIQ_KEY")]
     assert all(re.fullmatch("7F000001[0-9A-F]{24}", key) for key in made)
     assert made[0] != made[1]
-    # What the producer sent is kept; a key it made itself too.
-    assert first == second == {"TAGS": "TagA", "KEYS": "order-1"}
-    assert third == {"UNIQ_KEY": "C0A8000100002A9F0000000000000001"}
+    # What the producer sent is kept, a key it made itself too, and the broker
+    # adds its cluster's name (RocketMQ 5's CLUSTER property).
+    cluster = {"CLUSTER": "DefaultCluster"}
+    assert first == second == {"TAGS": "TagA", "KEYS": "order-1", **cluster}
+    assert third == {"UNIQ_KEY": "C0A8000100002A9F0000000000000001", **cluster}
