@@ -21,7 +21,9 @@ polls, role changes, SyncStateSet proposals: see there). The pump:
   None when unknown (the master keeps counting the proposal), or
   ``MasterFenced`` once a newer master exists;
 - answers NOTIFY_BROKER_ROLE_CHANGED pushes (1008), HA-address questions
-  and GET_BROKER_EPOCH_CACHE (1007, for ``triomq admin get-broker-epoch``).
+  and GET_BROKER_EPOCH_CACHE (1007, for ``mqadmin getBrokerEpoch`` and
+  ``triomq admin get-broker-epoch``: RocketMQ's EpochEntryCache, the broker id
+  0 on a master and the open epoch ending at ``OPEN_END``, as RocketMQ's do).
 
 A master cut off from the controllers keeps its role but cannot change its
 SyncStateSet (a change left unanswered stays counted until it is read back),
@@ -66,7 +68,9 @@ from triomq.broker.identity import IDENTITY_FILE, BrokerIdentity
 from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
 from triomq.controller.codes import RequestCode, ResponseCode
 from triomq.controller.wire import (
+    OPEN_END,
     BrokerEpochCache,
+    EpochRange,
     ReplicaInfo,
     WireError,
     decode_replica_info,
@@ -374,7 +378,11 @@ class ControllerMode:
     async def _on_epoch_cache(self, request: RemotingCommand, peer: RpcConnection
                               ) -> RemotingCommand:
         epochs = await trio.to_thread.run_sync(self.replicas.epoch_store.load)
+        config, replicas = self.config, self.replicas
         return RemotingCommand.response(body=encode_epoch_cache(BrokerEpochCache(
-            self.config.broker_name, max(self.broker_id, 0), self.replicas.log.max_offset,
-            max(self.replicas.confirm_offset, 0),
-            tuple((e.epoch, e.start_offset) for e in epochs))))
+            config.cluster_name, config.broker_name,
+            0 if replicas.is_master else max(self.broker_id, 0),
+            [EpochRange(e.epoch, e.start_offset,
+                        OPEN_END if e.end_offset is None else e.end_offset)
+             for e in epochs.entries()],
+            replicas.log.max_offset)))

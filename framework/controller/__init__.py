@@ -23,7 +23,8 @@ package is that state machine and its inputs, with no trio, clock or I/O:
 Around that core, still on the framework side:
 
 - ``config``: ``ControllerConfig``, the ``[controller]`` section of a node.
-- ``wire``: the request headers and JSON bodies on the wire (RocketMQ-style).
+- ``wire``: the request headers and JSON bodies on the wire (RocketMQ-style;
+  RocketMQ's own shapes where its mqadmin reads the answer).
 - ``requests``: controller requests and replies as values, read from and
   written to remoting commands.
 - ``state_machine``: ``ReplicasStateMachine``, the manager as the Raft

@@ -9,7 +9,7 @@ negative or oversized integers.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from typing import Any, NoReturn
 
 from triomq.errors import TriomqError
@@ -50,17 +50,21 @@ class FieldReader:
         """Raise the reader's error about its object."""
         raise self._error(f"{self.where}: {message}")
 
-    def expect_keys(self, keys: set[str]) -> None:
-        """Require exactly ``keys``."""
+    def expect_keys(self, keys: Set[str], optional: Set[str] = frozenset()) -> None:
+        """Require exactly ``keys``, and any of ``optional``."""
         present = set(self._obj)
-        if present != keys:
-            missing = sorted(keys - present)
-            unknown = sorted(present - keys)
+        missing = sorted(keys - present)
+        unknown = sorted(present - keys - optional)
+        if missing or unknown:
             self.fail(f"missing keys {missing}, unknown keys {unknown}")
 
     def raw(self, key: str) -> Any:
         """The value at ``key`` as decoded."""
         return self._obj[key]
+
+    def optional(self, key: str) -> Any:
+        """The value at ``key`` as decoded, ``None`` when absent (fastjson leaves nulls out)."""
+        return self._obj.get(key)
 
     def string(self, key: str) -> str:
         """A string field."""

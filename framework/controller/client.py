@@ -18,6 +18,7 @@ knows at once who is alive). The encodings are ``triomq.controller.wire``.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -25,19 +26,21 @@ from typing import Any
 import trio
 
 from triomq.controller.codes import RequestCode, ResponseCode
+from triomq.controller.config import to_properties
 from triomq.controller.leader_calls import GiveUp, LeaderCalls, Pause
+from triomq.controller.results import SyncStateData
 from triomq.controller.wire import (
     ControllerMetadata,
     ReplicaInfo,
-    decode_config,
-    decode_metadata,
+    WireError,
     decode_replica_info,
-    decode_replica_infos,
-    encode_config,
+    decode_sync_state_data,
     join_ids,
     load_body,
+    read_metadata,
 )
 from triomq.errors import TriomqError
+from triomq.protocol.java_properties import PropertiesError, dump_properties, load_properties
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcClient, RpcError
 
@@ -218,15 +221,17 @@ class ControllerClient:
         response = await self._request(RequestCode.GET_REPLICA_INFO, {"brokerName": broker_name})
         return decode_replica_info(response.body)
 
-    async def get_sync_state_data(self, broker_names: Iterable[str] = ()
-                                  ) -> tuple[ReplicaInfo, ...]:
-        """GET_SYNC_STATE_DATA: the named groups (none named: every group)."""
-        response = await self._request(RequestCode.GET_SYNC_STATE_DATA,
-                                       {"brokerNames": ";".join(sorted(set(broker_names)))})
-        return decode_replica_infos(response.body)
+    async def get_sync_state_data(self, broker_names: Iterable[str]
+                                  ) -> tuple[SyncStateData, ...]:
+        """GET_SYNC_STATE_DATA: the named groups that exist, sorted by name."""
+        response = await self._request(
+            RequestCode.GET_SYNC_STATE_DATA,
+            body=json.dumps(sorted(set(broker_names))).encode())
+        return decode_sync_state_data(response.body)
 
     async def get_metadata(self, address: str | None = None) -> ControllerMetadata:
-        """GET_METADATA_INFO from ``address`` (any controller answers), else from the leader."""
+        """GET_METADATA_INFO from ``address``, else from the first controller that answers
+        (every controller does, with its own view)."""
         if address is None:
             response = await self.call(RequestCode.GET_METADATA_INFO)
         else:
@@ -234,7 +239,7 @@ class ControllerClient:
                                              timeout=self.attempt_timeout)
         if response.code != ResponseCode.SUCCESS:
             raise ControllerError(address or self.leader or "?", "GET_METADATA_INFO", response)
-        return decode_metadata(response.body)
+        return read_metadata(response.ext_fields)
 
     async def clean_broker_data(self, cluster_name: str, broker_name: str, *,
                                 broker_ids: Iterable[int] | None = None,
@@ -248,19 +253,24 @@ class ControllerClient:
 
     # -- controller configuration ---------------------------------------------------
 
-    async def get_controller_config(self, address: str) -> dict[str, Any]:
-        """GET_CONTROLLER_CONFIG of the controller at ``address``."""
+    async def get_controller_config(self, address: str) -> dict[str, str]:
+        """GET_CONTROLLER_CONFIG of the controller at ``address``: property names and
+        values (``triomq.controller.config.PROPERTY_NAMES``)."""
         response = await self.rpc.invoke(address, RequestCode.GET_CONTROLLER_CONFIG,
                                          timeout=self.attempt_timeout)
         if response.code != ResponseCode.SUCCESS:
             raise ControllerError(address, "GET_CONTROLLER_CONFIG", response)
-        return decode_config(response.body)
+        try:
+            return load_properties(response.body)
+        except PropertiesError as exc:
+            raise WireError(f"GET_CONTROLLER_CONFIG from {address}: {exc}") from None
 
     async def update_controller_config(self, address: str, values: Mapping[str, Any]) -> None:
-        """UPDATE_CONTROLLER_CONFIG of the controller at ``address`` (not replicated)."""
+        """UPDATE_CONTROLLER_CONFIG of the controller at ``address`` (not replicated):
+        ``[controller]`` keys and values, sent as properties."""
         response = await self.rpc.invoke(
-            address, RequestCode.UPDATE_CONTROLLER_CONFIG, body=encode_config(values),
-            timeout=self.attempt_timeout)
+            address, RequestCode.UPDATE_CONTROLLER_CONFIG,
+            body=dump_properties(to_properties(values)), timeout=self.attempt_timeout)
         if response.code != ResponseCode.SUCCESS:
             raise ControllerError(address, "UPDATE_CONTROLLER_CONFIG", response)
 

@@ -13,6 +13,16 @@ defaults aim at sub-second failover on a LAN (RocketMQ's in brackets)::
 included): the controllers serve Raft and controller requests on the same
 RPC port. ``raft`` is handed to ``triomq.consensus.config.RaftConfig``
 (timeouts, store scheme and path), which documents its keys.
+
+GET_CONTROLLER_CONFIG and UPDATE_CONTROLLER_CONFIG carry the keys as
+properties (``PROPERTY_NAMES``): RocketMQ's ControllerConfig names where it
+has the setting (``scan_not_active_broker_interval`` is
+``scanNotActiveBrokerInterval``, ``node_id``, ``peers`` and ``group`` are
+``controllerDLegerSelfId``, ``controllerDLegerPeers`` and
+``controllerDLegerGroup``), the key in camelCase otherwise; ``raft``, a
+table, has none. ``to_properties`` and ``from_properties`` convert; an
+update naming one of RocketMQ's ``BLACK_LIST`` is refused as RocketMQ
+refuses it.
 """
 
 from __future__ import annotations
@@ -26,7 +36,8 @@ from triomq.consensus.config import RaftConfig
 from triomq.errors import ConfigError
 from triomq.settings import from_mapping, non_negative, positive, setting
 
-__all__ = ["ControllerConfig"]
+__all__ = ["BLACK_LIST", "PROPERTY_NAMES", "ControllerConfig", "from_properties",
+           "to_properties", "with_property_name"]
 
 
 def _not_empty(value: str) -> str | None:
@@ -53,6 +64,9 @@ class ControllerConfig:
     node_id: int = setting(
         0, doc="This controller's Raft id (>= 1), a key of 'peers'; required on a controller.",
         check=non_negative)
+    group: str = setting(
+        "DefaultControllerGroup", doc="The controllers' group name, as GET_METADATA_INFO "
+        "answers it (RocketMQ's controllerDLegerGroup).", check=_not_empty)
     peers: dict[int, str] = attrs.field(
         factory=dict, converter=_peers,
         metadata={"doc": "Every controller's Raft id -> RPC address, this one included, "
@@ -92,3 +106,82 @@ class ControllerConfig:
         data = {**self.raft, "node_id": self.node_id,
                 "peers": {str(k): v for k, v in self.peers.items()}}
         return from_mapping(RaftConfig, data, "controller.raft")
+
+
+#: ``[controller]`` keys and their property names (see the module docstring).
+PROPERTY_NAMES: Mapping[str, str] = {
+    "node_id": "controllerDLegerSelfId",
+    "group": "controllerDLegerGroup",
+    "peers": "controllerDLegerPeers",
+    "scan_not_active_broker_interval": "scanNotActiveBrokerInterval",
+    "broker_not_active_timeout": "brokerNotActiveTimeoutMillis",
+    "enable_elect_unclean_master": "enableElectUncleanMaster",
+    "election_policy": "electionPolicy",
+    "notify_broker_role_changed": "notifyBrokerRoleChanged",
+    "enable_controller_in_namesrv": "enableControllerInNamesrv",
+    "request_timeout": "requestTimeout",
+}
+_KEYS = {name: key for key, name in PROPERTY_NAMES.items()}
+
+#: Names RocketMQ's controller never lets UPDATE_CONTROLLER_CONFIG change (NO_PERMISSION):
+#: its ``configBlackList`` default and the names it always adds.
+BLACK_LIST = frozenset({"configBlackList", "configStorePath", "rocketmqHome"})
+
+
+def with_property_name(key: str) -> str:
+    """``key`` and its property name, for messages: ``request_timeout (requestTimeout)``."""
+    name = PROPERTY_NAMES.get(key)
+    return f"{key} ({name})" if name else key
+
+
+def _property(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        # controllerDLegerPeers: "id-host:port;..." (RocketMQ's addresses carry no scheme).
+        return ";".join(f"{i}-{a.removeprefix('tcp://')}" for i, a in sorted(value.items()))
+    return str(value)
+
+
+def to_properties(values: Mapping[str, Any]) -> dict[str, str]:
+    """``[controller]`` keys and values as properties; ``ConfigError`` for a key without a
+    property name (``raft``, an unknown one)."""
+    unnamed = sorted(set(values) - set(PROPERTY_NAMES))
+    if unnamed:
+        raise ConfigError(f"no property name for {unnamed}; named keys: "
+                          f"{', '.join(PROPERTY_NAMES)}")
+    return {PROPERTY_NAMES[key]: _property(value) for key, value in values.items()}
+
+
+def _typed(key: str, name: str, text: str) -> Any:
+    kind = {f.name: f.type for f in attrs.fields(attrs.resolve_types(ControllerConfig))}[key]
+    if kind is bool:
+        if text.lower() not in ("true", "false"):
+            raise ConfigError(f"expected true or false, got {text!r}", name)
+        return text.lower() == "true"
+    if kind is int:
+        digits = text.strip().removeprefix("-")
+        if not digits.isascii() or not digits.isdigit():
+            raise ConfigError(f"expected an integer, got {text!r}", name)
+        return int(text)
+    if key == "peers":
+        peers = {}
+        for member in filter(None, text.split(";")):
+            node_id, sep, address = member.partition("-")
+            if not sep or not node_id.isascii() or not node_id.isdigit():
+                raise ConfigError(f"expected id-host:port;..., got {text!r}", name)
+            peers[node_id] = address if "://" in address else f"tcp://{address}"
+        return peers
+    return text
+
+
+def from_properties(properties: Mapping[str, str]) -> dict[str, Any]:
+    """Properties as ``[controller]`` keys with typed values; ``ConfigError`` names an
+    unknown property or a value of the wrong type."""
+    values = {}
+    for name, text in properties.items():
+        key = _KEYS.get(name)
+        if key is None:
+            raise ConfigError(f"unknown property {name!r}; known: {', '.join(sorted(_KEYS))}")
+        values[key] = _typed(key, name, text)
+    return values

@@ -29,7 +29,7 @@ nothing here reads a clock or does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
 from triomq.controller import snapshot as _snapshot
@@ -458,15 +458,18 @@ class ReplicasInfoManager:
         ))
 
     def get_sync_state_data(
-        self, broker_names: Iterable[str]
+        self, broker_names: Iterable[str], live_info: Callable[[str, str], LiveInfoLookup]
     ) -> ControllerResult[tuple[SyncStateData, ...]]:
-        """In-sync and out-of-sync replicas of the named groups (unknown names are skipped)."""
+        """In-sync and out-of-sync replicas of the named groups (unknown names are skipped),
+        each alive or not by ``live_info(cluster_name, broker_name)``."""
         data = []
         for name in sorted(set(broker_names)):
             group = self._groups.get(name)
             if group is None:
                 continue
-            replicas = [Replica(m.broker_id, m.address) for m in group.members]
+            live = live_info(group.cluster_name, name)
+            replicas = [Replica(m.broker_id, m.address, is_alive(live, m.broker_id))
+                        for m in group.members]
             data.append(SyncStateData(
                 broker_name=name,
                 master_broker_id=group.master_broker_id,

@@ -2,31 +2,37 @@
 
 The controller service's core (``service_core``) takes a request as one of
 the classes here and answers with a ``Reply``; ``decode_request`` reads
-them from a remoting command (header keys as ``wire`` lists them) and
-``reply_command`` writes a reply back. A request whose header does not
-decode becomes ``Malformed`` and is answered CONTROLLER_INVALID_REQUEST by
-the core, like any other refusal.
+them from a remoting command (header keys and bodies as ``wire`` lists
+them) and ``reply_command`` writes a reply back. A request whose header or
+body does not decode becomes ``Malformed`` and is answered
+CONTROLLER_INVALID_REQUEST by the core, like any other refusal (an
+UPDATE_CONTROLLER_CONFIG naming a black-listed key: NO_PERMISSION, as
+RocketMQ answers it).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
 from triomq.controller.codes import RequestCode, ResponseCode
+from triomq.controller.config import BLACK_LIST, from_properties
+from triomq.controller.results import SyncStateData
 from triomq.controller.wire import (
     ControllerMetadata,
     Header,
     ReplicaInfo,
     WireError,
-    decode_config,
-    encode_config,
-    encode_metadata,
+    dump_json,
     encode_replica_info,
-    encode_replica_infos,
+    encode_sync_state_data,
+    metadata_fields,
 )
+from triomq.errors import ConfigError
+from triomq.protocol.java_properties import PropertiesError, dump_properties, load_properties
 from triomq.protocol.remoting import RemotingCommand
 
 __all__ = [
@@ -42,12 +48,12 @@ __all__ = [
     "GetNextBrokerId",
     "GetReplicaInfo",
     "GetSyncStateData",
-    "GroupInfos",
     "Malformed",
     "NextBrokerId",
     "RegisterBroker",
     "Reply",
     "SyncStateSet",
+    "SyncStateTable",
     "UpdateControllerConfig",
     "decode_request",
     "reply_command",
@@ -155,17 +161,19 @@ class GetControllerConfig:
 
 @attrs.frozen
 class UpdateControllerConfig:
-    """UPDATE_CONTROLLER_CONFIG: the keys to change and their values."""
+    """UPDATE_CONTROLLER_CONFIG: the ``[controller]`` keys to change and their values."""
 
     values: Mapping[str, Any]
 
 
 @attrs.frozen
 class Malformed:
-    """A request whose header or body did not decode; ``reason`` says where."""
+    """A request refused as it is decoded: ``reason`` says where, ``code`` is the answer's
+    (CONTROLLER_INVALID_REQUEST unless the body names what RocketMQ never lets change)."""
 
     name: str
     reason: str
+    code: int = ResponseCode.CONTROLLER_INVALID_REQUEST
 
 
 ControllerRequest = (GetNextBrokerId | ApplyBrokerId | RegisterBroker | BrokerHeartbeat
@@ -193,20 +201,21 @@ class SyncStateSet:
 
 
 @attrs.frozen
-class GroupInfos:
-    """GET_SYNC_STATE_DATA's answer."""
+class SyncStateTable:
+    """GET_SYNC_STATE_DATA's answer (RocketMQ's BrokerReplicasInfo)."""
 
-    infos: tuple[ReplicaInfo, ...] = attrs.field(converter=tuple)
+    groups: tuple[SyncStateData, ...] = attrs.field(converter=tuple)
 
 
 @attrs.frozen
 class ConfigValues:
-    """GET_CONTROLLER_CONFIG's answer."""
+    """GET_CONTROLLER_CONFIG's answer: property names and values (``config.to_properties``)."""
 
-    values: Mapping[str, Any]
+    properties: Mapping[str, str]
 
 
-Payload = NextBrokerId | SyncStateSet | ReplicaInfo | GroupInfos | ControllerMetadata | ConfigValues
+Payload = (NextBrokerId | SyncStateSet | ReplicaInfo | SyncStateTable | ControllerMetadata
+           | ConfigValues)
 
 
 @attrs.frozen
@@ -275,8 +284,15 @@ def _get_replica_info(header: Header, body: bytes) -> GetReplicaInfo:
 
 
 def _get_sync_state_data(header: Header, body: bytes) -> GetSyncStateData:
-    names = header.fields.get("brokerNames", "")
-    return GetSyncStateData(tuple(sorted({n for n in names.split(";") if n})))
+    # mqadmin sends the names as a JSON list in the body.
+    try:
+        names = json.loads(body.decode()) if body else []
+    except (ValueError, RecursionError):
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise WireError(f"{header.where}: the body must be a JSON list of broker names, "
+                        f"got {bytes(body[:40])!r}")
+    return GetSyncStateData(tuple(sorted(set(names))))
 
 
 def _clean_broker_data(header: Header, body: bytes) -> CleanBrokerData:
@@ -285,8 +301,16 @@ def _clean_broker_data(header: Header, body: bytes) -> CleanBrokerData:
                            header.boolean("isCleanLivingBroker"))
 
 
-def _update_controller_config(header: Header, body: bytes) -> UpdateControllerConfig:
-    return UpdateControllerConfig(decode_config(body))
+def _update_controller_config(header: Header, body: bytes) -> ControllerRequest:
+    try:
+        properties = load_properties(body)
+        if BLACK_LIST & set(properties):
+            # RocketMQ's answer, word for word.
+            return Malformed(header.where, "Can not update config in black list.",
+                             ResponseCode.NO_PERMISSION)
+        return UpdateControllerConfig(from_properties(properties))
+    except (PropertiesError, ConfigError) as exc:
+        raise WireError(f"{header.where}: {exc}") from None
 
 
 _DECODERS: dict[int, Callable[[Header, bytes], ControllerRequest]] = {
@@ -326,15 +350,15 @@ def _body(payload: Payload | None) -> bytes:
     if isinstance(payload, ReplicaInfo):
         return encode_replica_info(payload)
     if isinstance(payload, NextBrokerId):
-        return encode_config({"nextBrokerId": payload.next_broker_id})
+        return dump_json({"nextBrokerId": payload.next_broker_id})
     if isinstance(payload, SyncStateSet):
-        return encode_config({"syncStateSet": sorted(payload.members),
-                              "syncStateSetEpoch": payload.epoch})
-    if isinstance(payload, GroupInfos):
-        return encode_replica_infos(payload.infos)
-    if isinstance(payload, ControllerMetadata):
-        return encode_metadata(payload)
-    return encode_config(payload.values)
+        return dump_json({"syncStateSet": sorted(payload.members),
+                          "syncStateSetEpoch": payload.epoch})
+    if isinstance(payload, SyncStateTable):
+        return encode_sync_state_data(payload.groups)
+    if isinstance(payload, ConfigValues):
+        return dump_properties(payload.properties)
+    return b""  # ControllerMetadata: in the header
 
 
 def reply_command(reply: Reply) -> RemotingCommand:
@@ -342,5 +366,7 @@ def reply_command(reply: Reply) -> RemotingCommand:
     fields = None
     if reply.code == ResponseCode.CONTROLLER_NOT_LEADER:
         fields = {"leaderId": str(reply.leader_id or ""), "leaderAddress": reply.leader_address}
+    elif isinstance(reply.payload, ControllerMetadata):
+        fields = metadata_fields(reply.payload)
     return RemotingCommand.response(reply.code, remark=reply.remark or None,
                                     ext_fields=fields, body=_body(reply.payload))

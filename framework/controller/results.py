@@ -37,10 +37,12 @@ class ControllerResult(Generic[P]):
 
 @attrs.frozen
 class Replica:
-    """A replica's id and address, as responses show it."""
+    """A replica's id and address, as responses show it (``alive``: in GET_SYNC_STATE_DATA,
+    whether its heartbeats are current)."""
 
     broker_id: int
     address: str
+    alive: bool = False
 
 
 @attrs.frozen

@@ -131,7 +131,7 @@ class ControllerService:
         return self.core.elections
 
     def metadata(self) -> ControllerMetadata:
-        """This controller's Raft view and its applied groups."""
+        """This controller's Raft view, as GET_METADATA_INFO answers it."""
         self._follow_raft()
         return self.core.metadata()
 

@@ -43,7 +43,7 @@ from typing import Any
 import attrs
 
 from triomq.controller.codes import ResponseCode
-from triomq.controller.config import ControllerConfig
+from triomq.controller.config import ControllerConfig, to_properties, with_property_name
 from triomq.controller.election import ElectionPolicy, LiveInfoLookup
 from triomq.controller.events import Event, encode_event
 from triomq.controller.group import BrokerGroup
@@ -62,13 +62,13 @@ from triomq.controller.requests import (
     GetNextBrokerId,
     GetReplicaInfo,
     GetSyncStateData,
-    GroupInfos,
     Malformed,
     NextBrokerId,
     Payload,
     RegisterBroker,
     Reply,
     SyncStateSet,
+    SyncStateTable,
     UpdateControllerConfig,
 )
 from triomq.controller.results import ControllerResult
@@ -307,15 +307,14 @@ class ControllerCore:
         return self.live_info(group.cluster_name if group is not None else "", broker_name)
 
     def metadata(self) -> ControllerMetadata:
-        """This controller's Raft view and its applied groups."""
-        lead = self.leadership
+        """This controller's Raft view, as GET_METADATA_INFO answers it."""
+        lead, config = self.leadership, self.config
         return ControllerMetadata(
-            controller_id=str(self.config.node_id),
-            leader_id=str(lead.leader_id or ""),
-            leader_address=lead.leader_address,
-            term=lead.term,
-            peers=tuple((str(k), v) for k, v in sorted(self.config.peers.items())),
-            groups=tuple(ReplicaInfo.of_group(g) for _, g in sorted(self.manager.groups.items())),
+            group=config.group,
+            leader_id=str(lead.leader_id) if lead.leader_id else None,
+            leader_address=lead.leader_address if lead.leader_id else None,
+            is_leader=lead.is_leader,
+            peers=tuple((str(k), v) for k, v in sorted(config.peers.items())),
         )
 
     # -- answers ------------------------------------------------------------------
@@ -341,15 +340,15 @@ class ControllerCore:
 
     def _answer_at_once(self, request_id: int, request: ControllerRequest) -> Reply:
         if isinstance(request, Malformed):
-            return Reply(request_id, Code.CONTROLLER_INVALID_REQUEST, request.reason)
+            return Reply(request_id, request.code, request.reason)
         if isinstance(request, BrokerHeartbeat):
             return self._heartbeat(request_id, request)
         if isinstance(request, GetMetadata):
             return Reply(request_id, Code.SUCCESS, payload=self.metadata())
         if isinstance(request, GetControllerConfig):
             values = attrs.asdict(self.config)
-            values["peers"] = {str(k): v for k, v in self.config.peers.items()}
-            return Reply(request_id, Code.SUCCESS, payload=ConfigValues(values))
+            del values["raft"]  # a table: no property holds it
+            return Reply(request_id, Code.SUCCESS, payload=ConfigValues(to_properties(values)))
         assert isinstance(request, UpdateControllerConfig)
         return self._update_config(request_id, dict(request.values))
 
@@ -366,9 +365,11 @@ class ControllerCore:
     def _update_config(self, request_id: int, values: dict[str, Any]) -> Reply:
         fixed = sorted(set(values) - MUTABLE_KEYS)
         if fixed:
+            # Named both ways: mqadmin's users know the property names.
             return Reply(request_id, Code.CONTROLLER_INVALID_REQUEST,
-                         f"keys {fixed} cannot change at run time; mutable keys: "
-                         f"{sorted(MUTABLE_KEYS)}")
+                         f"keys {', '.join(map(with_property_name, fixed))} cannot change at "
+                         "run time; mutable keys: "
+                         f"{', '.join(map(with_property_name, sorted(MUTABLE_KEYS)))}")
         current = {f.name: getattr(self.config, f.name) for f in attrs.fields(ControllerConfig)}
         try:
             config = from_mapping(ControllerConfig, {**current, **values}, "controller")
@@ -440,10 +441,9 @@ class ControllerCore:
                 self._finish(work, self._reply(work, Code.SUCCESS,
                                                payload=ReplicaInfo.of_group(group)))
         elif isinstance(request, GetSyncStateData):
-            names = request.broker_names or tuple(sorted(manager.groups))
-            groups = [manager.group(name) for name in names]
-            self._finish(work, self._reply(work, Code.SUCCESS, payload=GroupInfos(
-                ReplicaInfo.of_group(g) for g in groups if g is not None)))
+            result = manager.get_sync_state_data(request.broker_names, self.live_info)
+            self._finish(work, self._reply(work, Code.SUCCESS,
+                                           payload=SyncStateTable(result.payload or ())))
         else:
             work.result = self._validate(request)
             work.events.extend(work.result.events)

@@ -21,7 +21,8 @@ names.) The rules:
 
 A broken rule is ``Invalid``: CONTROLLER_BROKER_ID_INVALID for an id,
 CONTROLLER_INVALID_REQUEST otherwise, with a remark naming the request,
-the header field (its wire name) and the value (cut short when long).
+the header field (its wire name; or the body, GET_SYNC_STATE_DATA's list of
+names) and the value (cut short when long).
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def _broker_id(value: int) -> str | None:
     return None
 
 
-# A field's rule: (header key, value of the request, check, code when broken).
+# A field's rule: (where it is on the wire, value of the request, check, code when broken).
 _Rule = tuple[str, Callable[[ControllerRequest], object], Callable[[object], str | None],
               ResponseCode]
 
@@ -141,8 +142,9 @@ _BAD_ID = ResponseCode.CONTROLLER_BROKER_ID_INVALID
 
 
 def _rule(key: str, attribute: str, check: Callable[..., str | None],
-          code: ResponseCode = _INVALID) -> _Rule:
-    return key, lambda request: getattr(request, attribute), check, code
+          code: ResponseCode = _INVALID, *, where: str = "") -> _Rule:
+    return (where or f"header field {key!r}", lambda request: getattr(request, attribute),
+            check, code)
 
 
 def _each(check: Callable[..., str | None]) -> Callable[..., str | None]:
@@ -181,7 +183,7 @@ _RULES: dict[type, tuple[RequestCode, tuple[_Rule, ...]]] = {
               else _broker_id(value), _BAD_ID))),
     GetReplicaInfo: (RequestCode.GET_REPLICA_INFO, (_GROUP,)),
     GetSyncStateData: (RequestCode.GET_SYNC_STATE_DATA, (
-        _rule("brokerNames", "broker_names", _each(_name)),)),
+        _rule("", "broker_names", _each(_name), where="body"),)),
     CleanBrokerData: (RequestCode.CLEAN_BROKER_DATA, (
         _CLUSTER, _GROUP,
         _rule("brokerIdSetToClean", "broker_ids", _each(_broker_id), _BAD_ID))),
@@ -198,10 +200,10 @@ def check_request(request: ControllerRequest) -> Invalid | None:
     if rules is None:
         return None
     code, fields = rules
-    for key, value_of, check, refusal in fields:
+    for where, value_of, check, refusal in fields:
         value = value_of(request)
         reason = check(value)
         if reason is not None:
             shown = "" if isinstance(value, frozenset | tuple) else f" {_quote(value)}"
-            return Invalid(refusal, f"{code.name}: header field {key!r}{shown}: {reason}")
+            return Invalid(refusal, f"{code.name}: {where}{shown}: {reason}")
     return None

@@ -1,7 +1,8 @@
 """How controller requests and responses look in remoting frames.
 
 Requests carry RocketMQ-style headers (``extFields``, strings); responses
-carry JSON bodies. Header keys, per request code:
+carry JSON bodies, except where RocketMQ's ``mqadmin`` reads the answer: those
+are RocketMQ's own shapes (below). Header keys, per request code:
 
 - 1012 GET_NEXT_BROKER_ID: ``clusterName``, ``brokerName`` -> body
   ``{"nextBrokerId": n}``.
@@ -18,17 +19,20 @@ carry JSON bodies. Header keys, per request code:
 - 1002 ELECT_MASTER: ``clusterName``, ``brokerName``, optional ``brokerId``,
   ``designateElect`` (``true``/``false``) -> a replica-info body.
 - 1004 GET_REPLICA_INFO: ``brokerName`` -> a replica-info body.
-- 1006 GET_SYNC_STATE_DATA: ``brokerNames`` (``;``-joined; empty: every
-  group) -> ``{"groups": [replica info, ...]}``.
-- 1005 GET_METADATA_INFO: none -> the metadata body (see ``ControllerMetadata``).
+- 1006 GET_SYNC_STATE_DATA: the body is a JSON list of group names ->
+  RocketMQ's BrokerReplicasInfo (``encode_sync_state_data``; no names: an
+  empty table).
+- 1005 GET_METADATA_INFO: none -> RocketMQ's GetMetaDataResponseHeader in
+  ``extFields``, no body (``ControllerMetadata``).
 - 1011 CLEAN_BROKER_DATA: ``clusterName``, ``brokerName``, optional
   ``brokerIdSetToClean`` (``;``-joined), ``isCleanLivingBroker``.
 - 1008 NOTIFY_BROKER_ROLE_CHANGED (controller -> broker, oneway): a
   replica-info body.
-- 1010 GET_CONTROLLER_CONFIG -> ``{key: value}``; 1009
-  UPDATE_CONTROLLER_CONFIG: the body is ``{key: value}`` of the keys to change.
-- 1007 GET_BROKER_EPOCH_CACHE (served by a broker): none -> the epoch body
-  (see ``BrokerEpochCache``).
+- 1010 GET_CONTROLLER_CONFIG -> properties text (``name=value`` lines,
+  ``triomq.protocol.java_properties``, names of ``controller.config``); 1009
+  UPDATE_CONTROLLER_CONFIG: the body is properties text of the names to change.
+- 1007 GET_BROKER_EPOCH_CACHE (served by a broker): none -> RocketMQ's
+  EpochEntryCache (``BrokerEpochCache``).
 
 A replica-info body::
 
@@ -41,6 +45,10 @@ A replica-info body::
 master. A refusal has the controller's response code and the reason as
 remark; CONTROLLER_NOT_LEADER (2007) adds ``leaderId`` and ``leaderAddress``
 to ``extFields`` (empty while no leader is known).
+
+In RocketMQ's shapes addresses are written as RocketMQ writes them: a TCP
+address is ``host:port`` (``rocketmq_address``; ``rpc_address`` is the way
+back), and a null is left out, as fastjson and RocketMQ's headers do.
 """
 
 from __future__ import annotations
@@ -53,26 +61,30 @@ import attrs
 
 from triomq.controller import _json
 from triomq.controller.group import BrokerGroup
+from triomq.controller.results import Replica, SyncStateData
 from triomq.errors import TriomqError
 
 __all__ = [
+    "OPEN_END",
     "BrokerEpochCache",
     "ControllerMetadata",
+    "EpochRange",
     "Header",
     "ReplicaInfo",
     "WireError",
-    "decode_config",
     "decode_epoch_cache",
-    "decode_metadata",
     "decode_replica_info",
-    "decode_replica_infos",
-    "encode_config",
+    "decode_sync_state_data",
+    "dump_json",
     "encode_epoch_cache",
-    "encode_metadata",
     "encode_replica_info",
-    "encode_replica_infos",
+    "encode_sync_state_data",
     "join_ids",
     "load_body",
+    "metadata_fields",
+    "read_metadata",
+    "rocketmq_address",
+    "rpc_address",
 ]
 
 
@@ -148,8 +160,19 @@ def load_body(data: bytes, where: str) -> _json.FieldReader:
     return _json.FieldReader(_json.load_object(data, where, WireError), where, WireError)
 
 
-def _dump(obj: Any) -> bytes:
+def dump_json(obj: Any) -> bytes:
+    """A JSON body: sorted keys (fastjson's order for a bean's fields), no spaces."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def rocketmq_address(address: str) -> str:
+    """An address as RocketMQ writes it: ``host:port`` for TCP, others as they are."""
+    return address.removeprefix("tcp://")
+
+
+def rpc_address(address: str) -> str:
+    """An address read from a RocketMQ shape, as the RPC client dials it."""
+    return address if "://" in address else f"tcp://{address}"
 
 
 def _optional_string(reader: _json.FieldReader, key: str) -> str | None:
@@ -253,7 +276,7 @@ def _read_replica_info(obj: Any, where: str) -> ReplicaInfo:
 
 def encode_replica_info(info: ReplicaInfo) -> bytes:
     """A replica-info response body."""
-    return _dump(_replica_info_object(info))
+    return dump_json(_replica_info_object(info))
 
 
 def decode_replica_info(data: bytes) -> ReplicaInfo:
@@ -261,113 +284,164 @@ def decode_replica_info(data: bytes) -> ReplicaInfo:
     return _read_replica_info(_json.load_object(data, "replica info", WireError), "replica info")
 
 
-def encode_replica_infos(infos: Iterable[ReplicaInfo]) -> bytes:
-    """A GET_SYNC_STATE_DATA response body."""
-    return _dump({"groups": [_replica_info_object(info) for info in infos]})
 
-
-def decode_replica_infos(data: bytes) -> tuple[ReplicaInfo, ...]:
-    """Decode a GET_SYNC_STATE_DATA body."""
-    reader = load_body(data, "sync state data")
-    reader.expect_keys({"groups"})
-    return tuple(_read_replica_info(obj, f"sync state data group {i}")
-                 for i, obj in enumerate(reader.list("groups")))
+# -- RocketMQ's shapes: what mqadmin reads ----------------------------------------------
 
 
 @attrs.frozen
 class ControllerMetadata:
-    """GET_METADATA_INFO: the controllers' Raft view and every group.
+    """GET_METADATA_INFO: RocketMQ's GetMetaDataResponseHeader, one controller's view.
 
-    ``leader_id`` / ``leader_address`` are empty while no leader is known.
+    ``leader_id`` and ``leader_address`` are ``None`` while it knows no leader;
+    ``peers`` is ``(id, address)`` pairs, in the order sent.
     """
 
-    controller_id: str
-    leader_id: str
-    leader_address: str
-    term: int
+    group: str | None
+    leader_id: str | None
+    leader_address: str | None
+    is_leader: bool
     peers: tuple[tuple[str, str], ...] = attrs.field(converter=tuple)
-    groups: tuple[ReplicaInfo, ...] = attrs.field(converter=tuple)
 
 
-def encode_metadata(metadata: ControllerMetadata) -> bytes:
-    """A GET_METADATA_INFO response body."""
-    return _dump({
-        "controllerId": metadata.controller_id,
-        "leaderId": metadata.leader_id,
-        "leaderAddress": metadata.leader_address,
-        "term": metadata.term,
-        "peers": [list(pair) for pair in metadata.peers],
-        "groups": [_replica_info_object(info) for info in metadata.groups],
-    })
+def metadata_fields(metadata: ControllerMetadata) -> dict[str, str]:
+    """The response's ``extFields``: ``isLeader`` as Java prints a boolean, ``peers`` as
+    DLedgerController joins them (``id:address;`` each)."""
+    fields = {"isLeader": "true" if metadata.is_leader else "false",
+              "peers": "".join(f"{i}:{rocketmq_address(a)};" for i, a in metadata.peers)}
+    for key, value in (("group", metadata.group), ("controllerLeaderId", metadata.leader_id),
+                       ("controllerLeaderAddress", metadata.leader_address)):
+        if value is not None:
+            fields[key] = rocketmq_address(value) if key.endswith("Address") else value
+    return fields
 
 
-def decode_metadata(data: bytes) -> ControllerMetadata:
-    """Decode a GET_METADATA_INFO body."""
-    reader = load_body(data, "controller metadata")
-    reader.expect_keys({"controllerId", "leaderId", "leaderAddress", "term", "peers", "groups"})
+def read_metadata(fields: Mapping[str, str]) -> ControllerMetadata:
+    """A GET_METADATA_INFO response's ``extFields`` read back."""
     peers = []
-    for item in reader.list("peers"):
-        if (not isinstance(item, list) or len(item) != 2
-                or not all(isinstance(part, str) for part in item)):
-            reader.fail(f"'peers' must hold [string, string] pairs, got {item!r:.60}")
-        peers.append((item[0], item[1]))
-    return ControllerMetadata(
-        controller_id=reader.string("controllerId"),
-        leader_id=reader.string("leaderId"),
-        leader_address=reader.string("leaderAddress"),
-        term=reader.integer("term"),
-        peers=tuple(sorted(peers)),
-        groups=tuple(_read_replica_info(obj, f"controller metadata group {i}")
-                     for i, obj in enumerate(reader.list("groups"))),
-    )
+    for member in filter(None, fields.get("peers", "").split(";")):
+        peer_id, sep, address = member.partition(":")
+        if not sep:
+            raise WireError(f"controller metadata: 'peers' holds {member[:40]!r}, "
+                            "expected id:address")
+        peers.append((peer_id, address))
+    return ControllerMetadata(fields.get("group"), fields.get("controllerLeaderId"),
+                              fields.get("controllerLeaderAddress"),
+                              fields.get("isLeader") == "true", peers)
+
+
+def _replica_identities(broker_name: str, replicas: Iterable[Replica]) -> list[dict[str, Any]]:
+    return [{"alive": r.alive, "brokerAddress": rocketmq_address(r.address),
+             "brokerId": r.broker_id, "brokerName": broker_name} for r in replicas]
+
+
+def encode_sync_state_data(groups: Iterable[SyncStateData]) -> bytes:
+    """A GET_SYNC_STATE_DATA body: RocketMQ's BrokerReplicasInfo, by group name."""
+    table = {}
+    for data in groups:
+        info: dict[str, Any] = {
+            "inSyncReplicas": _replica_identities(data.broker_name, data.in_sync_replicas),
+            "masterEpoch": data.master_epoch,
+            "notInSyncReplicas": _replica_identities(data.broker_name,
+                                                     data.not_in_sync_replicas),
+            "syncStateSetEpoch": data.sync_state_set_epoch,
+        }
+        if data.master_broker_id is not None:
+            info["masterBrokerId"] = data.master_broker_id
+        if data.master_address is not None:
+            info["masterAddress"] = rocketmq_address(data.master_address)
+        table[data.broker_name] = info
+    return dump_json({"replicasInfoTable": table})
+
+
+def _read_replicas(reader: _json.FieldReader, key: str) -> tuple[Replica, ...]:
+    replicas = []
+    for index, obj in enumerate(reader.list(key)):
+        item = _json.FieldReader(obj, f"{reader.where} {key}[{index}]", WireError)
+        item.expect_keys({"brokerName", "brokerId", "brokerAddress"}, optional={"alive"})
+        item.string("brokerName")  # checked, not kept: it is the group's name
+        alive = item.optional("alive")
+        if alive is not None and not isinstance(alive, bool):
+            item.fail(f"'alive' must be true, false or null, got {type(alive).__name__}")
+        replicas.append(Replica(item.integer("brokerId"), item.string("brokerAddress"),
+                                alive=bool(alive)))
+    return tuple(replicas)
+
+
+def decode_sync_state_data(data: bytes) -> tuple[SyncStateData, ...]:
+    """Decode a GET_SYNC_STATE_DATA body: the groups sorted by name."""
+    reader = load_body(data, "sync state data")
+    reader.expect_keys({"replicasInfoTable"})
+    table = reader.raw("replicasInfoTable")
+    if not isinstance(table, dict):
+        reader.fail(f"'replicasInfoTable' must be an object, got {type(table).__name__}")
+    groups = []
+    for name, obj in sorted(table.items()):
+        info = _json.FieldReader(obj, f"sync state data of {name[:40]!r}", WireError)
+        info.expect_keys({"masterEpoch", "syncStateSetEpoch", "inSyncReplicas",
+                          "notInSyncReplicas"}, optional={"masterBrokerId", "masterAddress"})
+        master_address = info.optional("masterAddress")
+        if master_address is not None and not isinstance(master_address, str):
+            info.fail(f"'masterAddress' must be a string, got {type(master_address).__name__}")
+        groups.append(SyncStateData(
+            broker_name=name,
+            master_broker_id=(None if info.optional("masterBrokerId") is None
+                              else info.integer("masterBrokerId")),
+            master_address=master_address,
+            master_epoch=info.integer("masterEpoch"),
+            sync_state_set_epoch=info.integer("syncStateSetEpoch"),
+            in_sync_replicas=_read_replicas(info, "inSyncReplicas"),
+            not_in_sync_replicas=_read_replicas(info, "notInSyncReplicas"),
+        ))
+    return tuple(groups)
+
+
+#: The end of an epoch still open: RocketMQ's EpochEntry default, Java's Long.MAX_VALUE.
+OPEN_END = _json.MAX_INT
+
+
+@attrs.frozen
+class EpochRange:
+    """One of a broker's epochs and its offsets (RocketMQ's EpochEntry)."""
+
+    epoch: int
+    start_offset: int
+    end_offset: int = OPEN_END
 
 
 @attrs.frozen
 class BrokerEpochCache:
-    """GET_BROKER_EPOCH_CACHE (answered by a broker): its epochs and offsets.
+    """GET_BROKER_EPOCH_CACHE (answered by a broker): RocketMQ's EpochEntryCache.
 
-    ``epochs`` is ``(epoch, start_offset)`` pairs, oldest first; an epoch
-    ends where the next starts, the last at ``max_offset``.
+    ``epochs`` oldest first; each ends where the next starts, the last is
+    open (``OPEN_END``; mqadmin shows the broker's ``max_offset`` instead).
+    ``broker_id`` is 0 on a master, as RocketMQ's controller mode sets it.
     """
 
+    cluster_name: str
     broker_name: str
     broker_id: int
+    epochs: tuple[EpochRange, ...] = attrs.field(converter=tuple)
     max_offset: int
-    confirm_offset: int
-    epochs: tuple[tuple[int, int], ...] = attrs.field(converter=tuple)
 
 
 def encode_epoch_cache(cache: BrokerEpochCache) -> bytes:
     """A GET_BROKER_EPOCH_CACHE response body."""
-    return _dump({"brokerName": cache.broker_name, "brokerId": cache.broker_id,
-                  "maxOffset": cache.max_offset, "confirmOffset": cache.confirm_offset,
-                  "epochs": [list(pair) for pair in cache.epochs]})
+    return dump_json({
+        "brokerId": cache.broker_id, "brokerName": cache.broker_name,
+        "clusterName": cache.cluster_name, "maxOffset": cache.max_offset,
+        "epochList": [{"endOffset": e.end_offset, "epoch": e.epoch,
+                       "startOffset": e.start_offset} for e in cache.epochs]})
 
 
 def decode_epoch_cache(data: bytes) -> BrokerEpochCache:
     """Decode a GET_BROKER_EPOCH_CACHE body."""
     reader = load_body(data, "broker epoch cache")
-    reader.expect_keys({"brokerName", "brokerId", "maxOffset", "confirmOffset", "epochs"})
+    reader.expect_keys({"clusterName", "brokerName", "brokerId", "epochList", "maxOffset"})
     epochs = []
-    for item in reader.list("epochs"):
-        if not isinstance(item, list) or len(item) != 2:
-            reader.fail(f"'epochs' must hold [epoch, startOffset] pairs, got {item!r:.60}")
-        epochs.append((reader.check_integer(item[0], "epochs"),
-                       reader.check_integer(item[1], "epochs")))
-    return BrokerEpochCache(
-        broker_name=reader.string("brokerName"),
-        broker_id=reader.integer("brokerId"),
-        max_offset=reader.integer("maxOffset"),
-        confirm_offset=reader.integer("confirmOffset"),
-        epochs=tuple(epochs),
-    )
-
-
-def encode_config(values: Mapping[str, Any]) -> bytes:
-    """A GET/UPDATE_CONTROLLER_CONFIG body: ``{key: value}``."""
-    return _dump(dict(values))
-
-
-def decode_config(data: bytes) -> dict[str, Any]:
-    """Decode a GET/UPDATE_CONTROLLER_CONFIG body."""
-    return _json.load_object(data, "controller config", WireError)
+    for index, obj in enumerate(reader.list("epochList")):
+        entry = _json.FieldReader(obj, f"broker epoch cache epochList[{index}]", WireError)
+        entry.expect_keys({"epoch", "startOffset", "endOffset"})
+        epochs.append(EpochRange(entry.integer("epoch"), entry.integer("startOffset"),
+                                 entry.integer("endOffset")))
+    return BrokerEpochCache(reader.string("clusterName"), reader.string("brokerName"),
+                            reader.integer("brokerId"), epochs, reader.integer("maxOffset"))

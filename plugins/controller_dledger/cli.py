@@ -31,7 +31,14 @@ from triomq.cli_table import table as text_table
 from triomq.config import NodeConfig
 from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
 from triomq.controller.codes import RequestCode, ResponseCode
-from triomq.controller.wire import ReplicaInfo, WireError, decode_epoch_cache
+from triomq.controller.results import Replica, SyncStateData
+from triomq.controller.wire import (
+    OPEN_END,
+    ReplicaInfo,
+    WireError,
+    decode_epoch_cache,
+    rpc_address,
+)
 from triomq.errors import ConfigError
 from triomq.plugin_manager import PluginManager
 from triomq.protocol.remoting import RemotingCommand
@@ -57,9 +64,10 @@ def add_admin_commands(commands: argparse._SubParsersAction) -> None:
         p.set_defaults(func=_run_sync)
         return p
 
-    command("get-controller-metadata", "the controllers' leader, term and every group",
+    command("get-controller-metadata", "the controllers' group, leader and peers",
             group=False)
-    command("get-sync-state-set", "a group's master, epochs and SyncStateSet")
+    command("get-sync-state-set", "a group's master, epochs and replicas in and out of its "
+            "SyncStateSet")
     p = command("elect-master", "make a designated replica the group's master")
     p.add_argument("--broker-id", type=int, required=True, help="the replica to elect")
     p = command("clean-broker-metadata", "forget replicas of a group (or the whole group)")
@@ -145,38 +153,57 @@ def _info_table(info: ReplicaInfo) -> str:
 
 async def _metadata(client: ControllerClient, args: argparse.Namespace
                     ) -> tuple[Any, str]:
-    try:
-        metadata = await client.get_metadata()
-    except ControllerUnavailable:
-        # No leader: any controller still tells what it knows.
-        metadata = await client.get_metadata(client.addresses[0])
+    metadata = await client.get_metadata()
     data = {
-        "controllerId": metadata.controller_id,
-        "leaderId": metadata.leader_id or None,
-        "leaderAddress": metadata.leader_address or None,
-        "term": metadata.term,
+        "group": metadata.group,
+        "leaderId": metadata.leader_id,
+        "leaderAddress": metadata.leader_address,
         "peers": [{"id": i, "address": a, "leader": i == metadata.leader_id}
                   for i, a in metadata.peers],
-        "groups": [_info_json(g) for g in metadata.groups],
     }
+    leader = (f"{metadata.leader_id} ({metadata.leader_address})" if metadata.leader_id
+              else "none")
     table = text_table(("controllerId", "address", "role"),
-                   [(i, a, "leader" if i == metadata.leader_id else "follower")
-                    for i, a in metadata.peers])
-    table = f"term {metadata.term}, leader {metadata.leader_id or 'none'}\n{table}"
-    groups = [(g.broker_name, g.master_broker_id, g.master_epoch,
-               ",".join(map(str, sorted(g.sync_state_set))), g.sync_state_set_epoch,
-               len(g.replicas)) for g in metadata.groups]
-    table += "\n\n" + text_table(("group", "master", "masterEpoch", "syncStateSet",
-                              "syncStateSetEpoch", "replicas"), groups)
-    return data, table
+                       [(i, a, "leader" if i == metadata.leader_id else "follower")
+                        for i, a in metadata.peers])
+    return data, f"group {metadata.group}, leader {leader}\n{table}"
+
+
+def _replicas_json(replicas: tuple[Replica, ...]) -> list[dict[str, Any]]:
+    return [{"brokerId": r.broker_id, "brokerAddress": r.address, "alive": r.alive}
+            for r in replicas]
+
+
+async def _group(client: ControllerClient, args: argparse.Namespace) -> SyncStateData:
+    groups = await client.get_sync_state_data([args.broker_name])
+    if not groups:
+        raise ControllerError(client.leader or "?", "GET_SYNC_STATE_DATA", _missing(args))
+    return groups[0]
 
 
 async def _sync_state_set(client: ControllerClient, args: argparse.Namespace
                           ) -> tuple[Any, str]:
-    infos = await client.get_sync_state_data([args.broker_name])
-    if not infos:
-        raise ControllerError(client.leader or "?", "GET_SYNC_STATE_DATA", _missing(args))
-    return _info_json(infos[0]), _info_table(infos[0])
+    group = await _group(client, args)
+    data = {
+        "brokerName": group.broker_name,
+        "masterBrokerId": group.master_broker_id,
+        "masterAddress": group.master_address,
+        "masterEpoch": group.master_epoch,
+        "syncStateSetEpoch": group.sync_state_set_epoch,
+        "inSyncReplicas": _replicas_json(group.in_sync_replicas),
+        "notInSyncReplicas": _replicas_json(group.not_in_sync_replicas),
+    }
+    master = (f"{group.master_broker_id} ({group.master_address})"
+              if group.master_broker_id is not None else "none")
+    head = (f"group {group.broker_name}: master {master}, master epoch {group.master_epoch}, "
+            f"SyncStateSet epoch {group.sync_state_set_epoch}")
+    rows = sorted((r.broker_id, r.address, "master" if r.broker_id == group.master_broker_id
+                   else "slave", in_sync, "yes" if r.alive else "no")
+                  for replicas, in_sync in ((group.in_sync_replicas, "yes"),
+                                            (group.not_in_sync_replicas, "no"))
+                  for r in replicas)
+    return data, head + "\n" + text_table(
+        ("brokerId", "address", "role", "inSyncStateSet", "alive"), rows)
 
 
 def _missing(args: argparse.Namespace) -> RemotingCommand:
@@ -200,14 +227,15 @@ async def _clean(client: ControllerClient, args: argparse.Namespace) -> tuple[An
 
 
 async def _epochs(client: ControllerClient, args: argparse.Namespace) -> tuple[Any, str]:
-    infos = await client.get_sync_state_data([args.broker_name])
-    if not infos:
-        raise ControllerError(client.leader or "?", "GET_SYNC_STATE_DATA", _missing(args))
+    group = await _group(client, args)
     data: list[dict[str, Any]] = []
     rows: list[tuple[Any, ...]] = []
-    for broker_id, address in infos[0].replicas:
+    for replica in sorted(group.in_sync_replicas + group.not_in_sync_replicas,
+                          key=lambda r: r.broker_id):
+        broker_id, address = replica.broker_id, replica.address
         try:
-            response = await client.rpc.invoke(address, RequestCode.GET_BROKER_EPOCH_CACHE,
+            response = await client.rpc.invoke(rpc_address(address),
+                                               RequestCode.GET_BROKER_EPOCH_CACHE,
                                                timeout=client.attempt_timeout)
         except RpcError as exc:
             data.append({"brokerId": broker_id, "address": address, "error": str(exc)})
@@ -219,17 +247,19 @@ async def _epochs(client: ControllerClient, args: argparse.Namespace) -> tuple[A
             continue
         cache = decode_epoch_cache(response.body)
         entries = []
-        for index, (epoch, start) in enumerate(cache.epochs):
-            end = (cache.epochs[index + 1][1] if index + 1 < len(cache.epochs)
-                   else cache.max_offset)
-            entries.append({"epoch": epoch, "startOffset": start, "endOffset": end})
-            rows.append((broker_id, address, epoch, start, end, cache.confirm_offset))
+        for entry in cache.epochs:
+            # The open epoch ends at the log's end, as mqadmin shows it.
+            end = cache.max_offset if entry.end_offset == OPEN_END else entry.end_offset
+            entries.append({"epoch": entry.epoch, "startOffset": entry.start_offset,
+                            "endOffset": end})
+            rows.append((broker_id, address, entry.epoch, entry.start_offset, end,
+                         cache.max_offset))
         if not entries:
-            rows.append((broker_id, address, "none", None, None, cache.confirm_offset))
+            rows.append((broker_id, address, "none", None, None, cache.max_offset))
         data.append({"brokerId": broker_id, "address": address, "maxOffset": cache.max_offset,
-                     "confirmOffset": cache.confirm_offset, "epochs": entries})
+                     "epochs": entries})
     table = text_table(("brokerId", "address", "epoch", "startOffset", "endOffset",
-                    "confirmOffset"), rows)
+                        "maxOffset"), rows)
     return {"brokerName": args.broker_name, "replicas": data}, table
 
 

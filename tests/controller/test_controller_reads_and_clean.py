@@ -29,14 +29,23 @@ def test_get_sync_state_data_splits_in_and_out_of_sync(h):
     h.build(3, "broker-a")
     h.build(2, "broker-b")
     h.commit(h.manager.alter_sync_state_set("broker-a", 1, 1, {1, 3}, 2, h.live))
-    result = h.manager.get_sync_state_data(["broker-b", "broker-a", "unknown"])
-    assert result.ok
+    h.live.down(3)
+    asked = []
+
+    def live_info(cluster_name, broker_name):
+        asked.append((cluster_name, broker_name))
+        return h.live if broker_name == "broker-a" else lambda broker_id: None
+
+    result = h.manager.get_sync_state_data(["broker-b", "broker-a", "unknown"], live_info)
+    assert result.ok and asked == [(CLUSTER, "broker-a"), (CLUSTER, "broker-b")]
     a, b = result.payload
     assert a.broker_name == "broker-a"
-    assert a.in_sync_replicas == (Replica(1, address(1)), Replica(3, address(3)))
-    assert a.not_in_sync_replicas == (Replica(2, address(2)),)
+    assert a.in_sync_replicas == (Replica(1, address(1), alive=True),
+                                  Replica(3, address(3), alive=False))
+    assert a.not_in_sync_replicas == (Replica(2, address(2), alive=True),)
     assert (a.master_broker_id, a.master_epoch, a.sync_state_set_epoch) == (1, 1, 3)
     assert b.broker_name == "broker-b" and b.not_in_sync_replicas == ()
+    assert not any(r.alive for r in b.in_sync_replicas)
 
 
 def test_get_metadata_lists_every_group(h):

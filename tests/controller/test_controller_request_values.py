@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,28 +16,23 @@ from triomq.controller.requests import (
     ConfigValues,
     ElectMaster,
     GetSyncStateData,
-    GroupInfos,
     Malformed,
     NextBrokerId,
     Reply,
     SyncStateSet,
+    SyncStateTable,
     UpdateControllerConfig,
     decode_request,
     reply_command,
 )
-from triomq.controller.wire import (
-    ReplicaInfo,
-    decode_config,
-    decode_replica_info,
-    decode_replica_infos,
-    load_body,
-)
+from triomq.controller.results import Replica, SyncStateData
+from triomq.controller.wire import ControllerMetadata, ReplicaInfo, decode_replica_info, load_body
 from triomq.protocol.remoting import RemotingCommand
 
 KEYS = ["clusterName", "brokerName", "brokerId", "brokerAddr", "brokerAddress", "epoch",
         "maxOffset", "confirmOffset", "electionPriority", "heartbeatTimeoutMills",
         "appliedBrokerId", "registerCheckCode", "masterBrokerId", "masterEpoch",
-        "syncStateSetEpoch", "newSyncStateSet", "designateElect", "brokerNames",
+        "syncStateSetEpoch", "newSyncStateSet", "designateElect",
         "brokerIdSetToClean", "isCleanLivingBroker"]
 VALUES = st.one_of(st.text(max_size=12), st.integers(-5, 2**70).map(str),
                    st.sampled_from(["true", "false", "1;2", ";", "", "1;x"]))
@@ -63,12 +60,33 @@ def test_headers_decode_to_their_requests() -> None:
     elect = decode_request(RemotingCommand.request(RequestCode.ELECT_MASTER, {
         "clusterName": "c", "brokerName": "g", "designateElect": "true", "brokerId": "4"}))
     assert elect == ElectMaster("c", "g", 4, True)
-    names = decode_request(RemotingCommand.request(RequestCode.GET_SYNC_STATE_DATA, {
-        "brokerNames": "b;a;;b"}))
+    # mqadmin's GET_SYNC_STATE_DATA: fastjson's list of names as the body.
+    names = decode_request(RemotingCommand.request(RequestCode.GET_SYNC_STATE_DATA,
+                                                   body=b'["b","a","b"]'))
     assert names == GetSyncStateData(("a", "b"))
-    update = decode_request(RemotingCommand.request(RequestCode.UPDATE_CONTROLLER_CONFIG,
-                                                    body=b'{"request_timeout": 5}'))
-    assert update == UpdateControllerConfig({"request_timeout": 5})
+    for body in (b'"a"', b"[1]", b"a;b", b"\xff"):
+        refused = decode_request(RemotingCommand.request(RequestCode.GET_SYNC_STATE_DATA,
+                                                         body=body))
+        assert isinstance(refused, Malformed) and "JSON list of broker names" in refused.reason
+    # mqadmin's UPDATE_CONTROLLER_CONFIG: MixAll.properties2String, RocketMQ's names.
+    update = decode_request(RemotingCommand.request(
+        RequestCode.UPDATE_CONTROLLER_CONFIG,
+        body=b"requestTimeout=5\nenableElectUncleanMaster=true\n"))
+    assert update == UpdateControllerConfig({"request_timeout": 5,
+                                             "enable_elect_unclean_master": True})
+    for body, reason in ((b"listenPort=9878\n", "unknown property 'listenPort'"),
+                         (b"requestTimeout=soon\n", "requestTimeout: expected an integer"),
+                         (b"notifyBrokerRoleChanged=1\n", "expected true or false")):
+        refused = decode_request(RemotingCommand.request(RequestCode.UPDATE_CONTROLLER_CONFIG,
+                                                         body=body))
+        assert isinstance(refused, Malformed) and reason in refused.reason
+        assert refused.code == ResponseCode.CONTROLLER_INVALID_REQUEST
+    # As RocketMQ refuses its black-listed names.
+    refused = decode_request(RemotingCommand.request(
+        RequestCode.UPDATE_CONTROLLER_CONFIG, body=b"requestTimeout=5\nconfigStorePath=/x\n"))
+    assert refused == Malformed("UPDATE_CONTROLLER_CONFIG",
+                                "Can not update config in black list.",
+                                ResponseCode.NO_PERMISSION)
 
 
 def test_a_missing_key_is_named() -> None:
@@ -82,15 +100,36 @@ INFO = ReplicaInfo("g", 1, "a1", 2, {1, 2}, 3, ((1, "a1"), (2, "a2")))
 
 @pytest.mark.parametrize(("payload", "read", "expected"), [
     (INFO, decode_replica_info, INFO),
-    (GroupInfos([INFO]), decode_replica_infos, (INFO,)),
-    (NextBrokerId(3), decode_config, {"nextBrokerId": 3}),
-    (SyncStateSet({2, 1}, 4), decode_config, {"syncStateSet": [1, 2], "syncStateSetEpoch": 4}),
-    (ConfigValues({"a": 1}), decode_config, {"a": 1}),
+    (SyncStateTable([SyncStateData("g", None, None, 0, 1, (),
+                                   (Replica(1, "tcp://h:1", alive=False),))]),
+     json.loads, {"replicasInfoTable": {"g": {
+         "masterEpoch": 0, "syncStateSetEpoch": 1, "inSyncReplicas": [],
+         "notInSyncReplicas": [{"brokerName": "g", "brokerId": 1, "brokerAddress": "h:1",
+                                "alive": False}]}}}),
+    (SyncStateTable([]), json.loads, {"replicasInfoTable": {}}),
+    (NextBrokerId(3), json.loads, {"nextBrokerId": 3}),
+    (SyncStateSet({2, 1}, 4), json.loads, {"syncStateSet": [1, 2], "syncStateSetEpoch": 4}),
+    (ConfigValues({"b": "x:1", "a": "1"}), bytes, b"a=1\nb=x:1\n"),
 ])
 def test_reply_bodies(payload, read, expected) -> None:
     command = reply_command(Reply(7, ResponseCode.SUCCESS, payload=payload))
     assert command.is_response and command.code == ResponseCode.SUCCESS
     assert read(command.body) == expected
+
+
+def test_a_metadata_reply_is_rocketmqs_response_header() -> None:
+    """GetMetaDataResponseHeader's fields in extFields, no body; nulls left out."""
+    metadata = ControllerMetadata("group1", "2", "tcp://10.0.0.2:9878", False,
+                                  (("1", "tcp://10.0.0.1:9878"), ("2", "tcp://10.0.0.2:9878")))
+    command = reply_command(Reply(7, ResponseCode.SUCCESS, payload=metadata))
+    assert command.body == b""
+    assert command.ext_fields == {
+        "group": "group1", "controllerLeaderId": "2",
+        "controllerLeaderAddress": "10.0.0.2:9878", "isLeader": "false",
+        "peers": "1:10.0.0.1:9878;2:10.0.0.2:9878;"}
+    leaderless = ControllerMetadata("group1", None, None, False, ())
+    assert reply_command(Reply(7, 0, payload=leaderless)).ext_fields == {
+        "group": "group1", "isLeader": "false", "peers": ""}
 
 
 def test_a_not_leader_reply_names_the_leader_in_its_header() -> None:

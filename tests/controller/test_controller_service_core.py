@@ -21,12 +21,15 @@ from triomq.controller.requests import (
     GetMetadata,
     GetNextBrokerId,
     GetReplicaInfo,
+    GetSyncStateData,
     Malformed,
     NextBrokerId,
     RegisterBroker,
     Reply,
+    SyncStateTable,
     UpdateControllerConfig,
 )
+from triomq.controller.results import Replica
 from triomq.controller.service_core import (
     Applied,
     ControllerCore,
@@ -39,7 +42,7 @@ from triomq.controller.service_core import (
     Propose,
     ReadBarrier,
 )
-from triomq.controller.wire import ReplicaInfo
+from triomq.controller.wire import ControllerMetadata, ReplicaInfo
 from triomq.errors import PluginError
 
 CLUSTER, GROUP = "DefaultCluster", "broker-a"
@@ -354,9 +357,16 @@ def test_config_and_metadata_are_answered_by_any_controller() -> None:
     pump.lead(term=5, leader=2)
     config = pump.reply(pump.request(GetControllerConfig())).payload
     assert isinstance(config, ConfigValues)
-    assert config.values["request_timeout"] == TIMEOUT and config.values["peers"]["2"]
+    assert config.properties["requestTimeout"] == str(TIMEOUT)
+    assert config.properties["controllerDLegerPeers"] == "1-c1:9878;2-c2:9878"
+    assert config.properties["controllerDLegerGroup"] == "DefaultControllerGroup"
+    assert pump.reply(pump.request(GetMetadata())).payload == ControllerMetadata(
+        "DefaultControllerGroup", "2", "tcp://c2:9878", False,
+        (("1", "tcp://c1:9878"), ("2", "tcp://c2:9878")))
+    pump.lead(term=6, leader=0)
     metadata = pump.reply(pump.request(GetMetadata())).payload
-    assert (metadata.controller_id, metadata.leader_id, metadata.term) == ("1", "2", 5)
+    assert (metadata.leader_id, metadata.leader_address, metadata.is_leader) == (
+        None, None, False)
     refused = pump.reply(pump.request(UpdateControllerConfig({"node_id": 3})))
     assert refused.code == ResponseCode.CONTROLLER_INVALID_REQUEST
     assert "cannot change at run time" in refused.remark
@@ -382,3 +392,15 @@ def test_replies_carry_their_payloads(pump: Pump) -> None:
     rid = pump.request(GetReplicaInfo("missing"))
     pump.run()
     assert pump.reply(rid).code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST
+    # Replicas alive by the heartbeats this controller recorded.
+    rid = pump.request(GetSyncStateData((GROUP, "missing")))
+    pump.run()
+    table = pump.reply(rid).payload
+    assert isinstance(table, SyncStateTable) and len(table.groups) == 1
+    group = table.groups[0]  # registered, no master elected yet: not in sync
+    assert (group.in_sync_replicas, group.not_in_sync_replicas) == (
+        (), (Replica(broker_id, address(broker_id), alive=True),))
+    pump.advance(INACTIVE + 1)
+    rid = pump.request(GetSyncStateData((GROUP,)))
+    pump.run()
+    assert not pump.reply(rid).payload.groups[0].not_in_sync_replicas[0].alive

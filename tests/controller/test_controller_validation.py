@@ -80,7 +80,7 @@ def refused(request) -> tuple[int, str]:
     (ElectMaster(CLUSTER, "", None), Code.CONTROLLER_INVALID_REQUEST, "'brokerName' ''"),
     (GetReplicaInfo("gruppé"), Code.CONTROLLER_INVALID_REQUEST, "'brokerName' 'gruppé'"),
     (GetSyncStateData(("broker-a", "bad name")), Code.CONTROLLER_INVALID_REQUEST,
-     "'brokerNames': 'bad name':"),
+     "GET_SYNC_STATE_DATA: body: 'bad name':"),
     (CleanBrokerData(CLUSTER, GROUP, frozenset({0})), Code.CONTROLLER_BROKER_ID_INVALID,
      "'brokerIdSetToClean': 0:"),
 ])

@@ -116,7 +116,7 @@ async def test_bad_names_ids_and_addresses_are_refused_and_nothing_is_proposed(t
 
 KEYS = ["clusterName", "brokerName", "brokerId", "brokerAddress", "brokerAddr",
         "appliedBrokerId", "registerCheckCode", "masterBrokerId", "masterEpoch",
-        "syncStateSetEpoch", "newSyncStateSet", "designateElect", "brokerNames",
+        "syncStateSetEpoch", "newSyncStateSet", "designateElect",
         "brokerIdSetToClean", "isCleanLivingBroker", "epoch", "maxOffset", "confirmOffset",
         "electionPriority", "heartbeatTimeoutMills"]
 values = st.one_of(
@@ -126,7 +126,8 @@ values = st.one_of(
 headers = st.dictionaries(st.sampled_from(KEYS), values, max_size=8).map(
     lambda fields: {**GOOD, **fields})
 bodies = st.one_of(st.just(b""), st.binary(max_size=60),
-                   st.sampled_from([b"{}", b'{"request_timeout": 5}', b"[1]", b'{"peers": 1}']))
+                   st.sampled_from([b"{}", b"requestTimeout=5\n", b"[1]", b'["a", "b/c"]',
+                                    b"controllerDLegerPeers=1\n", b'{"peers": 1}']))
 requests = st.lists(st.tuples(st.sampled_from(sorted(REQUEST_CODES)), headers, bodies),
                     min_size=1, max_size=40)
 SPECIFIC = set(Code) - {Code.SYSTEM_ERROR, Code.CONTROLLER_JRAFT_INTERNAL_ERROR}

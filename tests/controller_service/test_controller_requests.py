@@ -7,7 +7,8 @@ from controller_service_helpers import controllers, wait_leader
 
 from triomq.controller import RequestCode, ResponseCode
 from triomq.controller.client import ControllerClient, ControllerError
-from triomq.controller.wire import decode_config, decode_metadata
+from triomq.controller.wire import read_metadata
+from triomq.protocol.java_properties import load_properties
 
 CLUSTER, GROUP = "DefaultCluster", "broker-x"
 Code = ResponseCode
@@ -104,8 +105,9 @@ async def test_followers_point_at_the_leader(make_cluster):
                 assert response.ext_fields["leaderId"] == str(services[leader].raft.node_id)
             # Metadata comes from any controller.
             response = await node.rpc.invoke(address, RequestCode.GET_METADATA_INFO)
-            metadata = decode_metadata(response.body)
+            metadata = read_metadata(response.ext_fields)
             assert (metadata.leader_address, len(metadata.peers)) == (leader_address, 3)
+            assert metadata.is_leader == (name == leader)
         # A client that starts at a follower follows the hint.
         follower = next(a for n, a in cluster.controller_addresses.items() if n != leader)
         client = ControllerClient(node.rpc, [follower, leader_address])
@@ -120,8 +122,8 @@ async def test_controller_config_get_and_update(make_cluster):
         address = cluster.controller_addresses["c1"]
         client = ControllerClient(node.rpc, [address])
         config = await client.get_controller_config(address)
-        assert config["enable_elect_unclean_master"] is False
-        assert config["peers"]["1"] == address
+        assert config["enableElectUncleanMaster"] == "false"
+        assert config["controllerDLegerPeers"].startswith(f"1-{address};")
         await client.update_controller_config(address, {"broker_not_active_timeout": 900})
         assert controllers(cluster)["c1"].config.broker_not_active_timeout == 900
         for bad in ({"peers": {}}, {"broker_not_active_timeout": -1},
@@ -130,4 +132,4 @@ async def test_controller_config_get_and_update(make_cluster):
                 await client.update_controller_config(address, bad)
             assert error.value.code == Code.CONTROLLER_INVALID_REQUEST
         response = await node.rpc.invoke(address, RequestCode.GET_CONTROLLER_CONFIG)
-        assert decode_config(response.body)["broker_not_active_timeout"] == 900
+        assert load_properties(response.body)["brokerNotActiveTimeoutMillis"] == "900"
