@@ -7,6 +7,14 @@ milliseconds::
     scan_not_active_broker_interval = 1000
     broker_not_active_timeout = 10000
     support_acting_master = false
+    order_message_enable = false
+
+The name server's KV config (PUT_KV_CONFIG and friends, ordered topics'
+``orderTopicConf``) is kept in ``kvConfig.json`` under the node's
+``[store] path``, as RocketMQ keeps it under ``kvConfigPath``; a name server
+without a store path keeps it in memory only, and loses it when it stops.
+GET_NAMESRV_CONFIG and UPDATE_NAMESRV_CONFIG show and change these keys
+under RocketMQ's names (``triomq.namesrv.config_properties``).
 """
 
 from __future__ import annotations
@@ -37,3 +45,13 @@ class NamesrvConfig:
                    "of it (RocketMQ's deleteTopicWithBrokerRegistration).")
     enable_all_topic_list: bool = setting(
         True, doc="Serve GET_ALL_TOPIC_LIST_FROM_NAMESERVER (RocketMQ's enableAllTopicList).")
+    enable_topic_list: bool = setting(
+        True, doc="Serve GET_TOPICS_BY_CLUSTER (RocketMQ's enableTopicList).")
+    order_message_enable: bool = setting(
+        False, doc="Route answers carry the topic's orderTopicConf from the KV config "
+                   "namespace ORDER_TOPIC_CONFIG (RocketMQ's orderMessageEnable). The KV "
+                   "config is kept in kvConfig.json under [store] path; in memory only "
+                   "without one.")
+    return_order_topic_config_to_broker: bool = setting(
+        True, doc="A broker's registration is answered with the ORDER_TOPIC_CONFIG "
+                  "namespace as a KVTable body (RocketMQ's returnOrderTopicConfigToBroker).")

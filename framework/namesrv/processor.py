@@ -23,10 +23,31 @@ Requests served, with RocketMQ's codes and header keys:
 - 206 GET_ALL_TOPIC_LIST_FROM_NAMESERVER -> ``{"topicList": [...]}``.
 - 216 DELETE_TOPIC_IN_NAMESRV: ``topic``, optional ``clusterName``.
 - 901 GET_BROKER_MEMBER_GROUP: ``clusterName``, ``brokerName``.
+- 224 GET_TOPICS_BY_CLUSTER: ``cluster`` -> ``{"topicList": [...]}``.
+- 304 GET_SYSTEM_TOPIC_LIST_FROM_NS -> ``{"brokerAddr": ..., "topicList": [...]}``.
+- 205 WIPE_WRITE_PERM_OF_BROKER and 327 ADD_WRITE_PERM_OF_BROKER: ``brokerName``
+  -> ``wipeTopicCount`` / ``addTopicCount``, the topics the group holds.
+- 100 PUT_KV_CONFIG (``namespace``, ``key``, ``value``), 101 GET_KV_CONFIG
+  (``namespace``, ``key`` -> ``value``, or QUERY_NOT_FOUND 22), 102
+  DELETE_KV_CONFIG (``namespace``, ``key``), 219 GET_KVLIST_BY_NAMESPACE
+  (``namespace`` -> a ``KVTable`` body, or QUERY_NOT_FOUND): the KV config
+  (``triomq.namesrv.kv_config``). With ``order_message_enable`` a route
+  answer carries the topic's ``orderTopicConf`` from it, and a registration
+  is answered with its ORDER_TOPIC_CONFIG namespace (as RocketMQ does while
+  ``returnOrderTopicConfigToBroker`` is on).
+- 319 GET_NAMESRV_CONFIG and 318 UPDATE_NAMESRV_CONFIG: the settings in
+  force as properties (``triomq.namesrv.config_properties``); a body naming
+  a black-listed key is NO_PERMISSION 16, an unknown or read-only one
+  INVALID_PARAMETER 29.
+
+The admin requests among these (KV put and delete, the write-permission
+pair, the config update, topic deletion) are guarded by the node's RPC
+server (``triomq.admin_access``) before they reach this core.
 
 A request the table refuses, or whose header or body is malformed, gets a
-response code with a remark naming the field; nothing is changed and the
-connection stays open.
+response code with a remark naming the field (SYSTEM_ERROR for a missing
+header field, as RocketMQ's header decoding answers); nothing is changed
+and the connection stays open.
 """
 
 from __future__ import annotations
@@ -35,8 +56,14 @@ import enum
 import zlib
 from collections.abc import Callable, Hashable
 
+import attrs
+
 from triomq.controller.wire import Header, WireError
+from triomq.namesrv.config import NamesrvConfig
+from triomq.namesrv.config_properties import Facts, UpdateRefused, namesrv_properties, updated
+from triomq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfig, encode_kv_table
 from triomq.namesrv.route_info import BrokerRegistration, RouteInfo, RouteRefused
+from triomq.protocol.java_properties import PropertiesError, dump_properties, load_properties
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import (
     DataVersion,
@@ -52,13 +79,23 @@ __all__ = ["NameServerCode", "NameServerCore", "ResponseCode"]
 class NameServerCode(enum.IntEnum):
     """Requests a name server serves, and the one it sends (RocketMQ's numbers)."""
 
+    PUT_KV_CONFIG = 100
+    GET_KV_CONFIG = 101
+    DELETE_KV_CONFIG = 102
     REGISTER_BROKER = 103
     UNREGISTER_BROKER = 104
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106
+    WIPE_WRITE_PERM_OF_BROKER = 205
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     DELETE_TOPIC_IN_NAMESRV = 216
+    GET_KVLIST_BY_NAMESPACE = 219
+    GET_TOPICS_BY_CLUSTER = 224
+    GET_SYSTEM_TOPIC_LIST_FROM_NS = 304
+    UPDATE_NAMESRV_CONFIG = 318
+    GET_NAMESRV_CONFIG = 319
     QUERY_DATA_VERSION = 322
+    ADD_WRITE_PERM_OF_BROKER = 327
     GET_BROKER_MEMBER_GROUP = 901
     BROKER_HEARTBEAT = 904
     NOTIFY_MIN_BROKER_ID_CHANGE = 905
@@ -67,14 +104,28 @@ class NameServerCode(enum.IntEnum):
 class ResponseCode(enum.IntEnum):
     SUCCESS = 0
     SYSTEM_ERROR = 1
+    NO_PERMISSION = 16
     TOPIC_NOT_EXIST = 17
+    QUERY_NOT_FOUND = 22
+    INVALID_PARAMETER = 29
 
 
 class NameServerCore:
-    """Answers name-server requests from a ``RouteInfo``."""
+    """Answers name-server requests from a ``RouteInfo`` and a ``KVConfig``.
 
-    def __init__(self, route: RouteInfo | None = None) -> None:
-        self.route = route if route is not None else RouteInfo()
+    ``config`` is the settings in force (UPDATE_NAMESRV_CONFIG replaces it);
+    ``facts`` what GET_NAMESRV_CONFIG shows of the running node besides.
+    """
+
+    def __init__(self, route: RouteInfo | None = None, *,
+                 config: NamesrvConfig | None = None, kv: KVConfig | None = None,
+                 facts: Facts | None = None) -> None:
+        self.config = config if config is not None else NamesrvConfig()
+        self.route = route if route is not None else RouteInfo(
+            default_broker_timeout_ms=self.config.broker_not_active_timeout)
+        self._apply_route_settings()
+        self.kv = kv if kv is not None else KVConfig()
+        self.facts = facts if facts is not None else Facts()
         self._handlers: dict[int, Callable[[RemotingCommand, Hashable, int],
                                            RemotingCommand]] = {
             NameServerCode.REGISTER_BROKER: self._register,
@@ -86,7 +137,23 @@ class NameServerCore:
             NameServerCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._topic_list,
             NameServerCode.DELETE_TOPIC_IN_NAMESRV: self._delete_topic,
             NameServerCode.GET_BROKER_MEMBER_GROUP: self._member_group,
+            NameServerCode.GET_TOPICS_BY_CLUSTER: self._topics_of_cluster,
+            NameServerCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self._system_topics,
+            NameServerCode.WIPE_WRITE_PERM_OF_BROKER: self._wipe_write_perm,
+            NameServerCode.ADD_WRITE_PERM_OF_BROKER: self._add_write_perm,
+            NameServerCode.PUT_KV_CONFIG: self._put_kv,
+            NameServerCode.GET_KV_CONFIG: self._get_kv,
+            NameServerCode.DELETE_KV_CONFIG: self._delete_kv,
+            NameServerCode.GET_KVLIST_BY_NAMESPACE: self._kv_list,
+            NameServerCode.GET_NAMESRV_CONFIG: self._get_config,
+            NameServerCode.UPDATE_NAMESRV_CONFIG: self._update_config,
         }
+
+    def _apply_route_settings(self) -> None:
+        self.route.support_acting_master = self.config.support_acting_master
+        self.route.delete_topic_with_broker_registration = (
+            self.config.delete_topic_with_broker_registration)
+        self.route.default_broker_timeout_ms = self.config.broker_not_active_timeout
 
     @property
     def codes(self) -> frozenset[int]:
@@ -111,7 +178,7 @@ class NameServerCore:
 
     def take_notices(self) -> list[tuple[str, RemotingCommand]]:
         """NOTIFY_MIN_BROKER_ID_CHANGE requests (oneway) and the broker address for each."""
-        out = []
+        out: list[tuple[str, RemotingCommand]] = []
         for notice in self.route.take_notices():
             fields = {"minBrokerId": str(notice.min_broker_id),
                       "minBrokerAddr": notice.min_broker_address}
@@ -149,7 +216,11 @@ class NameServerCore:
             fields["masterAddr"] = result.master_address
         if result.ha_server_address is not None:
             fields["haServerAddr"] = result.ha_server_address
-        return RemotingCommand.response(ext_fields=fields)
+        order_confs = self.kv.namespace(ORDER_TOPIC_CONFIG)
+        answer = b""
+        if self.config.return_order_topic_config_to_broker and order_confs is not None:
+            answer = encode_kv_table(order_confs)
+        return RemotingCommand.response(ext_fields=fields, body=answer)
 
     def _unregister(self, request: RemotingCommand, connection: Hashable,
                     now: int) -> RemotingCommand:
@@ -166,6 +237,12 @@ class NameServerCore:
             return RemotingCommand.response(
                 ResponseCode.TOPIC_NOT_EXIST,
                 remark=f"No topic route info in name server for the topic: {topic}")
+        order_conf = (self.kv.get(ORDER_TOPIC_CONFIG, topic)
+                      if self.config.order_message_enable else None)
+        route = self.route.topic_route(topic) if order_conf is not None else None
+        if route is not None:
+            # Not cached: the KV config changes apart from the route table.
+            body = attrs.evolve(route, order_topic_conf=order_conf).encode()
         return RemotingCommand.response(body=body)
 
     def _cluster_info(self, request: RemotingCommand, connection: Hashable,
@@ -193,7 +270,90 @@ class NameServerCore:
 
     def _topic_list(self, request: RemotingCommand, connection: Hashable,
                     now: int) -> RemotingCommand:
+        if not self.config.enable_all_topic_list:
+            return RemotingCommand.response(ResponseCode.SYSTEM_ERROR, remark="disable")
         return RemotingCommand.response(body=dumps({"topicList": self.route.topics()}))
+
+    def _topics_of_cluster(self, request: RemotingCommand, connection: Hashable,
+                           now: int) -> RemotingCommand:
+        if not self.config.enable_topic_list:
+            return RemotingCommand.response(ResponseCode.SYSTEM_ERROR, remark="disable")
+        cluster = _present(request, "cluster", "GET_TOPICS_BY_CLUSTER")
+        return RemotingCommand.response(
+            body=dumps({"topicList": self.route.topics_of_cluster(cluster)}))
+
+    def _system_topics(self, request: RemotingCommand, connection: Hashable,
+                       now: int) -> RemotingCommand:
+        names, address = self.route.system_topics()
+        body: dict[str, object] = {"topicList": names}
+        if address is not None:
+            body["brokerAddr"] = address
+        return RemotingCommand.response(body=dumps(body))
+
+    def _wipe_write_perm(self, request: RemotingCommand, connection: Hashable,
+                         now: int) -> RemotingCommand:
+        name = _present(request, "brokerName", "WIPE_WRITE_PERM_OF_BROKER")
+        count = self.route.set_write_permission(name, writable=False)
+        return RemotingCommand.response(ext_fields={"wipeTopicCount": str(count)})
+
+    def _add_write_perm(self, request: RemotingCommand, connection: Hashable,
+                        now: int) -> RemotingCommand:
+        name = _present(request, "brokerName", "ADD_WRITE_PERM_OF_BROKER")
+        count = self.route.set_write_permission(name, writable=True)
+        return RemotingCommand.response(ext_fields={"addTopicCount": str(count)})
+
+    def _put_kv(self, request: RemotingCommand, connection: Hashable,
+                now: int) -> RemotingCommand:
+        namespace, key, value = (_present(request, name, "PUT_KV_CONFIG")
+                                 for name in ("namespace", "key", "value"))
+        self.kv.put(namespace, key, value)
+        return RemotingCommand.response()
+
+    def _get_kv(self, request: RemotingCommand, connection: Hashable,
+                now: int) -> RemotingCommand:
+        namespace, key = (_present(request, name, "GET_KV_CONFIG")
+                          for name in ("namespace", "key"))
+        value = self.kv.get(namespace, key)
+        if value is None:
+            return RemotingCommand.response(
+                ResponseCode.QUERY_NOT_FOUND,
+                remark=f"No config item, Namespace: {namespace} Key: {key}")
+        return RemotingCommand.response(ext_fields={"value": value})
+
+    def _delete_kv(self, request: RemotingCommand, connection: Hashable,
+                   now: int) -> RemotingCommand:
+        namespace, key = (_present(request, name, "DELETE_KV_CONFIG")
+                          for name in ("namespace", "key"))
+        self.kv.delete(namespace, key)
+        return RemotingCommand.response()
+
+    def _kv_list(self, request: RemotingCommand, connection: Hashable,
+                 now: int) -> RemotingCommand:
+        namespace = _present(request, "namespace", "GET_KVLIST_BY_NAMESPACE")
+        table = self.kv.namespace(namespace)
+        if table is None:
+            return RemotingCommand.response(ResponseCode.QUERY_NOT_FOUND,
+                                            remark=f"No config item, Namespace: {namespace}")
+        return RemotingCommand.response(body=encode_kv_table(table))
+
+    def _get_config(self, request: RemotingCommand, connection: Hashable,
+                    now: int) -> RemotingCommand:
+        return RemotingCommand.response(
+            body=dump_properties(namesrv_properties(self.config, self.facts)))
+
+    def _update_config(self, request: RemotingCommand, connection: Hashable,
+                       now: int) -> RemotingCommand:
+        try:
+            self.config = updated(self.config, load_properties(request.body), self.facts)
+        except PropertiesError as exc:
+            return RemotingCommand.response(ResponseCode.SYSTEM_ERROR,
+                                            remark=f"UPDATE_NAMESRV_CONFIG body: {exc}")
+        except UpdateRefused as exc:
+            code = (ResponseCode.NO_PERMISSION if exc.black_listed
+                    else ResponseCode.INVALID_PARAMETER)
+            return RemotingCommand.response(code, remark=exc.remark)
+        self._apply_route_settings()
+        return RemotingCommand.response()
 
     def _delete_topic(self, request: RemotingCommand, connection: Hashable,
                       now: int) -> RemotingCommand:
@@ -208,3 +368,11 @@ class NameServerCore:
         group = self.route.member_group(header.string("clusterName"),
                                         header.string("brokerName"))
         return RemotingCommand.response(body=group.encode())
+
+
+def _present(request: RemotingCommand, key: str, where: str) -> str:
+    """A header field RocketMQ marks ``@CFNotNull``: it must be there, and may be empty."""
+    value = request.ext_fields.get(key)
+    if value is None:
+        raise WireError(f"{where}: header field {key!r}: missing")
+    return value

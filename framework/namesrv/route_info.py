@@ -44,6 +44,7 @@ import attrs
 from triomq.errors import TriomqError
 from triomq.protocol.route import (
     MASTER_ID,
+    PERM_READ,
     PERM_WRITE,
     BrokerData,
     BrokerMemberGroup,
@@ -439,6 +440,42 @@ class RouteInfo:
 
     def topics(self) -> list[str]:
         return sorted(self._topics)
+
+    def topics_of_cluster(self, cluster: str) -> list[str]:
+        """GET_TOPICS_BY_CLUSTER: topics with queues on a group of ``cluster`` (none for
+        a cluster not registered, as RocketMQ answers)."""
+        names = self._clusters.get(cluster, set())
+        return sorted(t for t, queues in self._topics.items() if names & queues.keys())
+
+    def system_topics(self) -> tuple[list[str], str | None]:
+        """GET_SYSTEM_TOPIC_LIST_FROM_NS: RocketMQ lists every cluster's name and its
+        groups' names (each is a topic its brokers create), and one broker's address
+        to ask about them: the smallest id's of the first group."""
+        names = set(self._clusters)
+        for groups in self._clusters.values():
+            names |= groups
+        address = next((g.addrs[min(g.addrs)] for _, g in sorted(self._groups.items())
+                        if g.addrs), None)
+        return sorted(names), address
+
+    def set_write_permission(self, broker_name: str, writable: bool) -> int:
+        """WIPE_WRITE_PERM_OF_BROKER (``writable`` false: the group's queues of every
+        topic lose PERM_WRITE) and ADD_WRITE_PERM_OF_BROKER (they become read-write,
+        whatever they were, as RocketMQ sets them); how many topics the group holds.
+
+        The group's registrations keep the change until its DataVersion moves (a
+        topic changed on the broker), as in RocketMQ."""
+        count = 0
+        for queues in self._topics.values():
+            data = queues.get(broker_name)
+            if data is None:
+                continue
+            perm = PERM_READ | PERM_WRITE if writable else data.perm & ~PERM_WRITE
+            queues[broker_name] = attrs.evolve(data, perm=perm)
+            count += 1
+        if count:
+            self.version += 1
+        return count
 
     def topic_config(self, topic: str, broker_name: str) -> QueueData | None:
         return self._topics.get(topic, {}).get(broker_name)

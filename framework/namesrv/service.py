@@ -6,20 +6,32 @@ the brokers that registered on it; a loop scans for silent brokers every
 ``scan_not_active_broker_interval``; NOTIFY_MIN_BROKER_ID_CHANGE goes out
 oneway, each in its own task, and a broker that cannot be reached is
 skipped (it polls GET_BROKER_MEMBER_GROUP too).
+
+The KV config is read from ``<[store] path>/kvConfig.json`` at start and
+written back whole (atomically, in a thread) after each PUT_KV_CONFIG or
+DELETE_KV_CONFIG that changed it, before the request is answered, as
+RocketMQ's ``KVConfigManager`` persists; those two run outside the inline
+path so the write holds up no other request. Without a store path the
+table lives in memory only. A ``kvConfig.json`` that cannot be read stops
+the name server from starting rather than serving routes without the
+ordered topics' configuration.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import weakref
 from typing import TYPE_CHECKING
 
 import trio
 
 from triomq.clock import now_ms
+from triomq.durable_files import replace_atomically
 from triomq.errors import PluginError
+from triomq.namesrv.config_properties import Facts
+from triomq.namesrv.kv_config import KVConfig, KVConfigError
 from triomq.namesrv.processor import NameServerCode, NameServerCore
-from triomq.namesrv.route_info import RouteInfo
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection, RpcError
 
@@ -47,12 +59,45 @@ def broker_rpc_address(address: str) -> str:
     return address if "://" in address else f"tcp://{address}"
 
 
+#: RocketMQ's file name for the KV config (``NamesrvConfig.kvConfigPath``).
+KV_CONFIG_FILE = "kvConfig.json"
+
+#: The requests that change the KV config, answered once it is saved.
+_KV_WRITES = frozenset({NameServerCode.PUT_KV_CONFIG, NameServerCode.DELETE_KV_CONFIG})
+
+
+def _load_kv(path: str | None) -> KVConfig:
+    if path is None:
+        return KVConfig()
+    try:
+        with open(path, "rb") as file:
+            return KVConfig.decode(file.read())
+    except FileNotFoundError:
+        return KVConfig()
+    except KVConfigError as exc:
+        raise PluginError(f"name server KV config {path}: {exc}") from None
+
+
+def _save_kv(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    replace_atomically(path, data)
+
+
+def _listen_port(address: str) -> int | None:
+    if not address.startswith("tcp://"):
+        return None
+    port = address.rpartition(":")[2]
+    return int(port) if port.isdigit() else None
+
+
 async def namesrv_service(node: Node, task_status: trio.TaskStatus[NameServerCore]) -> None:
     config: NamesrvConfig = node.config.section("namesrv")
-    core = NameServerCore(RouteInfo(
-        support_acting_master=config.support_acting_master,
-        delete_topic_with_broker_registration=config.delete_topic_with_broker_registration,
-        default_broker_timeout_ms=config.broker_not_active_timeout))
+    store = node.config.store.path
+    kv_path = os.path.abspath(os.path.join(store, KV_CONFIG_FILE)) if store else None
+    core = NameServerCore(config=config, kv=_load_kv(kv_path),
+                          facts=Facts(_listen_port(node.address), kv_path))
+    saved_version = core.kv.version
+    save_lock = trio.Lock()
     async with trio.open_nursery() as nursery:
 
         def send_notices() -> None:
@@ -68,16 +113,29 @@ async def namesrv_service(node: Node, task_status: trio.TaskStatus[NameServerCor
             core.connection_closed(connection)
             send_notices()
 
+        async def handle_kv_write(request: RemotingCommand,
+                                  peer: RpcConnection) -> RemotingCommand:
+            nonlocal saved_version
+            response = core.handle(request, peer, now_ms())
+            async with save_lock:
+                # One write at a time, each of the table as it is by then: a write
+                # that waited here saves the changes made meanwhile too.
+                if kv_path is not None and core.kv.version != saved_version:
+                    version = core.kv.version
+                    await trio.to_thread.run_sync(_save_kv, kv_path, core.kv.encode())
+                    saved_version = version
+            return response
+
         def heard(request: RemotingCommand, peer: RpcConnection) -> None:
             fields = request.ext_fields
             core.route.touch(fields.get("clusterName", ""), fields.get("brokerAddr", ""),
                              now_ms())
 
-        codes = set(core.codes) - {NameServerCode.BROKER_HEARTBEAT}
-        if not config.enable_all_topic_list:
-            codes.discard(NameServerCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-        for code in sorted(codes):
-            node.rpc_server.register(code, handle, inline=True)
+        for code in sorted(core.codes - {NameServerCode.BROKER_HEARTBEAT}):
+            if code in _KV_WRITES:
+                node.rpc_server.register(code, handle_kv_write)
+            else:
+                node.rpc_server.register(code, handle, inline=True)
         # A controller embedded in this node answers BROKER_HEARTBEAT (904) for
         # itself; the routes still count every heartbeat as a sign of life.
         node.rpc_server.register_fallback(NameServerCode.BROKER_HEARTBEAT, handle, inline=True)
@@ -87,7 +145,8 @@ async def namesrv_service(node: Node, task_status: trio.TaskStatus[NameServerCor
         task_status.started(core)
         try:
             while True:
-                await trio.sleep(config.scan_not_active_broker_interval / 1000)
+                # Read each time: UPDATE_NAMESRV_CONFIG may change it.
+                await trio.sleep(core.config.scan_not_active_broker_interval / 1000)
                 core.scan(now_ms())
                 send_notices()
         finally:
