@@ -140,6 +140,16 @@ class ClientTable:
         info = self._consumers.get(group)
         return [] if info is None else info.client_ids()
 
+    def find_consumer(self, group: str, client_id: str
+                      ) -> tuple[Hashable, ClientChannel] | None:
+        """The connection ``group``'s consumer ``client_id`` heartbeats on, and what it
+        said of itself; the first found if the id is on several."""
+        info = self._consumers.get(group)
+        if info is None:
+            return None
+        return next(((channel, client) for channel, client in info.channels.items()
+                     if client.client_id == client_id), None)
+
     def consumer_channels(self, group: str) -> list[Hashable]:
         """The connections of ``group``'s consumers, to notify of a change."""
         info = self._consumers.get(group)

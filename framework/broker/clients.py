@@ -19,11 +19,17 @@
   language and version each client's heartbeat came with; a consumer group
   with no consumer connected is CONSUMER_NOT_ONLINE, a producer group with
   none SYSTEM_ERROR, as RocketMQ answers;
+- GET_CONSUMER_RUNNING_INFO 307 (``consumerGroup``, ``clientId``): passed
+  on to that client's connection, its answer relayed, by the rules of
+  ``triomq.broker.consumer_calls`` (``mqadmin consumerStatus``);
 - UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200 (body: a
   ``SubscriptionGroupConfig``) and DELETE_SUBSCRIPTIONGROUP 207
   (``groupName``; ``cleanOffset``, or RocketMQ 4's ``removeOffset``, also
   drops the group's consumer offsets): admin requests (the node's admin
-  access guards them), taken on the master only, as topic changes are.
+  access guards them), taken on any replica as RocketMQ's broker takes
+  them (RocketMQ 5's admin tool may address any replica); a slave's change
+  lasts until its next copy of its master's groups puts the master's table
+  back, and the offsets it dropped come back with the master's.
 
 When a consumer group's membership or subscriptions change (a heartbeat, an
 unregistration, a closed connection, a client silent for
@@ -55,6 +61,14 @@ from triomq.broker.client_table import ClientOrigin, ClientTable
 from triomq.broker.codes import RequestCode, ResponseCode
 from triomq.broker.config import BrokerConfig
 from triomq.broker.connection_bodies import consumer_connection, producer_connection
+from triomq.broker.consumer_calls import (
+    CALL_TIMEOUT,
+    CallRefused,
+    call_failed,
+    call_timed_out,
+    consumer_to_call,
+    parse_consumer_call,
+)
 from triomq.broker.heartbeat import (
     BodyError,
     HeartbeatData,
@@ -74,7 +88,7 @@ from triomq.controller.wire import Header, WireError
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import PERM_READ, PERM_WRITE, RouteDataError, TopicConfig, dumps
 from triomq.protocol.topic_rules import RETRY_GROUP_TOPIC_PREFIX, IllegalName, check_group
-from triomq.rpc import RpcClient, RpcConnection, RpcError, RpcServer
+from triomq.rpc import RpcClient, RpcConnection, RpcError, RpcServer, RpcTimeout
 
 __all__ = ["SCAN_INTERVAL", "SUBSCRIPTION_GROUP_FILE", "ClientService",
            "load_subscription_groups"]
@@ -138,6 +152,8 @@ class ClientService:
                         self.get_consumer_connections, inline=True)
         server.register(RequestCode.GET_PRODUCER_CONNECTION_LIST,
                         self.get_producer_connections, inline=True)
+        # Not inline: it waits for the client's answer.
+        server.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self.call_consumer)
         server.register(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
                         self.update_subscription_group, inline=True)
         server.register(RequestCode.DELETE_SUBSCRIPTIONGROUP, self.delete_subscription_group,
@@ -246,20 +262,29 @@ class ClientService:
                 ResponseCode.SYSTEM_ERROR, remark=f"the producer group[{group[:200]}] not exist")
         return RemotingCommand.response(body=producer_connection(channels))
 
-    def _slave_refusal(self, what: str) -> RemotingCommand | None:
-        if self.is_master():
-            return None
-        return RemotingCommand.response(
-            ResponseCode.SERVICE_NOT_AVAILABLE,
-            remark=f"{what}: broker {self.config.broker_name} is a slave; subscription groups "
-                   f"change on its master")
+    async def call_consumer(self, request: RemotingCommand, peer: RpcConnection
+                            ) -> RemotingCommand:
+        """Pass the request on to the consumer it names and relay its answer."""
+        try:
+            call = parse_consumer_call(request.ext_fields, RequestCode(request.code).name)
+        except WireError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        target = consumer_to_call(self.table, call)
+        if isinstance(target, CallRefused):
+            return RemotingCommand.response(target.code, remark=target.remark)
+        assert isinstance(target, RpcConnection)  # heartbeats register their connection
+        try:
+            return await target.invoke(request.code, request.ext_fields, request.body,
+                                       timeout=CALL_TIMEOUT)
+        except RpcTimeout as exc:
+            refused = call_timed_out(call, str(exc))
+        except RpcError as exc:
+            refused = call_failed(call, str(exc))
+        return RemotingCommand.response(refused.code, remark=refused.remark)
 
     async def update_subscription_group(self, request: RemotingCommand, peer: RpcConnection
                                         ) -> RemotingCommand:
         what = "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP"
-        refusal = self._slave_refusal(what)
-        if refusal is not None:
-            return refusal
         try:
             config = SubscriptionGroupConfig.from_json(parse_json_body(request.body), "body")
             check_group(config.group_name)
@@ -274,9 +299,6 @@ class ClientService:
     async def delete_subscription_group(self, request: RemotingCommand, peer: RpcConnection
                                         ) -> RemotingCommand:
         what = "DELETE_SUBSCRIPTIONGROUP"
-        refusal = self._slave_refusal(what)
-        if refusal is not None:
-            return refusal
         try:
             header = Header(request.ext_fields, what)
             group = header.string("groupName")

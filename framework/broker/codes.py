@@ -44,8 +44,10 @@ class RequestCode(enum.IntEnum):
     GET_CONSUME_STATS = 208
     DELETE_TOPIC_IN_BROKER = 215
     QUERY_TOPIC_CONSUME_BY_WHO = 300
+    GET_CONSUMER_RUNNING_INFO = 307
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
+    GET_TOPIC_CONFIG = 351
     LITE_PULL_MESSAGE = 361
 
 
@@ -81,6 +83,7 @@ class ResponseCode(enum.IntEnum):
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     INVALID_PARAMETER = 29
     CONSUMER_NOT_ONLINE = 206
+    CONSUME_MSG_TIMEOUT = 207
 
 
 #: ``SendMessageRequestHeaderV2``'s one-letter keys and the field each stands for.

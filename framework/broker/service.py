@@ -285,7 +285,9 @@ async def broker_service(node: Node, *,
                 nursery.start_soon(broker.flush_slave_log)
                 nursery.start_soon(broker.record_confirm_offset)
                 nursery.start_soon(topics.persist_loop)
-                nursery.start_soon(topics.copy_from_master, node.rpc, broker.master_rpc_address)
+                # Looked up at each copy, so a host (or a test) may redirect it.
+                nursery.start_soon(topics.copy_from_master, node.rpc,
+                                   lambda: broker.master_rpc_address())
                 processor.register(node.rpc_server)
                 BatchSendHandler(processor).register(node.rpc_server)
                 if config.message_index_enable:

@@ -10,12 +10,26 @@ store starts with the broker's own topics and, with
 - UPDATE_AND_CREATE_TOPIC 17: ``topic``, ``readQueueNums``,
   ``writeQueueNums``, ``perm``, ``topicFilterType``, ``topicSysFlag``, ``order``;
 - DELETE_TOPIC_IN_BROKER 215: ``topic``;
-- GET_ALL_TOPIC_CONFIG 21: the table as ``topics.json``.
+- GET_ALL_TOPIC_CONFIG 21: the table as ``topics.json``;
+- GET_TOPIC_CONFIG 351: ``topic`` (and ``lo``, asking for the static-topic
+  mapping, which triomq never has): the one topic's config as fastjson
+  writes RocketMQ's ``TopicConfigAndQueueMapping`` (its null
+  ``mappingDetail`` left out), or TOPIC_NOT_EXIST, ``No topic in this
+  broker. topic: T``, as RocketMQ answers. ``mqadmin topicStatus`` and
+  ``consumerProgress`` ask it of each broker of a route.
 
 A change tells ``on_change`` (the name-server registration registers at
-once). A slave takes no changes from clients; every
-``slave_synchronize_period`` it copies its master's table (GET_ALL_TOPIC_CONFIG),
-so a slave elected master knows its topics.
+once). Every ``slave_synchronize_period`` a slave copies its master's
+table (GET_ALL_TOPIC_CONFIG), so a slave elected master knows its topics;
+a copy puts back the master's whole table, whatever the slave changed.
+A slave refuses UPDATE_AND_CREATE_TOPIC (it would create a topic its
+master does not have) but takes DELETE_TOPIC_IN_BROKER, as RocketMQ's
+broker takes it on any replica: RocketMQ 5's
+``DefaultMQAdminExt.deleteTopic`` sends it to every replica of the
+cluster, and fails when one refuses (``mqadmin deleteSubGroup -c`` deletes
+a group's retry and dead-letter topics so). The topic stays deleted on the
+slave once its master's table (deleted there too) is copied; until then, a
+copy of a master that still holds it brings it back.
 """
 
 from __future__ import annotations
@@ -31,7 +45,7 @@ from triomq.broker.topic_table import TopicRefused, TopicTable
 from triomq.clock import now_ms
 from triomq.controller.wire import Header, WireError
 from triomq.protocol.remoting import RemotingCommand
-from triomq.protocol.route import PERM_READ, PERM_WRITE, TopicConfig
+from triomq.protocol.route import PERM_READ, PERM_WRITE, TopicConfig, dumps
 from triomq.rpc import RpcClient, RpcConnection, RpcServer
 
 __all__ = ["TOPICS_FILE", "TopicService"]
@@ -73,6 +87,7 @@ class TopicService:
                         inline=True)
         server.register(RequestCode.DELETE_TOPIC_IN_BROKER, self.delete_topic, inline=True)
         server.register(RequestCode.GET_ALL_TOPIC_CONFIG, self.get_all_topic_config, inline=True)
+        server.register(RequestCode.GET_TOPIC_CONFIG, self.get_topic_config, inline=True)
 
     def changed(self) -> None:
         """The table changed: save it and tell ``on_change``."""
@@ -92,10 +107,10 @@ class TopicService:
             self._saved = data
 
     def _change(self, what: str, request: RemotingCommand,
-                apply: Callable[[Header], bool]) -> RemotingCommand:
-        """Run a topic change on the master: refused on a slave, a bad header is
+                apply: Callable[[Header], bool], *, on_slave: bool = False) -> RemotingCommand:
+        """Run a topic change: refused on a slave unless ``on_slave``, a bad header is
         INVALID_PARAMETER, a refused change its code; a change is saved and registered."""
-        if not self.is_master():
+        if not on_slave and not self.is_master():
             return RemotingCommand.response(
                 ResponseCode.SERVICE_NOT_AVAILABLE,
                 remark=f"{what}: broker {self.config.broker_name} is a slave; topics change "
@@ -129,11 +144,29 @@ class TopicService:
     async def delete_topic(self, request: RemotingCommand, peer: RpcConnection
                            ) -> RemotingCommand:
         return self._change("DELETE_TOPIC_IN_BROKER", request,
-                            lambda header: self.table.delete(header.string("topic"), now_ms()))
+                            lambda header: self.table.delete(header.string("topic"), now_ms()),
+                            on_slave=True)
 
     async def get_all_topic_config(self, request: RemotingCommand, peer: RpcConnection
                                    ) -> RemotingCommand:
         return RemotingCommand.response(body=self.table.encode())
+
+    async def get_topic_config(self, request: RemotingCommand, peer: RpcConnection
+                               ) -> RemotingCommand:
+        try:
+            header = Header(request.ext_fields, "GET_TOPIC_CONFIG")
+            topic = header.string("topic")
+            header.boolean("lo")  # only checked: no topic here has a static mapping
+        except WireError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        config = self.table.get(topic)
+        if config is None:
+            return RemotingCommand.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                remark=f"No topic in this broker. topic: {topic[:200]}")
+        # TopicConfigAndQueueMapping: the TopicConfig's fields; fastjson leaves out the
+        # null mappingDetail.
+        return RemotingCommand.response(body=dumps(config.to_json()))
 
     async def copy_from_master(self, rpc: RpcClient, master_address: Callable[[], str | None]
                                ) -> None:

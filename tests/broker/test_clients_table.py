@@ -1,4 +1,5 @@
-"""The pure client table: registrations by connection, what changes, what expires."""
+"""The pure client table: registrations by connection, what changes, what expires, and
+which consumer a request passed on reaches."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 
 from triomq.broker.client_table import ClientOrigin, ClientTable
 from triomq.broker.connection_bodies import consumer_connection, group_list, producer_connection
+from triomq.broker.consumer_calls import CallRefused, ConsumerCall, consumer_to_call
 from triomq.broker.heartbeat import ConsumerData, HeartbeatData, SubscriptionData
 
 
@@ -92,3 +94,18 @@ def test_the_connection_bodies_are_rocketmqs_beans() -> None:
     assert producer_connection(channels) == json.dumps(
         {"connectionSet": connections}, separators=(",", ":")).encode()
     assert group_list({"b", "a"}) == b'{"groupList":["a","b"]}'
+
+
+def test_the_consumer_to_call_is_found_by_group_and_client_id() -> None:
+    table = ClientTable()
+    table.heartbeat("ch1", beat("c1", "t"), now=0, origin=ClientOrigin("h:1", "JAVA", 479))
+    table.heartbeat("ch2", beat("c2", "t"), now=0, origin=ClientOrigin("h:2", "JAVA", 61))
+    assert consumer_to_call(table, ConsumerCall("cg", "c1")) == "ch1"
+    assert consumer_to_call(table, ConsumerCall("cg", "c2")) == CallRefused(
+        1, "The Consumer <c2> Version <61> too low to finish, please upgrade it to "
+           "V3_1_8_SNAPSHOT")
+    for group, client_id in (("cg", "c3"), ("other", "c1")):
+        assert consumer_to_call(table, ConsumerCall(group, client_id)) == CallRefused(
+            1, f"The Consumer <{group}> <{client_id}> not online")
+    table.connection_closed("ch1")
+    assert table.find_consumer("cg", "c1") is None
