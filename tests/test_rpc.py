@@ -96,6 +96,22 @@ async def test_partition_times_out_and_heal_recovers(
         assert len(network.connections(CLIENT, SERVER)) == 1
 
 
+async def test_requests_declare_the_clients_version(
+        network: InprocNetwork, autojump_clock: trio.testing.MockClock) -> None:
+    versions: list[tuple[int, bool]] = []
+
+    async def record(request: RemotingCommand, peer: RpcConnection) -> None:
+        versions.append((request.version, request.is_oneway))
+
+    async with cluster(network, RpcServer({ECHO: record}), version=479) as (_, client):
+        await client.invoke(SERVER, ECHO)
+        await client.invoke_oneway(SERVER, ECHO)
+        with trio.fail_after(1):
+            while len(versions) < 2:
+                await trio.sleep(0.01)
+    assert versions == [(479, False), (479, True)]
+
+
 async def test_one_way_partition_loses_the_answers(
         network: InprocNetwork, autojump_clock: trio.testing.MockClock) -> None:
     received: list[bytes] = []

@@ -48,14 +48,10 @@ from decimal import ROUND_HALF_UP, Decimal
 import attrs
 
 from triomq.broker.store_stats import java_double
+from triomq.protocol.remoting import ROCKETMQ_VERSION, ROCKETMQ_VERSION_DESC
 
-__all__ = ["ROCKETMQ_VERSION", "ROCKETMQ_VERSION_DESC", "DiskSpace", "SlaveConnection",
-           "disk_used_ratio", "human_bytes", "runtime_table", "store_table"]
-
-#: The RocketMQ release whose protocol triomq speaks, by name and as the ordinal of
-#: RocketMQ's ``MQVersion.Version`` (what its brokers report as ``brokerVersion``).
-ROCKETMQ_VERSION_DESC = "V5_3_3"
-ROCKETMQ_VERSION = 479
+__all__ = ["DiskSpace", "SlaveConnection", "disk_used_ratio", "human_bytes", "runtime_table",
+           "store_table"]
 
 #: RocketMQ's runtime keys for its request thread pools and their queues.
 _THREAD_POOL_KEYS = (

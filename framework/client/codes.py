@@ -14,7 +14,7 @@ __all__ = ["ClientRequestCode", "ClientResponseCode"]
 
 
 class ClientRequestCode(enum.IntEnum):
-    """Requests a client sends, and the one a broker sends it."""
+    """Requests a client sends, and the ones a broker sends it."""
 
     PULL_MESSAGE = 11
     QUERY_CONSUMER_OFFSET = 14
@@ -30,6 +30,8 @@ class ClientRequestCode(enum.IntEnum):
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
     GET_ROUTEINFO_BY_TOPIC = 105
+    #: Broker to client, passing on an admin's question: what the consumer runs.
+    GET_CONSUMER_RUNNING_INFO = 307
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
 

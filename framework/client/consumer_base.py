@@ -29,6 +29,11 @@ the pure rules (``allocate``, ``pull``, ``queue_pull``, ``process_queue``,
 - **queue locks** (orderly consumers): LOCK_BATCH_MQ for a queue before
   taking it up and every 20 s for all held; a lock not renewed for 30 s
   counts as lost; UNLOCK_BATCH_MQ when a queue is let go.
+- **running info**: a broker passing on an admin's GET_CONSUMER_RUNNING_INFO
+  (``mqadmin consumerStatus``) is answered with the consumer's settings,
+  subscriptions and queues (``running_info``). The consumer's requests
+  declare RocketMQ 5.3.3's version, as a 5.3.3 Java client's do: a broker
+  passes the question only to clients of 3.1.8 or later.
 
 Subclasses say what happens to pulled messages (``_deliver``).
 """
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 
@@ -45,6 +51,7 @@ import trio
 
 from triomq.client.allocate import allocate_averagely, subscribe_queues
 from triomq.client.codes import ClientRequestCode as Req
+from triomq.client.codes import ClientResponseCode as Code
 from triomq.client.consume_from import ConsumeFromWhere, Lookup, start_offset
 from triomq.client.errors import BrokerError, ClientError, NoRouteError
 from triomq.client.instance import ClientInstance, default_instance_name, local_ip
@@ -60,6 +67,13 @@ from triomq.client.pull import (
     read_pull_response,
 )
 from triomq.client.queue_pull import Deliver, OffsetMoved, QueuePull, Skipped
+from triomq.client.running_info import (
+    ProcessQueueInfo,
+    consumer_properties,
+    group_not_here,
+    process_queue_info,
+    running_info_body,
+)
 from triomq.client.subscription import SubscriptionData
 from triomq.client.wire import (
     ConsumerData,
@@ -69,7 +83,7 @@ from triomq.client.wire import (
     read_consumer_ids,
     read_locked,
 )
-from triomq.protocol.remoting import RemotingCommand
+from triomq.protocol.remoting import ROCKETMQ_VERSION, RemotingCommand
 from triomq.protocol.route import RouteDataError
 from triomq.rpc import Connect, Handler, RpcConnection, RpcError, open_rpc_client
 
@@ -101,6 +115,10 @@ class QueueState:
     consume_lock: trio.Lock = attrs.field(factory=trio.Lock)
     #: Set when messages arrive (an orderly consumer's loop waits on it).
     arrived: trio.Event = attrs.field(factory=trio.Event)
+    #: When (trio's clock) the queue was taken up, last pulled and last consumed.
+    taken_at: float = attrs.field(factory=trio.current_time)
+    last_pull: float = attrs.field(factory=trio.current_time)
+    last_consume: float = attrs.field(factory=trio.current_time)
 
     @property
     def queue(self) -> MessageQueue:
@@ -170,6 +188,8 @@ class ConsumerBase:
         #: Brokers that took this client's heartbeat: the others do not know it yet.
         self._heartbeated: set[str] = set()
         self._sub_version = 0
+        #: When the consumer started, ms since the epoch (its running info says).
+        self._started_ms = 0
 
     # -- configuration -----------------------------------------------------------
 
@@ -202,8 +222,10 @@ class ConsumerBase:
     async def _running(self, connect: Connect) -> AsyncIterator[None]:
         if self._instance is not None:
             raise ClientError("the consumer is already started")
-        handlers: dict[int, Handler] = {Req.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed}
-        async with open_rpc_client(connect, handlers=handlers) as rpc:
+        handlers: dict[int, Handler] = {Req.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
+                                        Req.GET_CONSUMER_RUNNING_INFO: self._on_running_info}
+        self._started_ms = time.time_ns() // 1_000_000
+        async with open_rpc_client(connect, handlers=handlers, version=ROCKETMQ_VERSION) as rpc:
             self._instance = ClientInstance(rpc, self.namesrv_addr, self.client_id,
                                             timeout=self.timeout)
             self._offsets = OffsetStore(self._instance, self.group)
@@ -276,6 +298,27 @@ class ConsumerBase:
         if request.ext_fields.get("consumerGroup") == self.group:
             self._rebalance_now.set()
         return None
+
+    async def _on_running_info(self, request: RemotingCommand,
+                               peer: RpcConnection) -> RemotingCommand:
+        group = request.ext_fields.get("consumerGroup", "")
+        if group != self.group:
+            return RemotingCommand.response(Code.SYSTEM_ERROR, remark=group_not_here(group))
+        return RemotingCommand.response(body=running_info_body(
+            properties=self._running_properties(),
+            subscriptions=[s for t in self._topics()
+                           if (s := self._subscription(t)) is not None],
+            queues={queue: self._queue_info(state) for queue, state in self.states.items()}))
+
+    def _running_properties(self) -> dict[str, str]:
+        """The running info's properties; subclasses add theirs."""
+        return consumer_properties(self, started_ms=self._started_ms)
+
+    def _queue_info(self, state: QueueState) -> ProcessQueueInfo:
+        return process_queue_info(
+            state.process, commit_offset=self.offsets.read(state.queue), locked=state.locked,
+            moments=(max(state.lock_time, state.taken_at), state.last_pull, state.last_consume),
+            now=trio.current_time(), wall_ms=time.time_ns() // 1_000_000)
 
     def _topics(self) -> list[str]:
         """The topics whose routes and brokers this consumer needs."""
@@ -487,6 +530,7 @@ class ConsumerBase:
                              subscription, commit_offset=commit,
                              suspend_ms=self.broker_suspend_max_ms,
                              with_subscription=self.with_subscription)
+        state.last_pull = trio.current_time()
         try:
             answer = await self.instance.invoke(
                 address, Req.PULL_MESSAGE, fields,

@@ -117,6 +117,7 @@ class LitePullConsumer(ConsumerBase):
                     state, messages = self._ready.popleft()
                     if state.process.dropped or self.states.get(state.queue) is not state:
                         continue  # let go or sought meanwhile: pulled again as needed
+                    state.last_consume = trio.current_time()
                     offset = state.process.remove(messages)
                     if offset is not None:
                         self._consumed[state.queue] = offset

@@ -50,6 +50,14 @@ class ProcessQueue:
         """Offsets between the lowest and the highest held (flow control)."""
         return self._offsets[-1] - self._offsets[0] if self._offsets else 0
 
+    def waiting_offsets(self) -> list[int]:
+        """The offsets of the messages held and not taken, in order."""
+        return list(self._offsets)
+
+    def taken_offsets(self) -> list[int]:
+        """The offsets of the messages taken (orderly: being consumed), in order."""
+        return sorted(self._taken)
+
     def put(self, messages: Iterable[MessageExt]) -> None:
         """Hold pulled messages until consumed."""
         for message in messages:

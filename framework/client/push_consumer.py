@@ -61,6 +61,7 @@ from triomq.client.listener import (
     MessageListenerOrderly,
 )
 from triomq.client.message import MessageExt
+from triomq.client.running_info import PROP_CONSUMEORDERLY, PROP_THREADPOOL_CORE_SIZE
 from triomq.rpc import Connect
 
 __all__ = ["PushConsumer"]
@@ -110,6 +111,14 @@ class PushConsumer(ConsumerBase):
         async with self._running(connect):
             yield self
 
+    def _running_properties(self) -> dict[str, str]:
+        return {**super()._running_properties(),
+                "consumeThreadMin": str(self.consume_thread_max),
+                "consumeThreadMax": str(self.consume_thread_max),
+                "consumeMessageBatchMaxSize": str(self.consume_message_batch_max_size),
+                PROP_CONSUMEORDERLY: "true" if self.orderly else "false",
+                PROP_THREADPOOL_CORE_SIZE: str(self.consume_thread_max)}
+
     # -- concurrently --------------------------------------------------------------
 
     def _deliver(self, state: QueueState, messages: Sequence[MessageExt]) -> None:
@@ -128,6 +137,7 @@ class PushConsumer(ConsumerBase):
             async with self._limiter:
                 if state.process.dropped:
                     return
+                state.last_consume = trio.current_time()
                 try:
                     status = await self._listener.consume(messages)
                 except Exception:
@@ -163,6 +173,7 @@ class PushConsumer(ConsumerBase):
                 if process.dropped:
                     return
                 messages = process.take(max(1, self.consume_message_batch_max_size))
+                state.last_consume = trio.current_time()
                 try:
                     status = await listener.consume(messages)
                 except Exception:

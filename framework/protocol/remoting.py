@@ -63,6 +63,11 @@ SERIALIZE_ROCKETMQ = 1
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
 
 LANGUAGE = "PYTHON"
+#: The RocketMQ release whose protocol triomq speaks, by name and as the ordinal of
+#: RocketMQ's ``MQVersion.Version`` (what its brokers report as ``brokerVersion`` and
+#: its clients declare in their requests' ``version``).
+ROCKETMQ_VERSION_DESC = "V5_3_3"
+ROCKETMQ_VERSION = 479
 
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1

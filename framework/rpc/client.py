@@ -51,14 +51,17 @@ class RpcClient:
     a call whose deadline comes before the next attempt fails at once with
     ``RpcConnectionError``. A connection the peer ends before sending
     anything and within ``PROVEN_AFTER`` seconds (a refused TLS handshake,
-    a peer hanging up) counts as failed.
+    a peer hanging up) counts as failed. Requests declare ``version`` (RocketMQ's
+    ``MQVersion`` ordinal; 0 unless the client speaks for a release).
     """
 
     def __init__(self, connect: Connect, nursery: trio.Nursery, *,
                  handlers: Mapping[int, Handler] | None = None,
-                 limits: ConnectionLimits | None = None, backoff: Backoff | None = None) -> None:
+                 limits: ConnectionLimits | None = None, backoff: Backoff | None = None,
+                 version: int = 0) -> None:
         self.limits = limits if limits is not None else ConnectionLimits()
         self.backoff = backoff if backoff is not None else Backoff()
+        self.version = version
         self._connect = connect
         self._nursery = nursery
         self._handlers: Mapping[int, Handler] = handlers if handlers is not None else {}
@@ -150,7 +153,7 @@ class RpcClient:
             self._failed(address, str(exc))
             raise RpcConnectionError(f"cannot connect to {address}: {exc}") from exc
         connection = RpcConnection(stream, handlers=self._handlers, limits=self.limits,
-                                   peer=address)
+                                   peer=address, version=self.version)
         # Shown to other callers only once open: until then the stream's first
         # write (a TLS handshake) is in progress, and a caller's write beside it
         # would fail. They wait on the address's lock meanwhile.
@@ -173,19 +176,20 @@ def _lived(connection: RpcConnection) -> bool:
 @asynccontextmanager
 async def open_rpc_client(connect: Connect, *, handlers: Mapping[int, Handler] | None = None,
                           limits: ConnectionLimits | None = None,
-                          backoff: Backoff | None = None) -> AsyncIterator[RpcClient]:
+                          backoff: Backoff | None = None,
+                          version: int = 0) -> AsyncIterator[RpcClient]:
     """An ``RpcClient`` whose connections live until the block ends.
 
     ``connect`` opens a stream to an address: a transport's ``connect``, or
     ``Node.connect``, which picks the transport by the address's scheme.
     ``handlers`` answer requests the far ends send back over the client's
-    connections.
+    connections; ``version`` is what its requests declare.
     """
     try:
         async with trio.open_nursery() as nursery:
             try:
                 yield RpcClient(connect, nursery, handlers=handlers, limits=limits,
-                                backoff=backoff)
+                                backoff=backoff, version=version)
             finally:
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:

@@ -101,9 +101,11 @@ class RpcConnection:
 
     def __init__(self, stream: trio.abc.Stream, *, handlers: Mapping[int, Handler] | None = None,
                  inline: Collection[int] = (), limits: ConnectionLimits | None = None,
-                 peer: str | None = None) -> None:
+                 peer: str | None = None, version: int = 0) -> None:
         self.stream = stream
         self.peer = peer if peer is not None else describe_peer(stream)
+        #: The version (RocketMQ's ``MQVersion`` ordinal) the requests sent here declare.
+        self.version = version
         self.limits = limits if limits is not None else ConnectionLimits()
         #: Why the connection closed; ``None`` while it is open.
         self.close_reason: str | None = None
@@ -220,7 +222,8 @@ class RpcConnection:
         self._arm(deadline, opaque)
         try:
             await self._send(RemotingCommand(code, opaque, 0, None,
-                                             ext_fields if ext_fields is not None else {}, body),
+                                             ext_fields if ext_fields is not None else {}, body,
+                                             version=self.version),
                              deadline)
             if call.response is None and not call.timed_out and self.close_reason is None:
                 await self._park(call)
@@ -244,7 +247,8 @@ class RpcConnection:
         seconds, ``RpcConnectionError`` if the connection is closed.
         """
         await self._send(RemotingCommand(code, self._opaque(), FLAG_ONEWAY, None,
-                                         ext_fields if ext_fields is not None else {}, body),
+                                         ext_fields if ext_fields is not None else {}, body,
+                                         version=self.version),
                          trio.current_time() + timeout)
         # A write done at once yielded nowhere; a trio call that may block is a checkpoint.
         await trio.lowlevel.cancel_shielded_checkpoint()
