@@ -37,6 +37,7 @@ from triomq.controller.wire import (
     decode_sync_state_data,
     join_ids,
     load_body,
+    read_elect_answer,
     read_metadata,
 )
 from triomq.errors import TriomqError
@@ -214,7 +215,7 @@ class ControllerClient:
             fields["brokerId"] = str(broker_id)
         response = await self._request(RequestCode.ELECT_MASTER, fields,
                                        ok={ResponseCode.CONTROLLER_MASTER_STILL_EXIST})
-        return decode_replica_info(response.body)
+        return read_elect_answer(response.ext_fields, response.body)
 
     async def get_replica_info(self, broker_name: str) -> ReplicaInfo:
         """GET_REPLICA_INFO: master, epochs, SyncStateSet and replicas of one group."""
@@ -248,7 +249,7 @@ class ControllerClient:
         fields = {"clusterName": cluster_name, "brokerName": broker_name,
                   "isCleanLivingBroker": "true" if clean_living_broker else "false"}
         if broker_ids is not None:
-            fields["brokerIdSetToClean"] = join_ids(broker_ids)
+            fields["brokerControllerIdsToClean"] = join_ids(broker_ids)
         await self._request(RequestCode.CLEAN_BROKER_DATA, fields)
 
     # -- controller configuration ---------------------------------------------------

@@ -160,11 +160,12 @@ class BrokerHeartbeatTable:
                                group.master_address or "")
 
     def remove(
-        self, cluster_name: str, broker_name: str, broker_ids: frozenset[int] | None
+        self, cluster_name: str | None, broker_name: str, broker_ids: frozenset[int] | None
     ) -> None:
-        """Forget some brokers of a group (``None``: all), after CleanBrokerData."""
+        """Forget some brokers of a group (``None``: all), after CleanBrokerData; a
+        ``cluster_name`` of None matches any (a group's name is unique among clusters)."""
         for key in list(self._beats):
-            if key[:2] == (cluster_name, broker_name) and (
+            if key[1] == broker_name and cluster_name in (None, key[0]) and (
                 broker_ids is None or key[2] in broker_ids
             ):
                 del self._beats[key]

@@ -99,12 +99,15 @@ class ReplicasInfoManager:
         return self._groups.get(broker_name)
 
     def _find(
-        self, cluster_name: str, broker_name: str, missing: ResponseCode
+        self, cluster_name: str | None, broker_name: str, missing: ResponseCode
     ) -> BrokerGroup | ControllerResult:
-        """The group, or a rejection (``missing`` if unknown, INVALID_REQUEST if wrong cluster)."""
+        """The group, or a rejection (``missing`` if unknown, INVALID_REQUEST if wrong
+        cluster; ``cluster_name`` None: any)."""
         group = self._groups.get(broker_name)
         if group is None:
             return _fail(missing, f"broker group {broker_name!r} is not registered")
+        if cluster_name is None:
+            return group
         return _check_cluster(group, cluster_name) or group
 
     # ------------------------------------------------------------------
@@ -491,14 +494,15 @@ class ReplicasInfoManager:
 
     def clean_broker_data(
         self,
-        cluster_name: str,
+        cluster_name: str | None,
         broker_name: str,
         live_info: LiveInfoLookup,
         *,
         broker_ids: Iterable[int] | None = None,
         clean_living_broker: bool = False,
     ) -> ControllerResult[None]:
-        """Forget listed replicas of a group, or the whole group (``broker_ids=None``).
+        """Forget listed replicas of a group, or the whole group (``broker_ids=None``);
+        ``cluster_name`` None (mqadmin's ``-l`` without ``-c``): whichever it is in.
 
         Unless ``clean_living_broker``, a group with a master cannot be
         forgotten whole and alive replicas cannot be forgotten

@@ -27,6 +27,8 @@ from triomq.controller.wire import (
     ReplicaInfo,
     WireError,
     dump_json,
+    elect_fields,
+    encode_elect_body,
     encode_replica_info,
     encode_sync_state_data,
     metadata_fields,
@@ -42,6 +44,7 @@ __all__ = [
     "CleanBrokerData",
     "ConfigValues",
     "ControllerRequest",
+    "ElectAnswer",
     "ElectMaster",
     "GetControllerConfig",
     "GetMetadata",
@@ -146,9 +149,10 @@ class GetMetadata:
 
 @attrs.frozen
 class CleanBrokerData:
-    """CLEAN_BROKER_DATA of some replicas of a group (``broker_ids`` None: the group)."""
+    """CLEAN_BROKER_DATA of some replicas of a group (``broker_ids`` None: the group;
+    ``cluster_name`` None: whichever cluster the group is in)."""
 
-    cluster_name: str
+    cluster_name: str | None
     broker_name: str
     broker_ids: frozenset[int] | None = None
     clean_living_broker: bool = False
@@ -208,14 +212,23 @@ class SyncStateTable:
 
 
 @attrs.frozen
+class ElectAnswer:
+    """ELECT_MASTER's answer (SUCCESS or CONTROLLER_MASTER_STILL_EXIST): the group after
+    the election and its cluster, as RocketMQ's BrokerMemberGroup names it."""
+
+    cluster_name: str
+    info: ReplicaInfo
+
+
+@attrs.frozen
 class ConfigValues:
     """GET_CONTROLLER_CONFIG's answer: property names and values (``config.to_properties``)."""
 
     properties: Mapping[str, str]
 
 
-Payload = (NextBrokerId | SyncStateSet | ReplicaInfo | SyncStateTable | ControllerMetadata
-           | ConfigValues)
+Payload = (NextBrokerId | SyncStateSet | ReplicaInfo | ElectAnswer | SyncStateTable
+           | ControllerMetadata | ConfigValues)
 
 
 @attrs.frozen
@@ -296,8 +309,9 @@ def _get_sync_state_data(header: Header, body: bytes) -> GetSyncStateData:
 
 
 def _clean_broker_data(header: Header, body: bytes) -> CleanBrokerData:
-    return CleanBrokerData(header.string("clusterName"), header.string("brokerName"),
-                           header.id_set("brokerIdSetToClean"),
+    return CleanBrokerData(header.fields.get("clusterName") or None,
+                           header.string("brokerName"),
+                           header.id_set("brokerControllerIdsToClean"),
                            header.boolean("isCleanLivingBroker"))
 
 
@@ -349,6 +363,8 @@ def _body(payload: Payload | None) -> bytes:
         return b""
     if isinstance(payload, ReplicaInfo):
         return encode_replica_info(payload)
+    if isinstance(payload, ElectAnswer):
+        return encode_elect_body(payload.cluster_name, payload.info)
     if isinstance(payload, NextBrokerId):
         return dump_json({"nextBrokerId": payload.next_broker_id})
     if isinstance(payload, SyncStateSet):
@@ -368,5 +384,7 @@ def reply_command(reply: Reply) -> RemotingCommand:
         fields = {"leaderId": str(reply.leader_id or ""), "leaderAddress": reply.leader_address}
     elif isinstance(reply.payload, ControllerMetadata):
         fields = metadata_fields(reply.payload)
+    elif isinstance(reply.payload, ElectAnswer):
+        fields = elect_fields(reply.payload.info)
     return RemotingCommand.response(reply.code, remark=reply.remark or None,
                                     ext_fields=fields, body=_body(reply.payload))

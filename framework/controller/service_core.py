@@ -56,6 +56,7 @@ from triomq.controller.requests import (
     CleanBrokerData,
     ConfigValues,
     ControllerRequest,
+    ElectAnswer,
     ElectMaster,
     GetControllerConfig,
     GetMetadata,
@@ -196,6 +197,9 @@ class _Work:
     #: The term whose barrier is awaited (-1: a read's barrier, taken every time).
     barrier_term: int = -1
 
+
+#: The ELECT_MASTER codes answered with the group (a broker follows the master named).
+_ELECT_ANSWERS = frozenset({Code.SUCCESS, Code.CONTROLLER_MASTER_STILL_EXIST})
 
 _WRITES = (ApplyBrokerId, RegisterBroker, AlterSyncStateSet, ElectMaster, CleanBrokerData)
 _READS = (GetNextBrokerId, GetReplicaInfo, GetSyncStateData)
@@ -517,15 +521,19 @@ class ControllerCore:
             self.heartbeats.remove(request.cluster_name, request.broker_name, request.broker_ids)
         self._finish(work, reply)
 
-    def _elected(self, broker_name: str, result: ControllerResult) -> ReplicaInfo | None:
-        """The group after an election; a committed one is counted, logged and notified."""
+    def _elected(self, broker_name: str, result: ControllerResult) -> ElectAnswer | None:
+        """The answer to an election: the group after it, for SUCCESS and
+        CONTROLLER_MASTER_STILL_EXIST only (RocketMQ's refusals carry nothing). A committed
+        election is counted, logged and notified."""
         group = self.manager.group(broker_name)
         if group is None:
             return None
         loss = result.payload is not None and result.payload.possible_message_loss
         info = ReplicaInfo.of_group(group, possible_message_loss=loss)
+        answer = (ElectAnswer(group.cluster_name, info) if result.code in _ELECT_ANSWERS
+                  else None)
         if not result.events:
-            return info
+            return answer
         self.elections += 1
         # A master elected from the SyncStateSet is routine; a group left without
         # one, or a master that may lack acknowledged messages, needs attention.
@@ -543,7 +551,7 @@ class ControllerCore:
         self._outputs.append(Elected(result.code, result.remark, info))
         if self.config.notify_broker_role_changed:
             self._outputs.extend(Notify(address, info) for _, address in info.replicas)
-        return info
+        return answer
 
     def _finish(self, work: _Work, reply: Reply, *, refused: bool = False) -> None:
         if work.request_id is not None:

@@ -159,6 +159,11 @@ def _each(check: Callable[..., str | None]) -> Callable[..., str | None]:
     return check_all
 
 
+def _optional(check: Callable[..., str | None]) -> Callable[..., str | None]:
+    """``check`` for a field that may be left out (``None``)."""
+    return lambda value: None if value is None else check(value)
+
+
 _CLUSTER = _rule("clusterName", "cluster_name", _name)
 _GROUP = _rule("brokerName", "broker_name", _name)
 
@@ -179,14 +184,13 @@ _RULES: dict[type, tuple[RequestCode, tuple[_Rule, ...]]] = {
         _rule("newSyncStateSet", "new_sync_state_set", _each(_broker_id), _BAD_ID))),
     ElectMaster: (RequestCode.ELECT_MASTER, (
         _CLUSTER, _GROUP,
-        _rule("brokerId", "broker_id", lambda value: None if value is None
-              else _broker_id(value), _BAD_ID))),
+        _rule("brokerId", "broker_id", _optional(_broker_id), _BAD_ID))),
     GetReplicaInfo: (RequestCode.GET_REPLICA_INFO, (_GROUP,)),
     GetSyncStateData: (RequestCode.GET_SYNC_STATE_DATA, (
         _rule("", "broker_names", _each(_name), where="body"),)),
     CleanBrokerData: (RequestCode.CLEAN_BROKER_DATA, (
-        _CLUSTER, _GROUP,
-        _rule("brokerIdSetToClean", "broker_ids", _each(_broker_id), _BAD_ID))),
+        _rule("clusterName", "cluster_name", _optional(_name)), _GROUP,
+        _rule("brokerControllerIdsToClean", "broker_ids", _each(_broker_id), _BAD_ID))),
 }
 
 

@@ -17,15 +17,19 @@ are RocketMQ's own shapes (below). Header keys, per request code:
   ``masterEpoch``, ``syncStateSetEpoch`` (current) and ``newSyncStateSet``
   (ids joined by ``;``) -> ``{"syncStateSet": [ids], "syncStateSetEpoch": n}``.
 - 1002 ELECT_MASTER: ``clusterName``, ``brokerName``, optional ``brokerId``,
-  ``designateElect`` (``true``/``false``) -> a replica-info body.
+  ``designateElect`` (``true``/``false``) -> SUCCESS or
+  CONTROLLER_MASTER_STILL_EXIST with RocketMQ's ElectMasterResponseHeader in
+  ``extFields`` and its ElectMasterResponseBody (``elect_fields``,
+  ``encode_elect_body``); a refusal carries neither.
 - 1004 GET_REPLICA_INFO: ``brokerName`` -> a replica-info body.
 - 1006 GET_SYNC_STATE_DATA: the body is a JSON list of group names ->
   RocketMQ's BrokerReplicasInfo (``encode_sync_state_data``; no names: an
   empty table).
 - 1005 GET_METADATA_INFO: none -> RocketMQ's GetMetaDataResponseHeader in
   ``extFields``, no body (``ControllerMetadata``).
-- 1011 CLEAN_BROKER_DATA: ``clusterName``, ``brokerName``, optional
-  ``brokerIdSetToClean`` (``;``-joined), ``isCleanLivingBroker``.
+- 1011 CLEAN_BROKER_DATA: optional ``clusterName`` (mqadmin leaves it out
+  with ``-l``), ``brokerName``, optional ``brokerControllerIdsToClean``
+  (``;``-joined), ``isCleanLivingBroker`` -> empty body.
 - 1008 NOTIFY_BROKER_ROLE_CHANGED (controller -> broker, oneway): a
   replica-info body.
 - 1010 GET_CONTROLLER_CONFIG -> properties text (``name=value`` lines,
@@ -76,12 +80,15 @@ __all__ = [
     "decode_replica_info",
     "decode_sync_state_data",
     "dump_json",
+    "elect_fields",
+    "encode_elect_body",
     "encode_epoch_cache",
     "encode_replica_info",
     "encode_sync_state_data",
     "join_ids",
     "load_body",
     "metadata_fields",
+    "read_elect_answer",
     "read_metadata",
     "rocketmq_address",
     "rpc_address",
@@ -393,6 +400,62 @@ def decode_sync_state_data(data: bytes) -> tuple[SyncStateData, ...]:
             not_in_sync_replicas=_read_replicas(info, "notInSyncReplicas"),
         ))
     return tuple(groups)
+
+
+def elect_fields(info: ReplicaInfo) -> dict[str, str]:
+    """An ELECT_MASTER answer's ``extFields``: RocketMQ's ElectMasterResponseHeader (the
+    master's two fields left out while there is none), and ``possibleMessageLoss`` after
+    an unclean election (triomq's own; RocketMQ's readers skip keys they do not know)."""
+    fields = {"masterEpoch": str(info.master_epoch),
+              "syncStateSetEpoch": str(info.sync_state_set_epoch)}
+    if info.master_broker_id is not None:
+        fields["masterBrokerId"] = str(info.master_broker_id)
+    if info.master_address is not None:
+        fields["masterAddress"] = rocketmq_address(info.master_address)
+    if info.possible_message_loss:
+        fields["possibleMessageLoss"] = "true"
+    return fields
+
+
+def encode_elect_body(cluster_name: str, info: ReplicaInfo) -> bytes:
+    """An ELECT_MASTER answer's body: RocketMQ's ElectMasterResponseBody (the group's
+    BrokerMemberGroup and SyncStateSet), with the BrokerMemberGroup's fields repeated at
+    the top. RocketMQ's broker reads this body as an ElectMasterResponseBody but its
+    mqadmin electMaster reads it as a bare BrokerMemberGroup (and so, from RocketMQ's
+    own controller, lists no replicas); fastjson skips unknown keys, so both find theirs.
+    """
+    members = {"brokerAddrs": {str(i): rocketmq_address(a) for i, a in info.replicas},
+               "brokerName": info.broker_name, "cluster": cluster_name}
+    return dump_json({**members, "brokerMemberGroup": members,
+                      "syncStateSet": sorted(info.sync_state_set)})
+
+
+def read_elect_answer(fields: Mapping[str, str], body: bytes) -> ReplicaInfo:
+    """An ELECT_MASTER answer (``elect_fields`` and ``encode_elect_body``) read back."""
+    where = "ELECT_MASTER response"
+    header = Header(fields, where)
+    reader = load_body(body, where)
+    reader.expect_keys({"brokerMemberGroup", "syncStateSet"},
+                       optional={"brokerAddrs", "brokerName", "cluster"})
+    group = _json.FieldReader(reader.raw("brokerMemberGroup"), f"{where} brokerMemberGroup",
+                              WireError)
+    group.expect_keys({"brokerAddrs", "brokerName"}, optional={"cluster"})
+    addresses = group.raw("brokerAddrs")
+    if not isinstance(addresses, dict) or not all(
+            key.isascii() and key.isdigit() and isinstance(value, str)
+            for key, value in addresses.items()):
+        group.fail(f"'brokerAddrs' must map broker ids to addresses, got {addresses!r:.60}")
+    master_address = fields.get("masterAddress")
+    return ReplicaInfo(
+        broker_name=group.string("brokerName"),
+        master_broker_id=header.optional_integer("masterBrokerId"),
+        master_address=rpc_address(master_address) if master_address else None,
+        master_epoch=header.integer("masterEpoch"),
+        sync_state_set=reader.id_set("syncStateSet"),
+        sync_state_set_epoch=header.integer("syncStateSetEpoch"),
+        replicas=sorted((int(key), rpc_address(value)) for key, value in addresses.items()),
+        possible_message_loss=header.boolean("possibleMessageLoss"),
+    )
 
 
 #: The end of an epoch still open: RocketMQ's EpochEntry default, Java's Long.MAX_VALUE.

@@ -35,6 +35,7 @@ from triomq.controller.requests import (
     ApplyBrokerId,
     BrokerHeartbeat,
     ControllerRequest,
+    ElectAnswer,
     ElectMaster,
     GetNextBrokerId,
     GetReplicaInfo,
@@ -155,6 +156,8 @@ def _response(reply: Reply) -> Response:
         payload = payload.next_broker_id
     elif isinstance(payload, SyncStateSet):
         payload = (payload.members, payload.epoch)
+    elif isinstance(payload, ElectAnswer):
+        payload = payload.info  # what ControllerClient.elect_master gives a broker
     return Response(reply.request_id, reply.code, reply.remark, payload,
                     reply.leader_address or None)
 

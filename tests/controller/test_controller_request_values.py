@@ -33,7 +33,7 @@ KEYS = ["clusterName", "brokerName", "brokerId", "brokerAddr", "brokerAddress", 
         "maxOffset", "confirmOffset", "electionPriority", "heartbeatTimeoutMills",
         "appliedBrokerId", "registerCheckCode", "masterBrokerId", "masterEpoch",
         "syncStateSetEpoch", "newSyncStateSet", "designateElect",
-        "brokerIdSetToClean", "isCleanLivingBroker"]
+        "brokerControllerIdsToClean", "isCleanLivingBroker"]
 VALUES = st.one_of(st.text(max_size=12), st.integers(-5, 2**70).map(str),
                    st.sampled_from(["true", "false", "1;2", ";", "", "1;x"]))
 

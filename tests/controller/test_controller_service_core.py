@@ -272,7 +272,7 @@ def test_the_scan_elects_for_a_silent_master_and_notifies_the_group(
     first, second = pump.join(), pump.join()
     rid = pump.request(ElectMaster(CLUSTER, GROUP, first))
     pump.run()
-    assert pump.reply(rid).payload.master_broker_id == first
+    assert pump.reply(rid).payload.info.master_broker_id == first
     rid = pump.request(AlterSyncStateSet(GROUP, first, 1, 1, {first, second}))
     pump.run()
     assert pump.reply(rid).ok

@@ -82,7 +82,7 @@ def refused(request) -> tuple[int, str]:
     (GetSyncStateData(("broker-a", "bad name")), Code.CONTROLLER_INVALID_REQUEST,
      "GET_SYNC_STATE_DATA: body: 'bad name':"),
     (CleanBrokerData(CLUSTER, GROUP, frozenset({0})), Code.CONTROLLER_BROKER_ID_INVALID,
-     "'brokerIdSetToClean': 0:"),
+     "'brokerControllerIdsToClean': 0:"),
 ])
 def test_each_bad_field_is_refused_naming_the_field_and_the_value(request_, code, named):
     got_code, remark = refused(request_)

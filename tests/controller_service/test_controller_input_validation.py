@@ -82,8 +82,8 @@ BAD = [
     (RequestCode.ELECT_MASTER, {**GOOD, "brokerName": "../etc", "designateElect": "true",
                                 "brokerId": "1"},
      Code.CONTROLLER_INVALID_REQUEST, "'brokerName' '../etc'"),
-    (RequestCode.CLEAN_BROKER_DATA, {**GOOD, "brokerIdSetToClean": "2;0"},
-     Code.CONTROLLER_BROKER_ID_INVALID, "'brokerIdSetToClean': 0"),
+    (RequestCode.CLEAN_BROKER_DATA, {**GOOD, "brokerControllerIdsToClean": "2;0"},
+     Code.CONTROLLER_BROKER_ID_INVALID, "'brokerControllerIdsToClean': 0"),
     (RequestCode.GET_REPLICA_INFO, {"brokerName": "a\tb"},
      Code.CONTROLLER_INVALID_REQUEST, "'brokerName' 'a\\tb'"),
 ]
@@ -117,7 +117,7 @@ async def test_bad_names_ids_and_addresses_are_refused_and_nothing_is_proposed(t
 KEYS = ["clusterName", "brokerName", "brokerId", "brokerAddress", "brokerAddr",
         "appliedBrokerId", "registerCheckCode", "masterBrokerId", "masterEpoch",
         "syncStateSetEpoch", "newSyncStateSet", "designateElect",
-        "brokerIdSetToClean", "isCleanLivingBroker", "epoch", "maxOffset", "confirmOffset",
+        "brokerControllerIdsToClean", "isCleanLivingBroker", "epoch", "maxOffset", "confirmOffset",
         "electionPriority", "heartbeatTimeoutMills"]
 values = st.one_of(
     st.sampled_from([CLUSTER, GROUP, "1", "2", "0", "-1", "true", "false", "1;2", "h:1",

@@ -2,12 +2,15 @@
 
 ``getControllerMetaData`` (1005), ``getSyncStateSet`` (1005 for the leader's
 address, then 1006 to it), ``getControllerConfig`` (1010),
-``updateControllerConfig`` (1009) and, to each broker, ``getBrokerEpoch``
+``updateControllerConfig`` (1009), ``electMaster`` (1002) and
+``cleanBrokerMetadata`` (1011) and, to each broker, ``getBrokerEpoch``
 (1007). The frames are built here byte by byte from RocketMQ's remoting
-layout, as ``RemotingCommand.createRequestCommand(code, null)`` makes them
-(no extFields), and the answers are compared with what RocketMQ's classes
-give, written out by hand: GetMetaDataResponseHeader in extFields,
-BrokerReplicasInfo, EpochEntryCache, ``Configuration.getAllConfigsFormatString``.
+layout, as ``RemotingCommand.createRequestCommand(code, header)`` makes them
+(the header's non-null fields as extFields strings), and the answers are
+compared with what RocketMQ's classes give, written out by hand:
+GetMetaDataResponseHeader and ElectMasterResponseHeader in extFields,
+BrokerReplicasInfo, ElectMasterResponseBody, EpochEntryCache,
+``Configuration.getAllConfigsFormatString``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from triomq.testing.cluster import BROKER_NAME
 
 GET_METADATA_INFO, GET_SYNC_STATE_DATA, GET_BROKER_EPOCH_CACHE = 1005, 1006, 1007
 UPDATE_CONTROLLER_CONFIG, GET_CONTROLLER_CONFIG = 1009, 1010
+ELECT_MASTER, CLEAN_BROKER_DATA = 1002, 1011
 LONG_MAX = 9223372036854775807
 
 
@@ -40,11 +44,15 @@ async def receive_exactly(stream: trio.SocketStream, size: int) -> bytes:
     return data
 
 
-async def call(address: str, code: int, body: bytes = b"") -> tuple[dict, bytes]:
+async def call(address: str, code: int, body: bytes = b"",
+               fields: dict[str, str] | None = None) -> tuple[dict, bytes]:
     """One request on a new connection to ``address`` (``host:port``, as RocketMQ names
-    it); the answer's JSON header and its body."""
-    header = json.dumps({"code": code, "flag": 0, "language": "JAVA", "opaque": 7,
-                         "serializeTypeCurrentRPC": "JSON", "version": 475}).encode()
+    it), with ``fields`` as extFields; the answer's JSON header and its body."""
+    command = {"code": code, "flag": 0, "language": "JAVA", "opaque": 7,
+               "serializeTypeCurrentRPC": "JSON", "version": 475}
+    if fields is not None:
+        command["extFields"] = fields
+    header = json.dumps(command).encode()
     host, _, port = address.rpartition(":")
     async with await trio.open_tcp_stream(host, int(port)) as stream:
         await stream.send_all(struct.pack(">iI", 4 + len(header) + len(body), len(header))
@@ -145,3 +153,56 @@ async def test_mqadmin_controller_reads(make_cluster):
         assert "node_id (controllerDLegerSelfId) cannot change at run time" in header["remark"]
         header, _ = await call(address, UPDATE_CONTROLLER_CONFIG, b"configStorePath=/tmp/x\n")
         assert (header["code"], header["remark"]) == (16, "Can not update config in black list.")
+
+
+async def test_mqadmin_elect_master_and_clean_broker_metadata(make_cluster):
+    async with make_cluster(transport="tcp",
+                            controller={"broker_not_active_timeout": 3000}) as cluster:
+        await cluster.start_controllers()
+        await cluster.start_brokers()
+        master = await cluster.wait_master()
+        await wait_full_sync_state_set(cluster, master)
+        leader = plain(cluster.controller_addresses[await wait_leader(cluster)])
+        brokers = {cluster.broker(n).broker_id: plain(cluster.broker(n).node.address)
+                   for n in cluster.broker_names}
+        old_id = cluster.broker(master).broker_id
+        new_id = min(set(brokers) - {old_id})
+        epoch = group_at(cluster, await wait_leader(cluster)).sync_state_set_epoch
+
+        # electMaster -b: ElectMasterRequestHeader.ofAdminTrigger, invokeTime included.
+        elect = {"clusterName": "DefaultCluster", "brokerName": BROKER_NAME,
+                 "brokerId": str(new_id), "designateElect": "true",
+                 "invokeTime": "1700000000000"}
+        header, body = await call(leader, ELECT_MASTER, fields=elect)
+        assert (header["code"], header.get("remark")) == (0, None), header
+        assert header["extFields"] == {
+            "masterBrokerId": str(new_id), "masterAddress": brokers[new_id],
+            "masterEpoch": "2", "syncStateSetEpoch": str(epoch + 1)}
+        members = {"cluster": "DefaultCluster", "brokerName": BROKER_NAME,
+                   "brokerAddrs": {str(i): a for i, a in brokers.items()}}
+        # ElectMasterResponseBody for a broker, BrokerMemberGroup for mqadmin.
+        assert json.loads(body) == {**members, "brokerMemberGroup": members,
+                                    "syncStateSet": [new_id]}
+
+        # The same again: the master stands, answered with it (a broker follows it).
+        header, body = await call(leader, ELECT_MASTER, fields=elect)
+        assert header["code"] == 2011, header  # CONTROLLER_MASTER_STILL_EXIST
+        assert header["extFields"]["masterBrokerId"] == str(new_id)
+        assert json.loads(body)["syncStateSet"] == [new_id]
+        header, body = await call(leader, ELECT_MASTER,
+                                  fields={**elect, "brokerName": "broker-x"})
+        assert header["code"] == 2010, header  # CONTROLLER_BROKER_NEED_TO_BE_REGISTERED
+        assert (header.get("extFields", {}), body) == ({}, b"")
+
+        # cleanBrokerMetadata: a living replica only with -l; -l leaves the cluster out.
+        clean = {"brokerName": BROKER_NAME, "brokerControllerIdsToClean": str(old_id),
+                 "isCleanLivingBroker": "false", "invokeTime": "1700000000000"}
+        header, _ = await call(leader, CLEAN_BROKER_DATA,
+                               fields={**clean, "clusterName": "DefaultCluster"})
+        assert header["code"] == 2009, header  # CONTROLLER_INVALID_CLEAN_BROKER_METADATA
+        assert f"brokers [{old_id}]" in header["remark"]
+        header, body = await call(leader, CLEAN_BROKER_DATA,
+                                  fields={**clean, "isCleanLivingBroker": "true"})
+        assert (header["code"], body) == (0, b""), header
+        group = group_at(cluster, await wait_leader(cluster))
+        assert old_id not in group.broker_ids and new_id in group.broker_ids

@@ -31,11 +31,14 @@ from triomq.controller.wire import (
     decode_epoch_cache,
     decode_replica_info,
     decode_sync_state_data,
+    elect_fields,
+    encode_elect_body,
     encode_epoch_cache,
     encode_replica_info,
     encode_sync_state_data,
     join_ids,
     metadata_fields,
+    read_elect_answer,
     read_metadata,
 )
 from triomq.errors import ConfigError
@@ -97,6 +100,26 @@ def test_epoch_cache_round_trips(cache):
     assert decode_epoch_cache(encode_epoch_cache(cache)) == cache
 
 
+# An ELECT_MASTER answer writes TCP addresses as host:port and reads them back as tcp://.
+tcp_addresses = st.text(min_size=1, max_size=20).filter(lambda a: "://" not in a).map(
+    lambda a: f"tcp://{a}")
+
+
+@given(names, st.builds(
+    ReplicaInfo, broker_name=names, master_broker_id=st.none() | ids,
+    master_address=st.none() | tcp_addresses, master_epoch=ids,
+    sync_state_set=st.frozensets(ids, max_size=4), sync_state_set_epoch=ids,
+    replicas=st.dictionaries(ids, tcp_addresses, max_size=4).map(
+        lambda d: tuple(sorted(d.items()))),
+    possible_message_loss=st.booleans()))
+def test_elect_answer_round_trips(cluster_name, info):
+    assert read_elect_answer(elect_fields(info), encode_elect_body(cluster_name, info)) == info
+
+
+def read_elect_body(data: bytes) -> ReplicaInfo:
+    return read_elect_answer({"masterEpoch": "1", "syncStateSetEpoch": "1"}, data)
+
+
 @given(st.dictionaries(st.sampled_from(["group", "controllerLeaderId", "peers", "isLeader"]),
                        st.text(max_size=20)))
 def test_metadata_headers_read_or_name_the_problem(fields):
@@ -109,7 +132,7 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
                                                                 max_size=4),
     max_leaves=20)
-DECODERS = [decode_replica_info, decode_sync_state_data, decode_epoch_cache]
+DECODERS = [decode_replica_info, decode_sync_state_data, decode_epoch_cache, read_elect_body]
 
 
 @pytest.mark.parametrize("decode", DECODERS)
