@@ -18,6 +18,7 @@ id (0 on a master, as RocketMQ's controller mode sets it), the role
 (``SYNC_MASTER`` or ``SLAVE``), the listen port and address, the store
 root and the HA port; ``flush_policy`` becomes ``flushDiskType``: a put
 waits for its fsync (``SYNC_FLUSH``) unless the policy is ``none``.
+``triomq.protocol.java_properties.dump_properties`` writes the text.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Mapping
 
 import attrs
 
-__all__ = ["ROCKETMQ_NAMES", "TRIOMQ_ONLY", "Facts", "broker_properties", "encode_properties"]
+__all__ = ["ROCKETMQ_NAMES", "TRIOMQ_ONLY", "Facts", "broker_properties"]
 
 #: ``[broker]`` keys and RocketMQ's names for them.
 ROCKETMQ_NAMES: Mapping[str, str] = {
@@ -132,8 +133,3 @@ def broker_properties(settings: Mapping[str, object], facts: Facts) -> dict[str,
     })
     return properties
 
-
-def encode_properties(properties: Mapping[str, str]) -> bytes:
-    """The body: ``name=value`` lines sorted by name, as RocketMQ writes them (unescaped:
-    its values hold no line break)."""
-    return "".join(f"{name}={value}\n" for name, value in sorted(properties.items())).encode()

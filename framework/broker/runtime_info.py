@@ -29,10 +29,11 @@ import attrs
 import trio
 
 from triomq.broker.codes import RequestCode
-from triomq.broker.config_properties import Facts, broker_properties, encode_properties
+from triomq.broker.config_properties import Facts, broker_properties
 from triomq.broker.replicas_manager import BrokerRole
 from triomq.broker.runtime_table import DiskSpace, SlaveConnection, runtime_table, store_table
 from triomq.clock import now_ms
+from triomq.protocol.java_properties import dump_properties
 from triomq.protocol.message import STORE_TIMESTAMP_SPAN, store_timestamp_at
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import DataVersion, dumps
@@ -158,4 +159,4 @@ class RuntimeInfoService:
                             ) -> RemotingCommand:
         return RemotingCommand.response(
             ext_fields={"version": dumps(self.config_version.to_json()).decode()},
-            body=encode_properties(self.properties()))
+            body=dump_properties(self.properties()))

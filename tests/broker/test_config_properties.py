@@ -10,7 +10,6 @@ from triomq.broker.config_properties import (
     TRIOMQ_ONLY,
     Facts,
     broker_properties,
-    encode_properties,
 )
 
 FACTS = Facts(broker_id=2, is_master=False, listen_host="10.0.0.1", listen_port=10911,
@@ -53,6 +52,3 @@ def test_a_master_is_id_0_and_sync_master() -> None:
     assert (properties["brokerId"], properties["brokerRole"], properties["flushDiskType"]) == (
         "0", "SYNC_MASTER", "SYNC_FLUSH")
 
-
-def test_the_body_is_sorted_name_value_lines() -> None:
-    assert encode_properties({"b": "2", "a": "x=y", "c": ""}) == b"a=x=y\nb=2\nc=\n"
