@@ -1,7 +1,8 @@
 """Who may send admin requests: the rule every role's RPC server applies.
 
 Admin requests change what a cluster is, not what it carries: topic and
-subscription-group changes, broker and name-server configuration, the
+subscription-group changes, consumer-offset resets and a consumer's
+re-consumption of a stored message, broker and name-server configuration, the
 name server's KV and write-permission commands, the controller's
 configuration, broker-data cleaning and an administrator's designated
 election (ELECT_MASTER with ``designateElect``; a broker's own election
@@ -54,7 +55,9 @@ ADMIN_CODES: Mapping[int, str] = {
     215: "DELETE_TOPIC_IN_BROKER",
     216: "DELETE_TOPIC_IN_NAMESRV",
     217: "REGISTER_TOPIC_IN_NAMESRV",
+    222: "INVOKE_BROKER_TO_RESET_OFFSET",
     225: "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST",
+    309: "CONSUME_MESSAGE_DIRECTLY",
     318: "UPDATE_NAMESRV_CONFIG",
     327: "ADD_WRITE_PERM_OF_BROKER",
     513: "UPDATE_AND_CREATE_STATIC_TOPIC",

@@ -22,6 +22,11 @@
 - GET_CONSUMER_RUNNING_INFO 307 (``consumerGroup``, ``clientId``): passed
   on to that client's connection, its answer relayed, by the rules of
   ``triomq.broker.consumer_calls`` (``mqadmin consumerStatus``);
+- CONSUME_MESSAGE_DIRECTLY 309 (``consumerGroup``, ``clientId``, ``msgId``):
+  the same, with the stored message as the body (``mqadmin queryMsgById
+  -g -d``); an admin request (the node's admin access guards it). No
+  record at the id's offset is SYSTEM_ERROR "can not find message by the
+  offset, N", as VIEW_MESSAGE_BY_ID answers;
 - UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200 (body: a
   ``SubscriptionGroupConfig``) and DELETE_SUBSCRIPTIONGROUP 207
   (``groupName``; ``cleanOffset``, or RocketMQ 4's ``removeOffset``, also
@@ -52,7 +57,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import trio
 
@@ -64,11 +69,14 @@ from triomq.broker.connection_bodies import consumer_connection, producer_connec
 from triomq.broker.consumer_calls import (
     CALL_TIMEOUT,
     CallRefused,
+    ConsumerCall,
     call_failed,
     call_timed_out,
     consumer_to_call,
+    direct_consume_fields,
     parse_consumer_call,
 )
+from triomq.broker.headers import HeaderError, parse_offset_msg_id
 from triomq.broker.heartbeat import (
     BodyError,
     HeartbeatData,
@@ -125,6 +133,9 @@ class ClientService:
         self.table = ClientTable(config.channel_expired_timeout)
         #: Drops a group's consumer offsets; whether it had any (set by the broker).
         self.remove_offsets: Callable[[str], bool] = lambda group: False
+        #: The stored bytes of the record at a commit-log offset, None if no record
+        #: starts there (set by the broker).
+        self.record_at: Callable[[int], bytes | None] = lambda offset: None
         self._nursery: trio.Nursery | None = None
         self._dirty = config_files.Changes()
         self._saved = groups.encode()
@@ -154,6 +165,7 @@ class ClientService:
                         self.get_producer_connections, inline=True)
         # Not inline: it waits for the client's answer.
         server.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self.call_consumer)
+        server.register(RequestCode.CONSUME_MESSAGE_DIRECTLY, self.consume_message_directly)
         server.register(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
                         self.update_subscription_group, inline=True)
         server.register(RequestCode.DELETE_SUBSCRIPTIONGROUP, self.delete_subscription_group,
@@ -269,13 +281,42 @@ class ClientService:
             call = parse_consumer_call(request.ext_fields, RequestCode(request.code).name)
         except WireError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        return await self._relay(call, request.code, request.ext_fields, request.body)
+
+    async def consume_message_directly(self, request: RemotingCommand, peer: RpcConnection
+                                       ) -> RemotingCommand:
+        """Have the consumer named consume the message named; relay its answer."""
+        what = "CONSUME_MESSAGE_DIRECTLY"
+        fields = request.ext_fields
+        try:
+            call = parse_consumer_call(fields, what)
+            _, offset = parse_offset_msg_id(Header(fields, what).string("msgId"))
+        except WireError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        except HeaderError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER,
+                                            remark=f"{what}: {exc}")
+        record = self.record_at(offset)
+        if record is None:
+            return RemotingCommand.response(
+                ResponseCode.SYSTEM_ERROR, remark=f"can not find message by the offset, {offset}")
+        topic = self.topics.table.get(fields.get("topic") or "")
+        group = self.groups.get(call.group)
+        passed = direct_consume_fields(
+            fields, broker_name=self.config.broker_name,
+            topic_sys_flag=topic.topic_sys_flag if topic is not None else None,
+            group_sys_flag=group.group_sys_flag if group is not None else None)
+        return await self._relay(call, request.code, passed, record)
+
+    async def _relay(self, call: ConsumerCall, code: int, fields: Mapping[str, str],
+                     body: bytes) -> RemotingCommand:
+        """Pass a request on to the consumer ``call`` names; its answer, or why none."""
         target = consumer_to_call(self.table, call)
         if isinstance(target, CallRefused):
             return RemotingCommand.response(target.code, remark=target.remark)
         assert isinstance(target, RpcConnection)  # heartbeats register their connection
         try:
-            return await target.invoke(request.code, request.ext_fields, request.body,
-                                       timeout=CALL_TIMEOUT)
+            return await target.invoke(code, fields, body, timeout=CALL_TIMEOUT)
         except RpcTimeout as exc:
             refused = call_timed_out(call, str(exc))
         except RpcError as exc:

@@ -20,11 +20,24 @@ the group's ``ConsumeStats`` (header ``consumerGroup``, optional ``topic``):
   over the last minute, divided by 60 (``MinuteCounts`` keyed by
   ``stats_key(topic, group)``, fed by the pull handler with the time passed
   in), summed over the topics.
+
+GET_BROKER_CONSUME_STATS (317), ``mqadmin brokerConsumeStats -b ADDR``: every
+subscription group's ``ConsumeStats`` on this broker, one per topic it
+stored offsets for (``broker_consume_stats``), as RocketMQ's
+``fetchAllConsumeStatsInBroker`` counts them: a topic the broker does not
+hold, or (header ``isOrder`` true) one that is not ordered, or one the
+group's online consumers do not subscribe to while they subscribe to
+others, is left out; each topic's write queues (RocketMQ's choice here,
+where GET_CONSUME_STATS takes the read queues); ``pullOffset`` 0, as
+RocketMQ leaves it. ``consume_stats_list`` writes the ``ConsumeStatsList``
+body with ``totalDiff`` (broker minus consumer offsets) and
+``totalInflightDiff`` (pull minus consumer offsets, so minus the consumer
+offsets, as RocketMQ's sums come out).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Protocol
 
 import attrs
@@ -36,12 +49,15 @@ from triomq.broker.pull_lookup import QueueStore, confirmed_queue_max
 from triomq.protocol.consume_stats import ConsumeStats, OffsetWrapper
 from triomq.protocol.message import STORE_TIMESTAMP_SPAN, store_timestamp_at
 from triomq.protocol.message_queue import MessageQueue
-from triomq.protocol.route import TopicConfig
+from triomq.protocol.route import TopicConfig, dumps
 
 __all__ = [
+    "GroupStats",
     "StatsRequest",
     "StatsStore",
+    "broker_consume_stats",
     "consume_stats",
+    "consume_stats_list",
     "offset_wrapper",
     "parse_stats_header",
     "store_timestamp",
@@ -125,3 +141,50 @@ def consume_stats(group: str, topics: Sequence[TopicConfig], *, broker_name: str
                 confirm_offset=confirm_offset)
     return ConsumeStats(table, sum(got.tps(stats_key(c.topic_name, group), now)
                                    for c in topics))
+
+
+#: One group's stats, a ``ConsumeStats`` per topic: ``(group, [stats, ...])``.
+GroupStats = tuple[str, list[ConsumeStats]]
+
+
+def broker_consume_stats(groups: Iterable[str], *, held: Mapping[str, TopicConfig],
+                         subscribed: Callable[[str], Collection[str]], order_only: bool,
+                         broker_name: str, store: StatsStore, offsets: ConsumerOffsetTable,
+                         confirm_offset: int, got: MinuteCounts, now: float
+                         ) -> list[GroupStats]:
+    """Every group's stats on this broker (see the module); ``subscribed(group)``: the
+    topics its online consumers subscribe to (empty when none is online)."""
+    answer = []
+    for group in sorted(groups):
+        online = subscribed(group)
+        per_topic = []
+        for topic in sorted(offsets.topics_of(group)):
+            config = held.get(topic)
+            if config is None or (order_only and not config.order) \
+                    or (online and topic not in online):
+                continue
+            table = {}
+            for queue_id in range(config.write_queue_nums):
+                committed = offsets.query(group, topic, queue_id)
+                consumer_offset = max(0, committed) if committed is not None else 0
+                table[MessageQueue(topic, broker_name, queue_id)] = OffsetWrapper(
+                    broker_offset=confirmed_queue_max(store, topic, queue_id, confirm_offset),
+                    consumer_offset=consumer_offset, pull_offset=0,
+                    last_timestamp=(store_timestamp(store, topic, queue_id, consumer_offset - 1)
+                                    if consumer_offset > 0 else 0))
+            per_topic.append(ConsumeStats(table, got.tps(stats_key(topic, group), now)))
+        answer.append((group, per_topic))
+    return answer
+
+
+def consume_stats_list(broker_addr: str, stats: Sequence[GroupStats]) -> bytes:
+    """``ConsumeStatsList`` as fastjson writes it: a one-entry map per group."""
+    every = [s for _, per_topic in stats for s in per_topic]
+    total_diff = sum(s.total_diff() for s in every)
+    inflight = sum(w.pull_offset - w.consumer_offset
+                   for s in every for w in s.offset_table.values())
+    groups = b",".join(b"{" + dumps(group) + b":[" + b",".join(s.encode() for s in per_topic)
+                       + b"]}" for group, per_topic in stats)
+    return (b'{"brokerAddr":' + dumps(broker_addr) + b',"consumeStatsList":[' + groups
+            + b'],"totalDiff":' + dumps(total_diff) + b',"totalInflightDiff":'
+            + dumps(inflight) + b"}")

@@ -6,6 +6,9 @@
   ``trio.current_time()``.
 - GET_TOPIC_STATS_INFO (202): a topic's queues and put rate, by
   ``triomq.broker.topic_stats``'s rules (the rate from ``StoreStats``).
+- GET_BROKER_CONSUME_STATS (317, ``mqadmin brokerConsumeStats``): every
+  subscription group's stats per topic, by ``broker_consume_stats``'s rules,
+  as a ``ConsumeStatsList`` naming this broker's address.
 - QUERY_TOPIC_CONSUME_BY_WHO (300): the groups whose online consumers
   subscribe to the topic and those that stored offsets for it, as a
   ``GroupList`` (RocketMQ 5.3.3 means the same, but its table of online
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import trio
 
@@ -29,7 +32,9 @@ from triomq.broker.clients import ClientService
 from triomq.broker.codes import RequestCode, ResponseCode
 from triomq.broker.connection_bodies import group_list
 from triomq.broker.consume_stats import (
+    broker_consume_stats,
     consume_stats,
+    consume_stats_list,
     parse_stats_header,
     topics_to_collect,
 )
@@ -53,14 +58,17 @@ class ConsumeStatsService:
     """Answers the stats requests from the broker's state when asked.
 
     ``confirmed()``: the confirm offset, which bounds the queues' ends;
-    ``store_stats``: the broker's message counters.
+    ``store_stats``: the broker's message counters; ``broker_addr``: the
+    broker's ``host:port`` as clients reach it.
     """
 
     def __init__(self, *, log: CommitLog, broker_name: str, topics: TopicService,
                  offsets: ConsumerOffsetService, clients: ClientService,
-                 confirmed: Callable[[], int], store_stats: StoreStats) -> None:
+                 confirmed: Callable[[], int], store_stats: StoreStats,
+                 broker_addr: str = "") -> None:
         self.log = log
         self.broker_name = broker_name
+        self.broker_addr = broker_addr
         self.topics = topics
         self.offsets = offsets
         self.clients = clients
@@ -73,6 +81,8 @@ class ConsumeStatsService:
         server.register(RequestCode.GET_CONSUME_STATS, self.get_consume_stats, inline=True)
         server.register(RequestCode.GET_TOPIC_STATS_INFO, self.get_topic_stats, inline=True)
         server.register(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, self.query_consumed_by,
+                        inline=True)
+        server.register(RequestCode.GET_BROKER_CONSUME_STATS, self.get_broker_consume_stats,
                         inline=True)
 
     def got(self, group: str, topic: str, count: int) -> None:
@@ -124,6 +134,29 @@ class ConsumeStatsService:
             log.error("topic stats of %s failed: %s", topic, exc)
             return _store_failure(exc)
         return RemotingCommand.response(body=table.encode())
+
+    async def get_broker_consume_stats(self, request: RemotingCommand, peer: RpcConnection
+                                       ) -> RemotingCommand:
+        try:
+            order_only = Header(request.ext_fields, "GET_BROKER_CONSUME_STATS").boolean(
+                "isOrder")
+        except WireError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+
+        def subscribed(group: str) -> Collection[str]:
+            online = self.clients.table.consumer_group(group)
+            return online.subscriptions.keys() if online is not None else ()
+
+        try:
+            stats = broker_consume_stats(
+                self.clients.groups.configs(), held=self.topics.table.configs(),
+                subscribed=subscribed, order_only=order_only, broker_name=self.broker_name,
+                store=self.log, offsets=self.offsets.table, confirm_offset=self.confirmed(),
+                got=self.group_get_nums, now=trio.current_time())
+        except (StoreError, OSError) as exc:
+            log.error("consume stats of the broker failed: %s", exc)
+            return _store_failure(exc)
+        return RemotingCommand.response(body=consume_stats_list(self.broker_addr, stats))
 
     async def query_consumed_by(self, request: RemotingCommand, peer: RpcConnection
                                 ) -> RemotingCommand:

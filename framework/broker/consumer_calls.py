@@ -23,8 +23,18 @@ When it cannot, the broker answers as RocketMQ's does:
 - the connection fails first: SYSTEM_ERROR,
   ``invoke consumer <G> <id> Exception: <why>``.
 
-A header without the group or the client is INVALID_PARAMETER naming the
-field (RocketMQ would fail the decoding with SYSTEM_ERROR).
+CONSUME_MESSAGE_DIRECTLY (309) is how ``mqadmin queryMsgById -i ID -g G -d
+CLIENT`` has a push consumer consume one stored message again: the header
+names the group, the client and the message (``msgId``, the offset message
+id of a record this broker stores); the broker passes it on by the same
+rules with the record's stored bytes as the body and, as RocketMQ's adds
+them, ``brokerName`` and the topic's and the group's sysFlags when it holds
+their configs (``direct_consume_fields``). The client answers with a
+``ConsumeMessageDirectlyResult``.
+
+A header without the group or the client (or, for 309, the message id) is
+INVALID_PARAMETER naming the field (RocketMQ would fail the decoding with
+SYSTEM_ERROR).
 """
 
 from __future__ import annotations
@@ -38,7 +48,8 @@ from triomq.broker.codes import ResponseCode
 from triomq.controller.wire import Header
 
 __all__ = ["CALL_TIMEOUT", "MIN_CLIENT_VERSION", "CallRefused", "ConsumerCall",
-           "call_failed", "call_timed_out", "consumer_to_call", "parse_consumer_call"]
+           "call_failed", "call_timed_out", "consumer_to_call", "direct_consume_fields",
+           "parse_consumer_call"]
 
 #: Seconds the broker waits for the client's answer (RocketMQ's Broker2Client.callClient).
 CALL_TIMEOUT = 10.0
@@ -73,6 +84,19 @@ def parse_consumer_call(fields: Mapping[str, str], what: str) -> ConsumerCall:
     call = ConsumerCall(header.string("consumerGroup"), header.string("clientId"))
     header.boolean("jstackEnable")  # only checked: the client reads it
     return call
+
+
+def direct_consume_fields(fields: Mapping[str, str], *, broker_name: str,
+                          topic_sys_flag: int | None, group_sys_flag: int | None
+                          ) -> dict[str, str]:
+    """CONSUME_MESSAGE_DIRECTLY's header as the client gets it: the admin tool's, with
+    the broker's name and the sysFlags of the topic and the group (None: no config)."""
+    passed = {**fields, "brokerName": broker_name}
+    if topic_sys_flag is not None:
+        passed["topicSysFlag"] = str(topic_sys_flag)
+    if group_sys_flag is not None:
+        passed["groupSysFlag"] = str(group_sys_flag)
+    return passed
 
 
 def consumer_to_call(table: ClientTable, call: ConsumerCall) -> Hashable | CallRefused:

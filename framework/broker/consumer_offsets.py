@@ -16,6 +16,12 @@ slave's, those only the slave holds stay, and the master's DataVersion is
 taken. It copies every time: the version moves only every so many
 commits, so an equal version does not mean equal offsets.
 
+An admin reset (INVOKE_BROKER_TO_RESET_OFFSET) stores the new offset and
+keeps it pending, in memory only as RocketMQ 5's ``resetOffsetTable``
+(``assign_reset``), until the group's next pull of the queue takes it
+(``take_reset``); while it is pending the group's offset updates for the
+queue are ignored (``has_reset``).
+
 The request rules: ``parse_offset_header`` reads QUERY_CONSUMER_OFFSET's
 and UPDATE_CONSUMER_OFFSET's headers, ``query_answer`` is RocketMQ's
 ``queryConsumerOffset`` once the table has been asked, ``answer_query`` asks
@@ -69,6 +75,9 @@ class ConsumerOffsetTable:
         #: Moves with every change: the broker writes the file when it moved.
         self.revision = 0
         self._commits = 0
+        #: Offsets an admin reset and the group's next pull of the queue has not yet
+        #: been told of, by ``topic@group`` (RocketMQ's resetOffsetTable: in memory only).
+        self._resets: dict[str, dict[int, int]] = {}
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int, now_ms: int) -> None:
         """Store ``offset`` as the group's next offset in the queue."""
@@ -77,6 +86,27 @@ class ConsumerOffsetTable:
         self._commits += 1
         if self._commits % self.version_step == 0:
             self.data_version = self.data_version.next(now_ms)
+
+    def assign_reset(self, group: str, topic: str, queue_id: int, offset: int,
+                     now_ms: int) -> None:
+        """An admin reset: ``offset`` is stored and pending until ``take_reset``."""
+        self._resets.setdefault(topic + TOPIC_GROUP_SEPARATOR + group, {})[queue_id] = offset
+        self.commit(group, topic, queue_id, offset, now_ms)
+
+    def has_reset(self, group: str, topic: str, queue_id: int) -> bool:
+        """Whether a reset of the queue is pending (the group's commits are then ignored)."""
+        return queue_id in self._resets.get(topic + TOPIC_GROUP_SEPARATOR + group, {})
+
+    def take_reset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The pending reset of the queue, no longer pending; None if there is none."""
+        key = topic + TOPIC_GROUP_SEPARATOR + group
+        pending = self._resets.get(key)
+        if pending is None or queue_id not in pending:
+            return None
+        offset = pending.pop(queue_id)
+        if not pending:
+            del self._resets[key]
+        return offset
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         """The group's stored offset in the queue, None if it stored none."""
@@ -103,6 +133,8 @@ class ConsumerOffsetTable:
     def remove_group(self, group: str) -> bool:
         """Forget every offset of ``group`` (DELETE_SUBSCRIPTIONGROUP with cleanOffset);
         whether it had any."""
+        for key in [k for k in self._resets if k.rpartition(TOPIC_GROUP_SEPARATOR)[2] == group]:
+            del self._resets[key]
         keys = [k for k in self._offsets if k.rpartition(TOPIC_GROUP_SEPARATOR)[2] == group]
         for key in keys:
             del self._offsets[key]

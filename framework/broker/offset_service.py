@@ -14,7 +14,14 @@ the previous version kept as ``consumerOffset.json.bak``, as for
   the topic held (TOPIC_NOT_EXIST) and the queue id one of its queues
   (INVALID_PARAMETER; RocketMQ does not check it, and a client could then
   fill the table with queues that do not exist);
-- GET_ALL_CONSUMER_OFFSET 43: the table as ``consumerOffset.json``.
+- GET_ALL_CONSUMER_OFFSET 43: the table as ``consumerOffset.json``;
+- INVOKE_BROKER_TO_RESET_OFFSET 222 (``mqadmin resetOffsetByTime``,
+  ``skipAccumulatedMessage``): an admin request (the node's admin access
+  guards it), by the rules of ``triomq.broker.offset_reset``; the queues'
+  ends are where consumers see them (the confirm offset bounds them). While
+  a reset of a queue is pending, UPDATE_CONSUMER_OFFSET for it answers
+  SUCCESS "Offset has been previously reset" and stores nothing, as
+  RocketMQ's broker does.
 
 Every replica takes commits, a slave's being stored locally (RocketMQ 5
 stores a pull's and an update's commit on any role). Every
@@ -42,6 +49,8 @@ from triomq.broker.consumer_offsets import (
     update_refusal,
 )
 from triomq.broker.headers import HeaderError
+from triomq.broker.offset_reset import ResetRefused, parse_reset_header, reset_body, reset_offsets
+from triomq.broker.pull_lookup import confirmed_queue_max
 from triomq.broker.topics import TopicService
 from triomq.clock import now_ms
 from triomq.protocol.remoting import RemotingCommand
@@ -67,14 +76,17 @@ class ConsumerOffsetService:
     """The broker's consumer offsets, their file and their requests.
 
     ``group_known(group)`` says whether a consumer group exists (or was
-    created); ``memory_window`` is how many bytes behind the log's end count
-    as in memory (see ``PullLimits.memory_window``).
+    created), ``group_exists(group)`` whether it has a config now;
+    ``memory_window`` is how many bytes behind the log's end count as in
+    memory (see ``PullLimits.memory_window``); ``confirmed()`` the confirm
+    offset, which bounds the queues' ends.
     """
 
     def __init__(self, root: str, config: BrokerConfig, table: ConsumerOffsetTable, *,
                  log: CommitLog, topics: TopicService, is_master: Callable[[], bool],
-                 memory_window: int, group_known: Callable[[str], bool] = lambda group: True
-                 ) -> None:
+                 memory_window: int, group_known: Callable[[str], bool] = lambda group: True,
+                 group_exists: Callable[[str], bool] = lambda group: True,
+                 confirmed: Callable[[], int] | None = None) -> None:
         self.root = root
         self.config = config
         self.table = table
@@ -83,6 +95,8 @@ class ConsumerOffsetService:
         self.is_master = is_master
         self.memory_window = memory_window
         self.group_known = group_known
+        self.group_exists = group_exists
+        self.confirmed = confirmed if confirmed is not None else lambda: log.max_offset
         self._saved = table.revision
 
     def register(self, server: RpcServer) -> None:
@@ -91,6 +105,8 @@ class ConsumerOffsetService:
         server.register(RequestCode.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset,
                         inline=True)
         server.register(RequestCode.GET_ALL_CONSUMER_OFFSET, self.get_all_consumer_offset,
+                        inline=True)
+        server.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offset,
                         inline=True)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -118,12 +134,41 @@ class ConsumerOffsetService:
         if refusal is not None:
             return RemotingCommand.response(refusal[0], remark=refusal[1])
         assert header.commit_offset is not None
+        if self.table.has_reset(header.consumer_group, header.topic, header.queue_id):
+            return RemotingCommand.response(remark="Offset has been previously reset")
         self.commit(header.consumer_group, header.topic, header.queue_id, header.commit_offset)
         return RemotingCommand.response()
 
     async def get_all_consumer_offset(self, request: RemotingCommand, peer: RpcConnection
                                       ) -> RemotingCommand:
         return RemotingCommand.response(body=self.table.encode())
+
+    async def reset_offset(self, request: RemotingCommand, peer: RpcConnection
+                           ) -> RemotingCommand:
+        try:
+            reset = parse_reset_header(request.ext_fields)
+        except HeaderError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER,
+                                            remark=f"INVOKE_BROKER_TO_RESET_OFFSET: {exc}")
+        topic = reset.topic
+        confirm_offset = self.confirmed()
+        offsets = reset_offsets(
+            reset, is_master=self.is_master(), topic=self.topics.table.get(topic),
+            group_exists=self.group_exists(reset.group),
+            queue_range=lambda q: (self.log.queue_min_offset(topic, q),
+                                   confirmed_queue_max(self.log, topic, q, confirm_offset)),
+            offset_at=lambda q, ts: self.log.search_queue_offset(topic, q, ts))
+        if isinstance(offsets, ResetRefused):
+            log.warning("offset reset of group %s on topic %s by %s refused: %s",
+                        reset.group[:80], topic[:80], peer.peer, offsets.remark)
+            return RemotingCommand.response(offsets.code, remark=offsets.remark)
+        now = now_ms()
+        for queue_id, offset in offsets.items():
+            self.table.assign_reset(reset.group, topic, queue_id, offset, now)
+        log.info("offsets of group %s on topic %s reset by %s (timestamp %d): %s",
+                 reset.group, topic, peer.peer, reset.timestamp, offsets)
+        return RemotingCommand.response(
+            body=reset_body(topic, self.config.broker_name, offsets))
 
     async def persist_loop(self) -> None:
         """Write the table every ``flush_consumer_offset_interval`` when it changed (in a

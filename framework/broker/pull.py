@@ -35,7 +35,12 @@ OFFSET_FOUND_NULL             no entry where one should   NOT_FOUND, next consum
 FOUND                         records taken               SUCCESS, after the last entry read
 NO_MATCHED_MESSAGE            entries read, none matched  RETRY_IMMEDIATELY, after them
 MESSAGE_WAS_REMOVING          records gone from the log   RETRY_IMMEDIATELY, after them
+OFFSET_RESET                  an admin reset the queue    OFFSET_MOVED to the reset offset
 ============================  ==========================  =====================
+
+OFFSET_RESET is not the store's: the pull service answers it, without
+reading the store, to the group's first pull of a queue after an admin
+reset (``triomq.broker.offset_reset``).
 
 A pull reads consume-queue entries from its offset, at most
 ``max_filter_message_size`` bytes of them (20 per entry) or ``maxMsgNums``
@@ -153,6 +158,7 @@ class GetMessageStatus(enum.Enum):
     OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    OFFSET_RESET = "OFFSET_RESET"
 
 
 _CODES = {
@@ -163,6 +169,7 @@ _CODES = {
     GetMessageStatus.OFFSET_OVERFLOW_ONE: PULL_NOT_FOUND,
     GetMessageStatus.OFFSET_OVERFLOW_BADLY: PULL_OFFSET_MOVED,
     GetMessageStatus.OFFSET_TOO_SMALL: PULL_OFFSET_MOVED,
+    GetMessageStatus.OFFSET_RESET: PULL_OFFSET_MOVED,
 }
 
 

@@ -12,6 +12,11 @@ this module reads the records for them, sends them, and keeps time:
 - a pull is admitted, looked up and answered at once, its commit flag
   storing the consumer's offset (``ConsumerOffsetService.commit``; on any
   role, as RocketMQ 5 does);
+- the group's first pull of a queue after an admin reset
+  (INVOKE_BROKER_TO_RESET_OFFSET) is answered PULL_OFFSET_MOVED to the
+  reset offset instead, remark OFFSET_RESET, as RocketMQ 5 answers it; its
+  commit flag is not followed (RocketMQ's is, storing the position from
+  before the reset until the consumer commits the new one);
 - a pull that finds nothing new with the suspend flag is held (for its
   ``suspendTimeoutMillis``, or ``short_polling_time_mills`` without
   ``long_polling_enable``), then looked up once more and answered with
@@ -47,11 +52,14 @@ from triomq.broker.headers import HeaderError
 from triomq.broker.heartbeat import SubscriptionData
 from triomq.broker.offset_service import ConsumerOffsetService
 from triomq.broker.pull import (
+    GetMessageStatus,
+    GetResult,
     PullAnswer,
     PullHeader,
     PullLimits,
     PullRefused,
     admit,
+    answer,
     parse_pull_header,
 )
 from triomq.broker.pull_hold import HoldTable
@@ -192,14 +200,13 @@ class PullService:
                                  registered=self.registered)
         except PullRefused as exc:
             return RemotingCommand.response(exc.code, remark=exc.remark)
+        reset = self.offsets.table.take_reset(header.consumer_group, header.topic,
+                                              header.queue_id)
         try:
-            result = self._look_up(header, subscription, allow_suspend=True)
-            if header.commits_offset:
-                self.offsets.commit(header.consumer_group, header.topic, header.queue_id,
-                                    header.commit_offset)
-            if result.hold:
-                await self._hold(header)
-                result = self._look_up(header, subscription, allow_suspend=False)
+            if reset is not None:
+                result = self._reset_answer(header, reset)
+            else:
+                result = await self._pull(header, subscription)
             body = b"".join(self.log.read(offset, size) for offset, size in result.ranges)
             if result.code == ResponseCode.SUCCESS:
                 self.got(header.consumer_group, header.topic, len(result.ranges))
@@ -214,6 +221,17 @@ class PullService:
         return RemotingCommand.response(result.code, remark=result.remark,
                                         ext_fields=result.fields, body=body)
 
+    async def _pull(self, header: PullHeader, subscription: Subscription) -> PullAnswer:
+        """The pull's answer from the store, held until there is something when asked."""
+        result = self._look_up(header, subscription, allow_suspend=True)
+        if header.commits_offset:
+            self.offsets.commit(header.consumer_group, header.topic, header.queue_id,
+                                header.commit_offset)
+        if result.hold:
+            await self._hold(header)
+            result = self._look_up(header, subscription, allow_suspend=False)
+        return result
+
     def _look_up(self, header: PullHeader, subscription: Subscription, *,
                  allow_suspend: bool) -> PullAnswer:
         answer = look_up(self.log, header, subscription, limits=self.limits,
@@ -225,6 +243,17 @@ class PullService:
                          allow_suspend=allow_suspend)
         self.stats.looked_up(len(answer.ranges))
         return answer
+
+    def _reset_answer(self, header: PullHeader, offset: int) -> PullAnswer:
+        topic, queue_id = header.topic, header.queue_id
+        config = self.topics.table.get(topic)
+        result = GetResult(GetMessageStatus.OFFSET_RESET, offset,
+                           self.log.queue_min_offset(topic, queue_id),
+                           self._queue_max(topic, queue_id))
+        return answer(result, header, topic_sys_flag=config.topic_sys_flag if config else 0,
+                      is_master=self.is_master(), master_online=self.master_online(),
+                      slave_read_enable=self.config.slave_read_enable,
+                      offset_check_in_slave=self.config.offset_check_in_slave)
 
     def _queue_max(self, topic: str, queue_id: int) -> int:
         return confirmed_queue_max(self.log, topic, queue_id, self.confirmed())

@@ -117,13 +117,13 @@ class QueryService:
 
     def view_message(self, request: RemotingCommand, what: str) -> RemotingCommand:
         offset = _integer(request, what, "offset")
-        data = self._record_bytes(offset)
+        data = self.record_bytes(offset)
         if data is None:
             return RemotingCommand.response(
                 ResponseCode.SYSTEM_ERROR, remark=f"can not find message by the offset, {offset}")
         return RemotingCommand.response(body=data)
 
-    def _record_bytes(self, offset: int) -> bytes | None:
+    def record_bytes(self, offset: int) -> bytes | None:
         """The stored bytes of the record at ``offset``, None if no record starts there."""
         if not self.log.min_offset <= offset < self.log.last_whole_record_end():
             return None
@@ -152,7 +152,7 @@ class QueryService:
         body = bytearray()
         wanted = f"{topic}#{key}"
         for offset in dict.fromkeys(found.offsets if found is not None else ()):
-            data = self._record_bytes(offset)
+            data = self.record_bytes(offset)
             if data is None:
                 continue
             record, _ = decode(data, verify_crc=False)

@@ -254,12 +254,14 @@ async def broker_service(node: Node, *,
         offsets = broker.offsets = ConsumerOffsetService(
             root, config, offsets_table, log=log, topics=topics,
             is_master=lambda: replicas.is_master, memory_window=window,
-            group_known=group_known)
+            group_known=group_known, group_exists=lambda group: group in clients.groups,
+            confirmed=lambda: replicas.confirm_offset)
         clients.remove_offsets = offsets.table.remove_group
         stats = ConsumeStatsService(log=log, broker_name=config.broker_name, topics=topics,
                                     offsets=offsets, clients=clients,
                                     confirmed=lambda: replicas.confirm_offset,
-                                    store_stats=processor.stats)
+                                    store_stats=processor.stats,
+                                    broker_addr=_route_address(node.address or node.name))
         pulls = broker.pulls = PullService(
             log=log, config=config, topics=topics, offsets=offsets,
             is_master=lambda: replicas.is_master, limits=pull_limits(config, window),
@@ -293,7 +295,9 @@ async def broker_service(node: Node, *,
                 if config.message_index_enable:
                     broker.index = IndexService(log, root, config)
                     await nursery.start(broker.index.run)
-                QueryService(log, broker.index, config).register(node.rpc_server)
+                queries = QueryService(log, broker.index, config)
+                queries.register(node.rpc_server)
+                clients.record_at = queries.record_bytes
                 runtime_info = RuntimeInfoService(broker, root)
                 runtime_info.register(node.rpc_server)
                 nursery.start_soon(runtime_info.run)
