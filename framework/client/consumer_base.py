@@ -546,8 +546,9 @@ class ConsumerBase:
             return
         step = state.pull.answered(result)
         if isinstance(step, OffsetMoved):
-            log.warning("offset %d of %s is gone: the queue restarts at %d", state.next_offset,
-                        queue, step.offset)
+            # The broker's remark tells why: OFFSET_RESET after an admin's reset.
+            log.warning("the broker moved %s from offset %d to %d (%s)", queue,
+                        state.next_offset, step.offset, answer.remark)
             state.arrived.set()
             self.offsets.update(queue, step.offset)
             try:

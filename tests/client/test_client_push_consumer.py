@@ -299,3 +299,22 @@ async def test_a_group_started_before_its_topic_exists_consumes_once_it_is_creat
             # The brokers learn the client as soon as it finds the route, not at its
             # next periodic heartbeat (heartbeat_broker_interval, 30 s).
             assert trio.current_time() - start < early.heartbeat_broker_interval
+
+
+async def test_a_running_group_reads_again_from_where_an_admin_reset_its_offsets(
+        tmp_path, autojump_clock) -> None:
+    async with open_groups(tmp_path) as groups:
+        await groups.create_topic("orders", queues=2)
+        app = await groups.client()
+        await produce(groups, "orders", 6)
+        recorder = Recorder()
+        one = consumer(groups, "one", recorder.concurrently("one"))
+        async with one.start(app.connect):
+            await until(lambda: len(recorder.bodies()) == 6)
+            # As mqadmin resetOffsetByTime -s 0 asks the group's broker.
+            answer = await app.rpc.invoke(groups.cluster.node("a").address, 222, {
+                "group": "cg", "topic": "orders", "timestamp": "0", "isForce": "true",
+                "queueId": "-1", "offset": "-1"})
+            assert answer.code == 0, answer.remark
+            await until(lambda: len(recorder.bodies()) == 12)
+        assert sorted(recorder.bodies()) == sorted([f"m{n}".encode() for n in range(6)] * 2)
