@@ -32,6 +32,8 @@ class ClientRequestCode(enum.IntEnum):
     GET_ROUTEINFO_BY_TOPIC = 105
     #: Broker to client, passing on an admin's question: what the consumer runs.
     GET_CONSUMER_RUNNING_INFO = 307
+    #: Broker to client, passing on an admin's message to consume once (queryMsgById -d).
+    CONSUME_MESSAGE_DIRECTLY = 309
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
 

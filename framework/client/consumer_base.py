@@ -33,7 +33,8 @@ the pure rules (``allocate``, ``pull``, ``queue_pull``, ``process_queue``,
   (``mqadmin consumerStatus``) is answered with the consumer's settings,
   subscriptions and queues (``running_info``). The consumer's requests
   declare RocketMQ 5.3.3's version, as a 5.3.3 Java client's do: a broker
-  passes the question only to clients of 3.1.8 or later.
+  passes the question only to clients of 3.1.8 or later. CONSUME_MESSAGE_DIRECTLY
+  is a push consumer's (``direct_consume``); others refuse it.
 
 Subclasses say what happens to pulled messages (``_deliver``).
 """
@@ -53,6 +54,7 @@ from triomq.client.allocate import allocate_averagely, subscribe_queues
 from triomq.client.codes import ClientRequestCode as Req
 from triomq.client.codes import ClientResponseCode as Code
 from triomq.client.consume_from import ConsumeFromWhere, Lookup, start_offset
+from triomq.client.direct_consume import not_consumed_here
 from triomq.client.errors import BrokerError, ClientError, NoRouteError
 from triomq.client.instance import ClientInstance, default_instance_name, local_ip
 from triomq.client.message import MessageDecodeError, MessageExt, MessageQueue
@@ -223,7 +225,8 @@ class ConsumerBase:
         if self._instance is not None:
             raise ClientError("the consumer is already started")
         handlers: dict[int, Handler] = {Req.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
-                                        Req.GET_CONSUMER_RUNNING_INFO: self._on_running_info}
+                                        Req.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
+                                        Req.CONSUME_MESSAGE_DIRECTLY: self._on_consume_directly}
         self._started_ms = time.time_ns() // 1_000_000
         async with open_rpc_client(connect, handlers=handlers, version=ROCKETMQ_VERSION) as rpc:
             self._instance = ClientInstance(rpc, self.namesrv_addr, self.client_id,
@@ -309,6 +312,11 @@ class ConsumerBase:
             subscriptions=[s for t in self._topics()
                            if (s := self._subscription(t)) is not None],
             queues={queue: self._queue_info(state) for queue, state in self.states.items()}))
+
+    async def _on_consume_directly(self, request: RemotingCommand,
+                                   peer: RpcConnection) -> RemotingCommand:
+        # Only a push consumer consumes a message it is handed (PushConsumer's override).
+        return not_consumed_here(request)
 
     def _running_properties(self) -> dict[str, str]:
         """The running info's properties; subclasses add theirs."""

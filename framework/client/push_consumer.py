@@ -39,6 +39,10 @@ Group membership, rebalancing, long-polling pulls and offsets are
 When the ``start`` block ends the consumer stops pulling, stores its
 offsets, unlocks its queues and leaves the group; listener calls still
 running are cancelled and their messages are delivered again later.
+
+A broker passing on an admin's CONSUME_MESSAGE_DIRECTLY (``mqadmin
+queryMsgById -g -d``) has the listener called once with the message it
+carries, outside the queues and their offsets (``direct_consume``).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ import attrs
 import trio
 
 from triomq.client.consumer_base import ConsumerBase, QueueState
+from triomq.client.direct_consume import consume_directly
 from triomq.client.errors import ClientError
 from triomq.client.listener import (
     ConsumeConcurrentlyStatus,
@@ -62,7 +67,8 @@ from triomq.client.listener import (
 )
 from triomq.client.message import MessageExt
 from triomq.client.running_info import PROP_CONSUMEORDERLY, PROP_THREADPOOL_CORE_SIZE
-from triomq.rpc import Connect
+from triomq.protocol.remoting import RemotingCommand
+from triomq.rpc import Connect, RpcConnection
 
 __all__ = ["PushConsumer"]
 
@@ -110,6 +116,11 @@ class PushConsumer(ConsumerBase):
         self._limiter = trio.CapacityLimiter(self.consume_thread_max)
         async with self._running(connect):
             yield self
+
+    async def _on_consume_directly(self, request: RemotingCommand,
+                                   peer: RpcConnection) -> RemotingCommand:
+        assert self._listener is not None  # start() requires one
+        return await consume_directly(self.group, self._listener, request)
 
     def _running_properties(self) -> dict[str, str]:
         return {**super()._running_properties(),
