@@ -22,14 +22,14 @@ A change tells ``on_change`` (the name-server registration registers at
 once). Every ``slave_synchronize_period`` a slave copies its master's
 table (GET_ALL_TOPIC_CONFIG), so a slave elected master knows its topics;
 a copy puts back the master's whole table, whatever the slave changed.
-A slave refuses UPDATE_AND_CREATE_TOPIC (it would create a topic its
-master does not have) but takes DELETE_TOPIC_IN_BROKER, as RocketMQ's
-broker takes it on any replica: RocketMQ 5's
-``DefaultMQAdminExt.deleteTopic`` sends it to every replica of the
+A slave takes UPDATE_AND_CREATE_TOPIC and DELETE_TOPIC_IN_BROKER, as
+RocketMQ's broker takes them on any replica: RocketMQ 5's
+``DefaultMQAdminExt.deleteTopic`` sends the delete to every replica of the
 cluster, and fails when one refuses (``mqadmin deleteSubGroup -c`` deletes
-a group's retry and dead-letter topics so). The topic stays deleted on the
-slave once its master's table (deleted there too) is copied; until then, a
-copy of a master that still holds it brings it back.
+a group's retry and dead-letter topics so). A slave's change lasts until
+its next copy: a topic created on the slave alone is gone again, one
+deleted stays deleted once its master's table (deleted there too) is
+copied, and a master that still holds it brings it back.
 """
 
 from __future__ import annotations
@@ -107,14 +107,9 @@ class TopicService:
             self._saved = data
 
     def _change(self, what: str, request: RemotingCommand,
-                apply: Callable[[Header], bool], *, on_slave: bool = False) -> RemotingCommand:
-        """Run a topic change: refused on a slave unless ``on_slave``, a bad header is
-        INVALID_PARAMETER, a refused change its code; a change is saved and registered."""
-        if not on_slave and not self.is_master():
-            return RemotingCommand.response(
-                ResponseCode.SERVICE_NOT_AVAILABLE,
-                remark=f"{what}: broker {self.config.broker_name} is a slave; topics change "
-                       f"on its master")
+                apply: Callable[[Header], bool]) -> RemotingCommand:
+        """Run a topic change: a bad header is INVALID_PARAMETER, a refused change its
+        code; a change is saved and registered."""
         try:
             if apply(Header(request.ext_fields, what)):
                 self.changed()
@@ -144,8 +139,7 @@ class TopicService:
     async def delete_topic(self, request: RemotingCommand, peer: RpcConnection
                            ) -> RemotingCommand:
         return self._change("DELETE_TOPIC_IN_BROKER", request,
-                            lambda header: self.table.delete(header.string("topic"), now_ms()),
-                            on_slave=True)
+                            lambda header: self.table.delete(header.string("topic"), now_ms()))
 
     async def get_all_topic_config(self, request: RemotingCommand, peer: RpcConnection
                                    ) -> RemotingCommand:
