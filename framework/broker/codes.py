@@ -1,12 +1,22 @@
 """Broker request and response codes, with RocketMQ's numbers, and the send header's keys.
 
 The numbers are RocketMQ's ``RequestCode`` / ``ResponseCode``, so a frame
-captured from a RocketMQ broker reads the same here.
+captured from a RocketMQ broker reads the same here; ``ResponseCode`` is
+the one table every role shares (``triomq.protocol.response_codes``).
+
+A put the master stored but could not replicate in time answers
+FLUSH_SLAVE_TIMEOUT (the message is in the master's log and may still
+reach the slaves). A slave asked to store a message answers
+SERVICE_NOT_AVAILABLE, as RocketMQ's store does for a slave
+(``PutMessageStatus.SERVICE_NOT_AVAILABLE``); IN_SYNC_REPLICAS_NOT_ENOUGH
+answers SYSTEM_ERROR with a remark saying so, as RocketMQ does.
 """
 
 from __future__ import annotations
 
 import enum
+
+from triomq.protocol.response_codes import ResponseCode
 
 __all__ = ["SEND_V2_FIELDS", "RequestCode", "ResponseCode"]
 
@@ -52,41 +62,6 @@ class RequestCode(enum.IntEnum):
     SEND_BATCH_MESSAGE = 320
     GET_TOPIC_CONFIG = 351
     LITE_PULL_MESSAGE = 361
-
-
-class ResponseCode(enum.IntEnum):
-    """Outcomes of broker requests.
-
-    A put the master stored but could not replicate in time answers
-    FLUSH_SLAVE_TIMEOUT (the message is in the master's log and may still
-    reach the slaves). A slave asked to store a message answers
-    SERVICE_NOT_AVAILABLE, as RocketMQ's store does for a slave
-    (``PutMessageStatus.SERVICE_NOT_AVAILABLE``); IN_SYNC_REPLICAS_NOT_ENOUGH
-    answers SYSTEM_ERROR with a remark saying so, as RocketMQ does.
-    """
-
-    SUCCESS = 0
-    SYSTEM_ERROR = 1
-    SYSTEM_BUSY = 2
-    REQUEST_CODE_NOT_SUPPORTED = 3
-    FLUSH_DISK_TIMEOUT = 10
-    SLAVE_NOT_AVAILABLE = 11
-    FLUSH_SLAVE_TIMEOUT = 12
-    MESSAGE_ILLEGAL = 13
-    SERVICE_NOT_AVAILABLE = 14
-    NO_PERMISSION = 16
-    TOPIC_NOT_EXIST = 17
-    PULL_NOT_FOUND = 19
-    PULL_RETRY_IMMEDIATELY = 20
-    PULL_OFFSET_MOVED = 21
-    QUERY_NOT_FOUND = 22
-    SUBSCRIPTION_PARSE_FAILED = 23
-    SUBSCRIPTION_NOT_EXIST = 24
-    SUBSCRIPTION_NOT_LATEST = 25
-    SUBSCRIPTION_GROUP_NOT_EXIST = 26
-    INVALID_PARAMETER = 29
-    CONSUMER_NOT_ONLINE = 206
-    CONSUME_MSG_TIMEOUT = 207
 
 
 #: ``SendMessageRequestHeaderV2``'s one-letter keys and the field each stands for.

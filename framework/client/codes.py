@@ -1,14 +1,17 @@
 """The request and response codes a client speaks, with RocketMQ's numbers.
 
-The client keeps its own list rather than the broker's: it names every
-request it sends to name servers and brokers (some of which another
-server may serve) and every answer it reads, as RocketMQ's ``RequestCode``
-and ``ResponseCode`` number them.
+The client keeps its own list of requests rather than the broker's: it
+names every request it sends to name servers and brokers (some of which
+another server may serve), as RocketMQ's ``RequestCode`` numbers them.
+The answers it reads are RocketMQ's one ``ResponseCode`` table
+(``triomq.protocol.response_codes``), shared by every role.
 """
 
 from __future__ import annotations
 
 import enum
+
+from triomq.protocol.response_codes import ResponseCode
 
 __all__ = ["ClientRequestCode", "ClientResponseCode"]
 
@@ -38,28 +41,8 @@ class ClientRequestCode(enum.IntEnum):
     SEND_BATCH_MESSAGE = 320
 
 
-class ClientResponseCode(enum.IntEnum):
-    """Answers a client tells apart."""
-
-    SUCCESS = 0
-    SYSTEM_ERROR = 1
-    SYSTEM_BUSY = 2
-    REQUEST_CODE_NOT_SUPPORTED = 3
-    FLUSH_DISK_TIMEOUT = 10
-    SLAVE_NOT_AVAILABLE = 11
-    FLUSH_SLAVE_TIMEOUT = 12
-    MESSAGE_ILLEGAL = 13
-    SERVICE_NOT_AVAILABLE = 14
-    NO_PERMISSION = 16
-    TOPIC_NOT_EXIST = 17
-    PULL_NOT_FOUND = 19
-    PULL_RETRY_IMMEDIATELY = 20
-    PULL_OFFSET_MOVED = 21
-    QUERY_NOT_FOUND = 22
-    SUBSCRIPTION_NOT_EXIST = 24
-    SUBSCRIPTION_NOT_LATEST = 25
-    NO_BUYER_ID = 204
-    NOT_IN_CURRENT_UNIT = 205
+#: The client reads RocketMQ's one table of response codes.
+ClientResponseCode = ResponseCode
 
 
 def code_name(code: int) -> str:

@@ -2,12 +2,18 @@
 
 The numbers are the ones RocketMQ 5 puts in remoting frames (``RequestCode``
 and ``ResponseCode``), so a frame captured from a RocketMQ controller reads
-the same here.
+the same here; ``ResponseCode`` is the one table every role shares
+(``triomq.protocol.response_codes``), the controller's own answers being
+its CONTROLLER_* codes.
 """
 
 from __future__ import annotations
 
 import enum
+
+from triomq.protocol.response_codes import ResponseCode
+
+__all__ = ["RequestCode", "ResponseCode"]
 
 
 class RequestCode(enum.IntEnum):
@@ -28,29 +34,3 @@ class RequestCode(enum.IntEnum):
     APPLY_BROKER_ID = 1013
     #: Shared with the nameserver: a broker's lightweight heartbeat with live info.
     BROKER_HEARTBEAT = 904
-
-
-class ResponseCode(enum.IntEnum):
-    """Outcomes of controller requests (remoting frame ``code`` of a response)."""
-
-    SUCCESS = 0
-    SYSTEM_ERROR = 1
-    #: An admin request without an admin's credential (``triomq.admin_access``).
-    NO_PERMISSION = 16
-    CONTROLLER_FENCED_MASTER_EPOCH = 2000
-    CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
-    CONTROLLER_INVALID_MASTER = 2002
-    CONTROLLER_INVALID_REPLICAS = 2003
-    CONTROLLER_MASTER_NOT_AVAILABLE = 2004
-    CONTROLLER_INVALID_REQUEST = 2005
-    CONTROLLER_BROKER_NOT_ALIVE = 2006
-    CONTROLLER_NOT_LEADER = 2007
-    CONTROLLER_BROKER_METADATA_NOT_EXIST = 2008
-    CONTROLLER_INVALID_CLEAN_BROKER_METADATA = 2009
-    CONTROLLER_BROKER_NEED_TO_BE_REGISTERED = 2010
-    CONTROLLER_MASTER_STILL_EXIST = 2011
-    CONTROLLER_ELECT_MASTER_FAILED = 2012
-    CONTROLLER_ALTER_SYNC_STATE_SET_FAILED = 2013
-    CONTROLLER_BROKER_ID_INVALID = 2014
-    CONTROLLER_JRAFT_INTERNAL_ERROR = 2015
-    CONTROLLER_BROKER_LIVE_INFO_NOT_EXISTS = 2016

@@ -65,6 +65,7 @@ from triomq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfig, encode_kv_tab
 from triomq.namesrv.route_info import BrokerRegistration, RouteInfo, RouteRefused
 from triomq.protocol.java_properties import PropertiesError, dump_properties, load_properties
 from triomq.protocol.remoting import RemotingCommand
+from triomq.protocol.response_codes import ResponseCode
 from triomq.protocol.route import (
     DataVersion,
     RouteDataError,
@@ -99,15 +100,6 @@ class NameServerCode(enum.IntEnum):
     GET_BROKER_MEMBER_GROUP = 901
     BROKER_HEARTBEAT = 904
     NOTIFY_MIN_BROKER_ID_CHANGE = 905
-
-
-class ResponseCode(enum.IntEnum):
-    SUCCESS = 0
-    SYSTEM_ERROR = 1
-    NO_PERMISSION = 16
-    TOPIC_NOT_EXIST = 17
-    QUERY_NOT_FOUND = 22
-    INVALID_PARAMETER = 29
 
 
 class NameServerCore:
