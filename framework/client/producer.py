@@ -11,12 +11,13 @@
 
 Routes come from the name servers (``triomq.client.instance``); a send
 picks the next writable queue in turn (``triomq.client.publish``) and goes
-to its group's master. A send that gets no answer, or an answer RocketMQ
-counts as retriable, is tried again up to ``retry_times_when_send_failed``
-more times, on another group when there is one, all within
-``send_msg_timeout``; an answer saying the route is stale (a slave, a
-missing topic) or no answer fetches the route first, so a producer follows
-a failover to the group's new master by itself. A topic no name server
+to its group's master. Within ``send_msg_timeout`` a send rides through a
+failover (``triomq.client.send_flow``): no answer, or an answer saying the
+route is stale (a slave, a missing topic), fetches the route and tries
+again, waiting while the group has no master routed; other retriable
+refusals are tried again on another group up to
+``retry_times_when_send_failed`` times; a send fails sooner only for a
+refusal RocketMQ does not retry, and each failure carries its reason. A topic no name server
 knows is sent where the default topic ``TBW102`` goes, and a broker that
 auto-creates topics creates it (RocketMQ's autoCreateTopicEnable). A message the master
 stored but could not flush or replicate in time is a ``SendResult`` with
@@ -45,7 +46,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from triomq.client.codes import ClientRequestCode
-from triomq.client.errors import BrokerError, ClientError, NoRouteError
+from triomq.client.errors import ClientError, NoRouteError
 from triomq.client.instance import (
     ClientInstance,
     default_instance_name,
@@ -64,12 +65,10 @@ from triomq.client.publish import (
     QueueSelector,
     TopicPublishInfo,
     publish_info,
-    refreshes_route,
-    retriable,
-    send_status,
 )
+from triomq.client.send_flow import Attempt, FetchRoute, SendFlow, Sent, Wait
 from triomq.protocol.message import properties_to_bytes
-from triomq.protocol.remoting import ROCKETMQ_VERSION, RemotingCommand
+from triomq.protocol.remoting import ROCKETMQ_VERSION
 from triomq.protocol.unique_id import UniqueIdGenerator
 from triomq.rpc import Connect, RpcError, open_rpc_client
 
@@ -112,6 +111,9 @@ class Producer:
                                       random.getrandbits(32))
         self._selector = QueueSelector(random.randrange(1 << 16))
         self._publish: dict[str, TopicPublishInfo] = {}
+        # Route fetches done per topic by ``_refresh``, and the lock that makes them one.
+        self._fetches: dict[str, int] = {}
+        self._fetching: dict[str, trio.Lock] = {}
         self._instance: ClientInstance | None = None
         self._nursery: trio.Nursery | None = None
 
@@ -184,8 +186,9 @@ class Producer:
 
         With ``queue``, to that queue only, without retries (as RocketMQ's
         ``send(msg, mq)``). Raises ``BrokerError`` for a refusal,
-        ``NoRouteError`` if the topic has no queue to write, and the RPC
-        errors when no answer came in time.
+        ``NoRouteError`` if no name server knows the topic or no master was
+        routed for it within ``send_msg_timeout``, and the RPC errors when
+        the last attempt got no answer.
         """
         unique_id = self._ids.next_id(now_ms())
         header = self._header(message.topic, message.flag,
@@ -264,55 +267,47 @@ class Producer:
 
     async def _send(self, code: int, topic: str, header: dict[str, str], body: bytes,
                     unique_id: str, queue: MessageQueue | None) -> SendResult:
-        deadline = trio.current_time() + self.send_msg_timeout
-        attempts = 1 if queue is not None else 1 + self.retry_times_when_send_failed
-        info = await self._info(topic)
-        last_broker: str | None = None
-        error: Exception | None = None
-        for attempt in range(attempts):
-            if attempt and error is not None and _stale(error):
+        """Run one send's ``SendFlow``: its attempts, route fetches and pauses."""
+        flow = SendFlow(topic, unique_id, self._publish.get(topic), self._selector,
+                        now=trio.current_time(), send_msg_timeout=self.send_msg_timeout,
+                        retry_times_when_send_failed=self.retry_times_when_send_failed,
+                        queue=queue)
+        action = flow.start(trio.current_time())
+        while True:
+            if isinstance(action, Attempt):
+                header.update(e=str(action.queue.queue_id), n=action.queue.broker_name)
                 try:
-                    info = await self._update(topic)
+                    answer = await self.instance.invoke(
+                        dial_address(action.address), code, header, body,
+                        timeout=action.timeout)
+                except RpcError as exc:
+                    log.info("send to %s got no answer: %s", action.address, exc)
+                    action = flow.unanswered(exc, trio.current_time())
+                else:
+                    action = flow.answered(action.address, answer, trio.current_time())
+            elif isinstance(action, FetchRoute):
+                try:
+                    info = await self._refresh(topic)
                 except (RpcError, ClientError) as exc:
-                    log.info("route of %s not refreshed before a retry: %s", topic, exc)
-            if not info.ok:
-                raise NoRouteError(f"topic {topic!r} has no writable queue on a known master")
-            target = queue if queue is not None else self._selector.select(info, last_broker)
-            address = info.masters.get(target.broker_name)
-            remaining = deadline - trio.current_time()
-            if address is None or remaining <= 0:
-                break
-            header.update(e=str(target.queue_id), n=target.broker_name)
-            try:
-                answer = await self.instance.invoke(dial_address(address), code, header, body,
-                                                    timeout=remaining)
-            except RpcError as exc:
-                error, last_broker = exc, target.broker_name
-                log.info("send to %s failed (attempt %d): %s", address, attempt + 1, exc)
-                continue
-            result = _result(answer, target, unique_id)
-            if result is not None:
-                return result
-            error = BrokerError(address, answer.code, answer.remark)
-            last_broker = target.broker_name
-            if not retriable(answer.code):
-                break
-            log.info("send to %s refused (attempt %d): %s", address, attempt + 1, error)
-        if error is None:
-            raise NoRouteError(f"no master known for a queue of {topic!r}, or no time left")
-        raise error
+                    action = flow.not_routed(exc, trio.current_time())
+                else:
+                    action = flow.routed(info, trio.current_time())
+            elif isinstance(action, Wait):
+                await trio.sleep_until(action.until)
+                action = flow.timer(trio.current_time())
+            elif isinstance(action, Sent):
+                return action.result
+            else:
+                raise action.error
 
-
-def _stale(error: Exception) -> bool:
-    return refreshes_route(error.code if isinstance(error, BrokerError) else None)
-
-
-def _result(answer: RemotingCommand, queue: MessageQueue, unique_id: str) -> SendResult | None:
-    status = send_status(answer.code)
-    if status is None:
-        return None
-    fields = answer.ext_fields
-    return SendResult(status, unique_id, fields.get("msgId", ""),
-                      MessageQueue(queue.topic, queue.broker_name,
-                                   int(fields.get("queueId", queue.queue_id))),
-                      int(fields.get("queueOffset", "-1")))
+    async def _refresh(self, topic: str) -> TopicPublishInfo:
+        """The topic's route fetched again, once for all the sends that ask while one
+        fetch is under way (a failover makes every send in flight ask)."""
+        asked = self._fetches.get(topic, 0)
+        async with self._fetching.setdefault(topic, trio.Lock()):
+            info = self._publish.get(topic)
+            if self._fetches.get(topic, 0) != asked and info is not None:
+                return info  # fetched while this send waited for the lock
+            info = await self._update(topic)
+            self._fetches[topic] = asked + 1
+            return info

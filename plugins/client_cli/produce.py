@@ -5,15 +5,15 @@
     triomq produce -n 127.0.0.1:9876 -t TopicTest --count 10 --tags TagA --keys "order-{i}"
 
 Each message is sent with ``triomq.client.Producer`` (one at a time, routed
-by the name servers, retried on another broker group as RocketMQ retries)
+by the name servers, retried within ``--timeout`` through a failover)
 and its ``SendResult`` printed as the quickstart prints it: status, msgId,
 offsetMsgId, queue and queue offset. Above ``SUMMARY_ABOVE`` messages (or
 with ``--summary``) one summary replaces the per-message lines. ``{i}`` in
 ``--body``, ``--keys`` and ``--tags`` is the message's index (0, 1, ...).
 
 Exit 0 when every send was answered, 1 when any failed (each failure is
-printed with its reason), 2 when nothing could be sent (no name server
-answered, the topic is unknown).
+printed with its reason, in ``--json`` too), 2 when nothing could be sent
+(no name server answered, the topic is unknown).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ async def produce(args: argparse.Namespace, node: Node, out: TextIO) -> int:
                         send_msg_timeout=args.timeout)
     results: list[dict[str, Any]] = []
     statuses: collections.Counter[str] = collections.Counter()
-    failures: list[str] = []
+    failures: list[dict[str, Any]] = []
     async with producer.start(node.connect):
         try:
             # The route first: no name server or an unknown topic is one error, not N.
@@ -108,8 +108,8 @@ async def produce(args: argparse.Namespace, node: Node, out: TextIO) -> int:
             try:
                 result = await producer.send(message)
             except (RpcError, ClientError) as exc:
-                failures.append(f"message {index}: {one_line(exc)}")
-                results.append({"index": index, "error": one_line(exc)})
+                failures.append({"index": index, "error": one_line(exc)})
+                results.append(failures[-1])
                 if not summary_only and not args.json:
                     print(f"SendFailed [index={index}, error={one_line(exc)}]", file=out)
                 continue
@@ -121,19 +121,21 @@ async def produce(args: argparse.Namespace, node: Node, out: TextIO) -> int:
     summary = {"topic": args.topic, "sent": sum(statuses.values()), "failed": len(failures),
                "statuses": dict(statuses), "seconds": round(elapsed, 3)}
     if args.json:
-        print(json.dumps({**summary, **({} if summary_only else {"results": results})},
-                         indent=2), file=out)
+        # A summary still names every failure and its reason.
+        detail = {"failures": failures} if summary_only else {"results": results}
+        print(json.dumps({**summary, **detail}, indent=2), file=out)
     elif summary_only:
         print(_summary_text(summary, failures), file=out)
     return 1 if failures else 0
 
 
-def _summary_text(summary: dict[str, Any], failures: list[str]) -> str:
+def _summary_text(summary: dict[str, Any], failures: list[dict[str, Any]]) -> str:
     rate = summary["sent"] / summary["seconds"] if summary["seconds"] > 0 else 0.0
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(summary["statuses"].items())) or "none"
     lines = [f"sent {summary['sent']} message(s) to {summary['topic']} in "
              f"{summary['seconds']:.3f} s ({rate:.0f} msg/s): {statuses}; "
              f"failed {summary['failed']}"]
     if failures:
-        lines.append(f"first failure: {failures[0]}")
+        first = failures[0]
+        lines.append(f"first failure: message {first['index']}: {first['error']}")
     return "\n".join(lines)

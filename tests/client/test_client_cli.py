@@ -210,6 +210,18 @@ async def test_produce_json_and_a_summary_for_many(groups) -> None:
     assert "SEND_OK 120; failed 0" in out and len(out.splitlines()) == 1
 
 
+async def test_produce_json_names_every_failure_and_its_reason_in_a_summary_too(
+        groups) -> None:
+    app = await groups.client("app")
+    too_big = str(4 * 1024 * 1024 + 1)  # over the broker's max_message_size: refused
+    code, out = await call(produce, app, "produce", "-n", namesrv(groups), "-t", TOPIC,
+                           "--count", "2", "--size", too_big, "--summary", "--json")
+    document = json.loads(out)
+    assert code == 1 and document["sent"] == 0 and document["failed"] == 2
+    assert [f["index"] for f in document["failures"]] == [0, 1]
+    assert all("MESSAGE_ILLEGAL" in f["error"] for f in document["failures"])
+
+
 async def test_a_message_found_by_offset_id_by_client_id_and_by_key(groups) -> None:
     app = await groups.client("app")
     ns = namesrv(groups)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import trio
 from client_cluster import open_groups
@@ -152,3 +154,65 @@ async def test_the_producer_follows_a_failover_to_the_new_master(tmp_path) -> No
                         await trio.sleep(0.05)
         assert result.send_status is SendStatus.SEND_OK
         assert any(r.body == b"after" for r in cluster.broker(new_master).log.iter_records())
+
+
+@pytest.mark.parametrize("transport", ["inproc", "tcp"])
+async def test_sends_ride_through_a_master_kill_or_fail_only_after_the_send_timeout(
+        tmp_path, transport) -> None:
+    """A producer sending without pause while its group's master is killed: each send is
+    stored, or fails with its reason once its send timeout is spent; none fails sooner,
+    and the producer needs no route poll to find the new master."""
+    timeout = 3.0
+    async with open_cluster(tmp_path, transport=transport, namesrvs=1,
+                            broker={"all_ack_in_sync_state_set": True}) as cluster:
+        await cluster.start_namesrvs()
+        await cluster.start_controllers()
+        await cluster.start_brokers()
+        app = await cluster.start("client")
+        master = await cluster.wait_master()
+        fields = {"topic": "orders", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"}
+        assert (await app.rpc.invoke(cluster.node(master).address, 17, fields)).code == 0
+        await cluster.wait_for(lambda: all(
+            "orders" in b.topics.table for b in cluster.brokers().values()))
+        await cluster.wait_for(lambda: len(cluster.broker(master).replicas.sync_state_set) == 3)
+        producer = Producer("pg", list(cluster.namesrv_addresses.values()),
+                            send_msg_timeout=timeout, poll_name_server_interval=3600)
+        outcomes: list[tuple[float, object]] = []
+        stored_after_kill: list[str] = []
+        killed = trio.Event()
+        async with producer.start(app.connect):
+            with trio.fail_after(20):  # until the master has registered the topic
+                while True:
+                    with contextlib.suppress(NoRouteError):
+                        if await producer.fetch_publish_message_queues("orders"):
+                            break
+                    await trio.sleep(0.05)
+
+            async def send_without_pause() -> None:
+                n = 0
+                while len(stored_after_kill) < 20:
+                    n += 1
+                    began = trio.current_time()
+                    after_kill = killed.is_set()
+                    try:
+                        result = await producer.send(Message("orders", f"m{n}".encode()))
+                    except (NoRouteError, BrokerError, RpcError) as exc:
+                        outcomes.append((trio.current_time() - began, exc))
+                        continue
+                    outcomes.append((trio.current_time() - began, result))
+                    if after_kill:
+                        stored_after_kill.append(result.msg_id)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(send_without_pause)
+                await cluster.wait_for(lambda: len(outcomes) >= 20)
+                epoch = cluster.broker(master).replicas.master_epoch
+                await cluster.kill(master)
+                killed.set()
+                new_master = await cluster.wait_master(epoch_above=epoch)
+        failures = [(took, exc) for took, exc in outcomes if isinstance(exc, Exception)]
+        for took, exc in failures:
+            assert took >= timeout, f"failed after {took:.3f} s, before its timeout: {exc}"
+            assert str(exc), "a failure without its reason"
+        bodies = {r.properties["UNIQ_KEY"] for r in cluster.broker(new_master).log.iter_records()}
+        assert set(stored_after_kill) <= bodies
