@@ -16,7 +16,9 @@ in-process transport (or over real TCP sockets with ``--transport tcp``):
    stop and elects a new master from the SyncStateSet at the next master
    epoch; the new master registers as id 0, and the producer and the
    consumer follow the route to it without being told;
-4. a report: messages produced, acknowledged and consumed; acknowledged
+4. the producer stops, and the demo waits (``SETTLE_WITHIN`` seconds at most)
+   until the consumer group has seen every acknowledged message; then a
+   report: messages produced, acknowledged and consumed; acknowledged
    messages never consumed (lost: must be 0) and messages consumed more
    than once; how long the producer and the consumer each stalled; and
    that the surviving replicas hold identical logs.
@@ -53,6 +55,8 @@ GROUP = "DemoGroup"
 QUEUES = 4
 BEFORE_KILL = 300
 AFTER_FAILOVER = 200
+#: Seconds the report waits for the consumer group to see the last acknowledged messages.
+SETTLE_WITHIN = 30.0
 #: UPDATE_AND_CREATE_TOPIC, as an admin tool sends it to a master.
 _CREATE_TOPIC = 17
 
@@ -72,57 +76,108 @@ class _Gaps:
         self.last = now
 
 
-class _Producing:
-    """A producer sending without pause, through the name server's routes."""
+class Ledger:
+    """Which acknowledged messages the consumer group has seen, and how often.
 
-    def __init__(self, producer: Producer, say: Callable[[str], None]) -> None:
+    The report waits on it (``settled``) before calling anything lost: the last
+    messages acknowledged are still on their way to the consumer then.
+    """
+
+    def __init__(self) -> None:
+        self.acked: set[str] = set()
+        self.seen: Counter[str] = Counter()
+        self._changed = trio.Event()
+
+    def acknowledged(self, msg_id: str) -> None:
+        self.acked.add(msg_id)
+
+    def consumed(self, msg_id: str) -> None:
+        self.seen[msg_id] += 1
+        self._changed.set()
+
+    @property
+    def unconsumed(self) -> set[str]:
+        """Acknowledged, not (yet) consumed."""
+        return self.acked - self.seen.keys()
+
+    @property
+    def duplicates(self) -> int:
+        return sum(self.seen.values()) - len(self.seen)
+
+    async def settled(self, within: float) -> float:
+        """Wait until every acknowledged message was consumed, ``within`` seconds at most;
+        the seconds waited. What is still unconsumed then is lost."""
+        began = trio.current_time()
+        with trio.move_on_after(within):
+            while self.unconsumed:
+                self._changed = trio.Event()
+                await self._changed.wait()
+        return trio.current_time() - began
+
+
+class _Producing:
+    """A producer sending without pause, through the name servers' routes."""
+
+    def __init__(self, producer: Producer, ledger: Ledger, say: Callable[[str], None]) -> None:
         self.producer = producer
+        self.ledger = ledger
         self.say = say
         self.produced = 0
-        self.acked: set[str] = set()
         self.failed = 0
-        self.stopped = False
         self.gaps = _Gaps()
         #: Seconds from the kill to the first put acknowledged after it.
         self.failover: float | None = None
+        self._stopping = False
+        self._stopped = trio.Event()
 
     async def run(self) -> None:
-        while not self.stopped:
-            self.produced += 1
-            try:
-                result = await self.producer.send(
-                    Message(TOPIC, f"message-{self.produced}".encode(), tags="demo"))
-            except (ClientError, RpcError):
-                self.failed += 1
-                await trio.sleep(0.01)
-                continue
-            if result.send_status is not SendStatus.SEND_OK:
-                self.failed += 1  # stored on the master, not known to be replicated
-                continue
-            self.acked.add(result.msg_id)
-            self.gaps.tick()
-            if self.gaps.since is not None and self.failover is None:
-                self.failover = time.monotonic() - self.gaps.since
-                self.say(f"  the new master acknowledged a put {self.failover * 1000:.0f} ms "
-                         "after the kill")
-            if len(self.acked) % 100 == 0:
-                self.say(f"  {len(self.acked)} messages acknowledged")
+        try:
+            while not self._stopping:
+                await self._send_one()
+        finally:
+            self._stopped.set()
+
+    async def _send_one(self) -> None:
+        self.produced += 1
+        try:
+            result = await self.producer.send(
+                Message(TOPIC, f"message-{self.produced}".encode(), tags="demo"))
+        except (ClientError, RpcError):
+            self.failed += 1
+            return
+        if result.send_status is not SendStatus.SEND_OK:
+            self.failed += 1  # stored on the master, not known to be replicated
+            return
+        self.ledger.acknowledged(result.msg_id)
+        self.gaps.tick()
+        if self.gaps.since is not None and self.failover is None:
+            self.failover = time.monotonic() - self.gaps.since
+            self.say(f"  the new master acknowledged a put {self.failover * 1000:.0f} ms "
+                     "after the kill")
+        if len(self.ledger.acked) % 100 == 0:
+            self.say(f"  {len(self.ledger.acked)} messages acknowledged")
 
     async def until(self, count: int) -> None:
-        while len(self.acked) < count:
+        while len(self.ledger.acked) < count:
             await trio.sleep(0.005)
+
+    async def stop(self) -> None:
+        """Send no more, and wait for the send in flight to end: its message may be
+        acknowledged yet."""
+        self._stopping = True
+        await self._stopped.wait()
 
 
 class _Consuming:
-    """What a consumer group's listener saw: each message id, how often."""
+    """The consumer group's listener: what it sees goes to the ledger."""
 
-    def __init__(self) -> None:
-        self.seen: Counter[str] = Counter()
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
         self.gaps = _Gaps()
 
     async def handle(self, messages: list[MessageExt]) -> ConsumeConcurrentlyStatus:
         for message in messages:
-            self.seen[message.msg_id] += 1
+            self.ledger.consumed(message.msg_id)
         self.gaps.tick()
         return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
@@ -168,9 +223,9 @@ async def run_demo(pm: PluginManager, transport: str = "inproc",
             client = await cluster.start("client")
             await _create_topic(cluster, client, master)
             namesrv = list(cluster.namesrv_addresses.values())
-            producing = _Producing(Producer("DemoProducer", namesrv, send_msg_timeout=2.0),
-                                   say)
-            consuming = _Consuming()
+            ledger = Ledger()
+            producing = _Producing(Producer("DemoProducer", namesrv), ledger, say)
+            consuming = _Consuming(ledger)
             consumer = PushConsumer(GROUP, namesrv, rebalance_interval=1.0,
                                     consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
             consumer.subscribe(TOPIC, "*")
@@ -191,27 +246,28 @@ async def run_demo(pm: PluginManager, transport: str = "inproc",
                 say(f"the controller elected {_describe(cluster, new_master)} "
                     f"{elected * 1000:.0f} ms after the kill")
                 await producing.until(BEFORE_KILL + AFTER_FAILOVER)
-                producing.stopped = True
-                with trio.move_on_after(30):
-                    while not producing.acked <= consuming.seen.keys():
-                        await trio.sleep(0.01)
+                await producing.stop()
+                pending = len(ledger.unconsumed)
+                waited = await ledger.settled(within=SETTLE_WITHIN)
+                say(f"producer stopped; waited {waited * 1000:.0f} ms for the {pending} "
+                    f"acknowledged message(s) not yet consumed (at most {SETTLE_WITHIN:g} s)")
 
             survivors = [cluster.broker(n) for n in others]
             new = cluster.broker(new_master)
             await cluster.wait_for(
                 lambda: all(b.log.max_offset == new.log.max_offset for b in survivors))
-            lost = producing.acked - consuming.seen.keys()
-            duplicates = sum(consuming.seen.values()) - len(consuming.seen)
+            lost = ledger.unconsumed
             images = {_image(b) for b in survivors}
             failover = producing.failover or 0.0
             say("")
             say("report")
             say(f"  messages produced            {producing.produced} "
-                f"({producing.failed} sends failed or timed out, retried as new messages)")
-            say(f"  messages acknowledged        {len(producing.acked)}")
-            say(f"  messages consumed            {len(consuming.seen)}")
+                f"({producing.failed} sends failed after their send timeout, sent again "
+                "as new messages)")
+            say(f"  messages acknowledged        {len(ledger.acked)}")
+            say(f"  messages consumed            {len(ledger.seen)}")
             say(f"  acknowledged, never consumed {len(lost)} (lost)")
-            say(f"  consumed more than once      {duplicates}")
+            say(f"  consumed more than once      {ledger.duplicates}")
             say(f"  producer stalled             {producing.gaps.longest * 1000:.0f} ms")
             say(f"  consumer stalled             {consuming.gaps.longest * 1000:.0f} ms")
             say(f"  election (kill -> elected)   {elected * 1000:.0f} ms")
