@@ -9,6 +9,7 @@ kernel's copy out of the socket is the only copy of those bytes.
 
 from __future__ import annotations
 
+import logging
 import socket
 import traceback
 from collections.abc import Awaitable, Callable
@@ -132,6 +133,7 @@ class HASlave:
         self.epochs = await self.offload(self.epoch_store.load)
         task_status.started()
         reconnect = Reconnect(self.config.reconnect_min, self.config.reconnect_max)
+        said: str | None = None  # the failure last logged as a warning
         while True:
             handshook = False
             try:
@@ -142,7 +144,14 @@ class HASlave:
             except* _SLAVE_CONNECTION_ERRORS as group:
                 _clear_frames(group)
                 self.last_error = group.exceptions[0]
-                logger.warning("HA connection to master failed: %s", describe(group))
+                reason = describe(group)
+                # A master that is gone fails every reconnection the same way until
+                # the controller elects another: one warning, then debug lines.
+                logger.log(logging.DEBUG if reason == said else logging.WARNING,
+                           "HA connection to master failed: %s", reason)
+                said = reason
+            if handshook:
+                said = None
             await trio.sleep(reconnect.delay_after(handshook=handshook) / 1000)
 
     async def run_connection(self, stream: trio.abc.Stream) -> bool:
