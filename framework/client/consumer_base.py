@@ -56,6 +56,7 @@ from triomq.client.codes import ClientResponseCode as Code
 from triomq.client.consume_from import ConsumeFromWhere, Lookup, start_offset
 from triomq.client.direct_consume import not_consumed_here
 from triomq.client.errors import BrokerError, ClientError, NoRouteError
+from triomq.client.failover_pause import FIRST_PAUSE, next_pause
 from triomq.client.instance import ClientInstance, default_instance_name, local_ip
 from triomq.client.message import MessageDecodeError, MessageExt, MessageQueue
 from triomq.client.offset_store import OffsetStore
@@ -102,6 +103,9 @@ _FLOW_CONTROL_DELAY = 0.05
 # Seconds the stop may spend storing offsets, unlocking and unregistering.
 _STOP_TIMEOUT = 5.0
 _FAILURES = (RpcError, BrokerError, NoRouteError, RouteDataError)
+# Pull refusals of a broker that is not (or no longer) its group's master: a slave
+# without slave_read_enable, one stepping down.
+_MASTER_GONE_CODES = frozenset({Code.SYSTEM_BUSY, Code.SERVICE_NOT_AVAILABLE})
 
 
 @attrs.define(eq=False)
@@ -192,6 +196,9 @@ class ConsumerBase:
         self._sub_version = 0
         #: When the consumer started, ms since the epoch (its running info says).
         self._started_ms = 0
+        # Route fetches done by ``_refresh_routes``, and the lock that makes them one.
+        self._route_fetches = 0
+        self._fetching_routes = trio.Lock()
 
     # -- configuration -----------------------------------------------------------
 
@@ -548,9 +555,11 @@ class ConsumerBase:
                                         answer.body, queue, subscription)
         except (RpcError, PullError, MessageDecodeError) as exc:
             log.info("pull of %s from %s: %s", queue, address, exc)
-            if isinstance(exc, RpcError):
-                await self._update_routes()
-            await trio.sleep(self.pull_delay_on_exception)
+            if isinstance(exc, RpcError) or (isinstance(exc, PullError)
+                                             and exc.code in _MASTER_GONE_CODES):
+                await self._until_rerouted(state)
+            else:
+                await trio.sleep(self.pull_delay_on_exception)
             return
         step = state.pull.answered(result)
         if isinstance(step, OffsetMoved):
@@ -571,6 +580,32 @@ class ConsumerBase:
             self._deliver(state, step.messages)
         elif isinstance(step, Skipped):
             self._skipped_to(state, step.offset)
+
+    async def _until_rerouted(self, state: QueueState) -> None:
+        """Wait ``pull_delay_on_exception`` after a pull the broker did not serve because
+        it may be gone or no longer master, fetching the route meanwhile: as
+        soon as the route names the group's replicas otherwise (a new master after a
+        failover), the pause ends."""
+        group = state.queue.broker_name
+        failed_with = dict(self.instance.brokers.get(group, {}))
+        deadline = trio.current_time() + self.pull_delay_on_exception
+        pause = FIRST_PAUSE
+        while True:
+            await self._refresh_routes()
+            now = trio.current_time()
+            if self.instance.brokers.get(group, {}) != failed_with or now >= deadline:
+                return
+            await trio.sleep(min(pause, deadline - now))
+            pause = next_pause(pause)
+
+    async def _refresh_routes(self) -> None:
+        """``_update_routes`` once for all the queues that ask while one is under way
+        (a failover makes every queue of the group ask)."""
+        asked = self._route_fetches
+        async with self._fetching_routes:
+            if self._route_fetches == asked:
+                await self._update_routes()
+                self._route_fetches += 1
 
     def _skipped_to(self, state: QueueState, offset: int) -> None:
         """Nothing is held and the queue has nothing for us before ``offset``."""

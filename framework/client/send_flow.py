@@ -17,7 +17,7 @@ all. Within them:
   another group, or on this group if the route names a new master. While
   the route names no writable queue (the group has no master yet), or still
   names the master that failed, it waits and fetches it again, backing off
-  from ``FIRST_PAUSE`` to ``LONGEST_PAUSE``, until a master is routed or the
+  as ``triomq.client.failover_pause`` says, until a master is routed or the
   time is up. RocketMQ's producer gives up
   after its three quick attempts there; waiting for the new master is what
   lets a send ride through a failover of under a second;
@@ -34,6 +34,7 @@ from __future__ import annotations
 import attrs
 
 from triomq.client.errors import BrokerError, ClientError, NoRouteError
+from triomq.client.failover_pause import FIRST_PAUSE, next_pause
 from triomq.client.message import MessageQueue, SendResult, SendStatus
 from triomq.client.publish import (
     QueueSelector,
@@ -45,8 +46,6 @@ from triomq.client.publish import (
 from triomq.protocol.remoting import RemotingCommand
 
 __all__ = [
-    "FIRST_PAUSE",
-    "LONGEST_PAUSE",
     "Attempt",
     "FetchRoute",
     "SendAction",
@@ -55,12 +54,6 @@ __all__ = [
     "Sent",
     "Wait",
 ]
-
-#: Seconds before the first route fetch that follows a fetch naming no master.
-FIRST_PAUSE = 0.05
-#: The longest pause between two route fetches while a group has no master.
-LONGEST_PAUSE = 0.4
-
 
 @attrs.frozen
 class Attempt:
@@ -221,7 +214,7 @@ class SendFlow:
         until = now + self._pause
         if until >= self.deadline:
             return self._expired()
-        self._pause = min(self._pause * 2, LONGEST_PAUSE)
+        self._pause = next_pause(self._pause)
         self._paused = True
         return Wait(until)
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import defaultdict
 from contextlib import AsyncExitStack
 
+import pytest
 import trio
 from client_cluster import Groups, open_groups
 
 from triomq.client.consume_from import ConsumeFromWhere
+from triomq.client.errors import NoRouteError
 from triomq.client.listener import (
     ConsumeConcurrentlyStatus,
     ConsumeOrderlyStatus,
@@ -19,6 +22,7 @@ from triomq.client.listener import (
 from triomq.client.message import Message, MessageExt, MessageQueue
 from triomq.client.producer import Producer
 from triomq.client.push_consumer import PushConsumer
+from triomq.testing.cluster import open_cluster
 
 FAST = {"rebalance_interval": 0.5, "persist_consumer_offset_interval": 0.2,
         "pull_delay_on_exception": 0.1,
@@ -318,3 +322,56 @@ async def test_a_running_group_reads_again_from_where_an_admin_reset_its_offsets
             assert answer.code == 0, answer.remark
             await until(lambda: len(recorder.bodies()) == 12)
         assert sorted(recorder.bodies()) == sorted([f"m{n}".encode() for n in range(6)] * 2)
+
+
+@pytest.mark.parametrize("transport", ["inproc", "tcp"])
+async def test_a_consumer_pulls_from_the_new_master_as_soon_as_it_is_routed(
+        tmp_path, transport) -> None:
+    """The group's master is killed. The consumer's route poll and its pause after a
+    failed pull are an hour (a rebalance, which fetches routes too, wakes no paused
+    pull): it reaches the new master only by fetching the route itself while its pulls
+    fail, and pulls the first message stored there from the offsets it had."""
+    async with open_cluster(tmp_path, transport=transport, namesrvs=1) as cluster:
+        await cluster.start_namesrvs()
+        await cluster.start_controllers()
+        await cluster.start_brokers()
+        app = await cluster.start("app")
+        master = await cluster.wait_master()
+        fields = {"topic": "orders", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"}
+        assert (await app.rpc.invoke(cluster.node(master).address, 17, fields)).code == 0
+        await cluster.wait_for(lambda: all(  # the slaves have copied the topic
+            "orders" in b.topics.table for b in cluster.brokers().values()))
+        namesrv = list(cluster.namesrv_addresses.values())
+        seen: list[MessageExt] = []
+
+        async def listen(messages: list[MessageExt]) -> ConsumeConcurrentlyStatus:
+            seen.extend(messages)
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+        hour = 3600.0
+        member = PushConsumer("cg", namesrv, poll_name_server_interval=hour,
+                              pull_delay_on_exception=hour, rebalance_interval=1.0,
+                              consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        member.subscribe("orders", "*")
+        member.register_message_listener(MessageListenerConcurrently(listen))
+        producer = Producer("pg", namesrv)
+        async with producer.start(app.connect):
+            with trio.fail_after(20):  # until the master has registered the topic
+                while True:
+                    with contextlib.suppress(NoRouteError):
+                        await producer.send(Message("orders", b"before"))
+                        break
+                    await trio.sleep(0.05)
+            async with member.start(app.connect):
+                await until(lambda: seen)
+                epoch = cluster.broker(master).replicas.master_epoch
+                await cluster.kill(master)
+                new_master = await cluster.wait_master(epoch_above=epoch)
+                stored = [await producer.send(Message("orders", f"after {n}".encode()))
+                          for n in range(4)]
+                assert {r.message_queue.broker_name for r in stored} == {"broker-a"}
+                await until(lambda: {m.msg_id for m in seen} >= {r.msg_id for r in stored})
+        assert [m.body for m in seen].count(b"before") == 1  # resumed at the offsets it had
+        address = cluster.node(new_master).address.removeprefix("tcp://")
+        assert all(f"{m.store_host[0]}:{m.store_host[1]}" == address
+                   for m in seen if m.body.startswith(b"after")) or transport == "inproc"

@@ -4,11 +4,10 @@ through a failover within the send timeout."""
 from __future__ import annotations
 
 from triomq.client.errors import BrokerError, NoRouteError
+from triomq.client.failover_pause import FIRST_PAUSE, LONGEST_PAUSE
 from triomq.client.message import MessageQueue, SendStatus
 from triomq.client.publish import QueueSelector, TopicPublishInfo
 from triomq.client.send_flow import (
-    FIRST_PAUSE,
-    LONGEST_PAUSE,
     Attempt,
     FetchRoute,
     SendFailed,
