@@ -17,17 +17,18 @@ id; Java clients always set one, ali-ons never does) gets one made here,
 laid out as a client's, as RocketMQ 5's broker does: every consumer then
 names it by that id, and a query by id finds it.
 
-Before storing, a send is checked, every refusal a code and a remark
-naming the field (never a server path or a traceback): the header and a
-body within ``max_message_size``, a zlib-compressed one inflating to no
-more (MESSAGE_ILLEGAL); a producer group, if named, by RocketMQ's group
-rules (INVALID_PARAMETER); the topic as RocketMQ's send path checks it: a legal name (INVALID_PARAMETER), not a topic clients
-may not send to (NO_PERMISSION), known or created from the default topic
+Before storing, a send is checked, every refusal a code and a remark naming
+the field (never a server path or a traceback): the header and a body
+within ``max_message_size``, a zlib-compressed one inflating to no more
+(MESSAGE_ILLEGAL); a producer group, if named, by RocketMQ's group rules
+(INVALID_PARAMETER); the topic as RocketMQ's send path checks it: a legal
+name (INVALID_PARAMETER), not a topic clients may not send to
+(NO_PERMISSION), known or created from the default topic
 (``auto_create_topic_enable``, while the broker holds fewer than
-``auto_create_topic_limit`` topics; else TOPIC_NOT_EXIST), writable, and a queue
-id below its write queue count (MESSAGE_ILLEGAL): a client can only make
-the broker keep the queues its topics declare. A put the SyncStateSet is
-too small for (``min_in_sync_replicas``) is refused before it is stored,
+``auto_create_topic_limit`` topics; else TOPIC_NOT_EXIST), writable, and a
+queue id below its write queue count (MESSAGE_ILLEGAL): a client can only
+make the broker keep the queues its topics declare. A put the SyncStateSet
+is too small for (``min_in_sync_replicas``) is refused before it is stored,
 so a retry stores no duplicate.
 
 GET_MAX_OFFSET / GET_MIN_OFFSET answer ``offset`` in ``extFields``: the
