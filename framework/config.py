@@ -34,6 +34,8 @@ import attrs
 
 from triomq.admin_access import AdminAccess, check_certificate_name
 from triomq.errors import ConfigError, PluginError
+from triomq.protocol.remoting import DEFAULT_MAX_EXT_FIELDS, DEFAULT_MAX_HEADER_SIZE
+from triomq.rpc.server import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_PEER
 from triomq.settings import (
     build,
     describe,
@@ -42,14 +44,15 @@ from triomq.settings import (
     join_key,
     load_toml,
     one_of,
+    positive,
     setting,
 )
 
 if TYPE_CHECKING:
     from triomq.plugin_manager import PluginManager
 
-__all__ = ["STANDALONE", "NodeConfig", "PluginsConfig", "SecurityConfig", "StoreConfig",
-           "TransportConfig", "describe", "from_mapping", "load_toml"]
+__all__ = ["STANDALONE", "NodeConfig", "PluginsConfig", "RemotingConfig", "SecurityConfig",
+           "StoreConfig", "TransportConfig", "describe", "from_mapping", "load_toml"]
 
 #: The one role the kernel knows: a node running only what plugins add for it.
 STANDALONE = "standalone"
@@ -84,6 +87,32 @@ class StoreConfig:
     options: dict[str, Any] = setting(
         factory=dict, doc="Options for the store plugin (segment size, flush policy, ...); "
                           "the plugin documents its keys.")
+
+
+@attrs.frozen
+class RemotingConfig:
+    """``[remoting]``: what the node's RPC server and client take from a peer.
+
+    The connection caps bound what peers hold (one more connection is closed
+    as soon as it is accepted); the header limits bound the work one frame
+    costs, checked while it is decoded, before any handler runs.
+    """
+
+    max_connections: int = setting(
+        DEFAULT_MAX_CONNECTIONS, doc="Connections the RPC server keeps open at once.",
+        check=positive)
+    max_connections_per_peer: int = setting(
+        DEFAULT_MAX_CONNECTIONS_PER_PEER,
+        doc="Connections the RPC server keeps open at once from one host (a peer's address "
+            "less its port), so that one client cannot lock the others out.", check=positive)
+    max_header_size: int = setting(
+        DEFAULT_MAX_HEADER_SIZE,
+        doc="Largest remoting header accepted, in bytes; a frame with a larger one closes "
+            "its connection as soon as its length arrives.", check=positive)
+    max_ext_fields: int = setting(
+        DEFAULT_MAX_EXT_FIELDS,
+        doc="Most extFields accepted in one header; a request with more is answered "
+            "SYSTEM_ERROR before any handler runs.", check=positive)
 
 
 def _certificate_names(names: tuple[str, ...]) -> str | None:
@@ -161,6 +190,7 @@ class NodeConfig:
     transport: TransportConfig = setting(factory=TransportConfig, doc="See [transport].")
     store: StoreConfig = setting(factory=StoreConfig, doc="See [store].")
     security: SecurityConfig = setting(factory=SecurityConfig, doc="See [security].")
+    remoting: RemotingConfig = setting(factory=RemotingConfig, doc="See [remoting].")
     #: The role sections given, by table name (the others are their defaults).
     sections: Mapping[str, Any] = attrs.field(factory=dict)
 

@@ -42,7 +42,7 @@ from triomq.errors import PluginError, ServiceCrashed
 from triomq.hookspecs import Service
 from triomq.plugin_manager import PluginManager
 from triomq.protocol.remoting import RemotingCommand
-from triomq.rpc import RpcClient, RpcConnection, RpcServer, open_rpc_client
+from triomq.rpc import ConnectionLimits, RpcClient, RpcConnection, RpcServer, open_rpc_client
 from triomq.rpc.peer import client_certificate
 from triomq.rpc.server import Guard
 from triomq.transport import Listener, Transport, split_address
@@ -78,7 +78,10 @@ class Node:
         #: Calls other nodes by address (set by ``open_node``).
         self.rpc: RpcClient
         #: Answers requests on ``config.listen``; register handlers by request code.
-        self.rpc_server = RpcServer()
+        self.rpc_server = RpcServer(limits=connection_limits(config),
+                                    max_connections=config.remoting.max_connections,
+                                    max_connections_per_peer=(
+                                        config.remoting.max_connections_per_peer))
         #: The address peers dial (``config.listen`` with port 0 resolved), or "".
         self.address = ""
         self.log = logging.getLogger(f"triomq.{config.name}")
@@ -202,7 +205,8 @@ async def open_node(config: NodeConfig, *, plugins: PluginManager | None = None,
     try:
         async with trio.open_nursery() as nursery:
             node = Node(config, pm, nursery)
-            async with open_rpc_client(node.connect) as node.rpc:
+            async with open_rpc_client(node.connect, limits=connection_limits(config)
+                                       ) as node.rpc:
                 try:
                     await _start(node, services or {})
                 finally:
@@ -256,6 +260,12 @@ async def _start_services(node: Node, host_services: Mapping[str, Service]) -> N
     await node._bind_declared()
     for name, service in {**host_services, **plugin_services}.items():
         await node.start_service(name, service)
+
+
+def connection_limits(config: NodeConfig) -> ConnectionLimits:
+    """The limits of the node's RPC connections, served and dialled (``[remoting]``)."""
+    return ConnectionLimits(max_header_size=config.remoting.max_header_size,
+                            max_ext_fields=config.remoting.max_ext_fields)
 
 
 def _admin_guard(access: AdminAccess, log: logging.Logger) -> Guard:

@@ -98,6 +98,9 @@ class BatchSendHandler:
                 born_timestamp=header.born_timestamp, born_host=born_host,
                 store_timestamp=store_timestamp, store_host=processor.store_host,
                 reconsume_times=header.reconsume_times, properties=properties)
+            too_large = processor.inflates_too_large(header.sys_flag, message.body)
+            if too_large is not None:
+                raise BatchError(index, message.position, "body", too_large)
             try:
                 raw = properties_to_bytes(properties)
             except RecordError as exc:

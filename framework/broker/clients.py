@@ -5,7 +5,8 @@
 
 - HEART_BEAT 34 (body ``HeartbeatData``): registers the client's producer
   and consumer groups on the connection it came by; a consumer group's
-  config is found or created (``auto_create_subscription_group``) and, on
+  config is found or created (``auto_create_subscription_group``, while the
+  broker holds fewer than ``auto_create_subscription_group_limit`` groups) and, on
   the master, its retry topic ``%RETRY%<group>`` created (RocketMQ's
   ``createTopicInSendMessageBackMethod``);
 - UNREGISTER_CLIENT 35 (``clientID``, ``producerGroup``, ``consumerGroup``);
@@ -128,6 +129,8 @@ class ClientService:
         self.root = root
         self.config = config
         self.groups = groups
+        #: Heartbeats' groups not created for auto_create_subscription_group_limit so far.
+        self.groups_refused = 0
         self.topics = topics
         self.is_master = is_master
         self.table = ClientTable(config.channel_expired_timeout)
@@ -196,14 +199,25 @@ class ClientService:
         self._notify(self.table.heartbeat(peer, heartbeat, now_ms(), origin))
         return RemotingCommand.response()
 
+    def may_create_group(self) -> bool:
+        """Whether a consumer may create one more subscription group: with
+        ``auto_create_subscription_group``, below ``auto_create_subscription_group_limit``."""
+        return (self.config.auto_create_subscription_group
+                and len(self.groups) < self.config.auto_create_subscription_group_limit)
+
     def _configure_groups(self, heartbeat: HeartbeatData) -> None:
         now = now_ms()
         for consumer in heartbeat.consumers:
             config, created = self.groups.find(
-                consumer.group_name, auto_create=self.config.auto_create_subscription_group,
-                now=now)
+                consumer.group_name, auto_create=self.may_create_group(), now=now)
             if created:
                 self._dirty.set()
+            elif config is None and self.config.auto_create_subscription_group:
+                self.groups_refused += 1
+                if self.groups_refused & (self.groups_refused - 1) == 0:  # 1st, 2nd, 4th...
+                    log.warning("consumer group %s not created: the broker holds %d groups, "
+                                "its auto_create_subscription_group_limit (%d refused so far)",
+                                consumer.group_name, len(self.groups), self.groups_refused)
             if config is not None and self.is_master():
                 retry = RETRY_GROUP_TOPIC_PREFIX + consumer.group_name
                 if retry in self.topics.table:

@@ -198,6 +198,11 @@ class BrokerConfig:
     auto_create_topic_enable: bool = setting(
         True, doc="A send to an unknown topic creates it from the default topic TBW102 "
                   "(RocketMQ's autoCreateTopicEnable).")
+    auto_create_topic_limit: int = setting(
+        1024, doc="Topics the broker may hold for a send to create one more "
+                  "(auto_create_topic_enable); beyond, such a send is refused with "
+                  "TOPIC_NOT_EXIST. Topics an admin creates are not limited.",
+        check=_at_least_one)
     default_topic_queue_nums: int = setting(
         8, doc="Queues of a topic created on send when the producer names no count, and of "
                "TBW102 (RocketMQ's defaultTopicQueueNums).", check=_at_least_one)
@@ -212,6 +217,12 @@ class BrokerConfig:
         True, doc="A heartbeat from a consumer of an unknown group creates the group's "
                   "subscription config (config/subscriptionGroup.json; RocketMQ's "
                   "autoCreateSubscriptionGroup).")
+    auto_create_subscription_group_limit: int = setting(
+        1024, doc="Subscription groups the broker may hold for a consumer's heartbeat to "
+                  "create one more (auto_create_subscription_group, with its retry topic); "
+                  "beyond, the group is not created, and pulls and offset commits of a group "
+                  "the broker does not hold are refused with SUBSCRIPTION_GROUP_NOT_EXIST. "
+                  "Groups an admin creates are not limited.", check=_at_least_one)
     notify_consumer_ids_changed_enable: bool = setting(
         True, doc="Push NOTIFY_CONSUMER_IDS_CHANGED to a group's consumers when one joins or "
                   "leaves (a group's own notifyConsumerIdsChangedEnable may turn it off; "

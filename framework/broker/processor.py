@@ -17,15 +17,18 @@ id; Java clients always set one, ali-ons never does) gets one made here,
 laid out as a client's, as RocketMQ 5's broker does: every consumer then
 names it by that id, and a query by id finds it.
 
-Before storing, a send is checked, every refusal a code and a remark
-naming the field (never a server path or a traceback): the header and a
-body within ``max_message_size`` (MESSAGE_ILLEGAL); the topic as RocketMQ's
-send path checks it: a legal name (INVALID_PARAMETER), not a topic clients
-may not send to (NO_PERMISSION), known or created from the default topic
-(``auto_create_topic_enable``; else TOPIC_NOT_EXIST), writable, and a queue
-id below its write queue count (MESSAGE_ILLEGAL): a client can only make
-the broker keep the queues its topics declare. A put the SyncStateSet is
-too small for (``min_in_sync_replicas``) is refused before it is stored,
+Before storing, a send is checked, every refusal a code and a remark naming
+the field (never a server path or a traceback): the header and a body
+within ``max_message_size``, a zlib-compressed one inflating to no more
+(MESSAGE_ILLEGAL); a producer group, if named, by RocketMQ's group rules
+(INVALID_PARAMETER); the topic as RocketMQ's send path checks it: a legal
+name (INVALID_PARAMETER), not a topic clients may not send to
+(NO_PERMISSION), known or created from the default topic
+(``auto_create_topic_enable``, while the broker holds fewer than
+``auto_create_topic_limit`` topics; else TOPIC_NOT_EXIST), writable, and a
+queue id below its write queue count (MESSAGE_ILLEGAL): a client can only
+make the broker keep the queues its topics declare. A put the SyncStateSet
+is too small for (``min_in_sync_replicas``) is refused before it is stored,
 so a retry stores no duplicate.
 
 GET_MAX_OFFSET / GET_MIN_OFFSET answer ``offset`` in ``extFields``: the
@@ -56,11 +59,13 @@ from triomq.broker.topic_table import TopicRefused
 from triomq.broker.topics import TopicService
 from triomq.clock import now_ms
 from triomq.ha.sync_replication import ReplicationStatus
+from triomq.protocol.inflate import InflateError, check_inflated_size
 from triomq.protocol.message import (
     PROPERTY_CLUSTER,
     PROPERTY_UNIQ_KEY,
     MessageRecord,
     RecordError,
+    zlib_compressed,
 )
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import PERM_WRITE
@@ -68,6 +73,7 @@ from triomq.protocol.topic_rules import (
     AUTO_CREATE_TOPIC,
     NOT_ALLOWED_SEND_TOPICS,
     IllegalName,
+    check_group,
     check_topic,
 )
 from triomq.protocol.unique_id import UniqueIdGenerator
@@ -140,6 +146,9 @@ class BrokerProcessor:
         refusal = self.check_send(header, len(request.body), request.ext_fields)
         if refusal is not None:
             return refusal
+        too_large = self.inflates_too_large(header.sys_flag, request.body)
+        if too_large is not None:
+            return RemotingCommand.response(ResponseCode.MESSAGE_ILLEGAL, remark=too_large)
         stored_at = time.time_ns() // 1_000_000
         properties = {**header.properties, PROPERTY_CLUSTER: self.config.cluster_name}
         if not properties.get(PROPERTY_UNIQ_KEY):
@@ -176,12 +185,32 @@ class BrokerProcessor:
         refusal = self._check_topic(header.topic, header.queue_id, fields)
         if refusal is not None:
             return refusal
+        if header.producer_group:
+            try:
+                check_group(header.producer_group)
+            except IllegalName as exc:
+                return RemotingCommand.response(ResponseCode.INVALID_PARAMETER,
+                                                remark=f"producerGroup: {exc}")
         if len(self.replicas.sync_state_set) < self.config.min_in_sync_replicas:
             return RemotingCommand.response(
                 ResponseCode.SYSTEM_ERROR,
                 remark=f"in-sync replicas not enough: the SyncStateSet holds "
                        f"{len(self.replicas.sync_state_set)} of min_in_sync_replicas "
                        f"{self.config.min_in_sync_replicas}; nothing was stored")
+        return None
+
+    def inflates_too_large(self, sys_flag: int, body: bytes) -> str | None:
+        """Why a zlib-compressed body is refused: it inflates past ``max_message_size``
+        (RocketMQ's producers check that size before they compress); None if it does
+        not. A body too small to get there costs nothing; a larger one is inflated
+        chunk by chunk, none of it kept, and no further than the limit."""
+        if not zlib_compressed(sys_flag):
+            return None
+        try:
+            check_inflated_size(body, self.config.max_message_size,
+                                "the compressed message body")
+        except InflateError as exc:
+            return f"{exc} (max_message_size)"
         return None
 
     async def put(self, header: SendHeader, append: Callable[[], list[AppendResult]]
@@ -247,6 +276,12 @@ class BrokerProcessor:
         table = self.topics.table
         config = table.get(topic)
         if config is None and self.config.auto_create_topic_enable:
+            if len(table) >= self.config.auto_create_topic_limit:
+                return RemotingCommand.response(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    remark=f"topic[{topic}] not exist and not created: the broker holds "
+                           f"{len(table)} topics, its auto_create_topic_limit; apply first "
+                           "please!")
             raw = fields.get("d", "")
             queue_nums = (int(raw) if raw.isdigit() and len(raw) < 6
                           else self.config.default_topic_queue_nums)

@@ -32,6 +32,7 @@ from triomq.broker.config import BrokerConfig
 from triomq.broker.confirm_checkpoint import ConfirmOffsetCheckpoint
 from triomq.broker.consume_stats_service import ConsumeStatsService
 from triomq.broker.controller_mode import ControllerMode
+from triomq.broker.group_names import register_group_checks
 from triomq.broker.index_service import IndexService
 from triomq.broker.locks import QueueLockService
 from triomq.broker.namesrv_client import NamesrvClient, rpc_address
@@ -249,7 +250,7 @@ async def broker_service(node: Node, *,
 
         def group_known(group: str) -> bool:
             # A group unknown yet is created by its consumers' heartbeat.
-            return group in clients.groups or config.auto_create_subscription_group
+            return group in clients.groups or clients.may_create_group()
 
         offsets = broker.offsets = ConsumerOffsetService(
             root, config, offsets_table, log=log, topics=topics,
@@ -290,6 +291,7 @@ async def broker_service(node: Node, *,
                 # Looked up at each copy, so a host (or a test) may redirect it.
                 nursery.start_soon(topics.copy_from_master, node.rpc,
                                    lambda: broker.master_rpc_address())
+                register_group_checks(node.rpc_server)
                 processor.register(node.rpc_server)
                 BatchSendHandler(processor).register(node.rpc_server)
                 if config.message_index_enable:

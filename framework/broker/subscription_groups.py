@@ -127,6 +127,9 @@ class SubscriptionGroupTable:
     def __contains__(self, group: str) -> bool:
         return group in self._configs
 
+    def __len__(self) -> int:
+        return len(self._configs)
+
     def configs(self) -> dict[str, SubscriptionGroupConfig]:
         return dict(self._configs)
 

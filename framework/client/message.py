@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import enum
 import struct
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
 from triomq.errors import TriomqError
+from triomq.protocol.inflate import InflateError, inflate
 from triomq.protocol.message import (
     COMPRESSED,
+    COMPRESSION_TYPE_MASK,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_MAX_OFFSET,
@@ -32,10 +33,12 @@ from triomq.protocol.message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
+    MessageRecord,
     RecordError,
     decode,
     pack_ip,
     properties_to_bytes,
+    zlib_compressed,
 )
 from triomq.protocol.message_queue import MessageQueue
 
@@ -58,10 +61,9 @@ __all__ = [
 ]
 
 _SYSTEM_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY, PROPERTY_WAIT})
-# sysFlag bits 8-10 name the compression of a compressed body (RocketMQ 5);
-# 0 is the zlib of older clients, 3 is zlib named.
-_COMPRESSION_TYPE_MASK = 0x700
-_ZLIB_TYPES = (0, 3)
+#: Largest body a compressed message is inflated to: RocketMQ's maxMessageSize
+#: default, which its producers check before they compress.
+DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
 
 
 class MessageDecodeError(TriomqError, ValueError):
@@ -180,25 +182,31 @@ def _offset_msg_id(host: tuple[str, int], physical_offset: int) -> str:
     return (pack_ip(host[0]) + struct.pack(">iq", host[1], physical_offset)).hex().upper()
 
 
-def _body(raw: bytes, sys_flag: int, where: int) -> bytes:
+def _body(record: MessageRecord, pos: int, max_body_size: int) -> bytes:
+    raw, sys_flag = record.body, record.sys_flag
     if not sys_flag & COMPRESSED:
         return raw
-    if (sys_flag & _COMPRESSION_TYPE_MASK) >> 8 not in _ZLIB_TYPES:
-        raise MessageDecodeError(f"message at {where}: compression type "
-                                 f"{(sys_flag & _COMPRESSION_TYPE_MASK) >> 8} is not zlib")
+    where = (f"message at {pos} (topic {record.topic}, queue {record.queue_id}, offset "
+             f"{record.queue_offset})")
+    if not zlib_compressed(sys_flag):
+        raise MessageDecodeError(f"{where}: compression type "
+                                 f"{(sys_flag & COMPRESSION_TYPE_MASK) >> 8} is not zlib")
     try:
-        return zlib.decompress(raw)
-    except zlib.error as exc:
-        raise MessageDecodeError(f"message at {where}: body does not inflate: {exc}") from None
+        return inflate(raw, max_body_size, f"{where}: the compressed body")
+    except InflateError as exc:
+        raise MessageDecodeError(str(exc)) from None
 
 
 def decode_messages(body: bytes, broker_name: str = "",
-                    extra_properties: Mapping[str, str] | None = None) -> list[MessageExt]:
+                    extra_properties: Mapping[str, str] | None = None, *,
+                    max_body_size: int = DEFAULT_MAX_BODY_SIZE) -> list[MessageExt]:
     """The messages of a PULL_MESSAGE body: stored records back to back, each with
     ``extra_properties`` added to its own.
 
     Compressed bodies (zlib, as RocketMQ's producers send bodies over 4 KiB)
-    are inflated. Raises ``MessageDecodeError`` for anything else.
+    are inflated, to at most ``max_body_size`` bytes: a larger one raises
+    ``MessageDecodeError`` naming the message, with no more of it inflated.
+    Raises ``MessageDecodeError`` for anything else too.
     """
     out = []
     pos = 0
@@ -213,7 +221,8 @@ def decode_messages(body: bytes, broker_name: str = "",
         if extra_properties:
             props.update(extra_properties)
         out.append(MessageExt(
-            topic=record.topic, body=_body(record.body, record.sys_flag, pos),
+            topic=record.topic,
+            body=_body(record, pos, max_body_size),
             queue_id=record.queue_id, queue_offset=record.queue_offset,
             commit_log_offset=record.physical_offset,
             msg_id=props.get(PROPERTY_UNIQ_KEY, offset_id), offset_msg_id=offset_id,

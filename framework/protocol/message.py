@@ -42,6 +42,16 @@ TRANSACTION_COMMIT = 0x8
 TRANSACTION_ROLLBACK = 0xC
 BORNHOST_V6 = 0x10
 STOREHOST_V6 = 0x20
+# sysFlag bits 8-10 name the compression of a compressed body (RocketMQ 5);
+# 0 is the zlib of older clients, 3 is zlib named.
+COMPRESSION_TYPE_MASK = 0x700
+ZLIB_COMPRESSION_TYPES = (0, 3)
+
+
+def zlib_compressed(sys_flag: int) -> bool:
+    """Whether a body with ``sys_flag`` is compressed with zlib (not LZ4 or ZSTD)."""
+    return bool(sys_flag & COMPRESSED) and (
+        (sys_flag & COMPRESSION_TYPE_MASK) >> 8 in ZLIB_COMPRESSION_TYPES)
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"

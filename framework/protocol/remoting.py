@@ -24,6 +24,13 @@ length fields as soon as they arrive, before it waits for (and buffers) the
 rest of a frame, so a peer announcing a huge frame costs nothing; any bad
 input raises ``FrameError`` naming what was wrong and the stream offset of
 the frame.
+
+The work one frame can cost is bounded while it is decoded, before any
+handler sees it: a header over ``max_header_size`` bytes is refused from
+its length field alone (``FrameError``: its opaque is not read, so it
+cannot be answered), and a header with more than ``max_ext_fields``
+extFields raises ``OverLimit`` once the frame is read, with what an answer
+needs (the frame was well formed: the stream goes on).
 """
 
 from __future__ import annotations
@@ -61,6 +68,13 @@ SERIALIZE_ROCKETMQ = 1
 
 #: RocketMQ's default ``frameMaxLength``: 16 MiB, counted as the ``length`` field.
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
+#: Largest header accepted by default. RocketMQ bounds a header only by its frame;
+#: this is room for a send whose properties are at their limit (32,767 bytes, each
+#: byte escaped as JSON may escape it, 6 bytes) with everything else besides.
+DEFAULT_MAX_HEADER_SIZE = 256 * 1024
+#: Most extFields accepted in one header by default; RocketMQ's own requests carry
+#: fewer than 30.
+DEFAULT_MAX_EXT_FIELDS = 1024
 
 LANGUAGE = "PYTHON"
 #: The RocketMQ release whose protocol triomq speaks, by name and as the ordinal of
@@ -131,6 +145,25 @@ class FrameError(TriomqError, ValueError):
     def __init__(self, message: str, offset: int) -> None:
         self.offset = offset
         super().__init__(f"bad remoting frame at stream offset {offset}: {message}")
+
+
+class OverLimit(TriomqError, ValueError):
+    """A well-formed frame breaks a decoding limit (``max_ext_fields``).
+
+    It carries what an answer needs (the frame's ``code``, ``opaque``,
+    ``flag`` and ``serialize_type``); the decoder has stepped over the frame
+    and goes on with the next one.
+    """
+
+    def __init__(self, reason: str, offset: int, *, code: int, opaque: int, flag: int,
+                 serialize_type: int) -> None:
+        self.reason = reason
+        self.offset = offset
+        self.code = code
+        self.opaque = opaque
+        self.flag = flag
+        self.serialize_type = serialize_type
+        super().__init__(f"remoting frame at stream offset {offset} (code {code}): {reason}")
 
 
 def _check_ext_fields(_instance: Any, _attribute: Any, value: Mapping[str, str]) -> None:
@@ -310,15 +343,25 @@ class _BinaryHeader:
             raise ValueError(f"binary header: {what} is not UTF-8") from None
 
 
-def _parse_binary(header: bytes) -> tuple[int, str, int, int, int, str | None, dict[str, str]]:
+class _TooManyFields(Exception):
+    """A binary header holds more extFields than allowed (its fixed fields are known)."""
+
+    def __init__(self, fixed: tuple[int, int, int, int, int]) -> None:
+        self.fixed = fixed
+
+
+def _parse_binary(header: bytes, max_ext_fields: int
+                  ) -> tuple[int, str, int, int, int, str | None, dict[str, str]]:
     reader = _BinaryHeader(header)
-    code, language, version, opaque, flag = _BINARY_FIXED.unpack(
-        reader.take(_BINARY_FIXED.size, "fixed fields"))
+    fixed = _BINARY_FIXED.unpack(reader.take(_BINARY_FIXED.size, "fixed fields"))
+    code, language, version, opaque, flag = fixed
     remark = reader.string(4, "remark") or None
     (ext_length,) = _LENGTH.unpack(reader.take(4, "extFields length"))
     fields = _BinaryHeader(reader.take(ext_length, "extFields"))
-    ext_fields = {}
+    ext_fields: dict[str, str] = {}
     while fields.pos < len(fields.header):
+        if len(ext_fields) == max_ext_fields:
+            raise _TooManyFields(fixed)
         key = fields.string(2, "extFields key")
         ext_fields[key] = fields.string(4, f"extFields value of {key!r}")
     if reader.pos != len(header):
@@ -331,14 +374,24 @@ class FrameDecoder:
     """Incremental decoder: ``feed`` bytes, then take commands out.
 
     ``max_frame_size`` bounds the ``length`` field; a larger announced frame
-    is rejected as soon as its first four bytes arrive. After a
-    ``FrameError`` the decoder stays broken: the stream has lost framing.
+    is rejected as soon as its first four bytes arrive, a header over
+    ``max_header_size`` as soon as its length does. After a ``FrameError``
+    the decoder stays broken: the stream has lost framing (or cannot be
+    answered). A header with more than ``max_ext_fields`` extFields raises
+    ``OverLimit`` and the decoder goes on with the next frame.
     """
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *,
+                 max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
+                 max_ext_fields: int = DEFAULT_MAX_EXT_FIELDS) -> None:
         if max_frame_size < 4:
             raise ValueError(f"max_frame_size must be at least 4, got {max_frame_size}")
+        if max_header_size < 0 or max_ext_fields < 0:
+            raise ValueError(f"max_header_size ({max_header_size}) and max_ext_fields "
+                             f"({max_ext_fields}) must not be negative")
         self.max_frame_size = max_frame_size
+        self.max_header_size = max_header_size
+        self.max_ext_fields = max_ext_fields
         self._buffer = bytearray()
         self._pos = 0  # start of the first unconsumed byte in _buffer
         self._offset = 0  # stream offset of _buffer[_pos]
@@ -393,6 +446,9 @@ class FrameDecoder:
                        "RocketMQ's binary header)")
         if header_length > length - 4:
             self._fail(f"header length {header_length} exceeds frame length {length}")
+        if header_length > self.max_header_size:
+            self._fail(f"header length {header_length} exceeds the maximum header size "
+                       f"{self.max_header_size}")
         end = pos + 4 + length
         if len(buffer) < end:
             return None
@@ -400,11 +456,26 @@ class FrameDecoder:
         body_start = header_start + header_length
         header = bytes(buffer[header_start:body_start])
         body = bytes(buffer[body_start:end])
-        command = (self._command(header, body) if header_word >> 24 == SERIALIZE_JSON
-                   else self._binary_command(header, body))
-        self._pos = end
-        self._offset += 4 + length
+        offset = self._offset
+        try:
+            command = (self._command(header, body) if header_word >> 24 == SERIALIZE_JSON
+                       else self._binary_command(header, body))
+        finally:
+            # A frame over a limit is stepped over too (an error stays in _error).
+            self._pos = end
+            self._offset = offset + 4 + length
+        if len(command.ext_fields) > self.max_ext_fields:
+            self._over_limit(offset, command.code, command.opaque, command.flag,
+                             command.serialize_type, len(command.ext_fields))
         return command
+
+    def _over_limit(self, offset: int, code: int, opaque: int, flag: int, serialize_type: int,
+                    count: int | None) -> NoReturn:
+        held = count if count is not None else f"more than {self.max_ext_fields}"
+        raise OverLimit(f"the header holds {held} extFields; the maximum is "
+                        f"{self.max_ext_fields}",
+                        offset, code=code, opaque=opaque, flag=flag,
+                        serialize_type=serialize_type)
 
     def _check_length(self, length: int) -> None:
         if length < 4:
@@ -460,7 +531,11 @@ class FrameDecoder:
 
     def _binary_command(self, header: bytes, body: bytes) -> RemotingCommand:
         try:
-            code, language, version, opaque, flag, remark, ext_fields = _parse_binary(header)
+            code, language, version, opaque, flag, remark, ext_fields = _parse_binary(
+                header, self.max_ext_fields)
+        except _TooManyFields as exc:
+            code, _, _, opaque, flag = exc.fixed
+            self._over_limit(self._offset, code, opaque, flag, SERIALIZE_ROCKETMQ, None)
         except ValueError as exc:
             self._fail(str(exc))
         return RemotingCommand(code, opaque, flag, remark, ext_fields, body, language, version,

@@ -16,7 +16,8 @@ same here:
   GET_BROKER_MEMBER_GROUP.
 - ``RegisterBrokerBody``: what REGISTER_BROKER carries, as JSON or in the
   compressed form brokers send by default (``compressed=true``: a deflate
-  stream of length-prefixed parts, see ``decode_register_broker_body``).
+  stream of length-prefixed parts, see ``decode_register_broker_body``),
+  inflated to at most ``MAX_REGISTER_BODY_SIZE`` bytes.
 
 Java's fastjson writes a map with integer keys with bare numbers
 (``{0:"10.0.0.1:10911"}``); ``loads`` reads that as well as standard JSON.
@@ -37,6 +38,7 @@ from typing import Any
 import attrs
 
 from triomq.errors import TriomqError
+from triomq.protocol.inflate import InflateError, inflate
 
 __all__ = [
     "MASTER_ID",
@@ -420,8 +422,18 @@ def _prefixed(data: bytes) -> bytes:
     return struct.pack(">i", len(data)) + data
 
 
-def decode_register_broker_body(data: bytes, *, compressed: bool) -> RegisterBrokerBody:
-    """REGISTER_BROKER's body, JSON or compressed; ``RouteDataError`` names what is wrong."""
+#: Largest inflated REGISTER_BROKER body: what an uncompressed one may be at most (a
+#: frame of RocketMQ's default frameMaxLength), ample for tens of thousands of topics.
+MAX_REGISTER_BODY_SIZE = 16 * 1024 * 1024
+
+
+def decode_register_broker_body(data: bytes, *, compressed: bool,
+                                max_size: int = MAX_REGISTER_BODY_SIZE) -> RegisterBrokerBody:
+    """REGISTER_BROKER's body, JSON or compressed; ``RouteDataError`` names what is wrong.
+
+    A compressed body is inflated only up to ``max_size`` bytes: one that
+    would be larger is refused with no more of it inflated.
+    """
     if not data:
         return RegisterBrokerBody(DataVersion(), {})
     if not compressed:
@@ -436,9 +448,9 @@ def decode_register_broker_body(data: bytes, *, compressed: bool) -> RegisterBro
              for name, c in table.items()},
             tuple(_names(filters, "filterServerList")))
     try:
-        raw = zlib.decompress(data)
-    except zlib.error as exc:
-        raise RouteDataError(f"RegisterBrokerBody: not a deflate stream ({exc})") from None
+        raw = inflate(data, max_size, "RegisterBrokerBody (compressed)")
+    except InflateError as exc:
+        raise RouteDataError(str(exc)) from None
     reader = _Reader(raw)
     version = DataVersion.from_json(loads(reader.part("dataVersion"), "dataVersion"))
     table = {}

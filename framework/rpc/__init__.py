@@ -32,9 +32,13 @@ SYSTEM_BUSY. Oneway requests get no answer. Calls raise ``RpcTimeout`` or
 ``RpcConnectionError``; a response with an error code is returned as is.
 
 A peer that sends a bad frame, announces a frame larger than
-``max_frame_size``, stalls in the middle of a frame, or leaves our writes
-unread for longer than ``stall_timeout`` has its connection closed with the
-reason logged (logger ``triomq.rpc``); nothing else is affected.
+``max_frame_size`` or a header larger than ``max_header_size``, stalls in
+the middle of a frame, or leaves our writes unread for longer than
+``stall_timeout`` has its connection closed with the reason logged (logger
+``triomq.rpc``); nothing else is affected. A request with more than
+``max_ext_fields`` extFields is answered SYSTEM_ERROR before any handler
+runs. A server keeps at most ``max_connections`` connections, at most
+``max_connections_per_peer`` of them from one host.
 """
 
 from triomq.rpc.client import Backoff, Connect, RpcClient, open_rpc_client

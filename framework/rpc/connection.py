@@ -13,7 +13,9 @@ import attrs
 import trio
 
 from triomq.protocol.remoting import (
+    DEFAULT_MAX_EXT_FIELDS,
     DEFAULT_MAX_FRAME_SIZE,
+    DEFAULT_MAX_HEADER_SIZE,
     FLAG_ONEWAY,
     FLAG_RESPONSE,
     REQUEST_CODE_NOT_SUPPORTED,
@@ -22,6 +24,7 @@ from triomq.protocol.remoting import (
     SYSTEM_ERROR,
     FrameDecoder,
     FrameError,
+    OverLimit,
     RemotingCommand,
     encode_into,
 )
@@ -50,6 +53,12 @@ class ConnectionLimits:
 
     #: Largest accepted ``length`` field; RocketMQ's default is 16 MiB.
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    #: Largest accepted header, in bytes: a larger one closes the connection as
+    #: soon as its length arrives (its opaque unread, it cannot be answered).
+    max_header_size: int = DEFAULT_MAX_HEADER_SIZE
+    #: Most extFields in one header: a request with more is answered SYSTEM_ERROR
+    #: before any handler runs, a response with more closes the connection.
+    max_ext_fields: int = DEFAULT_MAX_EXT_FIELDS
     #: Seconds a peer may stall inside a frame it is sending, or leave an answer
     #: we write unread, before the connection is closed.
     stall_timeout: float = 30.0
@@ -111,7 +120,9 @@ class RpcConnection:
         self.close_reason: str | None = None
         self._handlers: Mapping[int, Handler] = handlers if handlers is not None else {}
         self._inline = inline
-        self._decoder = FrameDecoder(self.limits.max_frame_size)
+        self._decoder = FrameDecoder(self.limits.max_frame_size,
+                                     max_header_size=self.limits.max_header_size,
+                                     max_ext_fields=self.limits.max_ext_fields)
         self._calls: dict[int, _Call] = {}
         self._next_opaque = 0
         self._out = bytearray()
@@ -139,6 +150,8 @@ class RpcConnection:
         self._parked: dict[int, _Call] = {}
         #: Frames received so far.
         self.frames_received = 0
+        #: Requests refused so far for breaking a decoding limit (``max_ext_fields``).
+        self.refused_over_limit = 0
         #: When the stream was open (a handshake done), and when the connection closed.
         self.opened_at: float | None = None
         self.closed_at: float | None = None
@@ -454,7 +467,11 @@ class RpcConnection:
         stall_timeout = self.limits.stall_timeout
         try:
             while True:
-                command = decoder.next_command()
+                try:
+                    command = decoder.next_command()
+                except OverLimit as exc:
+                    await self._refuse_over_limit(exc)
+                    continue
                 if command is None:
                     if decoder.buffered:
                         data = None
@@ -497,9 +514,26 @@ class RpcConnection:
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self._close(f"receive failed: {describe_error(exc)}", logging.INFO)
         except RpcError as exc:
-            # Writing an answer failed: the peer is gone, or reads nothing.
+            # Writing an answer failed (the peer is gone, or reads nothing), or the
+            # peer answered with a response over a limit.
             self._close(str(exc), logging.WARNING)
         return None
+
+    async def _refuse_over_limit(self, refused: OverLimit) -> None:
+        """A request over a decoding limit is answered SYSTEM_ERROR (as RocketMQ answers
+        a request whose header it cannot decode); a response closes the connection."""
+        self.frames_received += 1
+        if refused.flag & FLAG_RESPONSE:
+            raise RpcError(f"{self.peer} sent a response over a limit: {refused}")
+        self.refused_over_limit += 1
+        # The first refusal on a connection is worth a warning; a flood of them is not.
+        log.log(logging.WARNING if self.refused_over_limit == 1 else logging.DEBUG,
+                "%s: request refused: %s", self.peer, refused)
+        if not refused.flag & FLAG_ONEWAY:
+            await self._send(RemotingCommand.response(
+                SYSTEM_ERROR, remark=f"request code {refused.code} refused: {refused.reason}"),
+                trio.current_time() + self.limits.stall_timeout, opaque=refused.opaque,
+                flag=FLAG_RESPONSE, serialize_type=refused.serialize_type)
 
     async def _refuse(self, request: RemotingCommand, unknown: bool) -> None:
         if unknown:

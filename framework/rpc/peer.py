@@ -33,6 +33,16 @@ def describe_peer(stream: trio.abc.Stream) -> str:
     return "unknown peer"
 
 
+def peer_host(peer: str) -> str:
+    """The host part of a peer's name (``describe_peer``): ``"10.0.0.5:4242"`` and
+    ``"[::1]:80"`` give ``"10.0.0.5"`` and ``"::1"``; a name with no port is the host."""
+    location = peer.partition("://")[2] or peer
+    host, sep, port = location.rpartition(":")
+    if not sep or not port.isdigit():
+        return location
+    return host.strip("[]")
+
+
 def describe_error(exc: BaseException) -> str:
     """``exc`` and, if trio wrapped an OS or TLS error, that error, which says why."""
     cause = exc.__cause__

@@ -8,14 +8,20 @@ import trio
 
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc.connection import ConnectionLimits, Handler, RpcConnection, log
+from triomq.rpc.peer import peer_host
 from triomq.transport import Listener
 
 #: Connections one server keeps open at once, by default.
 DEFAULT_MAX_CONNECTIONS = 4096
+#: Connections one server keeps open at once from one host, by default: a quarter
+#: of the total, so that no one host can take every connection.
+DEFAULT_MAX_CONNECTIONS_PER_PEER = 1024
 
 #: ``guard(request, connection)``: a refusal to send instead of handling the request,
 #: or ``None`` to let it through.
 Guard = Callable[[RemotingCommand, RpcConnection], RemotingCommand | None]
+#: ``check(request)``: a refusal of a malformed request, or ``None`` to let it through.
+Check = Callable[[RemotingCommand], RemotingCommand | None]
 
 
 class RpcServer:
@@ -23,13 +29,20 @@ class RpcServer:
 
     def __init__(self, handlers: Mapping[int, Handler] | None = None, *,
                  limits: ConnectionLimits | None = None,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 max_connections_per_peer: int = DEFAULT_MAX_CONNECTIONS_PER_PEER) -> None:
         self.limits = limits if limits is not None else ConnectionLimits()
         #: Connections served at once; one more is closed as soon as it is accepted,
         #: so a flood of peers cannot take every file descriptor of the node.
         self.max_connections = max_connections
-        #: Connections refused for the cap so far.
+        #: Connections served at once from one host (the peer's address less its
+        #: port); one more from it is closed as soon as it is accepted, so one
+        #: client cannot take the connections every other client needs.
+        self.max_connections_per_peer = max_connections_per_peer
+        #: Connections refused for either cap so far.
         self.refused = 0
+        # Connections open per peer host.
+        self._per_host: dict[str, int] = {}
         # Handlers as registered; what connections use is _table (rebuilt in place,
         # so connections already open see every change, at no cost per request).
         self._own: dict[int, tuple[Handler, bool]] = {
@@ -37,6 +50,7 @@ class RpcServer:
         self._fallbacks: dict[int, tuple[Handler, bool]] = {}
         self._observers: dict[int, list[Callable[[RemotingCommand, RpcConnection], None]]] = {}
         self._guards: dict[int, Guard] = {}
+        self._checks: dict[int, list[Check]] = {}
         self._handlers: dict[int, Handler] = {}
         self._inline: set[int] = set()
         self._rebuild()
@@ -90,6 +104,18 @@ class RpcServer:
         self._guards.update(dict.fromkeys(codes, guard))
         self._rebuild()
 
+    def check(self, codes: Iterable[int], check: Check) -> None:
+        """Ask ``check(request)`` on each request with one of ``codes``, after the guard and
+        before observers and the handler: a response it returns is the answer.
+
+        Any number of checks per code, asked in the order they were added; they
+        validate what a request names (a role's rules for its fields) in one
+        place for every handler that reads it.
+        """
+        for code in codes:
+            self._checks.setdefault(code, []).append(check)
+        self._rebuild()
+
     def _rebuild(self) -> None:
         table = {**self._fallbacks, **self._own}
         self._handlers.clear()
@@ -98,6 +124,9 @@ class RpcServer:
             observers = self._observers.get(code)
             if observers:
                 handler = _observed(handler, tuple(observers))
+            checks = self._checks.get(code)
+            if checks:
+                handler = _checked(handler, tuple(checks))
             guard = self._guards.get(code)
             self._handlers[code] = handler if guard is None else _guarded(handler, guard)
             if inline:
@@ -129,24 +158,39 @@ class RpcServer:
                 log.warning("accept on %s failed: %s", listener.address, exc)
                 await trio.sleep(0.1)
                 continue
-            if len(self.connections) >= self.max_connections:
-                self.refused += 1
-                if self.refused & (self.refused - 1) == 0:  # the 1st, 2nd, 4th, 8th, ...
-                    log.warning("%s: %d connections open, the cap: refused %d so far",
-                                listener.address, len(self.connections), self.refused)
-                await trio.aclose_forcefully(stream)
-                continue
             connection = RpcConnection(stream, handlers=self._handlers, inline=self._inline,
                                        limits=self.limits)
-            # Counted from the accept on, so a burst of accepts cannot pass the cap.
+            host = peer_host(connection.peer)
+            held = self._per_host.get(host, 0)
+            if len(self.connections) >= self.max_connections:
+                self._refuse(listener, f"{len(self.connections)} connections open, the cap "
+                                       "(max_connections)")
+                await trio.aclose_forcefully(stream)
+                continue
+            if held >= self.max_connections_per_peer:
+                self._refuse(listener, f"{held} connections open from {host}, the cap per "
+                                       "peer (max_connections_per_peer)")
+                await trio.aclose_forcefully(stream)
+                continue
+            # Counted from the accept on, so a burst of accepts cannot pass the caps.
             self.connections.add(connection)
-            nursery.start_soon(self._serve_connection, connection)
+            self._per_host[host] = held + 1
+            nursery.start_soon(self._serve_connection, connection, host)
 
-    async def _serve_connection(self, connection: RpcConnection) -> None:
+    def _refuse(self, listener: Listener, why: str) -> None:
+        self.refused += 1
+        if self.refused & (self.refused - 1) == 0:  # the 1st, 2nd, 4th, 8th, ...
+            log.warning("%s: %s: refused %d connections so far", listener.address, why,
+                        self.refused)
+
+    async def _serve_connection(self, connection: RpcConnection, host: str) -> None:
         try:
             await connection.run()
         finally:
             self.connections.discard(connection)
+            held = self._per_host.pop(host) - 1
+            if held:
+                self._per_host[host] = held
             for callback in self.on_connection_closed:
                 callback(connection)
 
@@ -156,6 +200,17 @@ def _guarded(handler: Handler, guard: Guard) -> Handler:
         refusal = guard(request, peer)
         if refusal is not None:
             return refusal
+        return await handler(request, peer)
+
+    return handle
+
+
+def _checked(handler: Handler, checks: tuple[Check, ...]) -> Handler:
+    async def handle(request: RemotingCommand, peer: RpcConnection) -> RemotingCommand | None:
+        for check in checks:
+            refusal = check(request)
+            if refusal is not None:
+                return refusal
         return await handler(request, peer)
 
     return handle

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from broker_nodes import Cluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_clients import heartbeat
 
 from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.group_names import GROUP_FIELDS, check_group_fields
 from triomq.broker.heartbeat import BodyError, parse_heartbeat
+from triomq.protocol.remoting import RemotingCommand
 
 GOOD = json.loads(heartbeat("c1", producer="pg"))
 
@@ -109,3 +112,14 @@ async def test_every_heartbeat_gets_a_specific_answer(tmp_path, batch) -> None:
             remark = answer.remark or ""
             assert answer.code in (ResponseCode.SUCCESS, ResponseCode.INVALID_PARAMETER), remark
             assert str(tmp_path) not in remark and "Traceback" not in remark
+
+
+@pytest.mark.parametrize("code, key", [(code, key) for code, keys in GROUP_FIELDS.items()
+                                       for key in keys])
+@pytest.mark.parametrize("group", ["../x", "a\0b", "g" * 121, " ", "名前"])
+def test_every_header_naming_a_group_has_it_checked(code: int, key: str, group: str) -> None:
+    refusal = check_group_fields(RemotingCommand.request(code, {key: group}))
+    assert refusal is not None and refusal.code == ResponseCode.INVALID_PARAMETER
+    assert refusal.remark.startswith(f"header field {key!r}: The specified group")
+    assert check_group_fields(RemotingCommand.request(code, {key: "%RETRY%ok_group-1"})) is None
+    assert check_group_fields(RemotingCommand.request(code, {key: ""})) is None  # the handler's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+import tracemalloc
 import zlib
 
 import pytest
@@ -73,6 +74,28 @@ def test_pulled_bodies_inflate_compressed_and_reject_garbage() -> None:
     with pytest.raises(MessageDecodeError):
         decode_messages(b"\x00" * 10)
     assert decode_messages(b"") == []
+
+
+def test_a_compressed_bomb_is_refused_without_inflating_past_max_message_size() -> None:
+    bomb = zlib.compress(bytes(200 * 1024 * 1024), 9)  # 200 MiB of zeros in about 204 KB
+    raw = (encode(MessageRecord(topic="t", body=b"before", queue_offset=6))
+           + encode(MessageRecord(topic="t", body=bomb, sys_flag=COMPRESSED, queue_offset=7)))
+    tracemalloc.start()
+    try:
+        with pytest.raises(MessageDecodeError) as caught:
+            decode_messages(raw)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(caught.value) == (
+        f"message at {len(raw) - len(encode(MessageRecord(topic='t', body=bomb)))} (topic t, "
+        "queue 0, offset 7): the compressed body inflates to more than its limit of 4194304 "
+        "bytes; it was not inflated further")
+    assert peak < 3 * 4 * 1024 * 1024  # zlib's output buffer, not the 200 MiB
+    small = encode(MessageRecord(topic="t", body=zlib.compress(b"x" * 100), sys_flag=COMPRESSED))
+    assert decode_messages(small, max_body_size=100)[0].body == b"x" * 100
+    with pytest.raises(MessageDecodeError, match="limit of 99 bytes"):
+        decode_messages(small, max_body_size=99)
 
 
 def test_group_bodies() -> None:
