@@ -113,10 +113,13 @@ def test_each_address_of_a_list_is_named_once(family):
                            f"{second}: connection refused)\n")
 
 
-@pytest.mark.parametrize("family", ["cluster-list", "get-controller-metadata"])
-def test_a_malformed_address_is_one_line_and_exit_1(family):
+@pytest.mark.parametrize("family", ["consume", "cluster-list", "get-controller-metadata",
+                                    "broker-status"])
+def test_a_malformed_address_is_one_line_and_exit_2(family):
     done = run_triomq(*FAMILIES[family], "nonsense")
-    assert done.returncode == 1 and "expected host:port" in done.stdout
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("triomq: error: address 'nonsense': expected host:port")
+    assert len(done.stderr.splitlines()) == 1
 
 
 # -- running servers ----------------------------------------------------------------------

@@ -48,7 +48,6 @@ from triomq.controller.wire import (
     read_metadata,
     rpc_address,
 )
-from triomq.errors import ConfigError
 from triomq.plugin_manager import PluginManager
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcClient, RpcError
@@ -102,7 +101,8 @@ async def run_admin(args: argparse.Namespace, rpc: RpcClient, out: TextIO) -> in
     """Run the parsed ``triomq admin`` command over ``rpc``; the exit code.
 
     ``Unreachable`` (``triomq`` prints it, exit 2) when no controller named
-    answers, or, for a command that needs the leader, none knows one.
+    answers, or none knows a leader in time; ``ConfigError`` (exit 2 too) for a
+    malformed address or credential option.
     """
     deadline = trio.current_time() + args.timeout
     command: Callable[..., Any] = _COMMANDS[args.admin_command]
@@ -124,7 +124,7 @@ async def run_admin(args: argparse.Namespace, rpc: RpcClient, out: TextIO) -> in
         why = ("no answer in time" if metadata.leader_address
                else "knows no leader (none elected yet)")
         raise Unreachable("controller leader", dict.fromkeys(controllers, why)) from None
-    except (ConfigError, WireError) as exc:
+    except WireError as exc:
         print(json.dumps({"error": str(exc)}) if args.json else f"error: {exc}", file=out)
         return 1
     data, table = result

@@ -34,7 +34,7 @@ from triomq import NodeConfig, open_node
 from triomq.cli_address import Unreachable, dial_address, dial_addresses
 from triomq.cli_credentials import add_credential_options, sign_requests
 from triomq.cli_table import table as text_table
-from triomq.errors import ConfigError, TriomqError
+from triomq.errors import TriomqError
 from triomq.namesrv.processor import NameServerCode
 from triomq.plugin_manager import PluginManager
 from triomq.protocol.remoting import RemotingCommand
@@ -210,13 +210,14 @@ _COMMANDS: dict[str, Callable[[_Admin, argparse.Namespace], Awaitable[tuple[Any,
 
 
 async def run_admin(args: argparse.Namespace, rpc: RpcClient, out: TextIO) -> int:
-    """Run the parsed command over ``rpc``; the exit code (``Unreachable`` raised
-    when a node it needs does not answer)."""
+    """Run the parsed command over ``rpc``; the exit code. Raises ``Unreachable``
+    when a node it needs does not answer, ``ConfigError`` for a malformed address
+    or credential option (``triomq`` prints either, exit 2)."""
     try:
         admin = _Admin(rpc, args.namesrv_addr, args.timeout)
         sign_requests(rpc, args)
         data, text = await _COMMANDS[args.admin_command](admin, args)
-    except (AdminError, ConfigError, RouteDataError) as exc:
+    except (AdminError, RouteDataError) as exc:
         print(json.dumps({"error": str(exc)}) if args.json else f"error: {exc}", file=out)
         return 1
     print(json.dumps(data, indent=2, sort_keys=True) if args.json else text, file=out)
