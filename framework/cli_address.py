@@ -27,11 +27,7 @@ from triomq.errors import ConfigError, TriomqError
 from triomq.rpc import RpcTimeout
 from triomq.transport import os_reason
 
-__all__ = ["UNREACHABLE_EXIT", "Unreachable", "dial_address", "dial_addresses",
-           "reason_unreachable", "shown"]
-
-#: The exit code of a command that could not reach the nodes it needs.
-UNREACHABLE_EXIT = 2
+__all__ = ["Unreachable", "dial_address", "dial_addresses", "reason_unreachable", "shown"]
 
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(\d{1,5})$")
 
@@ -92,7 +88,7 @@ def reason_unreachable(exc: BaseException, address: str) -> str:
 
 
 class Unreachable(TriomqError):
-    """None of the ``kind`` nodes a command needs answered (exit ``UNREACHABLE_EXIT``).
+    """None of the ``kind`` nodes a command needs answered (``triomq`` exits 2).
 
     ``failures`` maps each address tried to why it did not answer (an error or
     its text); the message names each once.

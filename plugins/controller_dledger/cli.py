@@ -48,6 +48,7 @@ from triomq.controller.wire import (
     read_metadata,
     rpc_address,
 )
+from triomq.errors import ConfigError
 from triomq.plugin_manager import PluginManager
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcClient, RpcError
@@ -160,11 +161,20 @@ async def _find_controllers(rpc: RpcClient, addresses: list[str], deadline: floa
         named = [metadata.leader_address] if metadata.leader_address else []
         named += [peer for _, peer in metadata.peers]
         controllers: list[str] = []
-        for candidate in [*map(dial_address, named), *addresses]:
-            if candidate not in controllers:
+        for candidate in [*map(_dialable, named), *addresses]:
+            if candidate and candidate not in controllers:
                 controllers.append(candidate)
         return metadata, controllers
     raise Unreachable("controller", failures)
+
+
+def _dialable(address: str) -> str | None:
+    """A controller's address from its metadata as the RPC client dials it; None for
+    one that is neither ``host:port`` nor ``scheme://location`` (not followed)."""
+    try:
+        return dial_address(address)
+    except ConfigError:
+        return None
 
 
 def _code_name(code: int) -> str:
