@@ -12,6 +12,7 @@ Addresses are strings ``scheme://rest``: ``tcp://127.0.0.1:9876``,
 
 from __future__ import annotations
 
+import os
 from typing import Protocol, Self, runtime_checkable
 
 import trio
@@ -21,6 +22,24 @@ from triomq.errors import ConfigError
 
 class TransportError(OSError):
     """Connecting or listening failed; the message names the address."""
+
+
+def os_reason(exc: BaseException) -> str | None:
+    """The operating system's reason behind ``exc`` (``connection refused``), from the
+    first OS error with an errno among its causes and exception groups; None if none."""
+    seen: list[BaseException] = []
+    pending = [exc]
+    while pending and len(seen) < 16:
+        error = pending.pop(0)
+        seen.append(error)
+        if isinstance(error, OSError) and error.errno:
+            return os.strerror(error.errno).lower()
+        if isinstance(error, BaseExceptionGroup):
+            pending.extend(error.exceptions)
+        cause = error.__cause__ if error.__cause__ is not None else error.__context__
+        if cause is not None and cause not in seen:
+            pending.append(cause)
+    return None
 
 
 #: What a listener has, for messages that name what one lacks.

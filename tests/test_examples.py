@@ -35,7 +35,8 @@ def ha_address(config: NodeConfig) -> str:
 
 def test_both_deployments_are_there():
     assert {p.relative_to(EXAMPLES).as_posix() for p in FILES} >= {
-        "static/broker-a-0.toml", "static/broker-a-1.toml", "static/broker-a-2.toml",
+        "static/namesrv-1.toml", "static/broker-a-0.toml", "static/broker-a-1.toml",
+        "static/broker-a-2.toml",
         "controller/controller-1.toml", "controller/controller-2.toml",
         "controller/controller-3.toml", "controller/broker-a-0.toml",
         "controller/broker-a-1.toml", "controller/broker-a-2.toml",
@@ -61,10 +62,18 @@ def test_each_node_has_its_own_ports_and_store():
         assert len({c.store.path for c in nodes}) == len(nodes)
 
 
-def test_static_slaves_replicate_from_the_master():
-    brokers = {c.broker.broker_id: c for c in _folder("static")}
+def test_each_deployment_keeps_its_stores_apart_from_the_other():
+    for folder in ("static", "controller"):
+        assert all(c.store.path.startswith(f"data/{folder}/") for c in _folder(folder))
+
+
+def test_static_slaves_replicate_from_the_master_and_all_register_with_the_name_server():
+    nodes = _folder("static")
+    brokers = {c.broker.broker_id: c for c in nodes if c.role == "broker"}
+    [namesrv] = [c.listen.removeprefix("tcp://") for c in nodes if c.role == "nameserver"]
     assert sorted(brokers) == [0, 1, 2]
     assert not any(c.broker.enable_controller_mode for c in brokers.values())
+    assert all(list(c.broker.namesrv_addr) == [namesrv] for c in brokers.values())
     for broker_id in (1, 2):
         assert brokers[broker_id].broker.ha_master_address == ha_address(brokers[0])
 
@@ -114,6 +123,25 @@ def test_fast_try_starts_the_deployment_creates_a_topic_and_shows_its_route(tmp_
         route = started.stdout.split("readQueueNums")[-1]
         assert "broker-a    4              4               6" in route
         assert re.search(r"DefaultCluster\s+broker-a\s+0\s+127\.0\.0\.1:\d+", route)
+
+        def status() -> dict[str, tuple[str, str]]:
+            done = subprocess.run([str(script), "status"], cwd=tmp_path, env=env,
+                                  capture_output=True, text=True, timeout=60, check=True)
+            rows = [line.split(maxsplit=3) for line in done.stdout.splitlines()[1:]]
+            return {node: (state, role) for node, _, state, role in rows}
+
+        nodes = status()
+        assert [s for s, _ in nodes.values()] == ["running"] * 7
+        [master] = [n for n, (_, role) in nodes.items() if role.startswith("broker-a master")]
+        pid = (tmp_path / "data" / "run" / f"{master}.pid").read_text().strip()
+        slave = next(n for n in nodes if n.startswith("broker-") and n != master)
+        subprocess.run([str(script), "stop", slave], cwd=tmp_path, env=env, timeout=60,
+                       check=True)
+        assert status()[slave][0] == "stopped"
+        subprocess.run([str(script), "start", slave], cwd=tmp_path, env=env, timeout=60,
+                       check=True)
+        assert status()[slave][0] == "running"
+        assert (tmp_path / "data" / "run" / f"{master}.pid").read_text().strip() == pid
     finally:
         subprocess.run([str(script), "stop"], cwd=tmp_path, env=env, timeout=60)
 
@@ -137,10 +165,12 @@ async def _put_and_replicate(nodes: list[triomq.Node]) -> None:
 
 
 async def test_the_static_group_runs(tmp_path):
-    configs = sorted(_on_free_ports("static", tmp_path), key=lambda c: c.broker.broker_id)
+    configs = sorted(_on_free_ports("static", tmp_path),
+                     key=lambda c: (c.role != "nameserver", c.role == "broker"
+                                    and c.broker.broker_id))
     async with contextlib.AsyncExitStack() as stack:
         nodes = [await stack.enter_async_context(triomq.open_node(c)) for c in configs]
-        await _put_and_replicate(nodes)
+        await _put_and_replicate([n for n in nodes if n.role == "broker"])
 
 
 async def test_the_controller_deployment_runs(tmp_path):

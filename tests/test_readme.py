@@ -12,7 +12,13 @@ Blocks by info string:
 - ``sh``: every command exists: ``make`` targets in the Makefile, ``triomq``
   sub-commands and their options in the parser (``--help`` of each parses),
   other programs on the PATH;
-- ``text``: not checked (layout trees, output).
+- ``text output``: what the ``python`` block before it prints, checked against
+  the program's output with numbers and message ids masked (queues, offsets
+  and ids differ from run to run);
+- ``text``: not checked (layout trees, a command's output).
+
+In ``sh`` blocks, ``.venv/bin/triomq`` is checked as ``triomq`` and
+``source FILE`` needs the file.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from triomq.testing import pytest_plugin
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-KINDS = {"python", "python pytest", "python fragment", "toml", "sh", "text"}
+KINDS = {"python", "python pytest", "python fragment", "toml", "sh", "text", "text output"}
 
 
 def blocks() -> list[tuple[int, str, str]]:
@@ -63,18 +69,47 @@ def of_kind(kind: str) -> list[pytest.param]:
             if info == kind]
 
 
+def programs_and_outputs() -> list[pytest.param]:
+    """Each ``python`` block, with the ``text output`` block after it (None if none)."""
+    found = blocks()
+    pairs = []
+    for index, (line, info, text) in enumerate(found):
+        if info != "python":
+            continue
+        after = found[index + 1] if index + 1 < len(found) else None
+        shown = after[2] if after is not None and after[1] == "text output" else None
+        pairs.append(pytest.param(text, shown, id=f"line-{line}"))
+    return pairs
+
+
+def masked(output: str) -> list[str]:
+    """Output lines with message ids and numbers masked."""
+    output = re.sub(r"\b[0-9A-F]{32}\b", "<id>", output)
+    return re.sub(r"\d+", "#", output).strip().splitlines()
+
+
 def test_every_block_says_what_it_is():
     unknown = [(line, info) for line, info, _ in blocks() if info not in KINDS]
     assert not unknown, f"blocks need one of the info strings {sorted(KINDS)}: {unknown}"
 
 
-@pytest.mark.parametrize("code", of_kind("python"))
-def test_python_block_runs(code, tmp_path):
+@pytest.mark.parametrize(("code", "shown"), programs_and_outputs())
+def test_python_block_runs_quietly_and_prints_what_is_shown(code, shown, tmp_path):
     program = tmp_path / "example.py"
     program.write_text(code)
     done = subprocess.run([sys.executable, str(program)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
+    assert done.stderr == "", "an example runs without a warning"
+    assert shown is not None, "the block's output is shown after it, in a `text output` block"
+    assert masked(done.stdout) == masked(shown)
+
+
+def test_every_output_follows_a_program():
+    found = blocks()
+    orphans = [line for index, (line, info, _) in enumerate(found)
+               if info == "text output" and (index == 0 or found[index - 1][1] != "python")]
+    assert orphans == []
 
 
 @pytest.mark.parametrize("code", of_kind("python pytest"))
@@ -145,8 +180,10 @@ def test_sh_block_commands_exist(text, capsys):
         if not command or command.startswith("#"):
             continue
         words = shlex.split(command)
-        if words[0] == "triomq":
+        if words[0] in ("triomq", ".venv/bin/triomq"):
             _check_triomq(words[1:], capsys)
+        elif words[0] == "source":
+            assert (ROOT / words[1]).exists() or words[1] == ".venv/bin/activate"
         elif words[0] == "make":
             assert words[1] in targets, f"no make target {words[1]!r}"
         else:

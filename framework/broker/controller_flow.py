@@ -287,6 +287,13 @@ class ControllerModeFlow:
 
     def _on_applied(self, now: float, answer: Answer | None, error: str,
                     identity: BrokerIdentity) -> None:
+        if answer is not None and answer.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID:
+            # Replicas starting together are all offered the same next id and the first
+            # claim wins: a normal step of the registration, so ask for the next id again.
+            self._log(f"broker id {identity.broker_id} went to a replica that claimed it "
+                      f"first; asking the controllers for the next free id", warning=False)
+            self._register(now)
+            return
         if answer is None or not answer.ok:
             self._registration_failed(now, answer, error)
             return

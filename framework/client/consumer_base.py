@@ -121,6 +121,8 @@ class QueueState:
     consume_lock: trio.Lock = attrs.field(factory=trio.Lock)
     #: Set when messages arrive (an orderly consumer's loop waits on it).
     arrived: trio.Event = attrs.field(factory=trio.Event)
+    #: Set when the queue's tasks have ended (after ``scope`` is cancelled).
+    stopped: trio.Event = attrs.field(factory=trio.Event)
     #: When (trio's clock) the queue was taken up, last pulled and last consumed.
     taken_at: float = attrs.field(factory=trio.current_time)
     last_pull: float = attrs.field(factory=trio.current_time)
@@ -265,6 +267,7 @@ class ConsumerBase:
         for state in states:
             state.process.dropped = True
             state.scope.cancel()
+        await self._stopped(states)
         await self.persist()
         if self.orderly:
             await self._unlock([s.queue for s in states])
@@ -432,10 +435,21 @@ class ConsumerBase:
         self._nursery.start_soon(self._run_queue, state)
 
     async def _run_queue(self, state: QueueState) -> None:
-        with state.scope:
-            async with trio.open_nursery() as nursery:
-                self._taken(state, nursery)
-                await self._pull_queue(state)
+        try:
+            with state.scope:
+                async with trio.open_nursery() as nursery:
+                    self._taken(state, nursery)
+                    await self._pull_queue(state)
+        finally:
+            state.stopped.set()
+
+    @staticmethod
+    async def _stopped(states: Iterable[QueueState]) -> None:
+        """Wait until the cancelled queues' tasks have ended: a pull cancelled in the
+        middle of writing its request closes the connection it shares with the offset
+        commits, which must go after it, on a connection of their own."""
+        for state in states:
+            await state.stopped.wait()
 
     def _taken(self, state: QueueState, nursery: trio.Nursery) -> None:
         """A subclass's hook: a queue was taken up; its tasks go in ``nursery``."""
@@ -450,6 +464,8 @@ class ConsumerBase:
                 async with state.consume_lock:
                     pass
         state.scope.cancel()
+        with trio.move_on_after(1.0):
+            await self._stopped([state])
         try:
             await self.offsets.persist(queue)
         except _FAILURES as exc:

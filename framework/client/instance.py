@@ -99,12 +99,14 @@ class ClientInstance:
                 route = TopicRouteData.decode(answer.body)
             except RouteDataError as exc:
                 raise BrokerError(address, answer.code, f"bad route: {exc}") from None
-            self._learn(topic, route)
+            self.learn_route(topic, route)
             return route
         assert error is not None
         raise error
 
-    def _learn(self, topic: str, route: TopicRouteData) -> None:
+    def learn_route(self, topic: str, route: TopicRouteData) -> None:
+        """Keep ``route`` as ``topic``'s, and its brokers' addresses (fetched by
+        ``update_route``, or by a caller that asked the name servers itself)."""
         self.routes[topic] = route
         for broker in route.broker_datas:
             self.brokers[broker.broker_name] = {i: dial_address(a)

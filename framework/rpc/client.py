@@ -150,8 +150,9 @@ class RpcClient:
         try:
             stream = await self._connect(address)
         except OSError as exc:
-            self._failed(address, str(exc))
-            raise RpcConnectionError(f"cannot connect to {address}: {exc}") from exc
+            reason = _without_address(str(exc), address)
+            self._failed(address, reason)
+            raise RpcConnectionError(f"cannot connect to {address}: {reason}") from exc
         connection = RpcConnection(stream, handlers=self._handlers, limits=self.limits,
                                    peer=address, version=self.version)
         # Shown to other callers only once open: until then the stream's first
@@ -197,3 +198,9 @@ async def open_rpc_client(connect: Connect, *, handlers: Mapping[int, Handler] |
         if len(group.exceptions) != 1:
             raise
         raise group.exceptions[0] from None
+
+
+def _without_address(text: str, address: str) -> str:
+    """A transport's error text without the address it starts with (the RPC error names
+    it once) and without a second ``cannot connect``."""
+    return text.removeprefix(f"{address}: ").removeprefix("cannot connect: ")

@@ -247,7 +247,7 @@ class RpcConnection:
             del self._calls[opaque]
             self._prune()
         if call.timed_out:
-            raise RpcTimeout(f"request code {code} to {self.peer}: no response in {timeout} s")
+            raise RpcTimeout(f"request code {code} to {self.peer}: no response in {timeout:.3g} s")
         if call.response is None:
             raise RpcConnectionError(f"request code {code} to {self.peer}: {self.close_reason}")
         return call.response

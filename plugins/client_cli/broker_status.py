@@ -18,10 +18,10 @@ import argparse
 import json
 from typing import Any, TextIO
 
+from triomq.cli_address import Unreachable, dial_address
 from triomq.cli_credentials import add_credential_options
 from triomq.cli_table import table
 from triomq.client.errors import BrokerError
-from triomq.client.instance import dial_address
 from triomq.plugins.client_cli.session import CommandError, add_common_options, one_line, run
 from triomq.protocol.route import RouteDataError, loads
 from triomq.rpc import RpcError
@@ -69,11 +69,11 @@ def status_text(kv: dict[str, str]) -> str:
 async def broker_status(args: argparse.Namespace, node: Node, out: TextIO) -> int:
     """Print the broker's runtime information; the exit code."""
     address = args.broker_addr
+    dial = dial_address(address)
     try:
-        answer = await node.rpc.invoke(dial_address(address), GET_BROKER_RUNTIME_INFO, {},
-                                       timeout=args.timeout)
+        answer = await node.rpc.invoke(dial, GET_BROKER_RUNTIME_INFO, {}, timeout=args.timeout)
     except RpcError as exc:
-        raise CommandError(f"broker {address} did not answer: {one_line(exc)}") from None
+        raise Unreachable("broker", {dial: exc}) from None
     if answer.code != 0:
         error = one_line(BrokerError(address, answer.code, answer.remark))
         print(json.dumps({"error": error}) if args.json else f"error: {error}", file=out)

@@ -23,6 +23,7 @@ import argparse
 import json
 from typing import TextIO
 
+from triomq.cli_address import Unreachable
 from triomq.cli_credentials import add_credential_options
 from triomq.cli_table import table
 from triomq.client import BrokerError
@@ -91,7 +92,9 @@ async def examine_consume_stats(instance: ClientInstance, group: str, topic: str
             if answer.code != ClientResponseCode.SUCCESS:
                 raise BrokerError(address, answer.code, answer.remark)
             merged = merged.merge(ConsumeStats.decode(answer.body))
-        except (RpcError, BrokerError, RouteDataError) as exc:
+        except RpcError as exc:
+            raise Unreachable("broker", {dial_address(address): exc}) from None
+        except (BrokerError, RouteDataError) as exc:
             raise CommandError(f"{where}: {one_line(exc)}") from None
     if not merged.offset_table:
         if topic:

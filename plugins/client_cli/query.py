@@ -28,6 +28,7 @@ import json
 from typing import TextIO
 
 from triomq.broker.headers import HeaderError, parse_offset_msg_id
+from triomq.cli_address import Unreachable
 from triomq.cli_credentials import add_credential_options
 from triomq.client import BrokerError, MessageDecodeError, MessageExt
 from triomq.client.codes import ClientResponseCode
@@ -114,7 +115,9 @@ async def _by_key(instance: ClientInstance, topic: str, key: str, *, max_num: in
             if answer.code != ClientResponseCode.SUCCESS:
                 raise BrokerError(address, answer.code, answer.remark)
             found += decode_messages(answer.body, name)
-        except (RpcError, BrokerError, MessageDecodeError) as exc:
+        except RpcError as exc:
+            raise Unreachable("broker", {address: exc}) from None
+        except (BrokerError, MessageDecodeError) as exc:
             raise CommandError(f"query of {name} ({address}): {one_line(exc)}") from None
     return sorted(found, key=lambda m: (m.store_timestamp, m.broker_name, m.commit_log_offset))
 
@@ -138,8 +141,7 @@ async def _view(instance: ClientInstance, msg_id: str) -> list[MessageExt]:
         answer = await instance.invoke(dial_address(address), VIEW_MESSAGE_BY_ID,
                                        {"offset": str(offset)})
     except RpcError as exc:
-        raise CommandError(f"the broker the id names ({address}) did not answer: "
-                           f"{one_line(exc)}") from None
+        raise Unreachable("broker", {dial_address(address): exc}) from None
     if answer.code != ClientResponseCode.SUCCESS:
         return []  # no record starts at that offset (RocketMQ answers SYSTEM_ERROR)
     try:

@@ -7,9 +7,10 @@ common options are ``-n`` (name servers as RocketMQ gives them,
 ``--timeout``; admin commands also take ``--access-key``/``--secret-key``
 (``triomq.cli_credentials``).
 
-Errors: a command raises ``CommandError`` for what stops it before it could
-do its work (no name server answered, an unknown topic, a broker that cannot
-be reached); ``triomq``'s ``main`` prints it as one line and exits 2. A
+Errors: a command raises ``Unreachable`` (``triomq.cli_address``) when no
+name server answers or a broker it must ask does not, and ``CommandError``
+for what else stops it before it could do its work (an unknown topic, a
+refusal); ``triomq``'s ``main`` prints either as one line and exits 2. A
 command that ran but found nothing, or whose sends failed, says so and
 exits 1 itself.
 """
@@ -25,8 +26,10 @@ from typing import TextIO
 import trio
 
 from triomq import NodeConfig, open_node
+from triomq.cli_address import Unreachable, dial_addresses
 from triomq.cli_credentials import sign_requests
-from triomq.client.errors import BrokerError, NoRouteError
+from triomq.client.codes import ClientRequestCode, ClientResponseCode
+from triomq.client.errors import BrokerError
 from triomq.client.instance import ClientInstance
 from triomq.errors import TriomqError
 from triomq.namesrv.processor import NameServerCode
@@ -57,18 +60,16 @@ def add_common_options(parser: argparse.ArgumentParser, *, namesrv: bool = True,
     """``-n`` (unless ``namesrv`` is false), ``--json`` and ``--timeout``."""
     if namesrv:
         parser.add_argument("-n", "--namesrv-addr", required=True, metavar="ADDRESSES",
-                            help="name servers, host:port joined by ';'")
+                            help="name servers, host:port or tcp://host:port, joined by ';'")
     parser.add_argument("--json", action="store_true", help=json_help)
     parser.add_argument("--timeout", type=float, default=5.0,
                         help="seconds a request may take (default 5)")
 
 
 def namesrv_addresses(args: argparse.Namespace) -> list[str]:
-    """The ``-n`` addresses; ``CommandError`` if there are none."""
-    addresses = [a.strip() for a in args.namesrv_addr.split(";") if a.strip()]
-    if not addresses:
-        raise CommandError("-n names no name server")
-    return addresses
+    """The ``-n`` addresses, as the RPC client dials them; ``ConfigError`` if there are
+    none or one is neither ``host:port`` nor ``scheme://location``."""
+    return dial_addresses(args.namesrv_addr, "-n")
 
 
 def client_instance(node: Node, args: argparse.Namespace) -> ClientInstance:
@@ -77,29 +78,33 @@ def client_instance(node: Node, args: argparse.Namespace) -> ClientInstance:
 
 
 async def ask_namesrv(instance: ClientInstance, code: int, what: str,
-                      fields: Mapping[str, str] | None = None) -> RemotingCommand:
-    """Ask the name servers in turn; the first SUCCESS. ``CommandError`` if none
-    answers, or for the first refusal."""
-    failure: RpcError | None = None
+                      fields: Mapping[str, str] | None = None, *,
+                      absent: int | None = None) -> RemotingCommand | None:
+    """Ask the name servers in turn; the first SUCCESS, or None for an answer
+    ``absent``. ``Unreachable`` if none answers, ``CommandError`` for the first
+    refusal."""
+    failures: dict[str, BaseException | str] = {}
     for address in instance.namesrv_addrs:
         try:
             answer = await instance.invoke(address, code, fields or {})
         except RpcError as exc:
-            failure = exc
+            failures[address] = exc
             continue
+        if absent is not None and answer.code == absent:
+            return None
         if answer.code != 0:
             refusal = BrokerError(address, answer.code, answer.remark)
             raise CommandError(f"{what}: {one_line(refusal)}")
         return answer
-    raise CommandError(f"no name server answered ({', '.join(instance.namesrv_addrs)}): "
-                       f"{one_line(failure) if failure else 'none given'}")
+    raise Unreachable("name server", failures)
 
 
 async def cluster_info(instance: ClientInstance) -> ClusterInfo:
-    """The name servers' cluster info (GET_BROKER_CLUSTER_INFO); ``CommandError`` if
-    none answers or the answer does not decode."""
+    """The name servers' cluster info (GET_BROKER_CLUSTER_INFO); ``Unreachable`` if
+    none answers, ``CommandError`` if the answer does not decode."""
     answer = await ask_namesrv(instance, NameServerCode.GET_BROKER_CLUSTER_INFO,
                                "cluster info")
+    assert answer is not None
     try:
         return ClusterInfo.decode(answer.body)
     except RouteDataError as exc:
@@ -107,20 +112,24 @@ async def cluster_info(instance: ClientInstance) -> ClusterInfo:
 
 
 async def find_route(instance: ClientInstance, topic: str) -> TopicRouteData | None:
-    """``topic``'s route from the name servers, None if none knows the topic;
-    ``CommandError`` if none answers."""
+    """``topic``'s route from the name servers (kept by ``instance``), None if none
+    knows the topic; ``Unreachable`` if none answers."""
+    answer = await ask_namesrv(instance, ClientRequestCode.GET_ROUTEINFO_BY_TOPIC,
+                               f"route of topic {topic!r}", {"topic": topic},
+                               absent=ClientResponseCode.TOPIC_NOT_EXIST)
+    if answer is None:
+        return None
     try:
-        return await instance.update_route(topic)
-    except RpcError as exc:
-        raise CommandError(f"no name server answered ({', '.join(instance.namesrv_addrs)}): "
-                           f"{one_line(exc)}") from None
-    except (BrokerError, NoRouteError) as exc:
-        raise CommandError(f"route of topic {topic!r}: {one_line(exc)}") from None
+        route = TopicRouteData.decode(answer.body)
+    except RouteDataError as exc:
+        raise CommandError(f"route of topic {topic!r}: {exc}") from None
+    instance.learn_route(topic, route)
+    return route
 
 
 async def route_of(instance: ClientInstance, topic: str) -> TopicRouteData:
-    """``topic``'s route from the name servers; ``CommandError`` if none answers or
-    none knows the topic."""
+    """``topic``'s route from the name servers; ``Unreachable`` if none answers,
+    ``CommandError`` if none knows the topic."""
     route = await find_route(instance, topic)
     if route is None:
         raise CommandError(f"topic {topic!r} is not known to the name servers")

@@ -8,9 +8,15 @@
     triomq admin clean-broker-metadata --broker-name broker-a --broker-ids 3 --controller ...
     triomq admin get-broker-epoch --broker-name broker-a --controller ...
 
-``--controller`` is repeatable (the leader is found among them); every
-command prints a readable table, or one JSON document with ``--json``.
-A refusal prints the controller's code and reason and exits 1.
+``--controller`` takes ``host:port`` or ``tcp://host:port``, is repeatable
+and may list several joined by ``;`` (``triomq.cli_address``). As
+mqadmin does, the command first asks the controllers named for the
+group's metadata (GET_METADATA_INFO) and then talks to the leader it
+names, so one controller of the group is enough. ``--timeout`` bounds the
+controllers' part of the command. Every command prints a readable table,
+or one JSON document with ``--json``. A refusal prints the controller's
+code and reason and exits 1; no controller answering, or none knowing a
+leader, is ``triomq.cli_address.Unreachable`` (one line, exit 2).
 ``--access-key`` and ``--secret-key`` (or ``TRIOMQ_ACCESS_KEY`` and
 ``TRIOMQ_SECRET_KEY``) sign the requests, for controllers that require
 admin credentials.
@@ -26,6 +32,7 @@ from typing import Any, TextIO
 
 import trio
 
+from triomq.cli_address import Unreachable, dial_address, dial_addresses
 from triomq.cli_credentials import add_credential_options, sign_requests
 from triomq.cli_table import table as text_table
 from triomq.config import NodeConfig
@@ -34,9 +41,11 @@ from triomq.controller.codes import RequestCode, ResponseCode
 from triomq.controller.results import Replica, SyncStateData
 from triomq.controller.wire import (
     OPEN_END,
+    ControllerMetadata,
     ReplicaInfo,
     WireError,
     decode_epoch_cache,
+    read_metadata,
     rpc_address,
 )
 from triomq.errors import ConfigError
@@ -54,9 +63,11 @@ def add_admin_commands(commands: argparse._SubParsersAction) -> None:
     def command(name: str, help_text: str, *, group: bool = True) -> argparse.ArgumentParser:
         p = commands.add_parser(name, help=help_text)
         p.add_argument("--controller", action="append", required=True, metavar="ADDRESS",
-                       help="a controller's RPC address, e.g. tcp://10.0.0.1:9878 (repeatable)")
+                       help="a controller, host:port or tcp://host:port (repeatable; "
+                            "several may be joined by ';')")
         p.add_argument("--json", action="store_true", help="one JSON document for scripts")
-        p.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
+        p.add_argument("--timeout", type=float, default=5.0,
+                       help="seconds the controllers may take to answer (default 5)")
         add_credential_options(p)
         if group:
             p.add_argument("--broker-name", required=True, help="the broker group")
@@ -88,11 +99,20 @@ def _run_sync(args: argparse.Namespace) -> int:
 
 
 async def run_admin(args: argparse.Namespace, rpc: RpcClient, out: TextIO) -> int:
-    """Run the parsed ``triomq admin`` command over ``rpc``; the exit code."""
-    client = ControllerClient(rpc, args.controller, timeout=args.timeout)
+    """Run the parsed ``triomq admin`` command over ``rpc``; the exit code.
+
+    ``Unreachable`` (``triomq`` prints it, exit 2) when no controller named
+    answers, or none knows a leader in time; ``ConfigError`` (exit 2 too) for a
+    malformed address or credential option.
+    """
+    deadline = trio.current_time() + args.timeout
     command: Callable[..., Any] = _COMMANDS[args.admin_command]
     try:
+        addresses = dial_addresses(args.controller, "--controller")
         sign_requests(rpc, args)
+        metadata, controllers = await _find_controllers(rpc, addresses, deadline)
+        client = ControllerClient(rpc, controllers,
+                                  timeout=max(deadline - trio.current_time(), 0.1))
         result = await command(client, args)
     except ControllerError as exc:
         name = _code_name(exc.code)
@@ -101,7 +121,11 @@ async def run_admin(args: argparse.Namespace, rpc: RpcClient, out: TextIO) -> in
         else:
             print(f"refused: {name} ({exc.code}): {exc.remark}", file=out)
         return 1
-    except (ConfigError, ControllerUnavailable, RpcError, WireError) as exc:
+    except ControllerUnavailable:
+        why = ("no answer in time" if metadata.leader_address
+               else "knows no leader (none elected yet)")
+        raise Unreachable("controller leader", dict.fromkeys(controllers, why)) from None
+    except WireError as exc:
         print(json.dumps({"error": str(exc)}) if args.json else f"error: {exc}", file=out)
         return 1
     data, table = result
@@ -110,6 +134,47 @@ async def run_admin(args: argparse.Namespace, rpc: RpcClient, out: TextIO) -> in
     else:
         print(table, file=out)
     return 0
+
+
+async def _find_controllers(rpc: RpcClient, addresses: list[str], deadline: float
+                            ) -> tuple[ControllerMetadata, list[str]]:
+    """The metadata of the first of ``addresses`` that answers GET_METADATA_INFO, and
+    the controllers to call: its leader first, then its peers, then the others named.
+    ``Unreachable`` if none answers by ``deadline``."""
+    failures: dict[str, BaseException | str] = {}
+    for index, address in enumerate(addresses):
+        # What is left of the time, shared among the controllers not tried yet.
+        timeout = (deadline - trio.current_time()) / (len(addresses) - index)
+        if timeout <= 0:
+            failures[address] = "not tried: --timeout passed"
+            continue
+        try:
+            response = await rpc.invoke(address, RequestCode.GET_METADATA_INFO,
+                                        timeout=timeout)
+        except RpcError as exc:
+            failures[address] = exc
+            continue
+        if response.code != ResponseCode.SUCCESS:
+            failures[address] = f"{_code_name(response.code)}: {response.remark or ''}"
+            continue
+        metadata = read_metadata(response.ext_fields)
+        named = [metadata.leader_address] if metadata.leader_address else []
+        named += [peer for _, peer in metadata.peers]
+        controllers: list[str] = []
+        for candidate in [*map(_dialable, named), *addresses]:
+            if candidate and candidate not in controllers:
+                controllers.append(candidate)
+        return metadata, controllers
+    raise Unreachable("controller", failures)
+
+
+def _dialable(address: str) -> str | None:
+    """A controller's address from its metadata as the RPC client dials it; None for
+    one that is neither ``host:port`` nor ``scheme://location`` (not followed)."""
+    try:
+        return dial_address(address)
+    except ConfigError:
+        return None
 
 
 def _code_name(code: int) -> str:

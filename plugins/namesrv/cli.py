@@ -9,8 +9,10 @@
     triomq admin delete-topic -n 10.0.0.1:9876 -c DefaultCluster -t orders
 
 ``-n`` takes name-server addresses as RocketMQ does (``host:port``, several
-joined by ``;``; an address with a scheme, ``inproc://ns``, works too); the
-first that answers is used. ``update-topic -c`` creates or updates the
+joined by ``;``; an address with a scheme, ``tcp://host:port`` or
+``inproc://ns``, works too; ``triomq.cli_address``); the first that answers
+is used. No name server answering, or a broker that does not answer, is
+``triomq.cli_address.Unreachable`` (one line, exit 2). ``update-topic -c`` creates or updates the
 topic on every master of the cluster (the name server's cluster info says
 which), ``-b`` on one broker. Tables by default, ``--json`` for scripts. A
 refusal prints its code and remark and exits 1. ``--access-key`` and
@@ -29,9 +31,10 @@ from typing import Any, TextIO
 import trio
 
 from triomq import NodeConfig, open_node
+from triomq.cli_address import Unreachable, dial_address, dial_addresses
 from triomq.cli_credentials import add_credential_options, sign_requests
 from triomq.cli_table import table as text_table
-from triomq.errors import ConfigError, TriomqError
+from triomq.errors import TriomqError
 from triomq.namesrv.processor import NameServerCode
 from triomq.plugin_manager import PluginManager
 from triomq.protocol.remoting import RemotingCommand
@@ -52,20 +55,16 @@ class AdminError(TriomqError):
         super().__init__(f"{what}: refused with code {code}: {remark or ''}".rstrip(": "))
 
 
-def rpc_address(address: str) -> str:
-    """An address as RocketMQ writes it (``host:port``) as the RPC client dials it."""
-    return address if "://" in address else f"tcp://{address}"
-
-
 def add_admin_commands(commands: argparse._SubParsersAction) -> None:
     """Add the topic and route commands of ``triomq admin``."""
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         p = commands.add_parser(name, help=help_text)
         p.add_argument("-n", "--namesrv-addr", required=True, metavar="ADDRESSES",
-                       help="name servers, host:port joined by ';'")
+                       help="name servers, host:port or tcp://host:port, joined by ';'")
         p.add_argument("--json", action="store_true", help="one JSON document for scripts")
-        p.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
+        p.add_argument("--timeout", type=float, default=5.0,
+                       help="seconds a request may wait for its answer (default 5)")
         add_credential_options(p)
         p.set_defaults(func=_run_sync)
         return p
@@ -100,12 +99,17 @@ def _run_sync(args: argparse.Namespace) -> int:
 class _Admin:
     def __init__(self, rpc: RpcClient, namesrv: str, timeout: float) -> None:
         self.rpc = rpc
-        self.namesrvs = [rpc_address(a.strip()) for a in namesrv.split(";") if a.strip()]
+        self.namesrvs = dial_addresses(namesrv, "-n")
         self.timeout = timeout
 
     async def call(self, address: str, code: int, fields: dict[str, str] | None = None,
-                   what: str = "") -> RemotingCommand:
-        answer = await self.rpc.invoke(address, code, fields or {}, timeout=self.timeout)
+                   what: str = "", kind: str = "broker") -> RemotingCommand:
+        """One request to the ``kind`` node at ``address``; ``Unreachable`` if it does
+        not answer, ``AdminError`` if it refuses."""
+        try:
+            answer = await self.rpc.invoke(address, code, fields or {}, timeout=self.timeout)
+        except RpcError as exc:
+            raise Unreachable(kind, {address: exc}) from None
         if answer.code != 0:
             raise AdminError(what or f"request {code} to {address}", answer.code, answer.remark)
         return answer
@@ -113,13 +117,13 @@ class _Admin:
     async def namesrv(self, code: int, fields: dict[str, str] | None = None,
                       what: str = "") -> RemotingCommand:
         """Ask the name servers in turn; the first answer (a refusal is an answer)."""
-        failure: Exception | None = None
+        failures: dict[str, BaseException | str] = {}
         for address in self.namesrvs:
             try:
-                return await self.call(address, code, fields, what)
-            except RpcError as exc:
-                failure = exc
-        raise failure if failure is not None else AdminError(what, -1, "no name server given")
+                return await self.call(address, code, fields, what, "name server")
+            except Unreachable as exc:
+                failures.update(exc.failures)
+        raise Unreachable("name server", failures)
 
     async def cluster_info(self) -> ClusterInfo:
         answer = await self.namesrv(NameServerCode.GET_BROKER_CLUSTER_INFO, what="cluster info")
@@ -143,7 +147,7 @@ async def _update_topic(admin: _Admin, args: argparse.Namespace) -> tuple[Any, s
     targets = ([("-", args.broker_addr)] if args.broker_addr
                else await admin.masters(args.cluster))
     for _, address in targets:
-        await admin.call(rpc_address(address), UPDATE_AND_CREATE_TOPIC, fields,
+        await admin.call(dial_address(address), UPDATE_AND_CREATE_TOPIC, fields,
                          f"update topic {args.topic} on {address}")
     rows = [(name, address, args.topic, args.read_queue_nums, args.write_queue_nums, args.perm)
             for name, address in targets]
@@ -185,12 +189,12 @@ async def _cluster_list(admin: _Admin, args: argparse.Namespace) -> tuple[Any, s
 async def _delete_topic(admin: _Admin, args: argparse.Namespace) -> tuple[Any, str]:
     masters = await admin.masters(args.cluster)
     for _, address in masters:
-        await admin.call(rpc_address(address), DELETE_TOPIC_IN_BROKER, {"topic": args.topic},
+        await admin.call(dial_address(address), DELETE_TOPIC_IN_BROKER, {"topic": args.topic},
                          f"delete topic {args.topic} on {address}")
     for address in admin.namesrvs:
         await admin.call(address, NameServerCode.DELETE_TOPIC_IN_NAMESRV,
                          {"topic": args.topic, "clusterName": args.cluster},
-                         f"delete topic {args.topic} on name server {address}")
+                         f"delete topic {args.topic} on name server {address}", "name server")
     rows = [(name, address) for name, address in masters]
     return ({"topic": args.topic, "deletedFrom": [a for _, a in masters]},
             text_table(("brokerName", "brokerAddr"), rows))
@@ -206,12 +210,14 @@ _COMMANDS: dict[str, Callable[[_Admin, argparse.Namespace], Awaitable[tuple[Any,
 
 
 async def run_admin(args: argparse.Namespace, rpc: RpcClient, out: TextIO) -> int:
-    """Run the parsed command over ``rpc``; the exit code."""
-    admin = _Admin(rpc, args.namesrv_addr, args.timeout)
+    """Run the parsed command over ``rpc``; the exit code. Raises ``Unreachable``
+    when a node it needs does not answer, ``ConfigError`` for a malformed address
+    or credential option (``triomq`` prints either, exit 2)."""
     try:
+        admin = _Admin(rpc, args.namesrv_addr, args.timeout)
         sign_requests(rpc, args)
         data, text = await _COMMANDS[args.admin_command](admin, args)
-    except (AdminError, ConfigError, RpcError, RouteDataError) as exc:
+    except (AdminError, RouteDataError) as exc:
         print(json.dumps({"error": str(exc)}) if args.json else f"error: {exc}", file=out)
         return 1
     print(json.dumps(data, indent=2, sort_keys=True) if args.json else text, file=out)

@@ -12,7 +12,7 @@ import trio
 from triomq.errors import ConfigError
 from triomq.plugins.transport_tcp.tls import TlsOptions
 from triomq.plugins.transport_tcp.tls_stream import TlsStream
-from triomq.transport import TransportError, split_address
+from triomq.transport import TransportError, os_reason, split_address
 
 SCHEME = "tcp"
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -159,7 +159,9 @@ class TcpTransport:
             try:
                 stream = await trio.open_tcp_stream(host, port)
             except OSError as exc:
-                raise TransportError(f"{address}: cannot connect: {exc}") from exc
+                # trio's own text names the address again; the OS's reason says why.
+                reason = os_reason(exc) or str(exc)
+                raise TransportError(f"{address}: cannot connect: {reason}") from exc
             self.configure(stream)
             if self._client_context is None:
                 return stream

@@ -84,6 +84,26 @@ def test_a_new_replica_claims_an_id_and_saves_it_before_registering():
     assert flow.broker_id == 2 and flow.registered
 
 
+def test_an_id_another_replica_claimed_first_is_no_failure_and_the_next_is_asked_at_once():
+    flow = ControllerModeFlow(SETTINGS)
+    flow.start(0, None, 0, "me;42")
+    flow.answered(0, only_call(flow).id, Answer(Code.SUCCESS, payload=1))
+    call = only_call(flow)
+    assert call.request == ApplyBrokerId(1, "me;42")
+    flow.answered(5, call.id, Answer(Code.CONTROLLER_BROKER_ID_INVALID,
+                                     "broker id 1 of group 'g' is owned by another broker"))
+    out = flow.outputs()
+    assert [(o.text, o.warning) for o in out if isinstance(o, Log)] == [
+        ("broker me: broker id 1 went to a replica that claimed it first; asking the "
+         "controllers for the next free id", False)]
+    assert [c.request for c in calls(out)] == [GetNextBrokerId()]
+    flow.answered(5, calls(out)[0].id, Answer(Code.SUCCESS, payload=2))
+    call = only_call(flow)
+    assert call.request == ApplyBrokerId(2, "me;42")
+    flow.answered(5, call.id, OK)
+    assert flow.outputs() == [SaveIdentity(BrokerIdentity("c", "g", 2, "me;42"))]
+
+
 def test_a_saved_identity_of_another_group_is_refused():
     flow = ControllerModeFlow(SETTINGS)
     with pytest.raises(ConfigError, match="belongs to c/h"):

@@ -116,3 +116,24 @@ async def test_a_subscribed_group_of_two_splits_the_queues_with_auto_commit(
                 while sum(one.committed(q) or 0 for q in one.assignment) + sum(
                         two.committed(q) or 0 for q in two.assignment) < 20:
                     await trio.sleep(0.02)
+
+
+async def test_the_offsets_of_a_closing_consumer_are_stored_while_its_pulls_wait(
+        tmp_path, caplog) -> None:
+    # Its pulls are parked on the brokers (long polling) when the block ends: the
+    # commit on close must not share their fate.
+    async with open_groups(tmp_path, groups=1) as groups:
+        await groups.create_topic("orders", queues=4)
+        app = await groups.client()
+        await produce(groups, 3)
+        consumer = LitePullConsumer("closing", groups.namesrv, **FAST)
+        async with consumer.start(app.connect):
+            consumer.assign(await consumer.fetch_message_queues("orders"))
+            got = await poll_until(consumer, 3)
+        assert "not stored" not in caplog.text
+        reader = LitePullConsumer("closing", groups.namesrv, **FAST)
+        async with reader.start(app.connect):
+            await reader.fetch_message_queues("orders")
+            for message in got:
+                stored = await reader.offsets.fetch(message.message_queue)
+                assert stored == message.queue_offset + 1
