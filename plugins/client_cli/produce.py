@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 import trio
 
+from triomq.cli_address import Unreachable
 from triomq.client import ClientError, Message, Producer
 from triomq.plugins.client_cli.message_text import send_result_json, send_result_line
 from triomq.plugins.client_cli.session import (
@@ -96,8 +97,9 @@ async def produce(args: argparse.Namespace, node: Node, out: TextIO) -> int:
             # The route first: no name server or an unknown topic is one error, not N.
             await producer.fetch_publish_message_queues(args.topic)
         except RpcError as exc:
-            raise CommandError(f"no name server answered ({args.namesrv_addr}): "
-                               f"{one_line(exc)}") from None
+            # The client asked each name server in turn; this is the last one's reason.
+            raise Unreachable("name server",
+                              dict.fromkeys(namesrv_addresses(args), exc)) from None
         except ClientError as exc:
             raise CommandError(one_line(exc)) from None
         started = trio.current_time()
