@@ -1,0 +1,204 @@
+"""RocketMQ's own Java client and mqadmin as processes, and the triomq cluster they meet.
+
+``rocketmq_java/`` is a Maven module pinning ``rocketmq-client`` and
+``rocketmq-tools`` (RocketMQ 5, and RocketMQ 4 as a profile); ``make
+rocketmq-java`` builds it once (``make test`` does, where ``mvn`` is), leaving
+each profile's classes and classpath under ``rocketmq_java/target/<profile>/``.
+Its ``triomq.compat.Main`` runs one scenario per sub-command and prints JSON
+lines; the long-running ones stop when their stdin closes.
+
+The cluster: a name server, three controllers and group ``broker-a`` of three
+replicas in controller mode with ``all_ack_in_sync_state_set``, over TCP in
+the test's process (``triomq.testing.cluster``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from triomq.runtime import Node
+from triomq.testing.cluster import BROKER_NAME, Cluster
+
+MODULE = Path(__file__).resolve().parent / "rocketmq_java"
+JAVA = shutil.which("java")
+MVN = shutil.which("mvn")
+#: The client versions the pom pins, by Maven profile folder.
+PROFILES = {"rocketmq-5": "5.3.3", "rocketmq-4": "4.9.8"}
+TOPIC = "JavaTopic"
+QUEUES = 4
+# Generous: a JVM starting on a busy two-core CI machine may take seconds alone.
+WAIT = 120
+GET_ROUTEINFO_BY_TOPIC = 105
+QUERY_CONSUMER_OFFSET = 14
+CREATE_TOPIC = 17
+
+
+def unavailable() -> str | None:
+    """Why RocketMQ's Java client cannot run here, or None."""
+    if JAVA is None:
+        return "java is not on PATH: RocketMQ's client is a Java library"
+    if MVN is None:
+        return "mvn is not on PATH: RocketMQ's client jars come through Maven"
+    unreachable = MODULE / "target" / "unreachable.txt"
+    if unreachable.exists():
+        return f"Maven could not fetch RocketMQ's jars: {unreachable.read_text().strip()}"
+    return None
+
+
+def require_build(profile: str) -> None:
+    """Fail (not skip) when the module was not built: `make test` builds it."""
+    if not (MODULE / "target" / profile / "classpath.txt").exists():
+        pytest.fail(f"{MODULE} is not built for {profile}: run `make rocketmq-java` "
+                    f"(`make test` runs it)", pytrace=False)
+
+
+def java_argv(profile: str, home: Path, *args: str) -> list[str]:
+    """The command running ``triomq.compat.Main`` with RocketMQ ``profile``'s jars."""
+    target = MODULE / "target" / profile
+    classpath = (target / "classpath.txt").read_text().strip() + os.pathsep \
+        + str(target / "classes")
+    assert JAVA is not None
+    # A quick start over peak speed; user.home is where RocketMQ's client writes its logs.
+    return [JAVA, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto",
+            f"-Duser.home={home}", "-cp", classpath, "triomq.compat.Main", *args]
+
+
+class JavaProcess:
+    """A running ``triomq.compat.Main``: what it printed so far."""
+
+    def __init__(self, process: trio.Process, stderr: Path) -> None:
+        self.process = process
+        self.stderr = stderr
+        self.lines: list[dict[str, Any]] = []
+        #: The topic's queues a push consumer holds, as of its last change.
+        self.queues: dict[tuple[str, int], bool] = {}
+        self._pending = b""
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The lines that are consumed messages."""
+        return [line for line in self.lines if "queueOffset" in line and "mode" not in line]
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        """Read what it prints until ``condition()`` holds."""
+        assert self.process.stdout is not None
+        with trio.fail_after(WAIT):
+            while not condition():
+                while b"\n" not in self._pending:
+                    chunk = await self.process.stdout.receive_some()
+                    assert chunk, f"the Java client exited early: {self.stderr.read_text()}"
+                    self._pending += chunk
+                raw, self._pending = self._pending.split(b"\n", 1)
+                line = json.loads(raw)
+                if "queues" in line:
+                    self.queues = {(q["brokerName"], q["queueId"]): q["locked"]
+                                   for q in line["queues"]}
+                self.lines.append(line)
+
+    async def receive(self, count: int) -> None:
+        """Read until it has printed ``count`` consumed messages."""
+        await self.until(lambda: len(self.messages) >= count)
+
+
+class JavaClient:
+    """Runs RocketMQ's Java client (one profile's jars) against a cluster's name server."""
+
+    def __init__(self, cluster: Cluster, profile: str) -> None:
+        self.cluster = cluster
+        self.profile = profile
+        self.home = cluster.root / f"java-{profile}"
+        self._runs = 0
+
+    @property
+    def namesrv(self) -> str:
+        (address,) = self.cluster.namesrv_addresses.values()
+        return address.removeprefix("tcp://")
+
+    def argv(self, command: str, **options: object) -> list[str]:
+        args = [command]
+        for key, value in {"namesrv": self.namesrv, "topic": TOPIC, **options}.items():
+            args += [f"--{key.replace('_', '-')}", str(value)]
+        return java_argv(self.profile, self.home, *args)
+
+    def _stderr(self, command: str) -> Path:
+        self._runs += 1
+        return self.home / f"{command}-{self._runs}.stderr"
+
+    async def run(self, command: str, **options: object) -> list[dict[str, Any]]:
+        """Run a scenario to its end; the lines it printed."""
+        self.home.mkdir(exist_ok=True)
+        with trio.fail_after(WAIT):
+            done = await trio.run_process(self.argv(command, **options), capture_stdout=True,
+                                          capture_stderr=True, check=False)
+        assert done.returncode == 0, done.stderr.decode()
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    @asynccontextmanager
+    async def running(self, command: str, **options: object) -> AsyncIterator[JavaProcess]:
+        """A scenario running until the block ends; its stdin is closed then, and it shuts
+        its client down (storing offsets) and exits."""
+        self.home.mkdir(exist_ok=True)
+        stderr = self._stderr(command)
+        async with trio.open_nursery() as nursery:
+            with stderr.open("wb") as errors:
+                process = await nursery.start(partial(
+                    trio.run_process, self.argv(command, **options), stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=errors, check=False))
+            running = JavaProcess(process, stderr)
+            yield running
+            await process.stdin.aclose()
+            await running.until(lambda: any("stopped" in line for line in running.lines))
+            with trio.fail_after(WAIT):
+                await process.wait()
+        assert process.returncode == 0, stderr.read_text()
+
+    async def mqadmin(self, *commands: list[str]) -> list[dict[str, Any]]:
+        """mqadmin's commands run one after another in one JVM: each one's output."""
+        self.home.mkdir(exist_ok=True)
+        script = "".join("\t".join(command) + "\n" for command in commands)
+        with trio.fail_after(WAIT * 2):
+            done = await trio.run_process(java_argv(self.profile, self.home, "mqadmin"),
+                                          stdin=script.encode(), capture_stdout=True,
+                                          capture_stderr=True, check=False)
+        assert done.returncode == 0, done.stderr.decode()
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+async def create_topic(admin: Node, master_address: str, namesrv: str, topic: str = TOPIC,
+                       queues: int = QUEUES) -> None:
+    """Create ``topic`` on the master and wait until the name server routes it there."""
+    answer = await admin.rpc.invoke(master_address, CREATE_TOPIC, {
+        "topic": topic, "readQueueNums": str(queues), "writeQueueNums": str(queues),
+        "perm": "6"})
+    assert answer.code == 0, answer.remark
+    with trio.fail_after(30):
+        while True:
+            answer = await admin.rpc.invoke(namesrv, GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            if answer.code == 0:
+                route = json.loads(answer.body)
+                addresses = {b["brokerName"]: b["brokerAddrs"].get("0")
+                             for b in route["brokerDatas"]}
+                if addresses.get(BROKER_NAME) == master_address.removeprefix("tcp://"):
+                    return
+            await trio.sleep(0.02)
+
+
+async def consumer_offsets(admin: Node, master_address: str, group: str) -> dict[int, int]:
+    """The group's offsets of the topic's queues stored on the master (-1: none)."""
+    offsets = {}
+    for queue in range(QUEUES):
+        answer = await admin.rpc.invoke(master_address, QUERY_CONSUMER_OFFSET, {
+            "consumerGroup": group, "topic": TOPIC, "queueId": str(queue)})
+        offsets[queue] = int(answer.ext_fields["offset"]) if answer.code == 0 else -1
+    return offsets
