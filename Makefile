@@ -48,7 +48,7 @@ ROCKETMQ_JAVA := tests/compat/rocketmq_java
 ROCKETMQ_JAVA_STAMP := $(ROCKETMQ_JAVA)/target/.built
 MVN := $(shell command -v mvn)
 
-$(ROCKETMQ_JAVA_STAMP): $(wildcard $(ROCKETMQ_JAVA)/pom.xml $(ROCKETMQ_JAVA)/src/main/java/triomq/compat/*.java)
+$(ROCKETMQ_JAVA_STAMP): $(wildcard $(ROCKETMQ_JAVA)/pom.xml $(ROCKETMQ_JAVA)/src/main/*/*.xml $(ROCKETMQ_JAVA)/src/main/java/triomq/compat/*.java)
 	sh $(ROCKETMQ_JAVA)/build.sh
 
 rocketmq-java: $(ROCKETMQ_JAVA_STAMP)

@@ -74,6 +74,16 @@ def java_argv(profile: str, home: Path, *args: str) -> list[str]:
             f"-Duser.home={home}", "-cp", classpath, "triomq.compat.Main", *args]
 
 
+def parse(line: bytes) -> dict[str, Any]:
+    """One line a scenario printed."""
+    try:
+        parsed = json.loads(line)
+    except ValueError:
+        parsed = None
+    assert isinstance(parsed, dict), f"the Java client printed {line!r}, not a JSON object"
+    return parsed
+
+
 class JavaProcess:
     """A running ``triomq.compat.Main``: what it printed so far."""
 
@@ -100,7 +110,7 @@ class JavaProcess:
                     assert chunk, f"the Java client exited early: {self.stderr.read_text()}"
                     self._pending += chunk
                 raw, self._pending = self._pending.split(b"\n", 1)
-                line = json.loads(raw)
+                line = parse(raw)
                 if "queues" in line:
                     self.queues = {(q["brokerName"], q["queueId"]): q["locked"]
                                    for q in line["queues"]}
@@ -142,7 +152,7 @@ class JavaClient:
             done = await trio.run_process(self.argv(command, **options), capture_stdout=True,
                                           capture_stderr=True, check=False)
         assert done.returncode == 0, done.stderr.decode()
-        return [json.loads(line) for line in done.stdout.splitlines()]
+        return [parse(line) for line in done.stdout.splitlines()]
 
     @asynccontextmanager
     async def running(self, command: str, **options: object) -> AsyncIterator[JavaProcess]:
@@ -172,7 +182,7 @@ class JavaClient:
                                           stdin=script.encode(), capture_stdout=True,
                                           capture_stderr=True, check=False)
         assert done.returncode == 0, done.stderr.decode()
-        return [json.loads(line) for line in done.stdout.splitlines()]
+        return [parse(line) for line in done.stdout.splitlines()]
 
 
 async def create_topic(admin: Node, master_address: str, namesrv: str, topic: str = TOPIC,
@@ -182,6 +192,12 @@ async def create_topic(admin: Node, master_address: str, namesrv: str, topic: st
         "topic": topic, "readQueueNums": str(queues), "writeQueueNums": str(queues),
         "perm": "6"})
     assert answer.code == 0, answer.remark
+    await wait_routed(admin, master_address, namesrv, topic, queues)
+
+
+async def wait_routed(admin: Node, master_address: str, namesrv: str, topic: str,
+                      queues: int) -> None:
+    """Until the name server routes ``topic``'s ``queues`` queues to the master."""
     with trio.fail_after(30):
         while True:
             answer = await admin.rpc.invoke(namesrv, GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
@@ -189,7 +205,10 @@ async def create_topic(admin: Node, master_address: str, namesrv: str, topic: st
                 route = json.loads(answer.body)
                 addresses = {b["brokerName"]: b["brokerAddrs"].get("0")
                              for b in route["brokerDatas"]}
-                if addresses.get(BROKER_NAME) == master_address.removeprefix("tcp://"):
+                counts = {(q["brokerName"], q["readQueueNums"], q["writeQueueNums"])
+                          for q in route["queueDatas"]}
+                if addresses.get(BROKER_NAME) == master_address.removeprefix("tcp://") \
+                        and counts == {(BROKER_NAME, queues, queues)}:
                     return
             await trio.sleep(0.02)
 

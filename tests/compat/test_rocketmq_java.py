@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import sys
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,13 @@ import pytest
 import trio
 
 from triomq.client import ConsumeFromWhere, LitePullConsumer, Message, MessageExt, Producer
+from triomq.controller.client import ControllerClient
 from triomq.runtime import Node
 from triomq.testing.cluster import BROKER_NAME, Cluster, open_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chaos"))
+from broker_processes import Replica, wait_group
 from java_client import (
     QUEUES,
     TOPIC,
@@ -38,6 +41,7 @@ from java_client import (
     create_topic,
     require_build,
     unavailable,
+    wait_routed,
 )
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
@@ -76,15 +80,23 @@ class JavaCluster:
 
     async def read_all(self, count: int) -> list[MessageExt]:
         """The topic from its first offset through triomq's lite pull consumer."""
-        reader = LitePullConsumer("triomq-reader", self.namesrv,
-                                  consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
-        reader.subscribe(TOPIC, "*")
-        got: list[MessageExt] = []
-        async with reader.start(self.app.connect):
-            with trio.fail_after(WAIT):
-                while len(got) < count:
-                    got += await reader.poll(timeout=1)
-        return got
+        return await read_until(self.app, self.namesrv, lambda got: len(got) >= count)
+
+
+async def read_until(app: Node, namesrv: list[str], enough: Callable[[list[MessageExt]], bool],
+                     group: str = "triomq-reader") -> list[MessageExt]:
+    """The topic from its first offset through triomq's lite pull consumer of ``group``,
+    until ``enough(what was read)``; the group's offsets are committed then."""
+    reader = LitePullConsumer(group, namesrv,
+                              consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    reader.subscribe(TOPIC, "*")
+    got: list[MessageExt] = []
+    async with reader.start(app.connect):
+        with trio.fail_after(WAIT):
+            while not enough(got):
+                got += await reader.poll(timeout=1)
+        await reader.commit_sync()
+    return got
 
 
 @pytest.fixture
@@ -243,3 +255,178 @@ async def test_the_lite_pull_consumer_subscribes_and_is_assigned(cluster: JavaCl
         assert all(t < line["timestamp"] for o, t in at.items() if o < found)
     ends = Counter(r.message_queue.queue_id for r in sent + more)
     assert lines[-1] == {"committed": {str(q): ends[q] for q in range(QUEUES)}}
+
+
+async def test_the_producer_follows_the_new_master_after_a_sigkill_losing_nothing_acknowledged(
+        tmp_path: Path) -> None:
+    # The replicas are processes of their own here, so that the master can be SIGKILLed;
+    # the name server and the controllers run in the test's process.
+    require_build("rocketmq-5")
+    async with open_cluster(tmp_path, transport="tcp", brokers=0, namesrvs=1) as cluster:
+        await cluster.start_namesrvs()
+        await cluster.start_controllers()
+        app = await cluster.start("app")
+        (namesrv,) = cluster.namesrv_addresses.values()
+        addresses = list(cluster.controller_addresses.values())
+        replicas = {r.address: r for r in (
+            Replica(f"b{i}", tmp_path, addresses, namesrv.removeprefix("tcp://"))
+            for i in (1, 2, 3))}
+        controllers = ControllerClient(app.rpc, addresses)
+        try:
+            for replica in replicas.values():
+                await replica.start()
+            old = await wait_group(controllers, replicas)
+            await create_topic(app, old.master_address, namesrv)
+
+            def acked(by: set[str]) -> list[dict[str, Any]]:
+                return [line for line in producer.lines if line.get("sendStatus") == "SEND_OK"
+                        and "tcp://" + line["storeHost"] in by]
+
+            # The client polls the name server for routes every 500 ms (30 s by default).
+            java = JavaClient(cluster, "rocketmq-5")
+            async with java.running("failover", group="java-failover", poll_ms=500,
+                                    send_timeout_ms=3000) as producer:
+                await producer.until(lambda: len(acked({old.master_address})) >= 50)
+                await replicas[old.master_address].kill()
+                new = await wait_group(controllers, replicas, epoch_above=old.master_epoch,
+                                       in_sync=2)
+                assert new.master_address != old.master_address
+                # Acknowledged by the new master (or, should the controllers have moved the
+                # group on again meanwhile, the one after it).
+                others = set(replicas) - {old.master_address}
+                await producer.until(lambda: len(acked(others)) >= 50)
+
+            sent = {line["msgId"]: line for line in producer.lines
+                    if line.get("sendStatus") == "SEND_OK"}
+            assert len(sent) == len(acked(set(replicas))), producer.lines
+            got = await read_until(app, [namesrv],
+                                   lambda got: sent.keys() <= {m.msg_id for m in got})
+            # Every acknowledged message is where its answer said, on the new master too.
+            where = {m.msg_id: (m.queue_id, m.queue_offset, m.body.decode()) for m in got}
+            assert {i: where[i] for i in sent} == {
+                i: (s["queueId"], s["queueOffset"], f"failover {s['i']}")
+                for i, s in sent.items()}
+        finally:
+            for replica in replicas.values():
+                await replica.stop()
+
+
+
+
+def rows(out: str) -> list[list[str]]:
+    """The first table mqadmin printed: the cells of each line after its ``#`` heading,
+    to the first empty line."""
+    lines = out.strip().splitlines()
+    table = lines[1:lines.index("")] if "" in lines else lines[1:]
+    return [line.split() for line in table]
+
+
+def fields(out: str) -> dict[str, str]:
+    """``key: value`` or ``#key<tab>value`` lines mqadmin printed (the first of each key)."""
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        match = re.fullmatch(r"#?([\w ]+?)\s*[:\t]\s*(.*)", line.strip())
+        if match:
+            found.setdefault(match[1], match[2].strip())
+    return found
+
+
+async def test_mqadmin_commands_print_what_the_cluster_holds(cluster: JavaCluster) -> None:
+    sent = await cluster.send(8)
+    await read_until(cluster.app, cluster.namesrv, lambda got: len(got) >= 8, group="admin-group")
+    namesrv = cluster.namesrv[0].removeprefix("tcp://")
+    nodes = cluster.cluster
+    master = cluster.master_address.removeprefix("tcp://")
+    slaves = {nodes.node(n).address.removeprefix("tcp://") for n in nodes.broker_names
+              if n != cluster.master}
+    controllers = [a.removeprefix("tcp://") for a in nodes.controller_addresses.values()]
+    n = ["-n", namesrv]
+    commands = {
+        "clusterList": ["clusterList", *n],
+        "topicRoute": ["topicRoute", *n, "-t", TOPIC],
+        "topicStatus": ["topicStatus", *n, "-t", TOPIC],
+        "consumerProgress": ["consumerProgress", *n, "-g", "admin-group"],
+        "consumerProgressAll": ["consumerProgress", *n],
+        "getSyncStateSet": ["getSyncStateSet", "-a", controllers[0], "-b", BROKER_NAME],
+        "getControllerMetaData": ["getControllerMetaData", "-a", controllers[1]],
+        "getBrokerEpoch": ["getBrokerEpoch", *n, "-b", BROKER_NAME],
+        "brokerStatus": ["brokerStatus", *n, "-b", master],
+        "queryMsgById": ["queryMsgById", *n, "-t", TOPIC, "-i", sent[1].offset_msg_id],
+        "queryMsgByKey": ["queryMsgByKey", *n, "-t", TOPIC, "-k", "m-2"],
+        "updateTopic": ["updateTopic", *n, "-c", "DefaultCluster", "-t", "AdminTopic",
+                        "-r", "2", "-w", "2"],
+        "topicList": ["topicList", *n],
+        "topicClusterList": ["topicClusterList", *n, "-t", TOPIC],
+        "updateSubGroup": ["updateSubGroup", *n, "-c", "DefaultCluster", "-g", "admin-sub"],
+        "getConsumerConfig": ["getConsumerConfig", *n, "-g", "admin-sub"],
+        "sendMessage": ["sendMessage", *n, "-t", TOPIC, "-p", "from mqadmin"],
+    }
+    ran = await cluster.java().mqadmin(*commands.values())
+    assert [r["command"] for r in ran] == list(commands.values())
+    out = {name: r["out"] for name, r in zip(commands, ran, strict=True)}
+    assert all(r["exit"] is None for r in ran), [r for r in ran if r["exit"] is not None]
+    per_queue = Counter(r.message_queue.queue_id for r in sent)
+
+    # The master as broker id 0, the slaves by their own ids, each with its address.
+    replicas = {(row[0], row[1], row[3], row[4], row[-1]) for row in rows(out["clusterList"])}
+    assert replicas == {("DefaultCluster", BROKER_NAME, master, "V5_3_3", "true")} | {
+        ("DefaultCluster", BROKER_NAME, s, "V5_3_3", "false") for s in slaves}
+    assert {row[2] for row in rows(out["clusterList"]) if row[3] == master} == {"0"}
+
+    route = out["topicRoute"]  # fastjson, its map keys unquoted
+    assert f'0:"{master}"' in route and f'"brokerName":"{BROKER_NAME}"' in route
+    assert all(f'"{key}":{value}' in route
+               for key, value in (("readQueueNums", 4), ("writeQueueNums", 4), ("perm", 6)))
+
+    assert [row[:4] for row in rows(out["topicStatus"])] == [
+        [BROKER_NAME, str(q), "0", str(per_queue[q])] for q in range(QUEUES)]
+
+    # The group read everything: consumer offsets at the ends, no diff.
+    assert [row[:6] for row in rows(out["consumerProgress"])] == [
+        [TOPIC, BROKER_NAME, str(q), str(per_queue[q]), str(per_queue[q]), "0"]
+        for q in range(QUEUES)]
+    assert "Consume Diff Total: 0" in out["consumerProgress"]
+    assert [row[0] for row in rows(out["consumerProgressAll"])] == ["admin-group"]
+
+    sync = fields(out["getSyncStateSet"])
+    assert (sync["brokerName"], sync["MasterAddr"], sync["SyncStateSetNums"]) \
+        == (BROKER_NAME, master, "3")
+    assert set(re.findall(r"brokerAddress='([^']+)'", out["getSyncStateSet"])) \
+        == {master} | slaves
+
+    meta = out["getControllerMetaData"]
+    assert set(re.findall(r"#Peer:\s+\d+:(\S+)", meta)) == set(controllers)
+    assert fields(meta)["ControllerLeaderAddress"] in controllers
+
+    # Every replica at epoch 1 from offset 0, to the end of what the master stored.
+    status = fields(out["brokerStatus"])
+    assert (status["brokerName"], status["brokerRole"], status["msgPutTotalTodayNow"]) \
+        == (BROKER_NAME, "MASTER", "8")
+    assert set(re.findall(r"#brokerAddr\t(\S+)", out["getBrokerEpoch"])) == {master} | slaves
+    assert re.findall(r"EpochEntry\{epoch=(\d+), startOffset=(\d+), endOffset=(\d+)\}",
+                      out["getBrokerEpoch"]) == [("1", "0", status["commitLogMaxOffset"])] * 3
+
+    found = fields(out["queryMsgById"])
+    assert (found["Topic"], found["Tags"], found["Keys"], found["Queue ID"],
+            found["Queue Offset"], found["Store Host"]) == (
+        TOPIC, "[TagB]", "[m-1]", str(sent[1].message_queue.queue_id),
+        str(sent[1].queue_offset), master)
+    assert f"UNIQ_KEY={sent[1].msg_id}" in found["Properties"]
+    assert rows(out["queryMsgByKey"]) == [
+        [sent[2].msg_id, str(sent[2].message_queue.queue_id), str(sent[2].queue_offset)]]
+
+    assert f"create topic to {master} success." in out["updateTopic"]
+    (namesrv_address,) = nodes.namesrv_addresses.values()
+    await wait_routed(cluster.app, master, namesrv_address, "AdminTopic", 2)
+    assert {TOPIC, "TBW102", "SELF_TEST_TOPIC"} <= set(out["topicList"].split())
+    assert out["topicClusterList"].split() == ["DefaultCluster"]
+
+    assert f"create subscription group to {master} success." in out["updateSubGroup"]
+    config = {k.strip(): v.strip() for k, v in (line.split("=", 1) for line in
+              out["getConsumerConfig"].splitlines() if "=" in line and "====" not in line)}
+    assert (config["groupName"], config["consumeEnable"]) == ("admin-sub", "true")
+
+    ((broker, queue, status_, msg_id),) = rows(out["sendMessage"])
+    assert (broker, status_) == (BROKER_NAME, "SEND_OK") and int(queue) in range(QUEUES)
+    (stored_,) = [m for m in await cluster.read_all(9) if m.msg_id == msg_id]
+    assert stored_.body == b"from mqadmin"

@@ -73,6 +73,7 @@ public final class Main {
                 System.err.println("usage: send|push|lite-subscribe|lite-assign|failover|mqadmin");
                 System.exit(2);
         }
+        exiting = true;
         System.exit(0);  // the client's threads are not all daemons
     }
 
@@ -356,8 +357,35 @@ public final class Main {
         Json.print(Json.of("stopped", true, "sends", i, "failed", failed.get()));
     }
 
+    private static volatile boolean exiting;
+
+    /** How mqadmin's System.exit ends one command. */
+    private static final class Exited extends SecurityException {
+        final int status;
+
+        Exited(int status) {
+            super("mqadmin exited with " + status);
+            this.status = status;
+        }
+    }
+
     /** mqadmin's commands as its shell script runs them, each one's printing captured apart. */
+    @SuppressWarnings("removal")
     private static void mqadmin() throws Exception {
+        // mqadmin exits the JVM on a bad argument: that ends one command, not the run.
+        System.setSecurityManager(new SecurityManager() {
+            @Override
+            public void checkExit(int status) {
+                if (!exiting) {
+                    throw new Exited(status);
+                }
+            }
+
+            @Override
+            public void checkPermission(java.security.Permission permission) {
+                // everything else is allowed
+            }
+        });
         BufferedReader lines = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         String line;
         while ((line = lines.readLine()) != null) {
@@ -367,13 +395,16 @@ public final class Main {
             PrintStream err0 = System.err;
             System.setOut(new PrintStream(out, true, StandardCharsets.UTF_8));
             System.setErr(new PrintStream(err, true, StandardCharsets.UTF_8));
+            Integer exit = null;
             try {
                 MQAdminStartup.main0(command, null);
+            } catch (Exited e) {
+                exit = e.status;
             } finally {
                 System.setOut(OUT);
                 System.setErr(err0);
             }
-            Json.print(Json.of("command", Arrays.asList(command),
+            Json.print(Json.of("command", Arrays.asList(command), "exit", exit,
                     "out", out.toString(StandardCharsets.UTF_8), "err", err.toString(StandardCharsets.UTF_8)));
         }
     }
