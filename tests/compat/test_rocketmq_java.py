@@ -14,10 +14,11 @@ rocketmq-java``, which ``make test`` runs), every test fails saying so.
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,20 @@ pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailabl
 UNIQ_ID = re.compile("[0-9A-F]{32}|[0-9A-F]{56}")
 OFFSET_ID = re.compile("7F000001[0-9A-F]{24}")
 ALL_QUEUES = {(BROKER_NAME, n) for n in range(QUEUES)}
+
+
+@pytest.fixture(autouse=True)
+def unsupported_requests(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Nothing the Java client sends to the nodes in this process is refused: no request
+    answered REQUEST_CODE_NOT_SUPPORTED, no connection closed for a bad frame."""
+    caplog.set_level(logging.DEBUG, logger="triomq.rpc")
+    yield
+    codes = {int(m[1]) for r in caplog.get_records("call")
+             if (m := re.search(r"request code (\d+) not supported", r.getMessage()))}
+    refused = [r.getMessage() for r in caplog.get_records("call") if r.name == "triomq.rpc"
+               and r.levelno >= logging.WARNING]
+    assert not codes and not refused, (f"request codes answered REQUEST_CODE_NOT_SUPPORTED: "
+                                       f"{sorted(codes)}; connections refused: {refused}")
 
 
 class JavaCluster:
@@ -107,6 +122,9 @@ async def cluster(tmp_path: Path) -> AsyncIterator[JavaCluster]:
         await cluster.start_controllers()
         await cluster.start_brokers()
         master = await cluster.wait_master(timeout=60)
+        # Every replica in sync from the start: the sends wait for all three.
+        await cluster.wait_for(lambda: len(cluster.broker(master).replicas.sync_state_set) == 3,
+                               timeout=60)
         app = await cluster.start("app")
         (namesrv,) = cluster.namesrv_addresses.values()
         await create_topic(app, cluster.node(master).address, namesrv)
