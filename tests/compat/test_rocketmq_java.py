@@ -209,9 +209,10 @@ async def test_a_push_consumer_gets_every_message_once_and_stores_its_offsets(
         == {q: ends[q] for q in range(QUEUES)}
 
 
+@pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])
 async def test_an_orderly_consumer_locks_its_queues_and_keeps_queue_order(
-        cluster: JavaCluster) -> None:
-    java = cluster.java()
+        cluster: JavaCluster, profile: str) -> None:
+    java = cluster.java(profile)
     sent = await java.run("send", group="java-producer", count=18, modes="ordered")
     async with java.running("push", group="java-orderly", mode="orderly",
                             expression="TagA || TagB") as consumer:
@@ -244,8 +245,10 @@ async def test_two_consumer_processes_share_the_queues(cluster: JavaCluster) -> 
         assert sorted(m["msgId"] for m in consumer.messages) == sorted(r.msg_id for r in expected)
 
 
-async def test_the_lite_pull_consumer_subscribes_and_is_assigned(cluster: JavaCluster) -> None:
-    java = cluster.java()
+@pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])
+async def test_the_lite_pull_consumer_subscribes_and_is_assigned(cluster: JavaCluster,
+                                                                 profile: str) -> None:
+    java = cluster.java(profile)
     sent = await cluster.send(12)
     lines = await java.run("lite-subscribe", group="java-lite", count=12)
     got = [line for line in lines if "queueOffset" in line]
@@ -275,11 +278,12 @@ async def test_the_lite_pull_consumer_subscribes_and_is_assigned(cluster: JavaCl
     assert lines[-1] == {"committed": {str(q): ends[q] for q in range(QUEUES)}}
 
 
+@pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])
 async def test_the_producer_follows_the_new_master_after_a_sigkill_losing_nothing_acknowledged(
-        tmp_path: Path) -> None:
+        tmp_path: Path, profile: str) -> None:
     # The replicas are processes of their own here, so that the master can be SIGKILLed;
     # the name server and the controllers run in the test's process.
-    require_build("rocketmq-5")
+    require_build(profile)
     async with open_cluster(tmp_path, transport="tcp", brokers=0, namesrvs=1) as cluster:
         await cluster.start_namesrvs()
         await cluster.start_controllers()
@@ -301,7 +305,7 @@ async def test_the_producer_follows_the_new_master_after_a_sigkill_losing_nothin
                         and "tcp://" + line["storeHost"] in by]
 
             # The client polls the name server for routes every 500 ms (30 s by default).
-            java = JavaClient(cluster, "rocketmq-5")
+            java = JavaClient(cluster, profile)
             async with java.running("failover", group="java-failover", poll_ms=500,
                                     send_timeout_ms=3000) as producer:
                 await producer.until(lambda: len(acked({old.master_address})) >= 50)
