@@ -9,9 +9,9 @@ mkdir -p target
 rm -f target/unreachable.txt target/.built
 for profile in rocketmq-5 rocketmq-4; do
     if ! mvn -B -q -P "$profile" compile > "target/$profile.log" 2>&1; then
-        if grep -Eq "Could not (resolve|transfer)|UnknownHost|Unknown host|Network is unreachable|Connection refused|offline mode" \
+        if grep -Eiq "Could not (resolve|transfer)|UnknownHost|Unknown host|Network is unreachable|Connection refused|offline mode" \
                 "target/$profile.log"; then
-            grep -Em1 "Could not (resolve|transfer)|UnknownHost|Unknown host|Network is unreachable|Connection refused|offline mode" \
+            grep -Eim1 "Could not (resolve|transfer)|UnknownHost|Unknown host|Network is unreachable|Connection refused|offline mode" \
                 "target/$profile.log" > target/unreachable.txt
             echo "RocketMQ's Java client not built (its tests skip): $(cat target/unreachable.txt)" >&2
             exit 0
