@@ -1,11 +1,10 @@
 """RocketMQ's own Java client, run unchanged against a triomq cluster.
 
 ``DefaultMQProducer``, ``DefaultMQPushConsumer`` and ``DefaultLitePullConsumer``
-of RocketMQ 5.3.3 (and, for the sends and the push consumer, 4.9.8) run as
-JVMs against a name server, three controllers and a group of three replicas in
-controller mode over TCP (see ``java_client.py``); what they print is held
-against what was sent, and against what triomq's own client and the brokers
-see.
+of RocketMQ 5.3.3 and 4.9.8, and 5.3.3's mqadmin, run as JVMs against a name
+server, three controllers and a group of three replicas in controller mode over
+TCP (``conftest.py``, ``scenario_clients.py``); what they print is held against
+what was sent, and against what triomq's own client and the brokers see.
 
 Skipped, with the reason, without ``java`` or ``mvn`` on PATH or where Maven
 could not fetch the jars; with both but the module not built (``make
@@ -14,129 +13,33 @@ rocketmq-java``, which ``make test`` runs), every test fails saying so.
 
 from __future__ import annotations
 
-import logging
 import re
 import sys
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
-from triomq.client import ConsumeFromWhere, LitePullConsumer, Message, MessageExt, Producer
-from triomq.controller.client import ControllerClient
-from triomq.runtime import Node
-from triomq.testing.cluster import BROKER_NAME, Cluster, open_cluster
+from triomq.testing.cluster import BROKER_NAME
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chaos"))
-from broker_processes import Replica, wait_group
-from java_client import (
+from compat_cluster import CompatCluster, failover, read_until
+from scenario_clients import (
     QUEUES,
     TOPIC,
-    WAIT,
-    JavaClient,
     consumer_offsets,
-    create_topic,
-    require_build,
-    unavailable,
+    java_client,
+    unavailable_java,
     wait_routed,
 )
 
-pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+pytestmark = pytest.mark.skipif(unavailable_java() is not None, reason=str(unavailable_java()))
 
 UNIQ_ID = re.compile("[0-9A-F]{32}|[0-9A-F]{56}")
 OFFSET_ID = re.compile("7F000001[0-9A-F]{24}")
 ALL_QUEUES = {(BROKER_NAME, n) for n in range(QUEUES)}
-
-
-@pytest.fixture(autouse=True)
-def unsupported_requests(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
-    """Nothing the Java client sends to the nodes in this process is refused: no request
-    answered REQUEST_CODE_NOT_SUPPORTED, no connection closed for a bad frame."""
-    caplog.set_level(logging.DEBUG, logger="triomq.rpc")
-    yield
-    codes = {int(m[1]) for r in caplog.get_records("call")
-             if (m := re.search(r"request code (\d+) not supported", r.getMessage()))}
-    refused = [r.getMessage() for r in caplog.get_records("call") if r.name == "triomq.rpc"
-               and r.levelno >= logging.WARNING]
-    assert not codes and not refused, (f"request codes answered REQUEST_CODE_NOT_SUPPORTED: "
-                                       f"{sorted(codes)}; connections refused: {refused}")
-
-
-class JavaCluster:
-    """The cluster, its master's address and a triomq client node beside the Java client."""
-
-    def __init__(self, cluster: Cluster, master: str, app: Node) -> None:
-        self.cluster = cluster
-        self.master = master
-        self.app = app
-
-    @property
-    def master_address(self) -> str:
-        return self.cluster.node(self.master).address
-
-    @property
-    def namesrv(self) -> list[str]:
-        return list(self.cluster.namesrv_addresses.values())
-
-    def java(self, profile: str = "rocketmq-5") -> JavaClient:
-        require_build(profile)
-        return JavaClient(self.cluster, profile)
-
-    async def send(self, count: int, *, prefix: str = "m") -> list[Any]:
-        """``count`` messages sent by triomq's producer, tags TagA/TagB/TagC in turn."""
-        async with Producer("triomq-producer", self.namesrv).start(self.app.connect) as producer:
-            return [await producer.send(Message(
-                TOPIC, f"{prefix} {i}".encode(), tags=f"Tag{'ABC'[i % 3]}", keys=f"{prefix}-{i}",
-                properties={"scenario": prefix, "seq": str(i)})) for i in range(count)]
-
-    async def read_all(self, count: int) -> list[MessageExt]:
-        """The topic from its first offset through triomq's lite pull consumer."""
-        return await read_until(self.app, self.namesrv, lambda got: len(got) >= count)
-
-
-async def read_until(app: Node, namesrv: list[str], enough: Callable[[list[MessageExt]], bool],
-                     group: str = "triomq-reader") -> list[MessageExt]:
-    """The topic from its first offset through triomq's lite pull consumer of ``group``,
-    until ``enough(what was read)``; the group's offsets are committed then."""
-    reader = LitePullConsumer(group, namesrv,
-                              consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
-    reader.subscribe(TOPIC, "*")
-    got: list[MessageExt] = []
-    async with reader.start(app.connect):
-        with trio.fail_after(WAIT):
-            while not enough(got):
-                got += await reader.poll(timeout=1)
-        await reader.commit_sync()
-    return got
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[JavaCluster]:
-    async with open_cluster(tmp_path, transport="tcp", namesrvs=1,
-                            broker={"all_ack_in_sync_state_set": True}) as cluster:
-        await cluster.start_namesrvs()
-        await cluster.start_controllers()
-        await cluster.start_brokers()
-        master = await cluster.wait_master(timeout=60)
-        # Every replica in sync from the start: the sends wait for all three.
-        await cluster.wait_for(lambda: len(cluster.broker(master).replicas.sync_state_set) == 3,
-                               timeout=60)
-        app = await cluster.start("app")
-        (namesrv,) = cluster.namesrv_addresses.values()
-        await create_topic(app, cluster.node(master).address, namesrv)
-        yield JavaCluster(cluster, master, app)
-
-
-def stored(message: MessageExt) -> tuple[Any, ...]:
-    """What triomq's consumer read of a message, as the Java scenarios print it."""
-    return (message.msg_id, message.body.decode(), message.tags, " ".join(message.keys),
-            message.queue_id, message.queue_offset,
-            {k: message.properties[k] for k in ("scenario", "seq", "orderKey")
-             if k in message.properties})
 
 
 def printed(line: dict[str, Any]) -> tuple[Any, ...]:
@@ -145,10 +48,11 @@ def printed(line: dict[str, Any]) -> tuple[Any, ...]:
 
 
 @pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])
-async def test_every_kind_of_send_is_stored_as_sent(cluster: JavaCluster, profile: str) -> None:
+async def test_every_kind_of_send_is_stored_as_sent(cluster: CompatCluster, profile: str) -> None:
     count = 6
-    lines = await cluster.java(profile).run("send", group="java-producer", count=count,
-                                            modes="sync,async,oneway,batch,ordered")
+    java = java_client(cluster.cluster, profile)
+    lines = await java.run("send", group="java-producer", count=count,
+                           modes="sync,async,oneway,batch,ordered")
     results = {(line["mode"], line["i"]): line for line in lines}
     assert set(results) == {(mode, i) for mode in ("sync", "async", "oneway", "ordered")
                             for i in range(count)} | {("batch", 0)}
@@ -190,9 +94,9 @@ async def test_every_kind_of_send_is_stored_as_sent(cluster: JavaCluster, profil
 
 @pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])
 async def test_a_push_consumer_gets_every_message_once_and_stores_its_offsets(
-        cluster: JavaCluster, profile: str) -> None:
+        cluster: CompatCluster, profile: str) -> None:
     sent = await cluster.send(12)
-    async with cluster.java(profile).running("push", group="java-push",
+    async with java_client(cluster.cluster, profile).running("push", group="java-push",
                                              mode="concurrent") as consumer:
         await consumer.receive(12)
     got = consumer.messages
@@ -211,8 +115,8 @@ async def test_a_push_consumer_gets_every_message_once_and_stores_its_offsets(
 
 @pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])
 async def test_an_orderly_consumer_locks_its_queues_and_keeps_queue_order(
-        cluster: JavaCluster, profile: str) -> None:
-    java = cluster.java(profile)
+        cluster: CompatCluster, profile: str) -> None:
+    java = java_client(cluster.cluster, profile)
     sent = await java.run("send", group="java-producer", count=18, modes="ordered")
     async with java.running("push", group="java-orderly", mode="orderly",
                             expression="TagA || TagB") as consumer:
@@ -228,8 +132,8 @@ async def test_an_orderly_consumer_locks_its_queues_and_keeps_queue_order(
     assert all(offsets == sorted(offsets) for offsets in by_queue.values())
 
 
-async def test_two_consumer_processes_share_the_queues(cluster: JavaCluster) -> None:
-    java = cluster.java()
+async def test_two_consumer_processes_share_the_queues(cluster: CompatCluster) -> None:
+    java = java_client(cluster.cluster)
     async with java.running("push", group="java-shared", mode="concurrent") as first:
         await first.until(lambda: set(first.queues) == ALL_QUEUES)
         async with java.running("push", group="java-shared", mode="concurrent") as second:
@@ -246,9 +150,9 @@ async def test_two_consumer_processes_share_the_queues(cluster: JavaCluster) -> 
 
 
 @pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])
-async def test_the_lite_pull_consumer_subscribes_and_is_assigned(cluster: JavaCluster,
+async def test_the_lite_pull_consumer_subscribes_and_is_assigned(cluster: CompatCluster,
                                                                  profile: str) -> None:
-    java = cluster.java(profile)
+    java = java_client(cluster.cluster, profile)
     sent = await cluster.send(12)
     lines = await java.run("lite-subscribe", group="java-lite", count=12)
     got = [line for line in lines if "queueOffset" in line]
@@ -280,59 +184,10 @@ async def test_the_lite_pull_consumer_subscribes_and_is_assigned(cluster: JavaCl
 
 @pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])
 async def test_the_producer_follows_the_new_master_after_a_sigkill_losing_nothing_acknowledged(
-        tmp_path: Path, profile: str) -> None:
-    # The replicas are processes of their own here, so that the master can be SIGKILLed;
-    # the name server and the controllers run in the test's process.
-    require_build(profile)
-    async with open_cluster(tmp_path, transport="tcp", brokers=0, namesrvs=1) as cluster:
-        await cluster.start_namesrvs()
-        await cluster.start_controllers()
-        app = await cluster.start("app")
-        (namesrv,) = cluster.namesrv_addresses.values()
-        addresses = list(cluster.controller_addresses.values())
-        replicas = {r.address: r for r in (
-            Replica(f"b{i}", tmp_path, addresses, namesrv.removeprefix("tcp://"))
-            for i in (1, 2, 3))}
-        controllers = ControllerClient(app.rpc, addresses)
-        try:
-            for replica in replicas.values():
-                await replica.start()
-            old = await wait_group(controllers, replicas)
-            await create_topic(app, old.master_address, namesrv)
-
-            def acked(by: set[str]) -> list[dict[str, Any]]:
-                return [line for line in producer.lines if line.get("sendStatus") == "SEND_OK"
-                        and "tcp://" + line["storeHost"] in by]
-
-            # The client polls the name server for routes every 500 ms (30 s by default).
-            java = JavaClient(cluster, profile)
-            async with java.running("failover", group="java-failover", poll_ms=500,
-                                    send_timeout_ms=3000) as producer:
-                await producer.until(lambda: len(acked({old.master_address})) >= 50)
-                await replicas[old.master_address].kill()
-                new = await wait_group(controllers, replicas, epoch_above=old.master_epoch,
-                                       in_sync=2)
-                assert new.master_address != old.master_address
-                # Acknowledged by the new master (or, should the controllers have moved the
-                # group on again meanwhile, the one after it).
-                others = set(replicas) - {old.master_address}
-                await producer.until(lambda: len(acked(others)) >= 50)
-
-            sent = {line["msgId"]: line for line in producer.lines
-                    if line.get("sendStatus") == "SEND_OK"}
-            assert len(sent) == len(acked(set(replicas))), producer.lines
-            got = await read_until(app, [namesrv],
-                                   lambda got: sent.keys() <= {m.msg_id for m in got})
-            # Every acknowledged message is where its answer said, on the new master too.
-            where = {m.msg_id: (m.queue_id, m.queue_offset, m.body.decode()) for m in got}
-            assert {i: where[i] for i in sent} == {
-                i: (s["queueId"], s["queueOffset"], f"failover {s['i']}")
-                for i, s in sent.items()}
-        finally:
-            for replica in replicas.values():
-                await replica.stop()
-
-
+        tmp_path: Path, profile: str, refused_requests: None) -> None:
+    # The client polls the name server for routes every 500 ms (30 s by default).
+    await failover(tmp_path, partial(java_client, profile=profile), poll_ms=500,
+                   send_timeout_ms=3000)
 
 
 def rows(out: str) -> list[list[str]]:
@@ -353,7 +208,7 @@ def fields(out: str) -> dict[str, str]:
     return found
 
 
-async def test_mqadmin_commands_print_what_the_cluster_holds(cluster: JavaCluster) -> None:
+async def test_mqadmin_commands_print_what_the_cluster_holds(cluster: CompatCluster) -> None:
     sent = await cluster.send(8)
     await read_until(cluster.app, cluster.namesrv, lambda got: len(got) >= 8, group="admin-group")
     namesrv = cluster.namesrv[0].removeprefix("tcp://")
@@ -383,7 +238,7 @@ async def test_mqadmin_commands_print_what_the_cluster_holds(cluster: JavaCluste
         "getConsumerConfig": ["getConsumerConfig", *n, "-g", "admin-sub"],
         "sendMessage": ["sendMessage", *n, "-t", TOPIC, "-p", "from mqadmin"],
     }
-    ran = await cluster.java().mqadmin(*commands.values())
+    ran = await java_client(cluster.cluster).mqadmin(*commands.values())
     assert [r["command"] for r in ran] == list(commands.values())
     out = {name: r["out"] for name, r in zip(commands, ran, strict=True)}
     assert all(r["exit"] is None for r in ran), [r for r in ran if r["exit"] is not None]

@@ -1,15 +1,20 @@
-"""RocketMQ's own Java client and mqadmin as processes, and the triomq cluster they meet.
+"""RocketMQ's own clients as processes running scenarios, and calls on the cluster they meet.
 
-``rocketmq_java/`` is a Maven module pinning ``rocketmq-client`` and
-``rocketmq-tools`` (RocketMQ 5, and RocketMQ 4 as a profile); ``make
-rocketmq-java`` builds it once (``make test`` does, where ``mvn`` is), leaving
-each profile's classes and classpath under ``rocketmq_java/target/<profile>/``.
-Its ``triomq.compat.Main`` runs one scenario per sub-command and prints JSON
-lines; the long-running ones stop when their stdin closes.
+Each client is a program with one scenario per sub-command, printing a JSON
+object a line; the long-running ones stop when their stdin closes:
 
-The cluster: a name server, three controllers and group ``broker-a`` of three
-replicas in controller mode with ``all_ack_in_sync_state_set``, over TCP in
-the test's process (``triomq.testing.cluster``).
+- the Java client and mqadmin: ``rocketmq_java/``, a Maven module pinning
+  ``rocketmq-client`` and ``rocketmq-tools`` (RocketMQ 5, and RocketMQ 4 as a
+  profile). ``make rocketmq-java`` builds it once (``make test`` does, where
+  ``mvn`` is), leaving each profile's classes and classpath under
+  ``rocketmq_java/target/<profile>/``; its ``triomq.compat.Main`` runs the
+  scenarios;
+- the Go client: ``rocketmq_go/``, a Go module pinning
+  ``github.com/apache/rocketmq-client-go/v2``; ``make rocketmq-go`` builds
+  ``rocketmq_go/bin/rocketmqgo``.
+
+Where a client cannot be built here (no JDK, Maven or Go, or their registry
+out of reach), ``unavailable_*`` says why and its tests skip with that.
 """
 
 from __future__ import annotations
@@ -30,11 +35,13 @@ import trio
 from triomq.runtime import Node
 from triomq.testing.cluster import BROKER_NAME, Cluster
 
-MODULE = Path(__file__).resolve().parent / "rocketmq_java"
+HERE = Path(__file__).resolve().parent
+MODULE = HERE / "rocketmq_java"
+GO_MODULE = HERE / "rocketmq_go"
+GO_BINARY = GO_MODULE / "bin" / "rocketmqgo"
 JAVA = shutil.which("java")
 MVN = shutil.which("mvn")
-#: The client versions the pom pins, by Maven profile folder.
-PROFILES = {"rocketmq-5": "5.3.3", "rocketmq-4": "4.9.8"}
+GO = shutil.which("go")
 TOPIC = "JavaTopic"
 QUEUES = 4
 # Generous: a JVM starting on a busy two-core CI machine may take seconds alone.
@@ -44,7 +51,7 @@ QUERY_CONSUMER_OFFSET = 14
 CREATE_TOPIC = 17
 
 
-def unavailable() -> str | None:
+def unavailable_java() -> str | None:
     """Why RocketMQ's Java client cannot run here, or None."""
     if JAVA is None:
         return "java is not on PATH: RocketMQ's client is a Java library"
@@ -56,11 +63,28 @@ def unavailable() -> str | None:
     return None
 
 
-def require_build(profile: str) -> None:
+def require_java_build(profile: str) -> None:
     """Fail (not skip) when the module was not built: `make test` builds it."""
     if not (MODULE / "target" / profile / "classpath.txt").exists():
         pytest.fail(f"{MODULE} is not built for {profile}: run `make rocketmq-java` "
                     f"(`make test` runs it)", pytrace=False)
+
+
+def unavailable_go() -> str | None:
+    """Why RocketMQ's Go client cannot run here, or None."""
+    if GO is None:
+        return "go is not on PATH: RocketMQ's Go client is built from its module"
+    unreachable = GO_MODULE / "bin" / "unreachable.txt"
+    if unreachable.exists():
+        return f"Go could not fetch RocketMQ's Go client: {unreachable.read_text().strip()}"
+    return None
+
+
+def require_go_build() -> None:
+    """Fail (not skip) when the Go program was not built: `make test` builds it."""
+    if not GO_BINARY.exists():
+        pytest.fail(f"{GO_BINARY} is not built: run `make rocketmq-go` (`make test` runs it)",
+                    pytrace=False)
 
 
 def java_argv(profile: str, home: Path, *args: str) -> list[str]:
@@ -80,12 +104,12 @@ def parse(line: bytes) -> dict[str, Any]:
         parsed = json.loads(line)
     except ValueError:
         parsed = None
-    assert isinstance(parsed, dict), f"the Java client printed {line!r}, not a JSON object"
+    assert isinstance(parsed, dict), f"the client printed {line!r}, not a JSON object"
     return parsed
 
 
-class JavaProcess:
-    """A running ``triomq.compat.Main``: what it printed so far."""
+class ScenarioProcess:
+    """A running scenario: what it printed so far."""
 
     def __init__(self, process: trio.Process, stderr: Path) -> None:
         self.process = process
@@ -107,7 +131,7 @@ class JavaProcess:
             while not condition():
                 while b"\n" not in self._pending:
                     chunk = await self.process.stdout.receive_some()
-                    assert chunk, f"the Java client exited early: {self.stderr.read_text()}"
+                    assert chunk, f"the client exited early: {self.stderr.read_text()}"
                     self._pending += chunk
                 raw, self._pending = self._pending.split(b"\n", 1)
                 line = parse(raw)
@@ -121,13 +145,14 @@ class JavaProcess:
         await self.until(lambda: len(self.messages) >= count)
 
 
-class JavaClient:
-    """Runs RocketMQ's Java client (one profile's jars) against a cluster's name server."""
+class ScenarioClient:
+    """Runs a client's scenarios (``program`` and a sub-command) against a cluster's name
+    server; ``home`` holds what they write besides their output."""
 
-    def __init__(self, cluster: Cluster, profile: str) -> None:
+    def __init__(self, cluster: Cluster, program: Callable[..., list[str]], home: Path) -> None:
         self.cluster = cluster
-        self.profile = profile
-        self.home = cluster.root / f"java-{profile}"
+        self.program = program
+        self.home = home
         self._runs = 0
 
     @property
@@ -139,7 +164,7 @@ class JavaClient:
         args = [command]
         for key, value in {"namesrv": self.namesrv, "topic": TOPIC, **options}.items():
             args += [f"--{key.replace('_', '-')}", str(value)]
-        return java_argv(self.profile, self.home, *args)
+        return self.program(*args)
 
     def _stderr(self, command: str) -> Path:
         self._runs += 1
@@ -155,7 +180,7 @@ class JavaClient:
         return [parse(line) for line in done.stdout.splitlines()]
 
     @asynccontextmanager
-    async def running(self, command: str, **options: object) -> AsyncIterator[JavaProcess]:
+    async def running(self, command: str, **options: object) -> AsyncIterator[ScenarioProcess]:
         """A scenario running until the block ends; its stdin is closed then, and it shuts
         its client down (storing offsets) and exits."""
         self.home.mkdir(exist_ok=True)
@@ -165,7 +190,7 @@ class JavaClient:
                 process = await nursery.start(partial(
                     trio.run_process, self.argv(command, **options), stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=errors, check=False))
-            running = JavaProcess(process, stderr)
+            running = ScenarioProcess(process, stderr)
             yield running
             await process.stdin.aclose()
             await running.until(lambda: any("stopped" in line for line in running.lines))
@@ -174,15 +199,30 @@ class JavaClient:
         assert process.returncode == 0, stderr.read_text()
 
     async def mqadmin(self, *commands: list[str]) -> list[dict[str, Any]]:
-        """mqadmin's commands run one after another in one JVM: each one's output."""
+        """mqadmin's commands run one after another in one JVM (the Java client's
+        ``mqadmin`` sub-command): each one's output."""
         self.home.mkdir(exist_ok=True)
         script = "".join("\t".join(command) + "\n" for command in commands)
         with trio.fail_after(WAIT * 2):
-            done = await trio.run_process(java_argv(self.profile, self.home, "mqadmin"),
+            done = await trio.run_process(self.program("mqadmin"),
                                           stdin=script.encode(), capture_stdout=True,
                                           capture_stderr=True, check=False)
         assert done.returncode == 0, done.stderr.decode()
         return [parse(line) for line in done.stdout.splitlines()]
+
+
+def java_client(cluster: Cluster, profile: str = "rocketmq-5") -> ScenarioClient:
+    """RocketMQ's Java client with Maven ``profile``'s jars."""
+    require_java_build(profile)
+    home = cluster.root / f"java-{profile}"
+    return ScenarioClient(cluster, partial(java_argv, profile, home), home)
+
+
+def go_client(cluster: Cluster) -> ScenarioClient:
+    """RocketMQ's Go client."""
+    require_go_build()
+    return ScenarioClient(cluster, lambda *args: [str(GO_BINARY), *args],
+                          cluster.root / "go")
 
 
 async def create_topic(admin: Node, master_address: str, namesrv: str, topic: str = TOPIC,
