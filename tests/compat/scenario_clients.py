@@ -261,3 +261,14 @@ async def consumer_offsets(admin: Node, master_address: str, group: str) -> dict
             "consumerGroup": group, "topic": TOPIC, "queueId": str(queue)})
         offsets[queue] = int(answer.ext_fields["offset"]) if answer.code == 0 else -1
     return offsets
+
+
+async def offsets_become(admin: Node, master_address: str, group: str,
+                         expected: dict[int, int]) -> None:
+    """Wait until the group's offsets on the master are ``expected``: RocketMQ's clients
+    store them with one-way requests (a liveness bound, not a timing)."""
+    offsets = None
+    with trio.move_on_after(WAIT):
+        while (offsets := await consumer_offsets(admin, master_address, group)) != expected:
+            await trio.sleep(0.05)
+    assert offsets == expected

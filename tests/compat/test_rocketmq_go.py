@@ -20,13 +20,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import trio
 
 from triomq.testing.cluster import BROKER_NAME
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compat_cluster import CompatCluster, failover
-from scenario_clients import QUEUES, WAIT, consumer_offsets, go_client, unavailable_go
+from scenario_clients import QUEUES, go_client, offsets_become, unavailable_go
 
 pytestmark = pytest.mark.skipif(unavailable_go() is not None, reason=str(unavailable_go()))
 
@@ -81,13 +80,8 @@ async def test_a_push_consumer_gets_every_message_once_and_stores_its_offsets(
         # requests; as it shuts down too, but then it closes its connections at once and
         # the broker may not have read them all.
         ends = Counter(r.message_queue.queue_id for r in sent)
-        expected = {q: ends[q] for q in range(QUEUES)}
-        offsets = None
-        with trio.move_on_after(WAIT):
-            while (offsets := await consumer_offsets(cluster.app, cluster.master_address,
-                                                     "go-push")) != expected:
-                await trio.sleep(0.1)
-        assert offsets == expected
+        await offsets_become(cluster.app, cluster.master_address, "go-push",
+                             {q: ends[q] for q in range(QUEUES)})
     got = consumer.messages
     assert sorted((m["msgId"], m["body"], m["tags"], m["keys"], m["queueId"], m["queueOffset"],
                    m["properties"]) for m in got) == sorted(

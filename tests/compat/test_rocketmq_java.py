@@ -29,8 +29,8 @@ from compat_cluster import CompatCluster, failover, read_until
 from scenario_clients import (
     QUEUES,
     TOPIC,
-    consumer_offsets,
     java_client,
+    offsets_become,
     unavailable_java,
     wait_routed,
 )
@@ -96,9 +96,13 @@ async def test_every_kind_of_send_is_stored_as_sent(cluster: CompatCluster, prof
 async def test_a_push_consumer_gets_every_message_once_and_stores_its_offsets(
         cluster: CompatCluster, profile: str) -> None:
     sent = await cluster.send(12)
-    async with java_client(cluster.cluster, profile).running("push", group="java-push",
-                                             mode="concurrent") as consumer:
+    ends = Counter(r.message_queue.queue_id for r in sent)
+    java = java_client(cluster.cluster, profile)
+    async with java.running("push", group="java-push", mode="concurrent") as consumer:
         await consumer.receive(12)
+        # Stored on the master every 500 ms (with one-way requests, as the client does).
+        await offsets_become(cluster.app, cluster.master_address, "java-push",
+                             {q: ends[q] for q in range(QUEUES)})
     got = consumer.messages
     assert sorted(map(printed, got)) == sorted(
         (r.msg_id, f"m {i}", f"Tag{'ABC'[i % 3]}", f"m-{i}", r.message_queue.queue_id,
@@ -107,10 +111,6 @@ async def test_a_push_consumer_gets_every_message_once_and_stores_its_offsets(
     assert all(m["storeHost"].endswith(master) and m["reconsumeTimes"] == 0
                and 0 < m["bornTimestamp"] <= m["storeTimestamp"] for m in got)
     assert {r.offset_msg_id for r in sent} == {m["offsetMsgId"] for m in got}
-    # It stored its offsets on the master as it shut down.
-    ends = Counter(r.message_queue.queue_id for r in sent)
-    assert await consumer_offsets(cluster.app, cluster.master_address, "java-push") \
-        == {q: ends[q] for q in range(QUEUES)}
 
 
 @pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])
@@ -159,8 +159,8 @@ async def test_the_lite_pull_consumer_subscribes_and_is_assigned(cluster: Compat
     assert sorted(m["msgId"] for m in got) == sorted(r.msg_id for r in sent)
     ends = Counter(r.message_queue.queue_id for r in sent)
     assert lines[-1] == {"committed": {str(q): ends[q] for q in range(QUEUES)}}
-    assert await consumer_offsets(cluster.app, cluster.master_address, "java-lite") \
-        == {q: ends[q] for q in range(QUEUES)}
+    await offsets_become(cluster.app, cluster.master_address, "java-lite",
+                         {q: ends[q] for q in range(QUEUES)})
 
     # The committed offsets hold for the group's next run: it gets only what is new.
     more = await cluster.send(4, prefix="later")
