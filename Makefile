@@ -108,4 +108,4 @@ test-busy: $(TEST_STAMP)
 	done
 
 clean:
-	rm -rf $(VENV) build *.egg-info $(ALI_ONS)/node_modules $(ROCKETMQ_JAVA)/target $(ROCKETMQ_GO)/bin
+	rm -rf $(VENV) build *.egg-info $(ALI_ONS)/node_modules
