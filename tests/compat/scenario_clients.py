@@ -42,7 +42,7 @@ GO_BINARY = GO_MODULE / "bin" / "rocketmqgo"
 JAVA = shutil.which("java")
 MVN = shutil.which("mvn")
 GO = shutil.which("go")
-TOPIC = "JavaTopic"
+TOPIC = "CompatTopic"
 QUEUES = 4
 # Generous: a JVM starting on a busy two-core CI machine may take seconds alone.
 WAIT = 120
