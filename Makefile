@@ -10,7 +10,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 PACKAGING := pyproject.toml setup.py $(wildcard framework/protocol/*.c framework/protocol/*.h)
 
-.PHONY: test run lint clean soak test-busy ali-ons
+.PHONY: test run lint clean soak test-busy ali-ons rocketmq-java rocketmq-go
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,30 @@ $(ALI_ONS_STAMP): $(wildcard $(ALI_ONS)/package-lock.json)
 
 ali-ons: $(ALI_ONS_STAMP)
 
+# RocketMQ's own Java client and mqadmin (tests/compat/test_rocketmq_java.py), at the
+# versions its pom.xml pins: built again only when the pom or the scenarios change,
+# and only where mvn is (without it those tests skip; so they do, saying why, where
+# Maven Central cannot be reached).
+ROCKETMQ_JAVA := tests/compat/rocketmq_java
+ROCKETMQ_JAVA_STAMP := $(ROCKETMQ_JAVA)/target/.built
+MVN := $(shell command -v mvn)
+
+$(ROCKETMQ_JAVA_STAMP): $(wildcard $(ROCKETMQ_JAVA)/pom.xml $(ROCKETMQ_JAVA)/src/main/*/*.xml $(ROCKETMQ_JAVA)/src/main/java/triomq/compat/*.java)
+	sh $(ROCKETMQ_JAVA)/build.sh
+
+rocketmq-java: $(ROCKETMQ_JAVA_STAMP)
+
+# RocketMQ's Go client (tests/compat/test_rocketmq_go.py), at the versions go.mod and
+# go.sum pin: built again only when they or the program change, and only where go is.
+ROCKETMQ_GO := tests/compat/rocketmq_go
+ROCKETMQ_GO_BINARY := $(ROCKETMQ_GO)/bin/rocketmqgo
+GO := $(shell command -v go)
+
+$(ROCKETMQ_GO_BINARY): $(wildcard $(ROCKETMQ_GO)/go.mod $(ROCKETMQ_GO)/go.sum $(ROCKETMQ_GO)/*.go)
+	sh $(ROCKETMQ_GO)/build.sh
+
+rocketmq-go: $(ROCKETMQ_GO_BINARY)
+
 # import-linter and mypy find a package by its folder, and framework/ and
 # plugins/ are one package (triomq, triomq.plugins) only once installed: they
 # read a view of it in build/, linked file by file (pyproject.toml has their
@@ -54,7 +78,7 @@ define lint_steps
 	$(BIN)/mypy
 endef
 
-test: $(TEST_STAMP) $(if $(NODE),ali-ons)
+test: $(TEST_STAMP) $(if $(NODE),ali-ons) $(if $(MVN),rocketmq-java) $(if $(GO),rocketmq-go)
 	$(lint_steps)
 	$(BIN)/python -m pytest
 

@@ -7,6 +7,8 @@
 - ``processor.BrokerProcessor``: puts (SEND_MESSAGE_V2) and offset queries.
 - ``batch_send.BatchSendHandler``: SEND_BATCH_MESSAGE through the same checks and put
   path; ``batch`` decodes RocketMQ's batch body (pure).
+- ``send_v1.SendV1Handler``: SEND_MESSAGE, the send whose header spells its fields out
+  (RocketMQ's Go client), read as the V2 header and served as one of those two.
 - ``clients.ClientService``: heartbeats, consumer lists, NOTIFY_CONSUMER_IDS_CHANGED and
   ``config/subscriptionGroup.json``, over the pure ``client_table``, ``heartbeat`` and
   ``subscription_groups``.

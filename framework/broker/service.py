@@ -48,6 +48,7 @@ from triomq.broker.pull_service import (
 from triomq.broker.queries import QueryService
 from triomq.broker.replicas_manager import BrokerRole, ReplicasManager, check_replica_address
 from triomq.broker.runtime_info import RuntimeInfoService
+from triomq.broker.send_v1 import SendV1Handler
 from triomq.broker.topics import TopicService, load_topics
 from triomq.clock import now_ms
 from triomq.errors import ConfigError, PluginError
@@ -293,7 +294,9 @@ async def broker_service(node: Node, *,
                                    lambda: broker.master_rpc_address())
                 register_group_checks(node.rpc_server)
                 processor.register(node.rpc_server)
-                BatchSendHandler(processor).register(node.rpc_server)
+                batches = BatchSendHandler(processor)
+                batches.register(node.rpc_server)
+                SendV1Handler(processor, batches).register(node.rpc_server)
                 if config.message_index_enable:
                     broker.index = IndexService(log, root, config)
                     await nursery.start(broker.index.run)

@@ -13,8 +13,6 @@ master died.
 from __future__ import annotations
 
 import collections
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,68 +24,18 @@ from triomq.client.listener import ConsumeConcurrentlyStatus, MessageListenerCon
 from triomq.client.message import Message, MessageExt, SendStatus
 from triomq.client.producer import Producer
 from triomq.client.push_consumer import PushConsumer
-from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
+from triomq.controller.client import ControllerClient, ReplicaInfo
 from triomq.rpc import RpcError
-from triomq.testing.cluster import BROKER_NAME, free_tcp_port, open_cluster
+from triomq.testing.cluster import open_cluster
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from broker_processes import Replica, wait_group
 
 TOPIC = "Orders"
 GROUP = "OrderReaders"
 QUEUES = 4
-ROOT = Path(__file__).resolve().parents[2]
 QUERY_CONSUMER_OFFSET = 14
 CREATE_TOPIC = 17
-
-
-def broker_toml(name: str, root: Path, address: str, controllers: list[str], namesrv: str
-                ) -> str:
-    quoted = ", ".join(f'"{c}"' for c in controllers)
-    return f"""
-name = "{name}"
-role = "broker"
-listen = "{address}"
-log_level = "WARNING"
-[store]
-path = "{root / name}"
-[broker]
-broker_name = "{BROKER_NAME}"
-enable_controller_mode = true
-controller_addresses = [{quoted}]
-namesrv_addr = ["{namesrv}"]
-ha_listen_port = {free_tcp_port()}
-all_ack_in_sync_state_set = true
-"""
-
-
-class Replica:
-    """One broker replica as a process of its own, at a fixed address."""
-
-    def __init__(self, name: str, root: Path, controllers: list[str], namesrv: str) -> None:
-        self.name = name
-        self.address = f"tcp://127.0.0.1:{free_tcp_port()}"
-        self.config = root / f"{name}.toml"
-        self.config.write_text(broker_toml(name, root, self.address, controllers, namesrv))
-        self.log = root / f"{name}.log"
-        self.process: trio.Process | None = None
-
-    async def start(self) -> None:
-        with open(self.log, "ab") as log:
-            self.process = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "triomq.cli", "broker", "--config", str(self.config)],
-                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
-
-    async def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        await self.process.wait()
-
-    async def stop(self) -> None:
-        if self.process is not None and self.process.returncode is None:
-            self.process.terminate()
-            with trio.move_on_after(10) as waited:
-                await self.process.wait()
-            if waited.cancelled_caught:
-                self.process.kill()
-                await self.process.wait()
 
 
 class Deliveries:
@@ -122,18 +70,9 @@ async def test_a_consumer_group_keeps_consuming_through_a_master_sigkill(tmp_pat
                                                    namesrv) for i in (1, 2, 3))}
         controllers = ControllerClient(client.rpc, controller_addresses)
 
-        async def group(min_epoch: int = 0):
-            with trio.fail_after(60):
-                while True:
-                    try:
-                        info = await controllers.get_replica_info(BROKER_NAME)
-                    except (ControllerError, ControllerUnavailable):
-                        info = None  # no leader yet, or the group not registered yet
-                    if (info is not None and info.master_address in replicas
-                            and info.master_epoch > min_epoch
-                            and len(info.sync_state_set) == 3 - (min_epoch > 0)):
-                        return info
-                    await trio.sleep(0.05)
+        async def group(min_epoch: int = 0) -> ReplicaInfo:
+            return await wait_group(controllers, replicas, epoch_above=min_epoch,
+                                    in_sync=3 - (min_epoch > 0))
 
         try:
             for replica in replicas.values():

@@ -1,0 +1,99 @@
+"""RocketMQ's Go client (``github.com/apache/rocketmq-client-go/v2``), run unchanged
+against a triomq cluster.
+
+A second family of client: it writes its requests with code of its own (its
+headers, its batch encoding, its heartbeat), not the Java client's. Its producer
+and push consumer run as ``rocketmq_go/bin/rocketmqgo`` against the cluster of
+``compat_cluster.py``; what they print is held against what was sent and what
+triomq's own client sees.
+
+Skipped, with the reason, without ``go`` on PATH or where the Go module proxy
+could not be reached; with go but the program not built (``make rocketmq-go``,
+which ``make test`` runs), every test fails saying so.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from triomq.testing.cluster import BROKER_NAME
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compat_cluster import CompatCluster, failover
+from scenario_clients import QUEUES, go_client, offsets_become, unavailable_go
+
+pytestmark = pytest.mark.skipif(unavailable_go() is not None, reason=str(unavailable_go()))
+
+# The Go client writes the time and counter of its message ids in lower case.
+UNIQ_ID = re.compile("[0-9A-F]{20}[0-9a-f]{12}")
+OFFSET_ID = re.compile("7F000001[0-9A-F]{24}")
+
+
+async def test_every_kind_of_send_is_stored_as_sent(cluster: CompatCluster) -> None:
+    count = 6
+    lines = await go_client(cluster.cluster).run("send", group="go-producer", count=count,
+                                                 modes="sync,async,oneway,batch")
+    results = {(line["mode"], line["i"]): line for line in lines}
+    assert set(results) == {(mode, i) for mode in ("sync", "async", "oneway")
+                            for i in range(count)} | {("batch", 0)}
+    master = cluster.master_address.removeprefix("tcp://")
+    answered = [line for line in lines if "sendStatus" in line]
+    assert all(line["sendStatus"] == "SEND_OK" and line["brokerName"] == BROKER_NAME
+               and line["storeHost"] == master for line in answered)
+    # The Go client names no message of a batch (it sets no UNIQ_KEY in them), so its
+    # answer has no msgId: the broker's offset ids name them.
+    (batch,) = (line for line in lines if line["mode"] == "batch")
+    assert batch["msgId"] == "" and len(batch["offsetMsgIds"]) == count
+    assert all(UNIQ_ID.fullmatch(line["msgId"]) for line in answered if line is not batch)
+    assert all(OFFSET_ID.fullmatch(i) for line in answered
+               for i in line.get("offsetMsgIds", [line["offsetMsgId"]]))
+
+    got = {m.properties["scenario"] + " " + m.properties["seq"]: m
+           for m in await cluster.read_all(4 * count)}
+    assert len(got) == 4 * count
+    for (mode, i), line in results.items():
+        for n in range(count) if mode == "batch" else [i]:
+            message = got[f"{mode} {n}"]
+            assert (message.body.decode(), message.tags, message.keys) \
+                == (f"{mode} {n}", f"Tag{'ABC'[n % 3]}", (f"key-{mode}-{n}",))
+            if mode == "batch":  # one queue, one offset after another, ids in order
+                assert (message.queue_id, message.queue_offset, message.msg_id,
+                        message.offset_msg_id) == (line["queueId"], line["queueOffset"] + n,
+                                                   line["offsetMsgIds"][n], line["offsetMsgIds"][n])
+            elif mode != "oneway":
+                assert (message.queue_id, message.queue_offset, message.msg_id,
+                        message.offset_msg_id) == (line["queueId"], line["queueOffset"],
+                                                   line["msgId"], line["offsetMsgId"])
+
+
+async def test_a_push_consumer_gets_every_message_once_and_stores_its_offsets(
+        cluster: CompatCluster) -> None:
+    sent = await cluster.send(12)
+    async with go_client(cluster.cluster).running("push", group="go-push") as consumer:
+        await consumer.receive(12)
+        # The Go client stores its offsets 10 s after it starts, then every 5 s, with one-way
+        # requests; as it shuts down too, but then it closes its connections at once and
+        # the broker may not have read them all.
+        ends = Counter(r.message_queue.queue_id for r in sent)
+        await offsets_become(cluster.app, cluster.master_address, "go-push",
+                             {q: ends[q] for q in range(QUEUES)})
+    got = consumer.messages
+    assert sorted((m["msgId"], m["body"], m["tags"], m["keys"], m["queueId"], m["queueOffset"],
+                   m["properties"]) for m in got) == sorted(
+        (r.msg_id, f"m {i}", f"Tag{'ABC'[i % 3]}", f"m-{i}", r.message_queue.queue_id,
+         r.queue_offset, {"scenario": "m", "seq": str(i)}) for i, r in enumerate(sent))
+    master = cluster.master_address.removeprefix("tcp://")
+    assert all(m["storeHost"] == master and m["reconsumeTimes"] == 0
+               and 0 < m["bornTimestamp"] <= m["storeTimestamp"] for m in got)
+    assert {r.offset_msg_id for r in sent} == {m["offsetMsgId"] for m in got}
+
+
+async def test_the_producer_follows_the_new_master_after_a_sigkill_losing_nothing_acknowledged(
+        tmp_path: Path, refused_requests: None) -> None:
+    # The Go client learns the new master at its next route poll: every 30 s, fixed.
+    await failover(tmp_path, go_client)
