@@ -4,14 +4,19 @@ restart too, from the checkpoint in its newest file."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import trio
-from broker_nodes import Cluster, caught_up, wait_until
+from broker_nodes import Cluster, caught_up, plugins, wait_until
 from test_queries import INDEX, query, records
 
+from triomq.broker import index_dispatch, index_service
 from triomq.broker.client import Producer
 from triomq.broker.codes import ResponseCode
+from triomq.broker.config import BrokerConfig
 from triomq.broker.index_service import IndexService
+from triomq.protocol.message import MessageRecord
 
 SYNC_ALL = "all_ack_in_sync_state_set = true"
 
@@ -89,3 +94,34 @@ async def test_the_index_catches_up_from_its_checkpoint_after_a_restart(tmp_path
         # Each record's two keys and its UNIQ_KEY once: it resumed at its checkpoint,
         # nothing indexed twice.
         assert sum(f.index.header.index_count - 1 for f in a.index.store._files) == 8 * 3
+
+
+async def test_a_backlog_is_indexed_in_batches_by_a_worker_thread(tmp_path, monkeypatch) -> None:
+    log = plugins().log_store("commitlog", "mmap")(str(tmp_path), {"segment_size": 1 << 20})
+    records = [MessageRecord(topic="orders", body=bytes(1000), properties={
+        "UNIQ_KEY": f"{i:032X}", "KEYS": f"k{i} all"}) for i in range(300)]
+    log.append_batch(records)  # 300 KB: batches of THREAD_BYTES and more
+    threads = []
+    index_batch = index_service._index_batch
+
+    def recorded(*args):
+        threads.append(threading.current_thread() is threading.main_thread())
+        return index_batch(*args)
+
+    monkeypatch.setattr(index_service, "_index_batch", recorded)
+    index = IndexService(log, str(tmp_path), BrokerConfig(max_hash_slot_num=64,
+                                                          max_index_num=4096))
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(index.run)
+            await wait_until(lambda: index.caught_up)
+            found = await index.query("orders#k123", 8, 0, 2**62)
+            every = await index.query("orders#all", 1000, 0, 2**62)
+            nursery.cancel_scope.cancel()
+        assert [log.read_record(offset).properties["KEYS"] for offset in found.offsets] == [
+            "k123 all"]
+        assert len(set(every.offsets)) == 300
+    finally:
+        log.close()
+    if index_dispatch.SPEEDUPS:
+        assert threads and not any(threads)  # never on the loop's thread
