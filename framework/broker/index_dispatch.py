@@ -6,7 +6,11 @@ for each word of its ``KEYS`` property (space-separated), unless it is a
 rolled-back transactional message. ``walk`` reads the records of bytes
 read from a log (already checked by the store: it reads only the fields
 the index needs) and says where the next read starts: after the last
-whole record, or at the next segment for a blank.
+whole record, or at the next segment for a blank. ``key_hashes`` gives the
+same walk's keys as index entries ready for ``IndexFile.put_hashed``
+(``keyHash:4 | phyOffset:8 | storeTimestamp:8`` each); its C version
+(``triomq.protocol._speedups``) runs without the GIL, so the index service
+hashes a batch in a worker thread while the broker's loop goes on.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import struct
 
 import attrs
 
+from triomq.broker.index_file import key_hash
+from triomq.protocol.extensions import optional_extension
 from triomq.protocol.message import (
     BLANK_MAGIC,
     BORNHOST_V6,
@@ -29,7 +35,8 @@ from triomq.protocol.message import (
     properties_from_bytes,
 )
 
-__all__ = ["KEY_SEPARATOR", "IndexedRecord", "index_keys", "walk"]
+__all__ = ["KEY_ENTRY", "KEY_SEPARATOR", "SPEEDUPS", "IndexedRecord", "index_keys",
+           "key_hashes", "key_hashes_py", "walk"]
 
 KEY_SEPARATOR = " "
 
@@ -37,6 +44,13 @@ _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
 _Q64 = struct.Struct(">q")
 _TOTAL_MAGIC = struct.Struct(">iI")
+#: One hashed key: keyHash, phyOffset, storeTimestamp.
+KEY_ENTRY = struct.Struct(">iqq")
+
+_speedups = optional_extension("_speedups")  # None: the pure-Python versions
+_key_hashes = getattr(_speedups, "key_hashes", None)
+#: Whether ``key_hashes`` runs in C, without the GIL.
+SPEEDUPS = _key_hashes is not None
 
 
 @attrs.frozen
@@ -119,3 +133,25 @@ def walk(buf: bytes | memoryview, base_offset: int, segment_size: int
         records.append(_record(buf, pos, total, magic, base_offset))
         pos += total
     return records, base_offset + pos
+
+
+def key_hashes_py(buf: bytes | memoryview, base_offset: int, segment_size: int
+                  ) -> tuple[bytes, int]:
+    """``walk``'s records as hashed keys, in log order, and where the next read starts."""
+    records, following = walk(buf, base_offset, segment_size)
+    pack = KEY_ENTRY.pack
+    entries = b"".join(pack(key_hash(key), record.offset, record.store_timestamp)
+                       for record in records for key in record.keys)
+    return entries, following
+
+
+def key_hashes(buf: bytes | memoryview, base_offset: int, segment_size: int
+               ) -> tuple[bytes, int]:
+    """``key_hashes_py``, in C where it is built (the Python version judges anything
+    unusual and raises its ``RecordError``)."""
+    if _key_hashes is not None:
+        found = _key_hashes(buf, base_offset, segment_size)
+        if found is not None:
+            entries, following = found
+            return entries, following
+    return key_hashes_py(buf, base_offset, segment_size)

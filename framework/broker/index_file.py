@@ -18,6 +18,8 @@ entries; the next starts with the full one's end as its begin.
 
 ``IndexFile`` does the arithmetic over any writable buffer (the broker's is
 a mapped file, a test's a ``bytearray``); it never does I/O itself.
+``put_hashed`` puts keys already hashed (``index_dispatch.key_hashes``), in C
+where it is built.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import struct
 from typing import Any
 
 import attrs
+
+from triomq.protocol.extensions import optional_extension
 
 __all__ = [
     "ENTRY_SIZE",
@@ -50,6 +54,10 @@ _INT_MAX = 2**31 - 1
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
 _SLOT = struct.Struct(">i")
+#: A hashed key as ``index_dispatch.key_hashes`` gives it: keyHash, phyOffset, storeTimestamp.
+_KEY_ENTRY = struct.Struct(">iqq")
+
+_put_entries = getattr(optional_extension("_speedups"), "put_index_entries", None)
 
 #: A writable buffer: a ``bytearray``, a ``memoryview`` or a mapped file.
 Buffer = Any
@@ -152,8 +160,35 @@ class IndexFile:
         """Index ``key`` for the record at ``phy_offset``; False when the file is full."""
         if self.is_full:
             return False
+        self._put(key_hash(key), phy_offset, store_timestamp)
+        return True
+
+    def put_hashed(self, entries: bytes, start: int = 0) -> int:
+        """Put the hashed keys of ``entries`` from entry ``start`` on, until the file is
+        full; how many it took."""
+        if _put_entries is None:
+            return self.put_hashed_py(entries, start)
+        h = self.header
+        count, fields = _put_entries(
+            self.buf, self.slot_num, self.index_num,
+            (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset,
+             h.hash_slot_count, h.index_count), entries, start)
+        self.header = IndexHeader(*fields)
+        return int(count)
+
+    def put_hashed_py(self, entries: bytes, start: int = 0) -> int:
+        """``put_hashed`` in Python (the reference)."""
+        count = 0
+        for h, phy_offset, store_timestamp in _KEY_ENTRY.iter_unpack(
+                memoryview(entries)[start * _KEY_ENTRY.size:]):
+            if self.is_full:
+                break
+            self._put(h, phy_offset, store_timestamp)
+            count += 1
+        return count
+
+    def _put(self, h: int, phy_offset: int, store_timestamp: int) -> None:
         header = self.header
-        h = key_hash(key)
         slot_at = self.slot_position(h)
         previous = _SLOT.unpack_from(self.buf, slot_at)[0]
         if previous <= INVALID_INDEX or previous > header.index_count:
@@ -175,7 +210,6 @@ class IndexFile:
         header.end_phy_offset = phy_offset
         header.end_timestamp = store_timestamp
         header.pack_into(self.buf)
-        return True
 
     def time_matched(self, begin: int, end: int) -> bool:
         """Whether ``[begin, end]`` (ms) overlaps the file's time span."""

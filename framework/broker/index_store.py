@@ -11,7 +11,8 @@ counts) is left alone and not read.
 
 All methods block (file creation, ``msync``): the broker's index service
 calls ``flush`` and ``close`` in a worker thread; puts touch only memory
-except when a file is created.
+except when a file is created. The index service puts in a worker thread
+and queries only between its batches.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 
 import attrs
 
+from triomq.broker.index_dispatch import KEY_ENTRY
 from triomq.broker.index_file import IndexFile, file_size
 
 __all__ = ["INDEX_DIR", "IndexStore", "QueryResult"]
@@ -118,6 +120,21 @@ class IndexStore:
         if not mapped.index.put_key(key, phy_offset, store_timestamp):
             mapped = self._new_file()
             mapped.index.put_key(key, phy_offset, store_timestamp)
+        mapped.dirty = True
+
+    def put_hashed(self, entries: bytes) -> None:
+        """Index the hashed keys of ``entries`` (``index_dispatch.key_hashes``) in the
+        newest file, and in new ones as files fill."""
+        count = len(entries) // KEY_ENTRY.size
+        mapped = self._files[-1] if self._files else self._new_file()
+        done = mapped.index.put_hashed(entries)
+        while done < count:
+            mapped.dirty = True
+            mapped = self._new_file()
+            took = mapped.index.put_hashed(entries, done)
+            if not took:
+                break  # max_index_num leaves no room for a key
+            done += took
         mapped.dirty = True
 
     def query(self, key: str, max_num: int, begin: int, end: int) -> QueryResult:

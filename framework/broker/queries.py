@@ -68,12 +68,12 @@ def _integer(request: RemotingCommand, what: str, key: str,
     return value
 
 
-def _handler(what: str, answer: Callable[[RemotingCommand, str], RemotingCommand]
+def _handler(what: str, answer: Callable[[RemotingCommand, str], Awaitable[RemotingCommand]]
              ) -> Callable[[RemotingCommand, RpcConnection], Awaitable[RemotingCommand]]:
     """A request handler answering INVALID_PARAMETER for a bad header field."""
     async def handle(request: RemotingCommand, peer: RpcConnection) -> RemotingCommand:
         try:
-            return answer(request, what)
+            return await answer(request, what)
         except _BadField as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=exc.remark)
     return handle
@@ -89,33 +89,34 @@ class QueryService:
         self.config = config
 
     def register(self, server: RpcServer) -> None:
-        for code, what, answer in [
+        for code, what, answer, inline in [
             (RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, "SEARCH_OFFSET_BY_TIMESTAMP",
-             self.search_offset),
+             self.search_offset, True),
             (RequestCode.GET_EARLIEST_MSG_STORETIME, "GET_EARLIEST_MSG_STORETIME",
-             self.earliest_store_time),
-            (RequestCode.VIEW_MESSAGE_BY_ID, "VIEW_MESSAGE_BY_ID", self.view_message),
-            (RequestCode.QUERY_MESSAGE, "QUERY_MESSAGE", self.query_message),
+             self.earliest_store_time, True),
+            (RequestCode.VIEW_MESSAGE_BY_ID, "VIEW_MESSAGE_BY_ID", self.view_message, True),
+            # Waits for the index's batch being put, if any.
+            (RequestCode.QUERY_MESSAGE, "QUERY_MESSAGE", self.query_message, False),
         ]:
-            server.register(code, _handler(what, answer), inline=True)
+            server.register(code, _handler(what, answer), inline=inline)
 
     def _queue(self, request: RemotingCommand, what: str) -> tuple[str, int]:
         return (_text(request, what, "topic"),
                 _integer(request, what, "queueId", (0, _INT32[1])))
 
-    def search_offset(self, request: RemotingCommand, what: str) -> RemotingCommand:
+    async def search_offset(self, request: RemotingCommand, what: str) -> RemotingCommand:
         topic, queue_id = self._queue(request, what)
         timestamp = _integer(request, what, "timestamp")
         offset = self.log.search_queue_offset(topic, queue_id, timestamp)
         return RemotingCommand.response(ext_fields={"offset": str(offset)})
 
-    def earliest_store_time(self, request: RemotingCommand, what: str) -> RemotingCommand:
+    async def earliest_store_time(self, request: RemotingCommand, what: str) -> RemotingCommand:
         topic, queue_id = self._queue(request, what)
         earliest = self.log.earliest_store_time(topic, queue_id)
         return RemotingCommand.response(
             ext_fields={"timestamp": str(-1 if earliest is None else earliest)})
 
-    def view_message(self, request: RemotingCommand, what: str) -> RemotingCommand:
+    async def view_message(self, request: RemotingCommand, what: str) -> RemotingCommand:
         offset = _integer(request, what, "offset")
         data = self.record_bytes(offset)
         if data is None:
@@ -138,7 +139,7 @@ class QueryService:
             return None
         return data if size == len(data) and record.physical_offset == offset else None
 
-    def query_message(self, request: RemotingCommand, what: str) -> RemotingCommand:
+    async def query_message(self, request: RemotingCommand, what: str) -> RemotingCommand:
         topic = _text(request, what, "topic")
         key = _text(request, what, "key")
         max_num = _integer(request, what, "maxNum", _INT32)
@@ -147,7 +148,7 @@ class QueryService:
         if request.ext_fields.get(UNIQUE_KEY_QUERY) == "true":
             max_num = self.config.default_query_max_num
         max_num = min(max_num, self.config.max_msgs_num_batch)
-        found = (self.index.query(f"{topic}#{key}", max_num, begin, end)
+        found = (await self.index.query(f"{topic}#{key}", max_num, begin, end)
                  if self.index is not None and max_num > 0 else None)
         body = bytearray()
         wanted = f"{topic}#{key}"

@@ -3,7 +3,8 @@
  * - pack_records: encode a batch of MessageRecord objects (RocketMQ's record
  *   layout, blank padding at segment ends, consume-queue entries);
  * - index_records: walk replicated log bytes, check every record and collect
- *   the consume-queue entries it needs.
+ *   the consume-queue entries it needs;
+ * - key_hashes and put_index_entries: the message index's (_speedups_keys.c).
  *
  * Both mirror the pure-Python functions of triomq.protocol.commitlog_layout
  * (the reference; tests compare the two). Neither raises for bad input: on
@@ -20,6 +21,8 @@ static PyMethodDef methods[] = {
     {"pack_records", pack_records, METH_VARARGS, pack_records_doc},
     {"index_records", index_records, METH_VARARGS, index_records_doc},
     {"crc32", crc32_py, METH_VARARGS, crc32_doc},
+    {"key_hashes", key_hashes, METH_VARARGS, key_hashes_doc},
+    {"put_index_entries", put_index_entries, METH_VARARGS, put_index_entries_doc},
     {NULL, NULL, 0, NULL},
 };
 

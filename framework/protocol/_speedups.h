@@ -385,12 +385,16 @@ static inline int utf8_check(const unsigned char *p, Py_ssize_t n, uint32_t *has
     return 0;
 }
 
-/* The module's functions (_speedups_pack.c, _speedups_index.c). */
+/* The module's functions (_speedups_pack.c, _speedups_index.c, _speedups_keys.c). */
 int speedups_pack_init(void);
 extern const char pack_records_doc[];
 PyObject *pack_records(PyObject *module, PyObject *args);
 extern const char index_records_doc[];
 PyObject *index_records(PyObject *module, PyObject *args);
+extern const char key_hashes_doc[];
+PyObject *key_hashes(PyObject *module, PyObject *args);
+extern const char put_index_entries_doc[];
+PyObject *put_index_entries(PyObject *module, PyObject *args);
 extern const char crc32_doc[];
 PyObject *crc32_py(PyObject *module, PyObject *args);
 
