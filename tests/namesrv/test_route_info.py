@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from triomq.namesrv.route_info import (
+    STATE_VERSION_LEAD_LIMIT,
     BrokerKey,
     BrokerRegistration,
     MinBrokerIdChanged,
@@ -58,11 +59,11 @@ def test_a_promoted_slave_moves_to_id_0_and_the_deposed_master_cannot_take_it_ba
     assert addrs(route) == {0: "h:2", 1: "h:1"}
 
 
-def test_a_deposed_master_cannot_take_id_0_back_after_the_new_one_left() -> None:
+def test_a_deposed_master_cannot_take_id_0_back_after_the_new_one_fell_silent() -> None:
     route = RouteInfo()
     route.register(reg(0, "h:1", version=DataVersion(1, 1, 1)), now=0, connection="old")
     route.register(reg(0, "h:2", version=DataVersion(2, 5, 2)), now=10, connection="new")
-    route.connection_closed("new")
+    route.connection_closed("old")
     route.expire(now=200_000)  # the group left the table altogether
     assert route.cluster_info().broker_addr_table == {}
     with pytest.raises(RouteRefused, match="state version 1 is older than 2"):
@@ -74,6 +75,44 @@ def test_a_deposed_master_cannot_take_id_0_back_after_the_new_one_left() -> None
     assert addrs(route) == {0: "h:3", 1: "h:1"}
     assert RouteInfo().register(reg(0, "h:1", version=DataVersion(1, 9, 9)), now=0) == (
         RegisterResult())  # a restarted name server knows no epoch
+
+
+def test_a_master_version_goes_with_its_closed_connection() -> None:
+    route = RouteInfo()
+    route.register(reg(0, "h:1", version=DataVersion(3, 1, 1)), now=0, connection="real")
+    route.connection_closed("real")
+    # One registration naming the group's master with a newer version, then gone.
+    route.register(reg(0, "h:1", version=DataVersion(5, 1, 1)), now=1, connection="forged")
+    route.connection_closed("forged")
+    assert route.register(reg(0, "h:1", version=DataVersion(3, 2, 2)), now=2,
+                          connection="real-again") == RegisterResult()
+    assert addrs(route) == {0: "h:1"}
+
+
+def test_a_state_version_far_ahead_outranks_no_live_master() -> None:
+    route = RouteInfo()
+    far = 3 + STATE_VERSION_LEAD_LIMIT + 1
+    route.register(reg(0, "h:1", version=DataVersion(3, 1, 1)), now=0, connection="real")
+    # Far ahead of the live master: refused, at its address or another.
+    with pytest.raises(RouteRefused, match=f"state version {far} is more than 64 ahead of "
+                                           "the live master h:1's 3"):
+        route.register(reg(0, "h:9", version=DataVersion(far, 1, 1)), now=1, connection="x")
+    with pytest.raises(RouteRefused, match=f"state version {far} is more than 64 ahead of "
+                                           "the registered 3"):
+        route.register(reg(0, "h:1", version=DataVersion(far, 1, 1)), now=1, connection="x")
+    assert addrs(route) == {0: "h:1"}
+    # Taken while the master was away, id 0 goes back to the master, at its own version.
+    route.connection_closed("real")
+    route.register(reg(0, "h:9", version=DataVersion(999, 1, 1)), now=2, connection="x")
+    assert route.register(reg(0, "h:1", version=DataVersion(3, 2, 2)), now=3,
+                          connection="real") == RegisterResult()
+    assert addrs(route) == {0: "h:1"}
+    route.connection_closed("real")
+    route.register(reg(0, "h:1", version=DataVersion(999, 1, 1)), now=4, connection="x2")
+    route.connection_closed("x2")  # a forged registration goes with its connection
+    assert route.register(reg(0, "h:1", version=DataVersion(3, 3, 3)), now=5,
+                          connection="real") == RegisterResult()
+    assert addrs(route) == {0: "h:1"}
 
 
 def test_a_closed_connection_removes_its_broker_at_once() -> None:
