@@ -260,3 +260,40 @@ async def test_a_tcp_slave_that_stops_reading_is_dropped():
         assert not master.tracker.slaves["s"].connected
         await stalled.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def handshake_and_ack(stream: trio.abc.Stream, slave: str, offset: int) -> None:
+    await stream.send_all(encode(SlaveHandshake(slave)) + encode(Ack(offset)))
+
+
+async def test_acks_count_for_the_slave_of_their_connection_only(autojump_clock):
+    m = Node("m")
+    m.log.append(b"x" * 300)
+    transport, address = inproc()
+    async with trio.open_nursery() as nursery:
+        manager, master = await start_master(nursery, transport, address, m)
+        first = await transport.connect(manager.ha_address)
+        await handshake_and_ack(first, "s", 0)
+        await wait_for(lambda: master.tracker.ack_offset("s", 300) == 0)
+
+        # A second handshake claiming the same slave replaces the first connection.
+        second = await transport.connect(manager.ha_address)
+        await handshake_and_ack(second, "s", 0)
+        await wait_for(lambda: manager.ha_connections_evicted == 1)
+        with pytest.raises(trio.BrokenResourceError):
+            while await first.receive_some():
+                pass  # the master's answers, then the end
+            await first.send_all(encode(Ack(300)))
+        assert master.tracker.slaves["s"].connections == 1
+
+        # Another slave's acks never count for "s".
+        other = await transport.connect(manager.ha_address)
+        await handshake_and_ack(other, "t", 0)
+        received = b""
+        while received.count(b"x") < 300:  # the log's bytes, in batches
+            received += await other.receive_some()
+        await other.send_all(encode(Ack(300)))
+        await wait_for(lambda: master.tracker.ack_offset("t", 300) == 300)
+        assert master.tracker.ack_offset("s", 300) == 0
+        assert (manager.ha_connections, master.transferring) == (2, 2)
+        nursery.cancel_scope.cancel()
