@@ -21,9 +21,8 @@ Rules kept from RocketMQ:
 - Beyond RocketMQ, which checks only against a live holder: id 0 is not
   given to a registration older than the newest state version a master of
   the group registered with since this name server started, even after that
-  master fell silent, so a deposed master cannot take the group back while
-  the new one is cut off. That memory goes with the master's connection when
-  it closes, as the master's registration does.
+  master left, so a deposed master cannot take the group back when the new
+  one disconnects or falls silent (the routed master's epoch never goes back).
 - No single registration locks the real master out: a state version more
   than ``STATE_VERSION_LEAD_LIMIT`` ahead of another outranks nothing (a
   master epoch moves by one per election, and the name server hears of the
@@ -179,10 +178,9 @@ class RouteInfo:
         self.version = 0
         self._route_bodies: dict[str, bytes] = {}
         self._bodies_version = 0
-        #: (cluster, group) -> the newest state version a master registered with, and
-        #: the connection it came on; kept when the group falls silent, dropped when
-        #: that connection closes.
-        self._master_versions: dict[tuple[str, str], tuple[int, Hashable | None]] = {}
+        #: (cluster, group) -> the newest state version a master registered with; kept
+        #: when the group leaves (one number per group this name server ever saw).
+        self._master_versions: dict[tuple[str, str], int] = {}
 
     # -- registration -----------------------------------------------------------
 
@@ -210,8 +208,7 @@ class RouteInfo:
                     f"broker {reg.broker_name} id 0: {reg.address}'s state version "
                     f"{state_version} is more than {STATE_VERSION_LEAD_LIMIT} ahead of the "
                     f"live master {old_address}'s {held_version}"))
-        remembered = self._master_versions.get((reg.cluster, reg.broker_name))
-        newest_master = None if remembered is None else remembered[0]
+        newest_master = self._master_versions.get((reg.cluster, reg.broker_name))
         if (reg.broker_id == MASTER_ID and newest_master is not None
                 and _outranks(newest_master, state_version)):
             raise RouteRefused(SYSTEM_ERROR, (
@@ -238,7 +235,7 @@ class RouteInfo:
         is_master = reg.broker_id == MASTER_ID
         if is_master:
             # Past the checks, no remembered version outranks this one: it replaces it.
-            self._master_versions[(reg.cluster, reg.broker_name)] = (state_version, connection)
+            self._master_versions[(reg.cluster, reg.broker_name)] = state_version
         is_prime_slave = (reg.enable_acting_master is not None and not is_master
                           and reg.broker_id == min(group.addrs))
         if is_master or is_prime_slave:
@@ -386,8 +383,6 @@ class RouteInfo:
         gone = [k for k, b in self._live.items() if b.connection == connection]
         for key in gone:
             self._drop_key(key)
-        for group in [g for g, (_, c) in self._master_versions.items() if c == connection]:
-            del self._master_versions[group]
         return gone
 
     def expire(self, now: int) -> list[BrokerKey]:
