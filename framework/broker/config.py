@@ -154,7 +154,10 @@ class BrokerConfig:
                   "as any lost slave.", check=positive)
     ha_max_connections: int = setting(
         64, doc="Connections the HA port serves at once while master (slaves and peers "
-                "yet to send their handshake); more are closed at accept.", check=positive)
+                "yet to send their handshake). When full, a new connection takes the slot "
+                "of the oldest one without a handshake; slaves not named by a SyncStateSet "
+                "hold at most one less; a replica of the group is always admitted.",
+        check=_at_least_two)
     ha_receive_buffer_size: int = setting(
         4 * 1024 * 1024, doc="Bytes of socket receive buffer on a slave's TCP connection to "
                              "its master (SO_RCVBUF, capped by net.core.rmem_max; 0: the "

@@ -2,8 +2,10 @@
 
 It owns the HA listener for the broker's whole life, so the HA address does
 not change with the role: while master, accepted slave streams are served by
-the term's ``HAMaster`` (at most ``ha_max_connections`` at once: more are
-closed at accept); while slave, they are closed at once. A role change
+the term's ``HAMaster`` (at most ``ha_max_connections`` at once, admitted
+by ``triomq.ha.admission``: a newcomer takes the slot of the oldest
+connection without a handshake, and a replica named by a SyncStateSet is
+always admitted); while slave, they are closed at once. A role change
 ends the current *term* (its tasks are cancelled and awaited, its pending
 puts fail), prepares the log and the epoch file (``become_master`` /
 ``become_slave``), then starts the next term.
@@ -17,13 +19,14 @@ mode: ``ApproveLocally``; the controller client implements it later).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Protocol
 
 import attrs
 import trio
 
 from triomq.broker.role import BrokerRole
+from triomq.ha.admission import HAAdmission, Refused
 from triomq.ha.driver import Offload, ReplicaLog
 from triomq.ha.master_driver import (
     ApproveLocally,
@@ -128,11 +131,14 @@ class ReplicasManager:
         #: answered then).
         self.on_appended: Callable[[], None] = lambda: None
         self._nursery: trio.Nursery | None = None
-        #: Connections the HA port serves, and those refused at its cap
-        #: (``ha_max_connections``).
-        self.ha_connections = 0
-        self.ha_connections_refused = 0
-        self._refusing = False
+        #: The HA port's slots (``ha_max_connections``), and the cancel scope
+        #: of each connection holding one.
+        self.admission = HAAdmission(max_connections=self.master_config.ha_max_connections)
+        self._connections: dict[object, trio.CancelScope] = {}
+        #: Connections closed to give their slot to a newcomer, and slave
+        #: handshakes refused for want of one.
+        self.ha_connections_evicted = 0
+        self.ha_handshakes_refused = 0
 
     # -- state ------------------------------------------------------------------
 
@@ -140,6 +146,11 @@ class ReplicasManager:
     def ha_address(self) -> str:
         """The address slaves connect to (the listener's, port resolved)."""
         return self.ha_listener.address
+
+    @property
+    def ha_connections(self) -> int:
+        """Connections the HA port serves."""
+        return self.admission.held
 
     @property
     def role(self) -> BrokerRole:
@@ -224,24 +235,36 @@ class ReplicasManager:
             if term is None or term.master is None or term.nursery is None:
                 # Not a master (or between roles): the slave reconnects with backoff.
                 await trio.aclose_forcefully(stream)
-            elif self.ha_connections >= self.master_config.ha_max_connections:
-                self.ha_connections_refused += 1
-                if not self._refusing:
-                    logger.warning("HA port %s serves its ha_max_connections (%d): refusing "
-                                   "more until some close", self.ha_address,
-                                   self.master_config.ha_max_connections)
-                self._refusing = True
-                await trio.aclose_forcefully(stream)
             else:
-                self._refusing = False
-                self.ha_connections += 1
-                term.nursery.start_soon(self._serve, term.master, stream)
+                key, scope = object(), trio.CancelScope()
+                self._connections[key] = scope
+                self._close(self.admission.opened(key).close)
+                term.nursery.start_soon(self._serve, term.master, stream, key, scope)
 
-    async def _serve(self, master: HAMaster, stream: trio.abc.Stream) -> None:
+    async def _serve(self, master: HAMaster, stream: trio.abc.Stream, key: object,
+                     scope: trio.CancelScope) -> None:
         try:
-            await master.serve(stream)
+            with scope:
+                await master.serve(stream, lambda address: self._admit(master, key, address))
         finally:
-            self.ha_connections -= 1
+            self.admission.closed(key)
+            del self._connections[key]
+
+    def _admit(self, master: HAMaster, key: object, address: str) -> str | None:
+        tracker = master.tracker
+        self.admission.remember(tracker.sync_state_set | (tracker.pending or frozenset()))
+        decision = self.admission.handshaken(key, address)
+        if isinstance(decision, Refused):
+            self.ha_handshakes_refused += 1
+            return decision.reason
+        self._close(decision.close)
+        return None
+
+    def _close(self, keys: tuple[Hashable, ...]) -> None:
+        """Close the connections the admission gave up (their tasks end as cancelled)."""
+        for key in keys:
+            self.ha_connections_evicted += 1
+            self._connections[key].cancel()
 
     # -- role changes -------------------------------------------------------------
 
@@ -260,6 +283,7 @@ class ReplicasManager:
             confirmed = self.confirm_offset
             await self._end_term()
             epochs = await become_master(self.log, self.epoch_store, epoch, offload=self.offload)
+            self.admission.remember(sync_state_set)
             term = _Term(BrokerRole.MASTER, epoch, self.ha_address)
             term.master = HAMaster(
                 log=self.log,

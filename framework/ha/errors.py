@@ -16,6 +16,10 @@ class HAProtocolError(TriomqError):
         super().__init__(f"HA peer {peer}: {message}" if peer else f"HA peer: {message}")
 
 
+class HandshakeRefused(HAProtocolError):
+    """The master's HA port admits no more slaves of this kind (``triomq.ha.admission``)."""
+
+
 class NoConsistentPoint(HAProtocolError):
     """The slave shares no epoch with the master, so it cannot tell what to keep."""
 

@@ -20,6 +20,7 @@ from triomq.clock import now_ms
 from triomq.errors import TriomqError
 from triomq.ha.driver import CONNECTION_ERRORS, ReplicaLog, describe, logger
 from triomq.ha.epoch import EpochCache
+from triomq.ha.errors import HandshakeRefused
 from triomq.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
 from triomq.ha.master_term import HAMasterConfig, MasterTerm
 from triomq.ha.streams import send_frames
@@ -243,8 +244,12 @@ class HAMaster:
 
     # -- connections -----------------------------------------------------------
 
-    async def serve(self, stream: trio.abc.Stream) -> None:
+    async def serve(self, stream: trio.abc.Stream,
+                    admit: Callable[[str], str | None] = lambda address: None) -> None:
         """Serve one slave until it disconnects or breaks the protocol; closes ``stream``.
+
+        ``admit(address)`` is asked at the slave's handshake, before anything
+        counts for that slave: a reason to refuse it (the connection closes), or None.
 
         A peer holds little until its slave handshake: no send buffer and no
         wake-up on puts; without a handshake within ``ha_handshake_timeout``
@@ -258,8 +263,9 @@ class HAMaster:
             heartbeat_interval_ms=self.config.ha_send_heartbeat_interval,
         )
         outbox: deque[bytes] = deque()
+        refused = False
         try:
-            if not await self._handshake(stream, conn, outbox):
+            if not await self._handshake(stream, conn, outbox, admit):
                 return
             self.transferring += 1
             try:
@@ -273,15 +279,19 @@ class HAMaster:
             self.write_timeouts += 1
             logger.warning("dropping HA slave %s: it took in no bytes for %d ms", conn.peer,
                            self.config.ha_write_timeout)
+        except* HandshakeRefused as group:
+            refused = True
+            logger.warning("refusing HA connection: %s", describe(group))
         except* CONNECTION_ERRORS as group:
             logger.warning("closing HA connection to %s: %s", conn.peer, describe(group))
         finally:
-            if conn.slave is not None:
+            if conn.slave is not None and not refused:
                 self.term.slave_left(conn.slave.address)
             await trio.aclose_forcefully(stream)
 
     async def _handshake(
-        self, stream: trio.abc.Stream, conn: MasterConnection, outbox: deque[bytes]
+        self, stream: trio.abc.Stream, conn: MasterConnection, outbox: deque[bytes],
+        admit: Callable[[str], str | None],
     ) -> bool:
         """Read until the slave's handshake; False if the peer closed or sent none in time."""
         self.handshaking += 1
@@ -291,7 +301,7 @@ class HAMaster:
                     data = await stream.receive_some(_SLAVE_FRAMES_RECEIVE_SIZE)
                     if not data:
                         return False
-                    self._received(conn, data, outbox)
+                    self._received(conn, data, outbox, admit)
                 return True
         finally:
             self.handshaking -= 1
@@ -308,7 +318,8 @@ class HAMaster:
         while data := await stream.receive_some(_SLAVE_FRAMES_RECEIVE_SIZE):
             self._received(conn, data, outbox)
 
-    def _received(self, conn: MasterConnection, data: bytes, outbox: deque[bytes]) -> None:
+    def _received(self, conn: MasterConnection, data: bytes, outbox: deque[bytes],
+                  admit: Callable[[str], str | None] | None = None) -> None:
         outputs = conn.receive_data(data, self._view(), now_ms())
         if not outputs:  # a frame's first bytes only
             return
@@ -316,6 +327,9 @@ class HAMaster:
             if isinstance(out, Send):
                 outbox.append(out.data)
             elif isinstance(out, SlaveJoined):
+                reason = admit(out.handshake.address) if admit is not None else None
+                if reason is not None:
+                    raise HandshakeRefused(reason, out.handshake.address)
                 self.term.slave_joined(
                     out.handshake.address,
                     is_async_learner=out.handshake.is_async_learner,

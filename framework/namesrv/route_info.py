@@ -23,6 +23,11 @@ Rules kept from RocketMQ:
   the group registered with since this name server started, even after that
   master left, so a deposed master cannot take the group back when the new
   one disconnects or falls silent (the routed master's epoch never goes back).
+- No single registration locks the real master out: a state version more
+  than ``STATE_VERSION_LEAD_LIMIT`` ahead of another outranks nothing (a
+  master epoch moves by one per election, and the name server hears of the
+  masters in between), so a forged far-ahead version neither keeps the live
+  master out nor takes its place while it lives.
 - A broker is dropped when its connection closes or when it stays silent
   longer than its timeout (``heartbeat_timeout_ms``, else the default).
 - With ``support_acting_master``, a group without a master whose topics
@@ -59,6 +64,7 @@ from triomq.protocol.topic_rules import IllegalName, check_group
 
 __all__ = [
     "DEFAULT_BROKER_TIMEOUT_MS",
+    "STATE_VERSION_LEAD_LIMIT",
     "BrokerKey",
     "BrokerRegistration",
     "MinBrokerIdChanged",
@@ -66,6 +72,9 @@ __all__ = [
     "RouteInfo",
     "RouteRefused",
 ]
+
+#: How far a state version may be ahead of another and still outrank it.
+STATE_VERSION_LEAD_LIMIT = 64
 
 #: RocketMQ's ``DEFAULT_BROKER_CHANNEL_EXPIRED_TIME``: a broker that sends no timeout of its own.
 DEFAULT_BROKER_TIMEOUT_MS = 120_000
@@ -184,27 +193,31 @@ class RouteInfo:
         if group is None:
             group = _Group(reg.cluster, reg.broker_name)
         old_address = group.addrs.get(reg.broker_id)
+        state_version = reg.body.data_version.state_version
         if old_address is not None and old_address != reg.address:
             holder = self._live.get(BrokerKey(reg.cluster, old_address))
-            if (holder is not None and holder.data_version.state_version
-                    > reg.body.data_version.state_version):
+            held_version = None if holder is None else holder.data_version.state_version
+            if held_version is not None and _outranks(held_version, state_version):
                 raise RouteRefused(SYSTEM_ERROR, (
                     f"broker {reg.broker_name} id {reg.broker_id}: held by {old_address} "
-                    f"with state version {holder.data_version.state_version}, newer than "
-                    f"{reg.address}'s {reg.body.data_version.state_version}"))
-        state_version = reg.body.data_version.state_version
+                    f"with state version {held_version}, newer than "
+                    f"{reg.address}'s {state_version}"))
+            if (held_version is not None and reg.broker_id == MASTER_ID
+                    and state_version - held_version > STATE_VERSION_LEAD_LIMIT):
+                raise RouteRefused(SYSTEM_ERROR, (
+                    f"broker {reg.broker_name} id 0: {reg.address}'s state version "
+                    f"{state_version} is more than {STATE_VERSION_LEAD_LIMIT} ahead of the "
+                    f"live master {old_address}'s {held_version}"))
         newest_master = self._master_versions.get((reg.cluster, reg.broker_name))
         if (reg.broker_id == MASTER_ID and newest_master is not None
-                and state_version < newest_master):
+                and _outranks(newest_master, state_version)):
             raise RouteRefused(SYSTEM_ERROR, (
                 f"broker {reg.broker_name} id 0: {reg.address}'s state version "
                 f"{state_version} is older than {newest_master}, a master's of the group"))
         key = BrokerKey(reg.cluster, reg.address)
         held = self._live.get(key)
-        if held is not None and held.data_version.newer_than(reg.body.data_version):
-            raise RouteRefused(SYSTEM_ERROR, (
-                f"broker {reg.address}: DataVersion {reg.body.data_version.key()} is older "
-                f"than the registered {held.data_version.key()}"))
+        if held is not None:
+            self._check_same_address(reg, held, connection)
 
         self.version += 1
         self._groups[reg.broker_name] = group
@@ -221,8 +234,8 @@ class RouteInfo:
 
         is_master = reg.broker_id == MASTER_ID
         if is_master:
-            self._master_versions[(reg.cluster, reg.broker_name)] = max(
-                state_version, -1 if newest_master is None else newest_master)
+            # Past the checks, no remembered version outranks this one: it replaces it.
+            self._master_versions[(reg.cluster, reg.broker_name)] = state_version
         is_prime_slave = (reg.enable_acting_master is not None and not is_master
                           and reg.broker_id == min(group.addrs))
         if is_master or is_prime_slave:
@@ -234,6 +247,23 @@ class RouteInfo:
         if reg.broker_id < previous_min:
             self._min_id_changed(group, None, reg.ha_address)
         return self._result(reg, group)
+
+    @staticmethod
+    def _check_same_address(reg: BrokerRegistration, held: _LiveBroker,
+                            connection: Hashable | None) -> None:
+        """A registration of an address already registered: its DataVersion may not go
+        back, nor jump far ahead of a registration on another connection."""
+        version, held_version = reg.body.data_version, held.data_version
+        lead = version.state_version - held_version.state_version
+        if held_version.newer_than(version) and -lead <= STATE_VERSION_LEAD_LIMIT:
+            raise RouteRefused(SYSTEM_ERROR, (
+                f"broker {reg.address}: DataVersion {version.key()} is older "
+                f"than the registered {held_version.key()}"))
+        if lead > STATE_VERSION_LEAD_LIMIT and held.connection != connection:
+            raise RouteRefused(SYSTEM_ERROR, (
+                f"broker {reg.address}: state version {version.state_version} is more than "
+                f"{STATE_VERSION_LEAD_LIMIT} ahead of the registered "
+                f"{held_version.state_version}"))
 
     def _check_registration(self, reg: BrokerRegistration) -> None:
         for what, name in (("cluster", reg.cluster), ("broker name", reg.broker_name)):
@@ -515,6 +545,11 @@ class RouteInfo:
             "live": {f"{k.cluster}/{k.address}": b.last_update_ms
                      for k, b in self._live.items()},
         }
+
+
+def _outranks(version: int, other: int) -> bool:
+    """Whether ``version`` is newer than ``other`` and not implausibly far ahead."""
+    return 0 < version - other <= STATE_VERSION_LEAD_LIMIT
 
 
 def _is_host_port(address: str) -> bool:

@@ -17,6 +17,7 @@ log's megabytes: a store may hold tens of thousands of mostly idle queues.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from triomq.plugins.store_mmap.mapping_pool import MappingPool
 from triomq.plugins.store_mmap.segments import SegmentQueue
@@ -42,38 +43,36 @@ class ConsumeQueue:
         self.files = SegmentQueue(directory, entries_per_file * CQ_ENTRY_SIZE, writable=writable,
                                   sync_creation_lazily=True, read_ahead_new=False, pool=pool,
                                   preallocate_chunk=PREALLOCATE_CHUNK)
-        self.min_offset = self._find_min()
-        self.max_offset = max(self._find_max(), self.min_offset)
+        self.min_offset, end = self._find_bounds()
+        self.max_offset = max(end, self.min_offset)
         self._synced = self.max_offset
 
-    def _find_min(self) -> int:
-        """The first entry of the first file that is not a blank (see ``_start_at``)."""
-        if not self.files.segments:
-            return 0
-        seg = self.files.segments[0]
-        mm = seg.mm
-        lo, hi = 0, seg.size // CQ_ENTRY_SIZE
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if mm[mid * CQ_ENTRY_SIZE:(mid + 1) * CQ_ENTRY_SIZE] == _BLANK_ENTRY:
-                lo = mid + 1
-            else:
-                hi = mid
-        return seg.start // CQ_ENTRY_SIZE + lo
+    def _find_bounds(self) -> tuple[int, int]:
+        """The first entry of the first file that is not a blank (see ``_start_at``),
+        and the first all-zero entry of the last file: the queue's offsets.
 
-    def _find_max(self) -> int:
-        if not self.files.segments:
-            return 0
-        seg = self.files.segments[-1]
-        mm = seg.mm
-        lo, hi = 0, seg.size // CQ_ENTRY_SIZE
-        while lo < hi:  # first all-zero entry of the last file
-            mid = (lo + hi) // 2
-            if mm[mid * CQ_ENTRY_SIZE:(mid + 1) * CQ_ENTRY_SIZE] == _ZERO_ENTRY:
-                hi = mid
-            else:
-                lo = mid + 1
-        return (seg.start // CQ_ENTRY_SIZE) + lo
+        Read with ``pread``, not through a mapping: opening a store probes every
+        queue once, and mapping each would cost a kernel mapping and, past the
+        pool's limit, unmapping another (the page cache is the same either way).
+        """
+        segments = self.files.segments
+        if not segments:
+            return 0, 0
+        first, last = segments[0], segments[-1]
+        fd = os.open(first.path, os.O_RDONLY)
+        try:
+            base = first.start // CQ_ENTRY_SIZE
+            at = _first_entry(fd, first.size, _not_blank)
+            if last is first:  # the usual queue: one file, opened once
+                return base + at, base + _first_entry(fd, first.size, _is_zero, at)
+            low = base + at
+        finally:
+            os.close(fd)
+        fd = os.open(last.path, os.O_RDONLY)
+        try:
+            return low, last.start // CQ_ENTRY_SIZE + _first_entry(fd, last.size, _is_zero)
+        finally:
+            os.close(fd)
 
     def _start_at(self, queue_offset: int) -> None:
         """Let an empty queue start at ``queue_offset`` (a replica joining mid-stream).
@@ -188,6 +187,30 @@ class ConsumeQueue:
 
     def close(self) -> None:
         self.files.close()
+
+
+def _not_blank(entry: bytes) -> bool:
+    return entry != _BLANK_ENTRY
+
+
+def _is_zero(entry: bytes) -> bool:
+    return entry == _ZERO_ENTRY
+
+
+def _first_entry(fd: int, size: int, found: Callable[[bytes], bool], low: int = 0) -> int:
+    """The index of the first entry of the file ``fd`` (of ``size`` bytes) for which
+    ``found`` holds, searched from entry ``low`` on (the entries it holds for are a
+    suffix), or the file's entry count."""
+    lo, hi = low, size // CQ_ENTRY_SIZE
+    if lo < hi and found(os.pread(fd, CQ_ENTRY_SIZE, lo * CQ_ENTRY_SIZE)):
+        return lo  # a first file without blanks; an empty queue
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if found(os.pread(fd, CQ_ENTRY_SIZE, mid * CQ_ENTRY_SIZE)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def queue_dir(root: str, topic: str, queue_id: int) -> str:

@@ -181,9 +181,12 @@ class SegmentQueue:
         # Held for structural changes (create, delete) and while syncing, so a
         # flush in a worker thread never touches a segment being removed.
         self.lock = threading.RLock()
-        if writable:
-            os.makedirs(directory, exist_ok=True)
-        names = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+        try:
+            names = sorted(os.listdir(directory))
+        except FileNotFoundError:
+            names = []
+            if writable:
+                os.makedirs(directory, exist_ok=True)
         found: list[tuple[int, str]] = []
         for name in names:
             path = os.path.join(directory, name)

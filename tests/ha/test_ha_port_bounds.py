@@ -194,21 +194,21 @@ async def test_a_silent_connection_holds_no_send_buffer(autojump_clock):
         nursery.cancel_scope.cancel()
 
 
-async def test_connections_past_the_cap_are_closed_at_accept(autojump_clock):
+async def test_connections_past_the_cap_take_the_oldest_silent_ones_slots(autojump_clock):
     m, s = Node("m"), Node("s")
     transport, address = inproc()
     async with trio.open_nursery() as nursery:
         manager, master = await start_master(nursery, transport, address, m,
                                              ha_max_connections=3, ha_handshake_timeout=3000)
         silent = [await transport.connect(manager.ha_address) for _ in range(5)]
+        assert [await stream.receive_some() for stream in silent[:2]] == [b"", b""]
         await wait_for(lambda: master.handshaking == 3)
-        assert [await stream.receive_some() for stream in silent[3:]] == [b"", b""]
-        assert (manager.ha_connections, manager.ha_connections_refused) == (3, 2)
+        assert (manager.ha_connections, manager.ha_connections_evicted) == (3, 2)
 
-        # Once the silent ones are closed, a slave gets in and replicates.
+        # The port is full of silent connections: a slave gets in all the same.
         await nursery.start(make_slave(s, lambda: transport.connect(manager.ha_address)).run)
         await wait_for(lambda: master.transferring == 1)
-        assert master.handshake_timeouts == 3
+        assert master.handshake_timeouts == 0
         m.log.append(b"q" * 300)
         manager.appended()
         await wait_for(lambda: s.log.data == m.log.data)
@@ -259,4 +259,41 @@ async def test_a_tcp_slave_that_stops_reading_is_dropped():
         assert master.transferring == 0
         assert not master.tracker.slaves["s"].connected
         await stalled.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def handshake_and_ack(stream: trio.abc.Stream, slave: str, offset: int) -> None:
+    await stream.send_all(encode(SlaveHandshake(slave)) + encode(Ack(offset)))
+
+
+async def test_acks_count_for_the_slave_of_their_connection_only(autojump_clock):
+    m = Node("m")
+    m.log.append(b"x" * 300)
+    transport, address = inproc()
+    async with trio.open_nursery() as nursery:
+        manager, master = await start_master(nursery, transport, address, m)
+        first = await transport.connect(manager.ha_address)
+        await handshake_and_ack(first, "s", 0)
+        await wait_for(lambda: master.tracker.ack_offset("s", 300) == 0)
+
+        # A second handshake claiming the same slave replaces the first connection.
+        second = await transport.connect(manager.ha_address)
+        await handshake_and_ack(second, "s", 0)
+        await wait_for(lambda: manager.ha_connections_evicted == 1)
+        with pytest.raises(trio.BrokenResourceError):
+            while await first.receive_some():
+                pass  # the master's answers, then the end
+            await first.send_all(encode(Ack(300)))
+        assert master.tracker.slaves["s"].connections == 1
+
+        # Another slave's acks never count for "s".
+        other = await transport.connect(manager.ha_address)
+        await handshake_and_ack(other, "t", 0)
+        received = b""
+        while received.count(b"x") < 300:  # the log's bytes, in batches
+            received += await other.receive_some()
+        await other.send_all(encode(Ack(300)))
+        await wait_for(lambda: master.tracker.ack_offset("t", 300) == 300)
+        assert master.tracker.ack_offset("s", 300) == 0
+        assert (manager.ha_connections, master.transferring) == (2, 2)
         nursery.cancel_scope.cancel()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from triomq.namesrv.route_info import (
+    STATE_VERSION_LEAD_LIMIT,
     BrokerKey,
     BrokerRegistration,
     MinBrokerIdChanged,
@@ -74,6 +75,32 @@ def test_a_deposed_master_cannot_take_id_0_back_after_the_new_one_left() -> None
     assert addrs(route) == {0: "h:3", 1: "h:1"}
     assert RouteInfo().register(reg(0, "h:1", version=DataVersion(1, 9, 9)), now=0) == (
         RegisterResult())  # a restarted name server knows no epoch
+
+
+def test_a_state_version_far_ahead_outranks_no_live_master() -> None:
+    route = RouteInfo()
+    far = 3 + STATE_VERSION_LEAD_LIMIT + 1
+    route.register(reg(0, "h:1", version=DataVersion(3, 1, 1)), now=0, connection="real")
+    # Far ahead of the live master: refused, at its address or another.
+    with pytest.raises(RouteRefused, match=f"state version {far} is more than 64 ahead of "
+                                           "the live master h:1's 3"):
+        route.register(reg(0, "h:9", version=DataVersion(far, 1, 1)), now=1, connection="x")
+    with pytest.raises(RouteRefused, match=f"state version {far} is more than 64 ahead of "
+                                           "the registered 3"):
+        route.register(reg(0, "h:1", version=DataVersion(far, 1, 1)), now=1, connection="x")
+    assert addrs(route) == {0: "h:1"}
+    # Taken while the master was away, id 0 goes back to the master, at its own version.
+    route.connection_closed("real")
+    route.register(reg(0, "h:9", version=DataVersion(999, 1, 1)), now=2, connection="x")
+    assert route.register(reg(0, "h:1", version=DataVersion(3, 2, 2)), now=3,
+                          connection="real") == RegisterResult()
+    assert addrs(route) == {0: "h:1"}
+    route.connection_closed("real")
+    route.register(reg(0, "h:1", version=DataVersion(999, 1, 1)), now=4, connection="x2")
+    route.connection_closed("x2")  # a forged registration goes with its connection
+    assert route.register(reg(0, "h:1", version=DataVersion(3, 3, 3)), now=5,
+                          connection="real") == RegisterResult()
+    assert addrs(route) == {0: "h:1"}
 
 
 def test_a_closed_connection_removes_its_broker_at_once() -> None:
