@@ -30,9 +30,10 @@ Every controller records heartbeats, so a new leader knows who is alive;
 the leader scans every ``scan_not_active_broker_interval``, drops silent
 brokers and elects for each group whose master is gone (or that has
 none), one group at a time, then notifies the group's brokers. Silence
-is counted in the time the controller ran: a gap between its inputs of
-more than two scan intervals is a stall of its own, left out of every
-broker's silence, and a new leader gives every broker a whole timeout.
+is counted in the time the controller ran: an input later than
+``next_deadline()`` (at most one scan interval after the one before) is a
+stall of its own, left out of every broker's silence, and a new leader
+gives every active broker a whole timeout.
 """
 
 from __future__ import annotations
@@ -293,23 +294,23 @@ class ControllerCore:
             self._scan()
 
     def _advance(self, now: int) -> None:
-        """Take ``now`` as the time. The core is fired at least every scan interval, so an
-        input more than two intervals after the previous one means this controller did not
-        run (a blocked loop, a GC pause, a starved host) while heartbeats waited unread in
-        its sockets: the excess is left out of the brokers' silence, as lease-based systems
-        restart their lease timers after a pause."""
-        interval, timeout = (self.config.scan_not_active_broker_interval,
-                             self.config.broker_not_active_timeout)
-        unseen, self.now = now - self.now - 2 * interval, now
+        """Take ``now`` as the time. An input later than ``next_deadline`` (as of the one
+        before) means this controller did not run when it asked to (a blocked loop, a GC
+        pause, a starved host) while heartbeats waited unread in its sockets: that time is
+        left out of the brokers' silence, as lease-based systems restart their lease
+        timers after a pause."""
+        unseen = now - max(self.next_deadline(), self.now)
+        self.now = now
         if unseen <= 0:
             return
         self.heartbeats.pause(now, unseen)
-        # Loud only when it would have cost a failover; short ones are common on a busy host.
-        level = (logging.WARNING if unseen >= timeout
-                 else logging.INFO if unseen >= interval else logging.DEBUG)
-        self._log.log(level, "controller %s did not run for %d ms (a stall of its own: a busy "
-                      "host, a pause): not counted as the brokers' silence",
-                      self.config.node_id, unseen)
+        # Said only when it would have cost a failover, or a scan; short ones are common.
+        if unseen >= self.config.scan_not_active_broker_interval:
+            self._log.log(
+                logging.WARNING if unseen >= self.config.broker_not_active_timeout
+                else logging.INFO,
+                "controller %s did not run for %d ms (a stall of its own: a busy host, a "
+                "pause): not counted as the brokers' silence", self.config.node_id, unseen)
 
     # -- outputs ------------------------------------------------------------------
 
@@ -320,7 +321,7 @@ class ControllerCore:
 
     def next_deadline(self) -> int:
         """When ``fire`` is next due: at the latest one scan interval after the last input,
-        so that a longer gap between inputs is a stall (``_advance``)."""
+        so that a later input is a stall (``_advance``)."""
         deadlines = [work.deadline for work in self._waiting.values()]
         deadlines.append(self.now + self.config.scan_not_active_broker_interval)
         if self._scan_at is not None:
