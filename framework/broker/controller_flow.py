@@ -20,8 +20,10 @@ feed the answers back:
    ``TakeSlave``; the pump reports the replica's role with ``followed``);
    a poll of the master's own term hands it the committed set
    (``LearnSyncStateSet``).
-4. **Heartbeats.** To every controller, ``broker_heartbeat_interval``
-   after the previous one went out.
+4. **Heartbeats.** To every controller, one at a time,
+   ``broker_heartbeat_interval`` after the previous one went out, or at
+   once when that one's answer came later (the broker or that controller
+   was stalled meanwhile: its silence is not drawn out by another interval).
 5. **SyncStateSet.** ``propose`` turns the HA master's proposal (replica
    addresses) into ALTER_SYNC_STATE_SET (broker ids, fenced by both
    epochs); its ``ProposalOutcome`` is the set the controller holds (read
@@ -148,6 +150,8 @@ class ControllerModeFlow:
         self._next_id = 0
         self._timers: dict[str, tuple[float, _Then]] = {}
         self._heartbeats_started = False
+        #: When the last heartbeat to each controller went out.
+        self._heartbeat_at: dict[str, float] = {}
         self._wake = False
         self._following: TakeMaster | TakeSlave | None = None
 
@@ -221,9 +225,11 @@ class ControllerModeFlow:
         self._call(RegisterBroker(self.broker_id), self._on_registered)
 
     def heartbeat_sent(self, now: float, controller: str) -> None:
-        """The heartbeat to ``controller`` went out (or failed): the next in one interval."""
-        self._after(f"heartbeat {controller}", now + self.settings.broker_heartbeat_interval,
-                    lambda at: self._heartbeat(controller))
+        """The heartbeat to ``controller`` was answered (or failed): the next one interval
+        after it went out, at once if that is past."""
+        sent = self._heartbeat_at.get(controller, now)
+        self._after(f"heartbeat {controller}", sent + self.settings.broker_heartbeat_interval,
+                    lambda at: self._heartbeat(at, controller))
 
     def notified(self, now: float, info: ReplicaInfo) -> None:
         """NOTIFY_BROKER_ROLE_CHANGED: offered once registered, if of this group."""
@@ -317,7 +323,7 @@ class ControllerModeFlow:
         if not self._heartbeats_started:
             self._heartbeats_started = True
             for controller in self.settings.controllers:
-                self._heartbeat(controller)
+                self._heartbeat(now, controller)
         self._offer_or_elect(now, answer.payload, self._poll_later)
 
     def _on_claimed_again(self, now: float, answer: Answer | None, error: str) -> None:
@@ -353,7 +359,8 @@ class ControllerModeFlow:
 
     # -- heartbeats and polls -------------------------------------------------------------
 
-    def _heartbeat(self, controller: str) -> None:
+    def _heartbeat(self, now: float, controller: str) -> None:
+        self._heartbeat_at[controller] = now
         self._outputs.append(SendHeartbeat(controller, self.broker_id, self._recorded_epoch))
 
     def _poll_later(self, now: float) -> None:

@@ -194,35 +194,41 @@ class ControllerMode:
         ``ConfigError`` if the saved identity is of another cluster or group.
         """
         self.register_handlers()
-        async with (
-            open_rpc_client(self.broker.node.connect, backoff=RECONNECT_BACKOFF) as rpc,
-            trio.open_nursery() as nursery,
-        ):
-            self.client = ControllerClient(rpc, self.config.controller_addresses)
-            self._nursery = nursery
-            task_status.started()
-            # Until it takes a role, the replica reports the epoch its store recorded.
-            epochs = await trio.to_thread.run_sync(self.replicas.epoch_store.load)
-            saved = await trio.to_thread.run_sync(load_identity, self.root)
-            self.flow.start(self._now(), saved, epochs.last_epoch or 0,
-                            f"{self.address};{time.time_ns()}")
-            self._pump()
-            while True:
-                changed = self._timers_changed
-                deadline = self.flow.next_deadline()
-                with trio.move_on_at(math.inf if deadline is None else deadline / 1000):
-                    await changed.wait()
-                self.flow.tick(self._now())
+        try:
+            async with (
+                open_rpc_client(self.broker.node.connect, backoff=RECONNECT_BACKOFF) as rpc,
+                trio.open_nursery() as nursery,
+            ):
+                self.client = ControllerClient(rpc, self.config.controller_addresses)
+                self._nursery = nursery
+                task_status.started()
+                # Until it takes a role, the replica reports the epoch its store recorded.
+                epochs = await trio.to_thread.run_sync(self.replicas.epoch_store.load)
+                saved = await trio.to_thread.run_sync(load_identity, self.root)
+                self.flow.start(self._now(), saved, epochs.last_epoch or 0,
+                                f"{self.address};{time.time_ns()}")
                 self._pump()
+                while True:
+                    changed = self._timers_changed
+                    deadline = self.flow.next_deadline()
+                    with trio.move_on_at(math.inf if deadline is None else deadline / 1000):
+                        await changed.wait()
+                    self.flow.tick(self._now())
+                    self._pump()
+        finally:
+            # The broker is stopping: the HA master may still propose a SyncStateSet
+            # on its way out, and nothing is sent for it any more.
+            self._nursery = None
 
     @staticmethod
     def _now() -> float:
         return trio.current_time() * 1000
 
     def _pump(self) -> None:
-        """Carry out what the flow asks for (tasks for what waits)."""
+        """Carry out what the flow asks for (tasks for what waits); nothing once stopped."""
         nursery = self._nursery
-        assert nursery is not None
+        if nursery is None:
+            return
         while outputs := self.flow.outputs():
             for out in outputs:
                 if isinstance(out, Call):

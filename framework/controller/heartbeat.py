@@ -4,8 +4,11 @@ Brokers send BROKER_HEARTBEAT with their live info; the controller records
 it here and periodically scans for brokers that went silent, electing a new
 master for groups whose master did. Pure: the caller passes the time
 (``now_ms``, a monotonic millisecond clock of its choice) and the timeouts.
-The table is not replicated: after a controller leader change the new
-leader starts empty and relearns from the next heartbeats.
+The table is not replicated: every controller keeps its own from the
+heartbeats it receives (brokers send one to each). Silence is counted in
+the time the controller ran: ``pause`` leaves out a stall of the
+controller's own, and ``restart`` gives every broker a whole timeout when
+a controller becomes leader.
 """
 
 from __future__ import annotations
@@ -145,6 +148,31 @@ class BrokerHeartbeatTable:
         for record in inactive:
             del self._beats[(record.cluster_name, record.broker_name, record.broker_id)]
         return inactive
+
+    def pause(self, now_ms: int, unseen_ms: int) -> None:
+        """Leave ``unseen_ms`` out of every broker's silence at ``now_ms``.
+
+        The controller did not run for that long (a stall of its own: a GC
+        pause, a starved host), so it heard nobody: each broker's silence
+        resumes where it stood when the stall began. Only the stall is left
+        out, never the time the controller ran, so a broker that really
+        stopped is still found inactive however often the controller stalls.
+        """
+        for key, record in list(self._beats.items()):
+            self._beats[key] = attrs.evolve(
+                record, last_update_ms=min(now_ms, record.last_update_ms + unseen_ms))
+
+    def restart(self, now_ms: int, timeout_ms: int) -> None:
+        """Count every broker active at ``now_ms`` as just heard from.
+
+        A controller that becomes leader gives each broker a whole timeout
+        from then; one already silent for its whole timeout stays so (the
+        new leader does not bring back a broker its own records found gone).
+        """
+        for key, record in list(self._beats.items()):
+            if record.is_active(now_ms, timeout_ms):
+                self._beats[key] = attrs.evolve(
+                    record, last_update_ms=max(now_ms, record.last_update_ms))
 
     def expect_masters(self, now_ms: int, groups: Iterable[BrokerGroup]) -> None:
         """Count every recorded master never heard from as just heard from.

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -207,8 +206,7 @@ class ControllerService:
         """Fire the core whenever its next deadline is reached."""
         while True:
             rearm = self._rearm = trio.Event()
-            deadline = self.core.next_deadline()
-            with trio.move_on_at(math.inf if deadline is None else deadline / 1000):
+            with trio.move_on_at(self.core.next_deadline() / 1000):
                 await rearm.wait()
                 continue
             self._feed(self.core.fire)

@@ -29,7 +29,11 @@ within ``request_timeout`` is answered CONTROLLER_JRAFT_INTERNAL_ERROR.
 Every controller records heartbeats, so a new leader knows who is alive;
 the leader scans every ``scan_not_active_broker_interval``, drops silent
 brokers and elects for each group whose master is gone (or that has
-none), one group at a time, then notifies the group's brokers.
+none), one group at a time, then notifies the group's brokers. Silence
+is counted in the time the controller ran: an input later than
+``next_deadline()`` (at most one scan interval after the one before) is a
+stall of its own, left out of every broker's silence, and a new leader
+gives every active broker a whole timeout.
 """
 
 from __future__ import annotations
@@ -241,12 +245,16 @@ class ControllerCore:
     # -- inputs -------------------------------------------------------------------
 
     def lead(self, leadership: Leadership) -> None:
-        """The Raft view changed."""
+        """The Raft view changed; a new leader gives every active broker a whole timeout
+        (its Raft may have been stalled, its records kept while it followed)."""
+        before = self.leadership
+        if leadership.is_leader and not (before.is_leader and before.term == leadership.term):
+            self.heartbeats.restart(self.now, self.config.broker_not_active_timeout)
         self.leadership = leadership
 
     def request(self, request_id: int, request: ControllerRequest, now: int) -> None:
         """A request arrived; its ``Reply`` comes out of ``drain`` now or later."""
-        self.now = now
+        self._advance(now)
         if isinstance(request, _WRITES):
             refusal = self._check_elect(request) if isinstance(request, ElectMaster) else None
             if refusal is not None:
@@ -262,7 +270,7 @@ class ControllerCore:
 
     def settle(self, ticket: int, outcome: Outcome, now: int) -> None:
         """The Raft operation ``ticket`` ended (one already timed out is ignored)."""
-        self.now = now
+        self._advance(now)
         work = self._waiting.pop(ticket, None)
         if work is None:
             return
@@ -275,7 +283,7 @@ class ControllerCore:
 
     def fire(self, now: int) -> None:
         """Time passed: expire requests past their deadline, run a due scan."""
-        self.now = now
+        self._advance(now)
         for ticket, work in list(self._waiting.items()):
             if work.deadline <= now and self._waiting.pop(ticket, None) is work:
                 remark = ("the read barrier timed out" if work.result is None
@@ -285,6 +293,25 @@ class ControllerCore:
         if self._scan_at is not None and now >= self._scan_at:
             self._scan()
 
+    def _advance(self, now: int) -> None:
+        """Take ``now`` as the time. An input later than ``next_deadline`` (as of the one
+        before) means this controller did not run when it asked to (a blocked loop, a GC
+        pause, a starved host) while heartbeats waited unread in its sockets: that time is
+        left out of the brokers' silence, as lease-based systems restart their lease
+        timers after a pause."""
+        unseen = now - max(self.next_deadline(), self.now)
+        self.now = now
+        if unseen <= 0:
+            return
+        self.heartbeats.pause(now, unseen)
+        # Said only when it would have cost a failover, or a scan; short ones are common.
+        if unseen >= self.config.scan_not_active_broker_interval:
+            self._log.log(
+                logging.WARNING if unseen >= self.config.broker_not_active_timeout
+                else logging.INFO,
+                "controller %s did not run for %d ms (a stall of its own: a busy host, a "
+                "pause): not counted as the brokers' silence", self.config.node_id, unseen)
+
     # -- outputs ------------------------------------------------------------------
 
     def drain(self) -> list[Output]:
@@ -292,12 +319,14 @@ class ControllerCore:
         outputs, self._outputs = self._outputs, []
         return outputs
 
-    def next_deadline(self) -> int | None:
-        """When ``fire`` is next due (``None``: nothing to wait for)."""
+    def next_deadline(self) -> int:
+        """When ``fire`` is next due: at the latest one scan interval after the last input,
+        so that a later input is a stall (``_advance``)."""
         deadlines = [work.deadline for work in self._waiting.values()]
+        deadlines.append(self.now + self.config.scan_not_active_broker_interval)
         if self._scan_at is not None:
             deadlines.append(self._scan_at)
-        return min(deadlines, default=None)
+        return min(deadlines)
 
     # -- views --------------------------------------------------------------------
 
@@ -578,8 +607,9 @@ class ControllerCore:
             self._scan_term = lead.term
             self.heartbeats.expect_masters(self.now, self.manager.groups.values())
         for record in self.heartbeats.scan(self.now, self.config.broker_not_active_timeout):
-            self._log.info("controller %s: broker %s/%d at %s is inactive", self.config.node_id,
-                        record.broker_name, record.broker_id, record.broker_address)
+            self._log.info("controller %s: broker %s/%d at %s is inactive: silent for %d ms",
+                           self.config.node_id, record.broker_name, record.broker_id,
+                           record.broker_address, self.now - record.last_update_ms)
         self._scan_rest = sorted(self.manager.groups.items(), reverse=True)
         self._scan_next()
 

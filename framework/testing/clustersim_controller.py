@@ -257,8 +257,7 @@ class SimController:
             self.tick_debt -= 1
             raft.tick()
         self._run()
-        deadline = self.core.next_deadline()
-        if deadline is not None and deadline <= self.now_ms():
+        if self.core.next_deadline() <= self.now_ms():
             self._feed(self.core.fire)
 
     def receive(self, src: str, payload: object) -> None:

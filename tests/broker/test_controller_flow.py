@@ -201,12 +201,34 @@ def test_the_masters_poll_hands_it_the_committed_set_of_its_term():
 
 
 def test_heartbeats_go_out_one_interval_after_the_last():
-    flow = registered()
+    flow = registered()  # the first heartbeats went out at 0
     flow.heartbeat_sent(20, "c1")
-    flow.tick(119)
+    flow.tick(99)
     assert flow.outputs() == []
-    flow.tick(120)
+    flow.tick(100)
     assert flow.outputs() == [SendHeartbeat("c1", 2, 0)]
+    flow.heartbeat_sent(130, "c1")
+    flow.tick(199)
+    assert flow.outputs() == []
+    flow.tick(200)
+    assert flow.outputs() == [SendHeartbeat("c1", 2, 0)]
+
+
+def test_a_heartbeat_answered_late_is_followed_by_the_next_at_once():
+    # The broker (or the controller) was stalled for 3 s after the heartbeat went out:
+    # the next goes as soon as the answer is in, not one more interval later.
+    def heartbeats() -> list[SendHeartbeat]:
+        return [out for out in flow.outputs() if isinstance(out, SendHeartbeat)]
+
+    flow = registered()
+    flow.heartbeat_sent(3000, "c1")
+    assert flow.next_deadline() <= 3000
+    flow.tick(3000)
+    assert heartbeats() == [SendHeartbeat("c1", 2, 0)]
+    # A broker stalled while waiting for its timer sends as soon as it runs again.
+    flow.heartbeat_sent(3010, "c2")
+    flow.tick(6000)
+    assert heartbeats() == [SendHeartbeat("c2", 2, 0)]
 
 
 def test_a_poll_of_a_forgotten_group_registers_again():

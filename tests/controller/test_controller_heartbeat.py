@@ -101,3 +101,31 @@ def test_expect_masters_gives_an_unheard_master_one_timeout():
     # The master gets a whole timeout from the moment it was expected.
     assert [b.broker_id for b in table.scan(1_000 + 10, timeout_ms=100)] == [2]
     assert [b.broker_id for b in table.scan(1_000 + 200, timeout_ms=100)] == [1]
+
+
+def test_restart_gives_every_active_broker_one_timeout():
+    table = BrokerHeartbeatTable()
+    _beat(table, 950, 1)
+    _beat(table, 0, 2)  # silent for longer than the timeout already
+    table.restart(1_000, 100)
+    assert table.get(CLUSTER, GROUP, 1).last_update_ms == 1_000
+    assert table.get(CLUSTER, GROUP, 2).last_update_ms == 0
+    assert [b.broker_id for b in table.scan(1_000 + 100, timeout_ms=100)] == [2]
+    assert [b.broker_id for b in table.scan(1_000 + 101, timeout_ms=100)] == [1]
+
+
+def test_pause_leaves_a_stall_out_of_every_silence():
+    table = BrokerHeartbeatTable()
+    _beat(table, 900, 1)
+    _beat(table, 500, 2)
+    # The controller did not run from 1000 to 4000.
+    table.pause(4_000, 3_000)
+    assert table.get(CLUSTER, GROUP, 1).last_update_ms == 3_900
+    assert table.get(CLUSTER, GROUP, 2).last_update_ms == 3_500
+    assert table.is_active(4_000, TIMEOUT, CLUSTER, GROUP, 1)
+    assert table.is_active(4_000, TIMEOUT, CLUSTER, GROUP, 2)
+    # Broker 2's silence resumes at the 500 ms it had reached.
+    assert not table.is_active(4_501, TIMEOUT, CLUSTER, GROUP, 2)
+    # Never past the present.
+    table.pause(4_100, 5_000)
+    assert table.get(CLUSTER, GROUP, 1).last_update_ms == 4_100

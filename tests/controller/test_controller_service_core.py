@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 
 import pytest
+from core_pump import CLUSTER, GROUP, INACTIVE, SCAN, TIMEOUT, Pump, address
 
-from triomq.controller import ReplicasInfoManager, ResponseCode, decode_event
-from triomq.controller.config import ControllerConfig
-from triomq.controller.election import default_election_policy
+from triomq.controller import ResponseCode
 from triomq.controller.requests import (
     AlterSyncStateSet,
     ApplyBrokerId,
-    BrokerHeartbeat,
     ConfigValues,
-    ControllerRequest,
     ElectMaster,
     GetControllerConfig,
     GetMetadata,
@@ -24,7 +20,6 @@ from triomq.controller.requests import (
     GetSyncStateData,
     Malformed,
     NextBrokerId,
-    RegisterBroker,
     Reply,
     SyncStateTable,
     UpdateControllerConfig,
@@ -32,116 +27,14 @@ from triomq.controller.requests import (
 from triomq.controller.results import Replica
 from triomq.controller.service_core import (
     Applied,
-    ControllerCore,
     Elected,
-    Leadership,
     NotCommitted,
     Notify,
     NotLeader,
-    Output,
     Propose,
     ReadBarrier,
 )
 from triomq.controller.wire import ControllerMetadata, ReplicaInfo
-from triomq.errors import PluginError
-
-CLUSTER, GROUP = "DefaultCluster", "broker-a"
-TIMEOUT, SCAN, INACTIVE = 1000, 100, 500
-
-
-def policies(name: str):
-    if name != "default":
-        raise PluginError(f"no election policy {name!r}")
-    return default_election_policy
-
-
-def address(broker_id: int) -> str:
-    return f"tcp://b{broker_id}:10911"
-
-
-class Pump:
-    """The core with a hand-cranked Raft: barriers pass and proposals apply on request."""
-
-    def __init__(self, **settings: object) -> None:
-        self.manager = ReplicasInfoManager()
-        settings = {"scan_not_active_broker_interval": SCAN,
-                    "broker_not_active_timeout": INACTIVE, "request_timeout": TIMEOUT,
-                    **settings}
-        config = ControllerConfig(node_id=1, peers={1: "tcp://c1:9878", 2: "tcp://c2:9878"},
-                                  **settings)
-        self.now = 0
-        self.core = ControllerCore(config, self.manager, policies, self.now)
-        self.ids = itertools.count(1)
-        self.outputs: list[Output] = []
-        self.settled: set[int] = set()
-
-    def lead(self, term: int = 1, leader: int = 1) -> None:
-        self.core.lead(Leadership(term, leader, f"tcp://c{leader}:9878" if leader else "",
-                                  leader == 1))
-
-    def request(self, request: ControllerRequest) -> int:
-        request_id = next(self.ids)
-        self.core.request(request_id, request, self.now)
-        self.take()
-        return request_id
-
-    def take(self) -> None:
-        self.outputs += self.core.drain()
-
-    def of(self, kind: type) -> list:
-        return [o for o in self.outputs if isinstance(o, kind)]
-
-    def open(self, kind: type) -> list:
-        """The Raft operations of ``kind`` not yet settled."""
-        return [o for o in self.of(kind) if o.ticket not in self.settled]
-
-    def reply(self, request_id: int) -> Reply | None:
-        return next((r for r in self.of(Reply) if r.request_id == request_id), None)
-
-    def settle(self, ticket: int, outcome) -> None:
-        self.settled.add(ticket)
-        self.core.settle(ticket, outcome, self.now)
-        self.take()
-
-    def pass_barriers(self) -> None:
-        for barrier in self.open(ReadBarrier):
-            self.settle(barrier.ticket, Applied())
-
-    def commit(self) -> None:
-        """Apply every open proposal, as Raft would once committed."""
-        for proposal in self.open(Propose):
-            changed = self.manager.apply(decode_event(proposal.data))
-            self.settle(proposal.ticket, Applied(changed))
-
-    def run(self) -> None:
-        """Let Raft do everything asked of it until nothing is open."""
-        while self.open(ReadBarrier) or self.open(Propose):
-            self.pass_barriers()
-            self.commit()
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
-        self.core.fire(self.now)
-        self.take()
-
-    def join(self) -> int:
-        """A broker registers (identity, registration, heartbeat) and asks to be master."""
-        rid = self.request(GetNextBrokerId(CLUSTER, GROUP))
-        self.run()
-        broker_id = self.reply(rid).payload.next_broker_id
-        for request in (ApplyBrokerId(CLUSTER, GROUP, broker_id, address(broker_id), "check"),
-                        RegisterBroker(CLUSTER, GROUP, broker_id, address(broker_id))):
-            rid = self.request(request)
-            self.run()
-            assert self.reply(rid).ok, self.reply(rid)
-        self.beat(broker_id)
-        self.run()
-        return broker_id
-
-    def beat(self, broker_id: int) -> Reply:
-        rid = self.request(BrokerHeartbeat(CLUSTER, GROUP, broker_id, address(broker_id),
-                                           epoch=1, max_offset=100, confirm_offset=100))
-        return self.reply(rid)
 
 
 @pytest.fixture
@@ -400,7 +293,7 @@ def test_replies_carry_their_payloads(pump: Pump) -> None:
     group = table.groups[0]  # registered, no master elected yet: not in sync
     assert (group.in_sync_replicas, group.not_in_sync_replicas) == (
         (), (Replica(broker_id, address(broker_id), alive=True),))
-    pump.advance(INACTIVE + 1)
+    pump.run_for(INACTIVE + 1)
     rid = pump.request(GetSyncStateData((GROUP,)))
     pump.run()
     assert not pump.reply(rid).payload.groups[0].not_in_sync_replicas[0].alive

@@ -222,3 +222,19 @@ async def test_repeated_failovers_lose_no_acknowledged_message(make_cluster):
             await cluster.wait_for(
                 lambda b=broker: b.log.max_offset == cluster.broker(master).log.max_offset)
             assert missing(broker, acked) == []
+
+
+async def test_a_master_killed_while_it_proposes_a_sync_state_set_stops_cleanly(make_cluster):
+    async with make_cluster() as cluster:
+        await cluster.start_controllers()
+        await cluster.start_brokers()
+        master = await cluster.wait_master()
+        await wait_full_sync_state_set(cluster, master)
+        mode, address = cluster.broker(master).controller_mode, cluster.broker(master).node.address
+        assert mode is not None
+        await cluster.kill(master)
+        # Its HA master's last proposal on the way out: nothing is sent for it any more,
+        # and it waits to be cancelled with the rest of the broker.
+        with trio.move_on_after(0.2) as waited:
+            await mode.alter_sync_state_set(frozenset({address}))
+        assert waited.cancelled_caught
