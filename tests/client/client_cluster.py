@@ -93,3 +93,20 @@ async def open_groups(root: Path, transport: str = "inproc", *, groups: int = 1,
             letter = "abcdefgh"[n]
             await harness.start_broker(letter, f"broker-{letter}")
         yield harness
+
+
+async def start_replicated_topic(cluster: Cluster, topic: str, *, app: str = "client",
+                                 queues: int = 2) -> tuple[Node, str]:
+    """A controller-mode group started on ``cluster`` with ``topic`` on every replica;
+    the client node ``app`` and the group's master."""
+    await cluster.start_namesrvs()
+    await cluster.start_controllers()
+    await cluster.start_brokers()
+    node = await cluster.start(app)
+    master = await cluster.wait_master()
+    fields = {"topic": topic, "readQueueNums": str(queues), "writeQueueNums": str(queues),
+              "perm": "6"}
+    assert (await node.rpc.invoke(cluster.node(master).address, CREATE_TOPIC, fields)).code == 0
+    await cluster.wait_for(lambda: all(  # the slaves have copied the topic
+        topic in b.topics.table for b in cluster.brokers().values()))
+    return node, master

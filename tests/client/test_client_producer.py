@@ -6,7 +6,7 @@ import contextlib
 
 import pytest
 import trio
-from client_cluster import open_groups
+from client_cluster import open_groups, start_replicated_topic
 
 from triomq.broker.service import broker_of
 from triomq.client.errors import BrokerError, NoRouteError
@@ -122,15 +122,7 @@ async def test_a_dead_group_is_retried_on_the_other_then_left_out_of_the_route(t
 
 async def test_the_producer_follows_a_failover_to_the_new_master(tmp_path) -> None:
     async with open_cluster(tmp_path, namesrvs=1) as cluster:
-        await cluster.start_namesrvs()
-        await cluster.start_controllers()
-        await cluster.start_brokers()
-        app = await cluster.start("client")
-        master = await cluster.wait_master()
-        fields = {"topic": "orders", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"}
-        assert (await app.rpc.invoke(cluster.node(master).address, 17, fields)).code == 0
-        await cluster.wait_for(lambda: all(
-            "orders" in b.topics.table for b in cluster.brokers().values()))
+        app, master = await start_replicated_topic(cluster, "orders", app="client")
         producer = Producer("pg", list(cluster.namesrv_addresses.values()),
                             poll_name_server_interval=3600)
         async with producer.start(app.connect):
@@ -165,15 +157,7 @@ async def test_sends_ride_through_a_master_kill_or_fail_only_after_the_send_time
     timeout = 3.0
     async with open_cluster(tmp_path, transport=transport, namesrvs=1,
                             broker={"all_ack_in_sync_state_set": True}) as cluster:
-        await cluster.start_namesrvs()
-        await cluster.start_controllers()
-        await cluster.start_brokers()
-        app = await cluster.start("client")
-        master = await cluster.wait_master()
-        fields = {"topic": "orders", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"}
-        assert (await app.rpc.invoke(cluster.node(master).address, 17, fields)).code == 0
-        await cluster.wait_for(lambda: all(
-            "orders" in b.topics.table for b in cluster.brokers().values()))
+        app, master = await start_replicated_topic(cluster, "orders", app="client")
         await cluster.wait_for(lambda: len(cluster.broker(master).replicas.sync_state_set) == 3)
         producer = Producer("pg", list(cluster.namesrv_addresses.values()),
                             send_msg_timeout=timeout, poll_name_server_interval=3600)

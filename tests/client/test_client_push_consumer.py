@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack
 
 import pytest
 import trio
-from client_cluster import Groups, open_groups
+from client_cluster import Groups, open_groups, start_replicated_topic
 
 from triomq.client.consume_from import ConsumeFromWhere
 from triomq.client.errors import NoRouteError
@@ -332,15 +332,7 @@ async def test_a_consumer_pulls_from_the_new_master_as_soon_as_it_is_routed(
     pull): it reaches the new master only by fetching the route itself while its pulls
     fail, and pulls the first message stored there from the offsets it had."""
     async with open_cluster(tmp_path, transport=transport, namesrvs=1) as cluster:
-        await cluster.start_namesrvs()
-        await cluster.start_controllers()
-        await cluster.start_brokers()
-        app = await cluster.start("app")
-        master = await cluster.wait_master()
-        fields = {"topic": "orders", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"}
-        assert (await app.rpc.invoke(cluster.node(master).address, 17, fields)).code == 0
-        await cluster.wait_for(lambda: all(  # the slaves have copied the topic
-            "orders" in b.topics.table for b in cluster.brokers().values()))
+        app, master = await start_replicated_topic(cluster, "orders", app="app")
         namesrv = list(cluster.namesrv_addresses.values())
         seen: list[MessageExt] = []
 
