@@ -211,9 +211,10 @@ class SendFlow:
         return FetchRoute() if now < self.deadline else self._expired()
 
     def _pause_then_fetch(self, now: float) -> SendAction:
-        until = now + self._pause
-        if until >= self.deadline:
+        if now >= self.deadline:
             return self._expired()
+        # The last pause ends at the deadline: a send fails no sooner than its timeout.
+        until = min(now + self._pause, self.deadline)
         self._pause = next_pause(self._pause)
         self._paused = True
         return Wait(until)
