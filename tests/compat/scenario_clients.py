@@ -272,3 +272,24 @@ async def offsets_become(admin: Node, master_address: str, group: str,
         while (offsets := await consumer_offsets(admin, master_address, group)) != expected:
             await trio.sleep(0.05)
     assert offsets == expected
+
+
+def assert_stored_as_answered(got: dict[str, Any], results: dict[tuple[str, int], dict[str, Any]],
+                              count: int, *, batch_ids: str) -> None:
+    """Each message read back (``got``, by ``"<mode> <seq>"``) carries the body, tag and
+    keys its scenario sent, and sits at the queue, offset and ids its send's answer
+    (``results``, by mode and seq) named; a batch's ``count`` messages one offset after
+    another, their ids from the answer's ``batch_ids`` list."""
+    for (mode, i), line in results.items():
+        for n in range(count) if mode == "batch" else [i]:
+            message = got[f"{mode} {n}"]
+            assert (message.body.decode(), message.tags, message.keys) \
+                == (f"{mode} {n}", f"Tag{'ABC'[n % 3]}", (f"key-{mode}-{n}",))
+            if mode == "batch":  # one queue, one offset after another, ids in order
+                assert (message.queue_id, message.queue_offset, message.msg_id,
+                        message.offset_msg_id) == (line["queueId"], line["queueOffset"] + n,
+                                                   line[batch_ids][n], line["offsetMsgIds"][n])
+            elif mode != "oneway":
+                assert (message.queue_id, message.queue_offset, message.msg_id,
+                        message.offset_msg_id) == (line["queueId"], line["queueOffset"],
+                                                   line["msgId"], line["offsetMsgId"])

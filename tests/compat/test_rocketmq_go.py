@@ -25,7 +25,13 @@ from triomq.testing.cluster import BROKER_NAME
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compat_cluster import CompatCluster, failover
-from scenario_clients import QUEUES, go_client, offsets_become, unavailable_go
+from scenario_clients import (
+    QUEUES,
+    assert_stored_as_answered,
+    go_client,
+    offsets_become,
+    unavailable_go,
+)
 
 pytestmark = pytest.mark.skipif(unavailable_go() is not None, reason=str(unavailable_go()))
 
@@ -56,19 +62,7 @@ async def test_every_kind_of_send_is_stored_as_sent(cluster: CompatCluster) -> N
     got = {m.properties["scenario"] + " " + m.properties["seq"]: m
            for m in await cluster.read_all(4 * count)}
     assert len(got) == 4 * count
-    for (mode, i), line in results.items():
-        for n in range(count) if mode == "batch" else [i]:
-            message = got[f"{mode} {n}"]
-            assert (message.body.decode(), message.tags, message.keys) \
-                == (f"{mode} {n}", f"Tag{'ABC'[n % 3]}", (f"key-{mode}-{n}",))
-            if mode == "batch":  # one queue, one offset after another, ids in order
-                assert (message.queue_id, message.queue_offset, message.msg_id,
-                        message.offset_msg_id) == (line["queueId"], line["queueOffset"] + n,
-                                                   line["offsetMsgIds"][n], line["offsetMsgIds"][n])
-            elif mode != "oneway":
-                assert (message.queue_id, message.queue_offset, message.msg_id,
-                        message.offset_msg_id) == (line["queueId"], line["queueOffset"],
-                                                   line["msgId"], line["offsetMsgId"])
+    assert_stored_as_answered(got, results, count, batch_ids="offsetMsgIds")
 
 
 async def test_a_push_consumer_gets_every_message_once_and_stores_its_offsets(

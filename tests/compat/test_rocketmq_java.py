@@ -29,6 +29,7 @@ from compat_cluster import CompatCluster, failover, read_until
 from scenario_clients import (
     QUEUES,
     TOPIC,
+    assert_stored_as_answered,
     java_client,
     offsets_become,
     unavailable_java,
@@ -71,19 +72,7 @@ async def test_every_kind_of_send_is_stored_as_sent(cluster: CompatCluster, prof
     got = {m.properties["scenario"] + " " + m.properties["seq"]: m
            for m in await cluster.read_all(5 * count)}
     assert len(got) == 5 * count
-    for (mode, i), line in results.items():
-        for n in range(count) if mode == "batch" else [i]:
-            message = got[f"{mode} {n}"]
-            assert (message.body.decode(), message.tags, message.keys) \
-                == (f"{mode} {n}", f"Tag{'ABC'[n % 3]}", (f"key-{mode}-{n}",))
-            if mode == "batch":  # one queue, one offset after another, ids in order
-                assert (message.queue_id, message.queue_offset, message.msg_id,
-                        message.offset_msg_id) == (line["queueId"], line["queueOffset"] + n,
-                                                   line["msgIds"][n], line["offsetMsgIds"][n])
-            elif mode != "oneway":
-                assert (message.queue_id, message.queue_offset, message.msg_id,
-                        message.offset_msg_id) == (line["queueId"], line["queueOffset"],
-                                                   line["msgId"], line["offsetMsgId"])
+    assert_stored_as_answered(got, results, count, batch_ids="msgIds")
     # Ordered: each order key's messages in one queue, in the order sent.
     for key in (0, 1):
         mine = sorted((m for m in got.values() if m.properties.get("orderKey") == str(key)),
