@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import struct
+import sys
+from pathlib import Path
 
 import trio
 from processes import NodeProcess, closed_by_peer
@@ -20,24 +22,12 @@ from test_oversize_requests import attack_header
 
 from triomq.broker.client import Producer, ServiceNotAvailable
 from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
-from triomq.testing.cluster import BROKER_NAME, free_tcp_port, open_cluster
+from triomq.testing.cluster import BROKER_NAME, open_cluster
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chaos"))
+from broker_processes import replica_sections
 
 GET_MAX_OFFSET = 30
-
-
-def replica_sections(root, controllers: list[str], namesrv: str) -> str:
-    quoted = ", ".join(f'"{c}"' for c in controllers)
-    return f"""
-[store]
-path = "{root}"
-[broker]
-broker_name = "{BROKER_NAME}"
-enable_controller_mode = true
-controller_addresses = [{quoted}]
-namesrv_addr = ["{namesrv}"]
-ha_listen_port = {free_tcp_port()}
-all_ack_in_sync_state_set = true
-"""
 
 
 async def test_the_header_attack_causes_no_failover_and_loses_nothing(tmp_path) -> None:

@@ -22,16 +22,12 @@ from triomq.testing.cluster import BROKER_NAME, free_tcp_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def broker_toml(name: str, root: Path, address: str, controllers: list[str], namesrv: str
-                ) -> str:
+def replica_sections(store: Path, controllers: list[str], namesrv: str) -> str:
+    """The ``[store]`` and ``[broker]`` sections of a replica storing under ``store``."""
     quoted = ", ".join(f'"{c}"' for c in controllers)
     return f"""
-name = "{name}"
-role = "broker"
-listen = "{address}"
-log_level = "WARNING"
 [store]
-path = "{root / name}"
+path = "{store}"
 [broker]
 broker_name = "{BROKER_NAME}"
 enable_controller_mode = true
@@ -40,6 +36,16 @@ namesrv_addr = ["{namesrv}"]
 ha_listen_port = {free_tcp_port()}
 all_ack_in_sync_state_set = true
 """
+
+
+def broker_toml(name: str, root: Path, address: str, controllers: list[str], namesrv: str
+                ) -> str:
+    return f"""
+name = "{name}"
+role = "broker"
+listen = "{address}"
+log_level = "WARNING"
+""" + replica_sections(root / name, controllers, namesrv)
 
 
 class Replica:
