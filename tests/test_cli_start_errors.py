@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from triomq.testing.cluster import free_tcp_port
+
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 
@@ -27,12 +29,6 @@ def taken_port() -> Iterator[int]:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         yield sock.getsockname()[1]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def broker_config(folder: Path, *, rpc_port: int, ha_port: int, store: Path) -> Path:
@@ -61,7 +57,7 @@ def assert_refused(code: int, stderr: str, *names: str) -> None:
 
 def test_rpc_port_in_use(tmp_path: Path, taken_port: int) -> None:
     store = tmp_path / "store"
-    config = broker_config(tmp_path, rpc_port=taken_port, ha_port=free_port(), store=store)
+    config = broker_config(tmp_path, rpc_port=taken_port, ha_port=free_tcp_port(), store=store)
     assert_refused(*start(config), f"tcp://127.0.0.1:{taken_port}: cannot listen",
                    "Address already in use")
     assert not store.exists()
@@ -70,7 +66,7 @@ def test_rpc_port_in_use(tmp_path: Path, taken_port: int) -> None:
 def test_ha_port_in_use(tmp_path: Path, taken_port: int) -> None:
     # The broker's HA port is bound with the RPC port, before any store file is written.
     store = tmp_path / "store"
-    config = broker_config(tmp_path, rpc_port=free_port(), ha_port=taken_port, store=store)
+    config = broker_config(tmp_path, rpc_port=free_tcp_port(), ha_port=taken_port, store=store)
     assert_refused(*start(config), f"tcp://127.0.0.1:{taken_port}: cannot listen",
                    "Address already in use")
     assert not store.exists()
@@ -89,7 +85,7 @@ def test_config_is_not_text(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(AS_ROOT, reason="root reads a file whatever its mode")
 def test_config_is_unreadable(tmp_path: Path) -> None:
-    config = broker_config(tmp_path, rpc_port=free_port(), ha_port=free_port(),
+    config = broker_config(tmp_path, rpc_port=free_tcp_port(), ha_port=free_tcp_port(),
                            store=tmp_path / "store")
     config.chmod(0)
     assert_refused(*start(config), "cannot be read: Permission denied")
@@ -97,7 +93,7 @@ def test_config_is_unreadable(tmp_path: Path) -> None:
 
 def test_store_path_below_a_file(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    config = broker_config(tmp_path, rpc_port=free_port(), ha_port=free_port(),
+    config = broker_config(tmp_path, rpc_port=free_tcp_port(), ha_port=free_tcp_port(),
                            store=tmp_path / "file" / "store")
     assert_refused(*start(config), "service 'broker' could not start", "Not a directory")
 
@@ -106,7 +102,7 @@ def test_store_path_below_a_file(tmp_path: Path) -> None:
 def test_store_path_not_writable(tmp_path: Path) -> None:
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
-    config = broker_config(tmp_path, rpc_port=free_port(), ha_port=free_port(),
+    config = broker_config(tmp_path, rpc_port=free_tcp_port(), ha_port=free_tcp_port(),
                            store=locked / "store")
     assert_refused(*start(config), "service 'broker' could not start", "Permission denied")
     assert not (locked / "store").exists()

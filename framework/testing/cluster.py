@@ -21,6 +21,7 @@ up front (their peers need them) and brokers port 0.
 from __future__ import annotations
 
 import itertools
+import random
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -43,11 +44,31 @@ BROKER_NAME = "broker-a"
 
 _networks = itertools.count(1)
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands to outgoing connections (Linux's range, else IANA's)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
+
+
+# Below the ephemeral range, so no outgoing connection (a client's, another test's) can take
+# a port between its choice and its listener; random, so processes rarely pick alike.
+_PORTS = range(max(1024, _ephemeral_low() - 12_000), _ephemeral_low())
+_pick = random.Random()
+
+
 def free_tcp_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range."""
+    for _ in range(1_000):
+        port = _pick.choice(_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free TCP port on 127.0.0.1 in {_PORTS.start}-{_PORTS.stop - 1}")
 
 
 @attrs.define

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import triomq.plugins.controller_dledger
 from triomq.broker.client import Producer, ServiceNotAvailable
 from triomq.broker.replicas_manager import BrokerRole
 from triomq.plugin_manager import PluginManager
-from triomq.testing.cluster import open_cluster
+from triomq.testing.cluster import free_tcp_port, open_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTROLLER = {"raft": {"tick_interval_ms": 20, "fsync": False}}
@@ -68,12 +67,6 @@ async def test_the_producer_records_when_and_where_a_message_was_born(tmp_path):
 # -- stopping a broker process ----------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _start(tmp_path: Path, role: str, name: str, body: str) -> subprocess.Popen:
     config = tmp_path / f"{name}.toml"
     config.write_text(body)
@@ -102,7 +95,7 @@ def _seconds_to_stop(proc: subprocess.Popen) -> float:
 
 @pytest.mark.parametrize("controller_up", [True, False])
 def test_sigterm_stops_a_controller_mode_broker_within_a_second(tmp_path, controller_up):
-    controller_address = f"tcp://127.0.0.1:{_free_port()}"
+    controller_address = f"tcp://127.0.0.1:{free_tcp_port()}"
     controller = _start(tmp_path, "controller", "c1", f"""
 name = "c1"
 role = "controller"
@@ -116,7 +109,7 @@ peers = {{ "1" = "{controller_address}" }}
     broker = _start(tmp_path, "broker", "b1", f"""
 name = "b1"
 role = "broker"
-listen = "tcp://127.0.0.1:{_free_port()}"
+listen = "tcp://127.0.0.1:{free_tcp_port()}"
 [store]
 path = "{tmp_path / 'b1'}"
 [broker]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from triomq.consensus.config import RaftConfig
 from triomq.consensus.node import RaftNode, open_raft_node
 from triomq.plugin_manager import PluginManager
 from triomq.runtime import Node, open_node
+from triomq.testing.cluster import free_tcp_port
 
 
 class Journal:
@@ -116,15 +116,11 @@ class Cluster:
 
 
 def free_ports(count: int) -> list[int]:
-    """Ports free on 127.0.0.1 right now."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+    """Distinct ports free on 127.0.0.1 right now."""
+    ports: set[int] = set()
+    while len(ports) < count:
+        ports.add(free_tcp_port())
+    return sorted(ports)
 
 
 def make_members(tmp_path: Path, ids: list[int], *, transport: str = "inproc",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import trustme
 
 from triomq.plugins.transport_inproc import InprocNetwork, InprocTransport
 from triomq.plugins.transport_tcp import TcpTransport, TlsOptions
+from triomq.testing.cluster import free_tcp_port
 from triomq.testing.rpc_suite import RpcConformance
 from triomq.testing.transport_suite import TransportConformance
 
@@ -17,10 +17,7 @@ from triomq.testing.transport_suite import TransportConformance
 @pytest.fixture
 def free_tcp_address() -> str:
     """A loopback address nothing listens on (a port just bound and released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"tcp://127.0.0.1:{port}"
+    return f"tcp://127.0.0.1:{free_tcp_port()}"
 
 
 @pytest.fixture
