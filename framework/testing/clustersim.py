@@ -67,7 +67,9 @@ triomq.testing.clustersim --seeds 2000 --start 1000`` (about 5 minutes on
 one core), is worth doing after any change to ``triomq.controller``,
 ``triomq.ha``, ``triomq.namesrv`` or the broker's controller mode or
 name-server registration. Scenario tests drive a
-``Simulation(seed, chaos=False)`` by hand (``tests/clustersim``).
+``Simulation(seed, chaos=False)`` by hand (``tests/clustersim``), stalled
+controllers among them (``stall_controllers``: a busy host's or a pause's,
+what they are sent waiting for them).
 
 Fidelity notes: the simulated nodes pump the same sans-I/O flows as the
 trio drivers (the controller's core; the broker's controller-mode flow,
@@ -264,6 +266,11 @@ class Simulation(Invariants):
         """Crash a controller (restarted after ``for_ms``)."""
         self.controllers[node_id].crash()
         self.down_until[controller_name(node_id)] = self.now + for_ms
+
+    def stall_controllers(self, node_ids: Sequence[int], for_ms: int) -> None:
+        """Stall controllers (they run nothing for ``for_ms``; nothing they are sent is lost)."""
+        for node_id in node_ids:
+            self.controllers[node_id].stall(for_ms)
 
     def update_controller_config(self, values: Mapping[str, Any]) -> None:
         """UPDATE_CONTROLLER_CONFIG at every running controller (a restart forgets it)."""

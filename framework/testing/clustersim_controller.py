@@ -200,6 +200,10 @@ class SimController:
         self.rate = rng.choice([0.9, 1.0, 1.0, 1.1])  # clock skew: local time runs at this rate
         self.offset = rng.randint(0, 10_000)
         self.raft: Raft | None = None
+        # A stall (a busy host, a GC pause): the process runs nothing until ``stalled_until``
+        # while its socket buffers keep what arrives, handed over when it runs again.
+        self.stalled_until = 0
+        self._backlog: list[tuple[str, object]] = []
         self.start()
 
     # -- life ------------------------------------------------------------------
@@ -224,7 +228,19 @@ class SimController:
     def crash(self) -> None:
         """Stop; only the Raft disk survives."""
         self.raft = None
+        self._backlog.clear()
+        self.stalled_until = 0
         self.sim.network.down.add(self.name)
+
+    def stall(self, for_ms: int) -> None:
+        """Run nothing for ``for_ms`` (no Raft ticks are made up afterwards, as a driver's
+        timer fires once however late); what arrives meanwhile waits."""
+        self.stalled_until = self.sim.now + for_ms
+
+    @property
+    def stalled(self) -> bool:
+        """Whether stalled now."""
+        return self.sim.now < self.stalled_until
 
     @property
     def up(self) -> bool:
@@ -250,20 +266,28 @@ class SimController:
     def step(self) -> None:
         """One simulation step: tick Raft at this host's rate, fire the core's due timers."""
         raft = self.raft
-        if raft is None:
+        if raft is None or self.stalled:
             return
         self.tick_debt += self.rate
         while self.tick_debt >= 1:
             self.tick_debt -= 1
             raft.tick()
         self._run()
+        # After a stall the late timer fires before the waiting input is read: the worst
+        # order for the brokers, whose heartbeats are in that input.
         if self.core.next_deadline() <= self.now_ms():
             self._feed(self.core.fire)
+        backlog, self._backlog = self._backlog, []
+        for src, payload in backlog:
+            self.receive(src, payload)
 
     def receive(self, src: str, payload: object) -> None:
         """A datagram arrived."""
         raft = self.raft
         if raft is None:
+            return
+        if self.stalled:
+            self._backlog.append((src, payload))
             return
         if isinstance(payload, RaftPacket):
             raft.step(payload.message)
