@@ -12,7 +12,10 @@ import base64
 import hashlib
 import hmac
 import io
+import json
+import os
 import ssl
+import sys
 import tomllib
 from pathlib import Path
 
@@ -38,7 +41,7 @@ from triomq.protocol import acl
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection, RpcServer
 from triomq.runtime import open_node
-from triomq.testing.cluster import open_cluster
+from triomq.testing.cluster import free_tcp_port, open_cluster
 
 ACCESS_KEY, SECRET_KEY = "rocketmq2", "12345678"
 SECURITY = {"admin_access_key": ACCESS_KEY, "admin_secret_key": SECRET_KEY}
@@ -334,3 +337,95 @@ async def test_a_guard_answers_first_for_own_and_fallback_handlers() -> None:
         assert (await connection.invoke(17, {"who": "admin"})).body == b"handled"
         assert seen == [216]
         nursery.cancel_scope.cancel()
+
+
+# -- the CLI over mutual TLS ----------------------------------------------------------
+
+TRIOMQ = [sys.executable, "-c", "import sys; from triomq.cli import main; sys.exit(main())"]
+
+
+def tls_node(certificates: Certificates, name: str, body: str) -> NodeConfig:
+    data = tomllib.loads(body)
+    data["transport"] = {"options": certificates.transport(name, require_client_cert=True)}
+    return NodeConfig.from_mapping(data)
+
+
+def client_file(path: Path, certificates: Certificates, name: str, security: str = "") -> Path:
+    path.write_text(f'name = "{name}"\n[transport.options.tcp.tls]\n'
+                    f'cert = "{certificates.files[name]}"\nca = "{certificates.ca_file}"\n'
+                    f'{security}')
+    return path
+
+
+async def run_cli(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TRIOMQ_")}
+    done = await trio.run_process([*TRIOMQ, *argv], capture_stdout=True, capture_stderr=True,
+                                  check=False, env={**environ, **(env or {})})
+    return done.returncode, done.stdout.decode() + done.stderr.decode()
+
+
+async def test_the_cli_connects_over_mutual_tls_and_signs_with_a_node_file(tmp_path):
+    certificates = Certificates(tmp_path)
+    ns = tls_node(certificates, "server", f"""
+name = "ns"
+role = "nameserver"
+listen = "tcp://127.0.0.1:{free_tcp_port()}"
+log_level = "WARNING"
+""")
+    broker = tls_node(certificates, "server", f"""
+name = "b0"
+role = "broker"
+listen = "tcp://127.0.0.1:{free_tcp_port()}"
+log_level = "WARNING"
+[store]
+path = "{tmp_path / 'b0'}"
+[broker]
+ha_listen_port = {free_tcp_port()}
+flush_policy = "none"
+namesrv_addr = ["{ns.listen}"]
+[security]
+admin_access_key = "{ACCESS_KEY}"
+admin_secret_key = "{SECRET_KEY}"
+""")
+    app = client_file(tmp_path / "app.toml", certificates, "app")
+    ops = client_file(tmp_path / "ops.toml", certificates, "admin",
+                      f'[security]\nadmin_access_key = "{ACCESS_KEY}"\n'
+                      f'admin_secret_key = "{SECRET_KEY}"\n')
+    namesrv = ns.listen.removeprefix("tcp://")
+    create = ("admin", "update-topic", "-n", namesrv, "-b", broker.listen.removeprefix("tcp://"),
+              "-t", "audit")
+    async with open_node(ns), open_node(broker):
+        # No certificate: the name server's TLS port cannot be reached.
+        code, out = await run_cli("produce", "-n", namesrv, "-t", "audit", "--timeout", "2")
+        assert code == 2, out
+        # The application's certificate, no admin credentials: refused by the broker.
+        code, out = await run_cli(*create, "--client-config", str(app))
+        assert code == 1 and "code 16" in out and "needs admin access" in out, out
+        # The admin's file, from the environment: its [security] keys sign the change.
+        code, out = await run_cli(*create, env={"TRIOMQ_CLIENT_CONFIG": str(ops)})
+        assert code == 0, out
+        code, out = await run_cli("produce", "-n", namesrv, "-t", "audit", "--count", "3",
+                                 "--json", "--client-config", str(app))
+        assert code == 0, out
+        assert [r["sendStatus"] for r in json.loads(out)["results"]] == ["SEND_OK"] * 3
+        code, out = await run_cli("consume", "-n", namesrv, "-t", "audit", "-g", "auditors",
+                                 "--from-beginning", "--count", "3", "--json",
+                                 "--client-config", str(app))
+        assert code == 0, out
+        bodies = sorted(base64.b64decode(json.loads(line)["body"]) for line in out.splitlines()
+                        if line.startswith("{"))
+        assert bodies == [f"Hello triomq {i}".encode() for i in range(3)]
+
+
+async def test_a_wrong_client_config_is_one_line_naming_the_key(tmp_path):
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text('[transport.options.tcp.tls]\nkey = "k.pem"\n')
+    code, out = await run_cli("produce", "-n", "127.0.0.1:1", "-t", "T",
+                              "--client-config", str(wrong))
+    assert (code, out) == (2, "triomq: error: transport.options.tcp.tls: 'key' given without "
+                              "'cert'\n")
+    wrong.write_text('[transport]\ntls = true\n')
+    code, out = await run_cli("admin", "topic-list", "-n", "127.0.0.1:1",
+                              env={"TRIOMQ_CLIENT_CONFIG": str(wrong)})
+    assert code == 2 and out.startswith(f"triomq: error: --client-config {wrong}: ") and \
+        "unknown key 'tls'" in out, out

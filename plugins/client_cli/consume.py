@@ -31,6 +31,7 @@ from typing import TextIO
 
 import trio
 
+from triomq.cli_connection import add_client_config_option
 from triomq.client import (
     ConsumeConcurrentlyStatus,
     ConsumeFromWhere,
@@ -65,6 +66,7 @@ def add_consume_command(subparsers: argparse._SubParsersAction) -> None:
                     "it arrives, until --count messages or SIGINT. The group's offsets are "
                     "stored on the brokers when it stops.")
     add_common_options(p, json_help="one JSON object per message and line")
+    add_client_config_option(p)  # TLS settings; sends and pulls are not signed
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-g", "--group", required=True, help="the consumer group")
     p.add_argument("--tags", default="*", metavar="EXPR",

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 import trio
 
 from triomq.cli_address import Unreachable
+from triomq.cli_connection import add_client_config_option
 from triomq.client import ClientError, Message, Producer
 from triomq.plugins.client_cli.message_text import send_result_json, send_result_line
 from triomq.plugins.client_cli.session import (
@@ -54,6 +55,7 @@ def add_produce_command(subparsers: argparse._SubParsersAction) -> None:
                     "each SendResult (status, msgId, queue, queue offset). {i} in --body, "
                     "--keys and --tags is the message's index. Exit 1 if any send failed.")
     add_common_options(p, json_help="one JSON document with every result for scripts")
+    add_client_config_option(p)  # TLS settings; sends and pulls are not signed
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("--count", type=int, default=1, help="messages to send (default 1)")
     p.add_argument("--body", default=DEFAULT_BODY,

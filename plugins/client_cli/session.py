@@ -25,8 +25,9 @@ from typing import TextIO
 
 import trio
 
-from triomq import NodeConfig, open_node
+from triomq import open_node
 from triomq.cli_address import Unreachable, dial_addresses
+from triomq.cli_connection import client_config
 from triomq.cli_credentials import sign_requests
 from triomq.client.codes import ClientRequestCode, ClientResponseCode
 from triomq.client.errors import BrokerError
@@ -148,7 +149,7 @@ def run(command: Command, args: argparse.Namespace, *, sign: bool = False,
     logging.basicConfig(level=logging.WARNING, format="triomq: %(name)s: %(message)s")
 
     async def main() -> int:
-        async with open_node(NodeConfig(name="triomq-cli", log_level="WARNING"),
+        async with open_node(client_config(args, "triomq-cli"),
                              plugins=PluginManager.discover()) as node:
             if sign:
                 sign_requests(node.rpc, args)

@@ -33,9 +33,9 @@ from typing import Any, TextIO
 import trio
 
 from triomq.cli_address import Unreachable, dial_address, dial_addresses
+from triomq.cli_connection import client_config
 from triomq.cli_credentials import add_credential_options, sign_requests
 from triomq.cli_table import table as text_table
-from triomq.config import NodeConfig
 from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
 from triomq.controller.codes import RequestCode, ResponseCode
 from triomq.controller.results import Replica, SyncStateData
@@ -92,7 +92,8 @@ def add_admin_commands(commands: argparse._SubParsersAction) -> None:
 def _run_sync(args: argparse.Namespace) -> int:
     async def main() -> int:
         pm = PluginManager.discover()
-        async with open_node(NodeConfig(name="triomq-admin"), plugins=pm) as node:
+        async with open_node(client_config(args, "triomq-admin", log_level="INFO"),
+                             plugins=pm) as node:
             return await run_admin(args, node.rpc, sys.stdout)
 
     return trio.run(main)

@@ -30,8 +30,9 @@ from typing import Any, TextIO
 
 import trio
 
-from triomq import NodeConfig, open_node
+from triomq import open_node
 from triomq.cli_address import Unreachable, dial_address, dial_addresses
+from triomq.cli_connection import client_config
 from triomq.cli_credentials import add_credential_options, sign_requests
 from triomq.cli_table import table as text_table
 from triomq.errors import TriomqError
@@ -89,7 +90,7 @@ def add_admin_commands(commands: argparse._SubParsersAction) -> None:
 
 def _run_sync(args: argparse.Namespace) -> int:
     async def main() -> int:
-        async with open_node(NodeConfig(name="triomq-admin"),
+        async with open_node(client_config(args, "triomq-admin", log_level="INFO"),
                              plugins=PluginManager.discover()) as node:
             return await run_admin(args, node.rpc, sys.stdout)
 
