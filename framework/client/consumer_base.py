@@ -53,21 +53,27 @@ import trio
 from triomq.client.allocate import allocate_averagely, subscribe_queues
 from triomq.client.codes import ClientRequestCode as Req
 from triomq.client.codes import ClientResponseCode as Code
-from triomq.client.consume_from import ConsumeFromWhere, Lookup, start_offset
+from triomq.client.consume_from import ConsumeFromWhere
 from triomq.client.direct_consume import not_consumed_here
 from triomq.client.errors import BrokerError, ClientError, NoRouteError
-from triomq.client.failover_pause import FIRST_PAUSE, next_pause
 from triomq.client.instance import ClientInstance, default_instance_name, local_ip
-from triomq.client.message import MessageDecodeError, MessageExt, MessageQueue
+from triomq.client.message import MessageExt, MessageQueue
 from triomq.client.offset_store import OffsetStore
 from triomq.client.process_queue import ProcessQueue
 from triomq.client.pull import (
     BROKER_SUSPEND_MAX_MS,
     CONSUMER_TIMEOUT_WHEN_SUSPEND_MS,
-    PullError,
     PullThresholds,
-    pull_header,
-    read_pull_response,
+)
+from triomq.client.pull_flow import (
+    FetchRoutes,
+    PullFlow,
+    PullSettings,
+    PullView,
+    QueryMaxOffset,
+    QueryStoredOffset,
+    SendPull,
+    Wait,
 )
 from triomq.client.queue_pull import Deliver, OffsetMoved, QueuePull, Skipped
 from triomq.client.running_info import (
@@ -103,17 +109,15 @@ _FLOW_CONTROL_DELAY = 0.05
 # Seconds the stop may spend storing offsets, unlocking and unregistering.
 _STOP_TIMEOUT = 5.0
 _FAILURES = (RpcError, BrokerError, NoRouteError, RouteDataError)
-# Pull refusals of a broker that is not (or no longer) its group's master: a slave
-# without slave_read_enable, one stepping down.
-_MASTER_GONE_CODES = frozenset({Code.SYSTEM_BUSY, Code.SERVICE_NOT_AVAILABLE})
 
 
 @attrs.define(eq=False)
 class QueueState:
     """One queue this consumer holds: its messages, where it pulls next, its lock."""
 
-    #: Its messages, where the next pull starts (-1 until known), the suggested broker.
-    pull: QueuePull
+    #: Its pulls: its messages, where the next pull starts (-1 until known), the
+    #: suggested broker.
+    flow: PullFlow
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     locked: bool = False
     lock_time: float = -math.inf
@@ -127,6 +131,10 @@ class QueueState:
     taken_at: float = attrs.field(factory=trio.current_time)
     last_pull: float = attrs.field(factory=trio.current_time)
     last_consume: float = attrs.field(factory=trio.current_time)
+
+    @property
+    def pull(self) -> QueuePull:
+        return self.flow.pull
 
     @property
     def queue(self) -> MessageQueue:
@@ -428,7 +436,7 @@ class ConsumerBase:
 
     def _take(self, queue: MessageQueue) -> None:
         assert self._nursery is not None
-        state = QueueState(QueuePull(queue))
+        state = QueueState(PullFlow(queue, self._pull_settings(), self.offsets))
         if self.orderly:
             state.locked, state.lock_time = True, trio.current_time()
         self.states[queue] = state
@@ -518,70 +526,67 @@ class ConsumerBase:
 
     # -- pulling ---------------------------------------------------------------------
 
-    async def _start_offset(self, queue: MessageQueue) -> int:
-        # A timestamp means what it says even on a queue that never lost a message
-        # (RocketMQ's client lets the broker answer 0 there, as for the others).
-        by_time = self.consume_from_where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP
-        stored = await self.offsets.fetch(queue, zero_if_not_found=not by_time)
-        where = start_offset(self.consume_from_where, stored)
-        if where is Lookup.MAX_OFFSET:
-            return await self.offsets.max_offset(queue)
-        if where is Lookup.BY_TIMESTAMP:
-            return await self.offsets.search_offset(queue, self.consume_timestamp_ms or 0)
-        return where
+    def _pull_settings(self) -> PullSettings:
+        return PullSettings(
+            self.group, self.consume_from_where, self.consume_timestamp_ms or 0,
+            self.pull_batch_size, self.pull_thresholds, self.orderly, self.with_subscription,
+            self.commit_offset_on_pull, self.broker_suspend_max_ms,
+            max(CONSUMER_TIMEOUT_WHEN_SUSPEND_MS, 2 * self.broker_suspend_max_ms) / 1000,
+            self.pull_delay_on_exception, _FLOW_CONTROL_DELAY)
+
+    def _addresses(self, queue: MessageQueue) -> dict[int, str]:
+        return self.instance.brokers.get(queue.broker_name, {})
 
     async def _pull_queue(self, state: QueueState) -> None:
-        while state.next_offset < 0:
-            try:
-                state.next_offset = await self._start_offset(state.queue)
-            except _FAILURES as exc:
-                log.warning("start offset of %s: %s", state.queue, exc)
-                await trio.sleep(self.pull_delay_on_exception)
+        """Pump the queue's ``PullFlow`` until the queue is let go."""
+        flow, queue = state.flow, state.queue
         while not state.process.dropped:
-            await self._pull_once(state)
+            now = trio.current_time()
+            action = flow.poll(now, PullView(
+                self._addresses(queue), self._subscription(queue.topic),
+                paused=self._paused_queue(state), locked=state.lock_valid(now)))
+            if isinstance(action, Wait):
+                await trio.sleep_until(action.until)
+            elif isinstance(action, SendPull):
+                await self._pull(state, action)
+            elif isinstance(action, FetchRoutes):
+                await self._refresh_routes()
+                flow.routes_fetched(self._addresses(queue), trio.current_time())
+            else:
+                try:
+                    if isinstance(action, QueryStoredOffset):
+                        stored = await self.offsets.fetch(
+                            queue, zero_if_not_found=action.zero_if_not_found)
+                        flow.stored(stored, trio.current_time())
+                    elif isinstance(action, QueryMaxOffset):
+                        flow.looked_up(await self.offsets.max_offset(queue),
+                                       trio.current_time())
+                    else:
+                        flow.looked_up(await self.offsets.search_offset(
+                            queue, action.timestamp_ms), trio.current_time())
+                except _FAILURES as exc:
+                    log.warning("start offset of %s: %s", queue, exc)
+                    flow.failed(trio.current_time())
 
-    async def _pull_once(self, state: QueueState) -> None:
-        queue, process = state.queue, state.process
-        if (self.pull_thresholds.holds_back(process, orderly=self.orderly)
-                or self._paused_queue(state)):
-            await trio.sleep(_FLOW_CONTROL_DELAY)
-            return
-        if self.orderly and not state.lock_valid(trio.current_time()):
-            await trio.sleep(self.pull_delay_on_exception)
-            return
-        subscription = self._subscription(queue.topic)
-        address = self.instance.subscribe_address(queue.broker_name, state.pull.broker_id)
-        if subscription is None or address is None:
-            await trio.sleep(self.pull_delay_on_exception)
-            return
-        master = address == self.instance.master_address(queue.broker_name)
-        commit = state.pull.commit_offset(self.offsets,
-                                          to_master=master and self.commit_offset_on_pull)
-        fields = pull_header(self.group, queue, state.next_offset, self.pull_batch_size,
-                             subscription, commit_offset=commit,
-                             suspend_ms=self.broker_suspend_max_ms,
-                             with_subscription=self.with_subscription)
+    async def _pull(self, state: QueueState, pull: SendPull) -> None:
+        flow, queue = state.flow, state.queue
         state.last_pull = trio.current_time()
         try:
-            answer = await self.instance.invoke(
-                address, Req.PULL_MESSAGE, fields,
-                timeout=max(CONSUMER_TIMEOUT_WHEN_SUSPEND_MS, 2 * self.broker_suspend_max_ms)
-                / 1000)
-            result = read_pull_response(answer.code, answer.remark, answer.ext_fields,
-                                        answer.body, queue, subscription)
-        except (RpcError, PullError, MessageDecodeError) as exc:
-            log.info("pull of %s from %s: %s", queue, address, exc)
-            if isinstance(exc, RpcError) or (isinstance(exc, PullError)
-                                             and exc.code in _MASTER_GONE_CODES):
-                await self._until_rerouted(state)
-            else:
-                await trio.sleep(self.pull_delay_on_exception)
+            answer = await self.instance.invoke(pull.address, Req.PULL_MESSAGE, pull.fields,
+                                                timeout=pull.timeout)
+        except RpcError as exc:
+            log.info("pull of %s from %s: %s", queue, pull.address, exc)
+            flow.unanswered(self._addresses(queue), trio.current_time())
             return
-        step = state.pull.answered(result)
+        before = state.next_offset
+        step = flow.answered(answer.code, answer.remark, answer.ext_fields, answer.body,
+                             self._addresses(queue), trio.current_time())
+        if flow.last_error is not None:
+            log.info("pull of %s from %s: %s", queue, pull.address, flow.last_error)
         if isinstance(step, OffsetMoved):
             # The broker's remark tells why: OFFSET_RESET after an admin's reset.
             log.warning("the broker moved %s from offset %d to %d (%s)", queue,
-                        state.next_offset, step.offset, answer.remark)
+                        before, step.offset, answer.remark)
             state.arrived.set()
             self.offsets.update(queue, step.offset)
             try:
@@ -590,29 +595,11 @@ class ConsumerBase:
                 log.warning("moved offset of %s not stored: %s", queue, exc)
             if self.states.get(queue) is state:
                 del self.states[queue]
-            return
-        if isinstance(step, Deliver):
+        elif isinstance(step, Deliver):
             state.arrived.set()
             self._deliver(state, step.messages)
         elif isinstance(step, Skipped):
             self._skipped_to(state, step.offset)
-
-    async def _until_rerouted(self, state: QueueState) -> None:
-        """Wait ``pull_delay_on_exception`` after a pull the broker did not serve because
-        it may be gone or no longer master, fetching the route meanwhile: as
-        soon as the route names the group's replicas otherwise (a new master after a
-        failover), the pause ends."""
-        group = state.queue.broker_name
-        failed_with = dict(self.instance.brokers.get(group, {}))
-        deadline = trio.current_time() + self.pull_delay_on_exception
-        pause = FIRST_PAUSE
-        while True:
-            await self._refresh_routes()
-            now = trio.current_time()
-            if self.instance.brokers.get(group, {}) != failed_with or now >= deadline:
-                return
-            await trio.sleep(min(pause, deadline - now))
-            pause = next_pause(pause)
 
     async def _refresh_routes(self) -> None:
         """``_update_routes`` once for all the queues that ask while one is under way

@@ -16,6 +16,7 @@ FIRST_PAUSE = 0.05
 LONGEST_PAUSE = 0.4
 
 
-def next_pause(pause: float) -> float:
-    """The pause after one of ``pause`` seconds."""
-    return min(pause * 2, LONGEST_PAUSE)
+def next_pause(pause: float, longest: float = LONGEST_PAUSE) -> float:
+    """The pause after one of ``pause`` (``longest``: ``LONGEST_PAUSE`` in the caller's unit
+    of time)."""
+    return min(pause * 2, longest)

@@ -13,13 +13,13 @@ and ``PushConsumer`` do, with their rules:
   first; a queue taken up starts at the group's stored offset
   (QUERY_CONSUMER_OFFSET, then ``consume_from.start_offset`` with
   CONSUME_FROM_FIRST_OFFSET);
-- **pulling**: one long poll at a time per queue to the replica
-  ``queue_pull.subscribe_broker`` picks (the suggested one, else the
-  master, else any), carrying the consumed offset for the broker to store
-  when it goes to the master; the answer is read by ``pull.read_pull_response``
-  and applied by ``QueuePull.answered`` (deliver, correct the offset, or drop
-  the queue whose offset moved); a failure or a lost answer waits
-  ``pull_delay_on_exception``;
+- **pulling**: each queue held runs the client's own ``PullFlow``
+  (``triomq.client.pull_flow``): its start offset (QUERY_CONSUMER_OFFSET,
+  then CONSUME_FROM_FIRST_OFFSET), one long poll at a time to the replica
+  it picks, carrying the consumed offset to the master, the answer applied
+  (deliver, correct the offset, or drop the queue whose offset moved), a
+  refusal's delay, and after a lost answer or a master's refusal the route
+  fetches until the group's addresses change;
 - **consuming**: a listener consumes each delivered message after a delay
   of its own (so they finish out of order), and the offset moves only as
   the ``ProcessQueue`` allows (``ConsumedOffsets.consumed``);
@@ -41,9 +41,18 @@ import attrs
 
 from triomq.broker.codes import RequestCode, ResponseCode
 from triomq.client.allocate import allocate_averagely, subscribe_queues
-from triomq.client.consume_from import ConsumeFromWhere, start_offset
+from triomq.client.consume_from import ConsumeFromWhere
 from triomq.client.message import MessageDecodeError, MessageExt, MessageQueue
-from triomq.client.pull import PullError, PullThresholds, pull_header, read_pull_response
+from triomq.client.pull import PullError, read_pull_response
+from triomq.client.pull_flow import (
+    FetchRoutes,
+    PullFlow,
+    PullSettings,
+    PullView,
+    QueryStoredOffset,
+    SendPull,
+    Wait,
+)
 from triomq.client.queue_pull import (
     ConsumedOffsets,
     Deliver,
@@ -55,7 +64,7 @@ from triomq.client.queue_pull import (
 from triomq.client.subscription import SubscriptionData
 from triomq.namesrv.processor import NameServerCode
 from triomq.protocol.remoting import RemotingCommand
-from triomq.protocol.route import MASTER_ID, RouteDataError, TopicRouteData
+from triomq.protocol.route import RouteDataError, TopicRouteData
 from triomq.testing.clustersim_namesrv import NamesrvRequest, NamesrvResponse, broker_of
 from triomq.testing.clustersim_net import Stream
 from triomq.testing.clustersim_parts import GROUP, TOPIC
@@ -84,6 +93,7 @@ class ConsumerSettings:
     pull_timeout: int = 2500  # consumerTimeoutMillisWhenSuspend (30 s)
     request_timeout: int = 1000
     pull_delay_on_exception: int = 300  # (3 s)
+    flow_control_delay: int = 50
     pull_batch_size: int = 32
     #: The longest a listener takes with one message.
     max_consume_ms: int = 60
@@ -93,10 +103,9 @@ class ConsumerSettings:
 class HeldQueue:
     """One queue this consumer holds, and what the invariants need of its pull stream."""
 
-    pull: QueuePull
-    #: The request in flight for it (one at a time), and when the pump may send the next.
+    flow: PullFlow
+    #: The request in flight for it (one at a time).
     waiting: int | None = None
-    retry_at: int = 0
     #: The offset this holding started at, and the queue offsets consumed (or skipped)
     #: since: a committed offset must not pass the first one not among them.
     start: int = -1
@@ -104,6 +113,10 @@ class HeldQueue:
     low: int = -1
     #: The highest queue offset delivered in this stream (they only grow).
     delivered: int = -1
+
+    @property
+    def pull(self) -> QueuePull:
+        return self.flow.pull
 
     def first_not_done(self) -> int:
         while self.low in self.done:
@@ -121,6 +134,12 @@ class SimConsumer:
         self.sim = sim
         self.settings = settings
         self.rng = rng
+        self.pull_settings = PullSettings(
+            CONSUMER_GROUP, ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            pull_batch_size=settings.pull_batch_size, with_subscription=True,
+            suspend_ms=settings.suspend_ms, pull_timeout=settings.pull_timeout,
+            pull_delay_on_exception=settings.pull_delay_on_exception,
+            flow_control_delay=settings.flow_control_delay, per_second=1000)
         self.up = False
         self.start()
 
@@ -134,6 +153,7 @@ class SimConsumer:
         self.next_namesrv = 0
         self.queues: dict[MessageQueue, HeldQueue] = {}
         self.offsets = ConsumedOffsets()
+        self.route_asked_at = -1
         #: Request id -> (what, the queue's holding, deadline, the pull's offset).
         self.pending: dict[int, tuple[str, HeldQueue | None, int, int]] = {}
         #: (due, order, holding, message) being consumed.
@@ -180,13 +200,15 @@ class SimConsumer:
                 del self.pending[rid]
                 if held is not None and held.waiting == rid:
                     held.waiting = None
-                    held.retry_at = now + self.settings.pull_delay_on_exception
-                if what != "update":
-                    self.next_route = min(self.next_route, now)
+                    if what == "pull":
+                        held.flow.unanswered(self.addresses, now)
+                    else:
+                        held.flow.failed(now)
+                        self.next_route = min(self.next_route, now)
         self._consume(now)
         for held in list(self.queues.values()):
-            if held.waiting is None and now >= held.retry_at:
-                self._next_request(held)
+            if held.waiting is None:
+                self._pump(held, now)
         if now >= self.next_persist:
             self.next_persist = now + self.settings.persist_interval
             for held in self.queues.values():
@@ -211,6 +233,7 @@ class SimConsumer:
     # -- routes and the group's split ------------------------------------------------
 
     def _ask_route(self) -> None:
+        self.route_asked_at = self.sim.now
         self.next_route = self.sim.now + self.settings.route_interval
         names = self.sim.namesrv_names
         namesrv = names[self.next_namesrv % len(names)]
@@ -246,35 +269,39 @@ class SimConsumer:
             self._persist(held)
             self.offsets.remove(queue)
         for queue in sorted(mine - set(self.queues)):
-            self.queues[queue] = HeldQueue(QueuePull(queue))
+            self.queues[queue] = HeldQueue(PullFlow(queue, self.pull_settings, self.offsets))
 
     # -- one queue ----------------------------------------------------------------------
 
-    def _next_request(self, held: HeldQueue) -> None:
-        pull, settings = held.pull, self.settings
+    def _pump(self, held: HeldQueue, now: int) -> None:
+        """Do what the queue's ``PullFlow`` says now."""
+        flow = held.flow
+        action = flow.poll(now, PullView(self.addresses, SUBSCRIPTION))
+        if isinstance(action, Wait):
+            return
+        if isinstance(action, FetchRoutes):
+            if self.route_asked_at != now:
+                self._ask_route()
+            flow.routes_fetched(self.addresses, now)
+            return
         fields = {"consumerGroup": CONSUMER_GROUP, "topic": TOPIC,
-                  "queueId": str(pull.queue.queue_id)}
-        if pull.next_offset < 0:
+                  "queueId": str(flow.queue.queue_id)}
+        if isinstance(action, QueryStoredOffset):
             address = subscribe_broker(self.addresses)
-            if address is not None:
-                held.waiting = self._request(address, "query",
-                                             RequestCode.QUERY_CONSUMER_OFFSET, fields, held,
-                                             settings.request_timeout)
+            if address is None:
+                flow.failed(now)
+                return
+            held.waiting = self._request(address, "query", RequestCode.QUERY_CONSUMER_OFFSET,
+                                         fields, held, self.settings.request_timeout)
             return
-        if PullThresholds().holds_back(pull.process):
-            return
-        address = subscribe_broker(self.addresses, pull.broker_id)
-        if address is None:
-            return
-        commit = pull.commit_offset(self.offsets,
-                                    to_master=address == self.addresses.get(MASTER_ID))
-        if commit is not None:
-            self.sim.group.committing(self, held, commit)
-        header = pull_header(CONSUMER_GROUP, pull.queue, pull.next_offset,
-                             settings.pull_batch_size, SUBSCRIPTION, commit_offset=commit,
-                             suspend_ms=settings.suspend_ms, with_subscription=True)
-        held.waiting = self._request(address, "pull", RequestCode.PULL_MESSAGE, header, held,
-                                     settings.pull_timeout, pull.next_offset)
+        if not isinstance(action, SendPull):
+            raise AssertionError(f"{action}: the simulation's consumers start from the "
+                                 "first offset and look nothing up")
+        if action.commit_offset is not None:
+            self.sim.group.committing(self, held, action.commit_offset)
+        held.waiting = self._request(action.address, "pull", RequestCode.PULL_MESSAGE,
+                                     action.fields, held, int(action.timeout),
+                                     flow.pull.next_offset)
 
     def _query_answered(self, held: HeldQueue, response: ConsumerResponse) -> None:
         if response.code == ResponseCode.SUCCESS:
@@ -282,26 +309,24 @@ class SimConsumer:
         elif response.code == ResponseCode.QUERY_NOT_FOUND:
             stored = None
         else:
-            held.retry_at = self.sim.now + self.settings.pull_delay_on_exception
+            held.flow.failed(self.sim.now)
             return
-        if stored is not None and stored >= 0:
-            self.offsets.update(held.pull.queue, stored)
-        start = start_offset(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, stored)
-        assert isinstance(start, int)  # from the first offset: never a look-up
-        held.pull.next_offset = held.start = held.low = start
+        held.flow.stored(stored, self.sim.now)
+        held.start = held.low = held.pull.next_offset
 
     def _pull_answered(self, src: str, held: HeldQueue, offset: int,
                        response: ConsumerResponse) -> None:
         pull = held.pull
-        try:
+        try:  # what the invariants check of the answer, read apart from the flow
             result = read_pull_response(response.code, response.remark, response.fields,
                                         response.body, pull.queue, SUBSCRIPTION)
         except (PullError, MessageDecodeError):
-            held.retry_at = self.sim.now + self.settings.pull_delay_on_exception
-            return
-        self.sim.group.pulled(self, held, src, offset, result.messages)
+            pass
+        else:
+            self.sim.group.pulled(self, held, src, offset, result.messages)
         before = pull.next_offset
-        step = pull.answered(result)
+        step = held.flow.answered(response.code, response.remark, response.fields,
+                                  response.body, self.addresses, self.sim.now)
         if isinstance(step, Deliver):
             for message in step.messages:
                 self._order += 1
