@@ -4,18 +4,21 @@ Every consumer of a group computes the same split from the same two sorted
 lists (the topic's queues, the group's client ids), so they agree without
 talking to one another. The queues are cut into as many contiguous runs as
 there are consumers, the first ``len(queues) % len(consumers)`` runs one
-longer; consumers beyond the number of queues get none.
+longer; consumers beyond the number of queues get none. ``rebalance`` is
+one consumer's step from the queues it holds to its share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TypeVar
+
+import attrs
 
 from triomq.client.message import MessageQueue
 from triomq.protocol.route import PERM_READ, TopicRouteData
 
-__all__ = ["allocate_averagely", "subscribe_queues"]
+__all__ = ["Rebalance", "allocate_averagely", "rebalance", "subscribe_queues"]
 
 Q = TypeVar("Q")
 
@@ -46,3 +49,20 @@ def subscribe_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
     group, sorted (``topicRouteData2TopicSubscribeInfo``)."""
     return sorted(MessageQueue(topic, q.broker_name, i) for q in route.queue_datas
                   if q.perm & PERM_READ for i in range(q.read_queue_nums))
+
+
+@attrs.frozen
+class Rebalance:
+    """One topic's rebalance for one consumer: the queues it lets go and takes up, sorted."""
+
+    release: tuple[MessageQueue, ...]
+    take: tuple[MessageQueue, ...]
+
+
+def rebalance(topic: str, route: TopicRouteData, client_id: str, client_ids: Sequence[str],
+              held: Iterable[MessageQueue]) -> Rebalance:
+    """From the queues of ``topic`` among ``held`` to ``client_id``'s share of the
+    topic's queues among the group's sorted ``client_ids`` (``RebalanceImpl``)."""
+    mine = set(allocate_averagely(client_id, subscribe_queues(topic, route), client_ids))
+    holding = {q for q in held if q.topic == topic}
+    return Rebalance(tuple(sorted(holding - mine)), tuple(sorted(mine - holding)))

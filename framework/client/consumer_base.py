@@ -50,7 +50,7 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from triomq.client.allocate import allocate_averagely, subscribe_queues
+from triomq.client.allocate import Rebalance, rebalance
 from triomq.client.codes import ClientRequestCode as Req
 from triomq.client.codes import ClientResponseCode as Code
 from triomq.client.consume_from import ConsumeFromWhere
@@ -394,19 +394,20 @@ class ConsumerBase:
 
     async def _rebalance_topics(self) -> None:
         for topic in list(self.subscriptions):
-            mine = await self._allocate(topic)
-            if mine is None:
+            step = await self._allocate(topic)
+            if step is None:
                 continue
-            for queue in [q for q in self.states if q.topic == topic and q not in mine]:
+            for queue in step.release:
                 await self._release(queue)
-            new = sorted(q for q in mine if q not in self.states)
-            if self.orderly and new:
-                new = sorted(await self._lock(new))
-            for queue in new:
+            take: Iterable[MessageQueue] = step.take
+            if self.orderly and step.take:
+                take = sorted(await self._lock(step.take))
+            for queue in take:
                 self._take(queue)
 
-    async def _allocate(self, topic: str) -> set[MessageQueue] | None:
-        """This client's share of ``topic``; ``None`` when the group or route is unknown."""
+    async def _allocate(self, topic: str) -> Rebalance | None:
+        """This client's step to its share of ``topic``; ``None`` when the group or route
+        is unknown."""
         route = self.instance.routes.get(topic)
         if route is None:
             try:
@@ -415,7 +416,6 @@ class ConsumerBase:
                 log.info("route of %s: %s", topic, exc)
             if route is None:
                 return None
-        queues = subscribe_queues(topic, route)
         # Any broker of the topic knows the group (every member heartbeats to all).
         groups = self.instance.broker_addresses([topic])
         addresses = [a for addrs in groups.values() for _, a in sorted(addrs.items())]
@@ -431,7 +431,7 @@ class ConsumerBase:
             except _FAILURES as exc:
                 log.info("consumer list from %s: %s", address, exc)
                 continue
-            return set(allocate_averagely(self.client_id, queues, ids))
+            return rebalance(topic, route, self.client_id, ids, self.states)
         return None
 
     def _take(self, queue: MessageQueue) -> None:

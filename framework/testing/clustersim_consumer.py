@@ -7,12 +7,10 @@ and ``PushConsumer`` do, with their rules:
 - **routes**: GET_ROUTEINFO_BY_TOPIC to the name servers in turn (a
   datagram on a connection, as the brokers' registration), every
   ``route_interval`` and after a failed request;
-- **rebalancing**: every ``rebalance_interval`` the topic's readable queues
-  (``allocate.subscribe_queues``) are split among the group
-  (``allocate.allocate_averagely``); a queue let go has its offset stored
-  first; a queue taken up starts at the group's stored offset
-  (QUERY_CONSUMER_OFFSET, then ``consume_from.start_offset`` with
-  CONSUME_FROM_FIRST_OFFSET);
+- **rebalancing**: every ``rebalance_interval`` the client's own
+  ``allocate.rebalance`` splits the topic's readable queues among the group;
+  a queue let go has its offset stored first; a queue taken up starts at
+  the group's stored offset (its ``PullFlow``);
 - **pulling**: each queue held runs the client's own ``PullFlow``
   (``triomq.client.pull_flow``): its start offset (QUERY_CONSUMER_OFFSET,
   then CONSUME_FROM_FIRST_OFFSET), one long poll at a time to the replica
@@ -40,7 +38,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from triomq.broker.codes import RequestCode, ResponseCode
-from triomq.client.allocate import allocate_averagely, subscribe_queues
+from triomq.client.allocate import rebalance
 from triomq.client.consume_from import ConsumeFromWhere
 from triomq.client.message import MessageDecodeError, MessageExt, MessageQueue
 from triomq.client.pull import PullError, read_pull_response
@@ -261,14 +259,13 @@ class SimConsumer:
 
     def _rebalance(self) -> None:
         assert self.route is not None
-        queues = subscribe_queues(TOPIC, self.route)
-        mine = set(allocate_averagely(self.name, queues, self.sim.group.members()))
-        for queue in [q for q in self.queues if q not in mine]:
+        step = rebalance(TOPIC, self.route, self.name, self.sim.group.members(), self.queues)
+        for queue in step.release:
             held = self.queues.pop(queue)
             held.pull.process.dropped = True
             self._persist(held)
             self.offsets.remove(queue)
-        for queue in sorted(mine - set(self.queues)):
+        for queue in step.take:
             self.queues[queue] = HeldQueue(PullFlow(queue, self.pull_settings, self.offsets))
 
     # -- one queue ----------------------------------------------------------------------

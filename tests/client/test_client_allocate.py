@@ -45,3 +45,18 @@ def test_a_group_splits_the_read_queues_of_readable_groups() -> None:
                            (BrokerData("c", "a", {0: "a"}), BrokerData("c", "b", {1: "b"})))
     assert subscribe_queues("t", route) == [MessageQueue("t", "a", 0), MessageQueue("t", "b", 0),
                                             MessageQueue("t", "b", 1)]
+
+
+def test_a_rebalance_lets_go_what_is_no_longer_ours_and_takes_up_the_rest() -> None:
+    from triomq.client.allocate import Rebalance, rebalance
+    from triomq.client.message import MessageQueue
+    from triomq.protocol.route import BrokerData, QueueData, TopicRouteData
+
+    route = TopicRouteData((QueueData("a", 4, 4, 6),), (BrokerData("c", "a", {0: "a"}),))
+    q = [MessageQueue("t", "a", i) for i in range(4)]
+    other = MessageQueue("u", "a", 0)
+    # Alone: everything; then a second member takes the upper half.
+    assert rebalance("t", route, "c1", ["c1"], [other]) == Rebalance((), tuple(q))
+    assert rebalance("t", route, "c1", ["c1", "c2"], [*q, other]) == Rebalance((q[2], q[3]), ())
+    assert rebalance("t", route, "c2", ["c1", "c2"], [q[0]]) == Rebalance((q[0],), (q[2], q[3]))
+    assert rebalance("t", route, "c3", ["c1", "c2"], q[:1]) == Rebalance((q[0],), ())
