@@ -11,8 +11,8 @@ puts fail), prepares the log and the epoch file (``become_master`` /
 ``become_slave``), then starts the next term.
 
 Role-scoped work (``TermHost``, the broker's components) starts in each
-term's nursery, once the term's HA service runs, and ends with the term;
-the host hears of each change once the new term runs.
+term's nursery once the term's HA service runs and the new role shows, and
+ends with the term; the host then hears of the change.
 
 The controller seam: ``change_to_master`` / ``change_to_slave`` are what a
 controller client calls when it learns of an election, and the master's
@@ -356,6 +356,9 @@ class ReplicasManager:
         logger.info("replica %s is now %s in epoch %d", self.address, term.role.value,
                     term.epoch)
         if self.terms is not None:
+            # Started once the role shows, in the term's nursery: cancelled with it.
+            assert term.nursery is not None
+            await term.nursery.start(self.terms.run_term, term.role)
             self.terms.role_changed(term.role, term.epoch)
 
     async def _run_term(self, term: _Term, *,
@@ -368,8 +371,6 @@ class ReplicasManager:
                         await nursery.start(term.master.run)
                     if term.slave is not None:
                         await nursery.start(term.slave.run)
-                    if self.terms is not None:
-                        await nursery.start(self.terms.run_term, term.role)
                     task_status.started()
         finally:
             term.ended.set()

@@ -2,10 +2,12 @@
 
 Start-up: open the commit log through the store plugin (in a worker
 thread: it runs the store's recovery) and the topic table
-(``config/topics.json``), listen on the HA address, start the flush
-service and the ``ReplicasManager``, register the request handlers, start
-registering with the name servers (``broker.namesrv_addr``: at once, on
-every role and topic change, and periodically), then take the static role
+(``config/topics.json``), listen on the HA address, then start the
+broker's components (``built_in_components``, then the plugins'; see
+``triomq.broker.components``), each started, then its handlers registered: the
+flush service, the ``ReplicasManager``, the puts, topics, clients, pulls,
+offsets, ..., the name-server registration (``broker.namesrv_addr``: at
+once, on every role and topic change, and periodically); then take the static role
 (``broker_id`` 0: master of ``master_epoch``; otherwise slave of
 ``ha_master_address``), or, with
 ``enable_controller_mode``, let the controllers assign the id and the role
