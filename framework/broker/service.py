@@ -375,8 +375,15 @@ async def broker_service(node: Node, *,
             slave_config=config.slave_config(),
         )
         broker = Broker(node, log, flush, replicas, table)
-        host = broker.components = ComponentHost(
-            await built_in_components(broker, root) + plugin_components(broker))
+        try:
+            host = broker.components = ComponentHost(
+                await built_in_components(broker, root) + plugin_components(broker))
+        except BaseException:
+            # A file or a component refused: the HA port is not served (replicas.run
+            # closes it once it runs).
+            with trio.CancelScope(shield=True):
+                await replicas.ha_listener.aclose()
+            raise
         replicas.terms = host
         try:
             async with trio.open_nursery() as nursery:

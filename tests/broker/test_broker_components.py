@@ -142,6 +142,10 @@ async def test_a_component_the_broker_cannot_run_is_refused_at_start(
             pass
     assert info.value.service == "broker"
     assert f"PluginError: {message}" in str(info.value)
+    # Nothing of the refused start stays bound: the broker starts without the plugin.
+    cluster.pm.unregister("scoped")
+    async with cluster.broker("a") as a:
+        assert a.replicas.is_master
 
 
 async def test_an_object_that_is_no_component_is_refused(tmp_path, mock_clock):
