@@ -36,7 +36,7 @@ import pluggy
 if TYPE_CHECKING:
     import argparse
 
-    from triomq.broker.components import BrokerComponent, BrokerView
+    from triomq.broker.components import BrokerComponent, ComponentView
     from triomq.broker.escape_bridge import EscapeBridge
     from triomq.runtime import Node
     from triomq.transport import Transport
@@ -150,7 +150,7 @@ def triomq_roles() -> Iterable[str]:
 
 
 @hookspec
-def triomq_broker_components(node: Node, broker: BrokerView
+def triomq_broker_components(node: Node, broker: ComponentView
                              ) -> Iterable[BrokerComponent] | None:
     """Return the components this plugin adds to the broker running in ``node``.
 

@@ -65,7 +65,7 @@ import trio
 from triomq.broker import config_files
 from triomq.broker.client_table import ClientOrigin, ClientTable
 from triomq.broker.codes import RequestCode, ResponseCode
-from triomq.broker.components import BrokerView
+from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
 from triomq.broker.connection_bodies import consumer_connection, producer_connection
 from triomq.broker.consumer_calls import (
@@ -126,7 +126,7 @@ class ClientService:
     """The broker's clients, its consumer-group configs and their requests."""
 
     def __init__(self, root: str, config: BrokerConfig, groups: SubscriptionGroupTable,
-                 topics: TopicService, *, broker: BrokerView) -> None:
+                 topics: TopicService, *, broker: ComponentView) -> None:
         self.root = root
         self.config = config
         self.groups = groups

@@ -15,9 +15,9 @@ role changes (``BrokerComponent``). Its ``scope`` says when it runs:
 
 Every component's handlers are registered once, when the broker starts
 (an RPC server keeps its handlers); a handler of a term-scoped component
-answers by the role it reads from its ``BrokerView``.
+answers by the role it reads from its ``ComponentView``.
 
-Components see their broker through ``BrokerView`` (role, epoch, confirm
+Components see their broker through ``ComponentView`` (role, epoch, confirm
 offset, commit log, the master's address), never the whole broker, so a
 plugin's component (hook ``triomq_broker_components``) depends on what a
 broker is, not on how this one is built.
@@ -38,9 +38,9 @@ from triomq.store import CommitLog
 
 __all__ = [
     "BrokerComponent",
-    "BrokerView",
     "Component",
     "ComponentHost",
+    "ComponentView",
     "Scope",
 ]
 
@@ -53,7 +53,7 @@ class Scope(enum.Enum):
     ACTING_TERM = "acting term"
 
 
-class BrokerView(Protocol):
+class ComponentView(Protocol):
     """What a component may know of its broker."""
 
     @property

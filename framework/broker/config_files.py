@@ -27,7 +27,7 @@ from typing import TypeVar
 import trio
 
 from triomq.broker.codes import ResponseCode
-from triomq.broker.components import BrokerView
+from triomq.broker.components import ComponentView
 from triomq.durable_files import replace_atomically
 from triomq.protocol.route import RouteDataError
 from triomq.rpc import RpcClient, RpcError
@@ -88,7 +88,7 @@ class Changes:
 
 async def copy_from_master(*, what: str, code: int, decode: Callable[[bytes], T],
                            adopt: Callable[[T], object], rpc: RpcClient,
-                           broker: BrokerView, period_ms: int) -> None:
+                           broker: ComponentView, period_ms: int) -> None:
     """Until cancelled, every ``period_ms`` while a slave with a master: ask it ``code``
     and ``adopt`` the decoded answer (``what`` names it in the log)."""
     while True:

@@ -30,7 +30,7 @@ import trio
 
 from triomq.broker.clients import ClientService
 from triomq.broker.codes import RequestCode, ResponseCode
-from triomq.broker.components import BrokerView
+from triomq.broker.components import ComponentView
 from triomq.broker.connection_bodies import group_list
 from triomq.broker.consume_stats import (
     broker_consume_stats,
@@ -65,7 +65,7 @@ class ConsumeStatsService:
 
     def __init__(self, *, log: CommitLog, broker_name: str, topics: TopicService,
                  offsets: ConsumerOffsetService, clients: ClientService,
-                 broker: BrokerView, store_stats: StoreStats,
+                 broker: ComponentView, store_stats: StoreStats,
                  broker_addr: str = "") -> None:
         self.log = log
         self.broker_name = broker_name

@@ -41,7 +41,7 @@ import trio
 
 from triomq.broker import config_files
 from triomq.broker.codes import RequestCode, ResponseCode
-from triomq.broker.components import BrokerView
+from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
 from triomq.broker.consumer_offsets import (
     ConsumerOffsetTable,
@@ -84,7 +84,7 @@ class ConsumerOffsetService:
     """
 
     def __init__(self, root: str, config: BrokerConfig, table: ConsumerOffsetTable, *,
-                 log: CommitLog, topics: TopicService, broker: BrokerView,
+                 log: CommitLog, topics: TopicService, broker: ComponentView,
                  memory_window: int, group_known: Callable[[str], bool] = lambda group: True,
                  group_exists: Callable[[str], bool] = lambda group: True) -> None:
         self.root = root

@@ -47,7 +47,7 @@ from collections.abc import Callable
 import trio
 
 from triomq.broker.codes import RequestCode, ResponseCode
-from triomq.broker.components import BrokerView
+from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
 from triomq.broker.headers import HeaderError
 from triomq.broker.heartbeat import SubscriptionData
@@ -128,7 +128,7 @@ class PullService:
     """
 
     def __init__(self, *, log: CommitLog, config: BrokerConfig, topics: TopicService,
-                 offsets: ConsumerOffsetService, broker: BrokerView,
+                 offsets: ConsumerOffsetService, broker: ComponentView,
                  limits: PullLimits,
                  group_known: Callable[[str], bool] = lambda group: True,
                  registered: Callable[[str, str], Subscription | None] = (

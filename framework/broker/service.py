@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Broker",
-    "BrokerState",
+    "BrokerComponentView",
     "broker_of",
     "broker_service",
     "built_in_components",
@@ -103,8 +103,8 @@ def ha_listen_address(node: Node) -> str:
     return f"{node.config.listen}-ha"
 
 
-class BrokerState:
-    """The ``BrokerView`` of a running broker: what its components may know of it."""
+class BrokerComponentView:
+    """The ``ComponentView`` of a running broker: what its components may know of it."""
 
     __slots__ = ("_broker",)
 
@@ -147,7 +147,7 @@ class Broker:
         self.flush = flush
         self.replicas = replicas
         #: What the broker's components see of it.
-        self.view = BrokerState(self)
+        self.view = BrokerComponentView(self)
         self.topics = TopicService(store_root(node), self.config, table, broker=self.view)
         self.processor = BrokerProcessor(log=log, flush=flush, replicas=replicas,
                                          config=self.config, store_host=host_port(node.address),

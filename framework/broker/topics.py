@@ -40,7 +40,7 @@ from collections.abc import Callable
 
 from triomq.broker import config_files
 from triomq.broker.codes import RequestCode, ResponseCode
-from triomq.broker.components import BrokerView
+from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
 from triomq.broker.topic_table import TopicRefused, TopicTable
 from triomq.clock import now_ms
@@ -73,7 +73,7 @@ class TopicService:
     """The broker's topic table, its file and its requests."""
 
     def __init__(self, root: str, config: BrokerConfig, table: TopicTable, *,
-                 broker: BrokerView) -> None:
+                 broker: ComponentView) -> None:
         self.root = root
         self.config = config
         self.table = table

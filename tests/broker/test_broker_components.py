@@ -13,7 +13,7 @@ import pytest
 import trio
 from broker_nodes import Cluster
 
-from triomq.broker.components import BrokerComponent, BrokerView, Component, Scope
+from triomq.broker.components import BrokerComponent, Component, ComponentView, Scope
 from triomq.broker.role import BrokerRole
 from triomq.errors import ServiceCrashed
 from triomq.hookspecs import hookimpl
@@ -30,7 +30,7 @@ class MasterTask:
     name = "master-task"
     scope = Scope.MASTER_TERM
 
-    def __init__(self, view: BrokerView, events: list[tuple[str, str, int]]) -> None:
+    def __init__(self, view: ComponentView, events: list[tuple[str, str, int]]) -> None:
         self.view = view
         self.events = events
 
@@ -55,7 +55,7 @@ class Plugin:
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str, int]] = []
-        self.views: list[BrokerView] = []
+        self.views: list[ComponentView] = []
 
     @hookimpl
     def triomq_broker_components(self, node, broker):
