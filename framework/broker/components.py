@@ -6,7 +6,7 @@ role changes (``BrokerComponent``). Its ``scope`` says when it runs:
 - ``ALWAYS``: started in the broker's nursery when the broker starts, in
   list order, and cancelled when the broker stops;
 - ``MASTER_TERM``: started in each master term's nursery once the term's
-  HA service runs, and cancelled with the term when the replica steps down
+  HA service runs and the role shows, and cancelled with the term when the replica steps down
   (the ``ReplicasManager`` ends a term by cancelling its nursery, so a
   master-only task never checks whether it is still master);
 - ``ACTING_TERM``: a slave serving for its absent master (RocketMQ's slave
@@ -172,6 +172,9 @@ class ComponentHost:
             if not isinstance(component, BrokerComponent):
                 raise PluginError(f"broker component {component!r} is not a BrokerComponent "
                                   "(name, scope, register, run, role_changed)")
+            if not isinstance(component.scope, Scope):
+                raise PluginError(f"broker component {component.name!r}: scope "
+                                  f"{component.scope!r} is not a triomq.broker.components.Scope")
             if component.scope is Scope.ACTING_TERM:
                 raise PluginError(
                     f"broker component {component.name!r} runs in the acting-master term, "

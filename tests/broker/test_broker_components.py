@@ -56,6 +56,17 @@ class Plugin:
     def __init__(self) -> None:
         self.events: list[tuple[str, str, int]] = []
         self.views: list[ComponentView] = []
+        #: The always-running component's task: started once, cancelled when the broker stops.
+        self.serving: list[str] = []
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        self.serving.append("started")
+        task_status.started()
+        try:
+            await trio.sleep_forever()
+        finally:
+            self.serving.append("cancelled")
 
     @hookimpl
     def triomq_broker_components(self, node, broker):
@@ -67,6 +78,7 @@ class Plugin:
         always = Component(
             "echo-role",
             register=lambda server: server.register(ECHO_ROLE, echo_role, inline=True),
+            start=[self.serve],
             role_changed=lambda role, epoch: self.events.append(("always", role.value, epoch)))
         return [MasterTask(broker, self.events), always]
 
@@ -102,9 +114,11 @@ async def test_a_master_term_component_runs_in_each_master_term_only(tmp_path, m
         assert plugin.events[6:] == [("started", "master", 3), ("role", "master", 3),
                                      ("always", "master", 3)]
         assert events_of("started", plugin.events) == [("master", 1), ("master", 3)]
+        assert plugin.serving == ["started"]  # across every role change
     # The broker's stop cancels the running one.
     assert plugin.events[-1][0] == "cancelled"
     assert len(events_of("cancelled", plugin.events)) == 2
+    assert plugin.serving == ["started", "cancelled"]
 
 
 async def test_the_broker_runs_its_own_parts_as_components(tmp_path, mock_clock):
@@ -148,14 +162,19 @@ async def test_a_component_the_broker_cannot_run_is_refused_at_start(
         assert a.replicas.is_master
 
 
-async def test_an_object_that_is_no_component_is_refused(tmp_path, mock_clock):
+@pytest.mark.parametrize(("component", "message"), [
+    (object(), "is not a BrokerComponent"),
+    (Component("stringly", scope="always"),  # type: ignore[arg-type]
+     "broker component 'stringly': scope 'always' is not a triomq.broker.components.Scope"),
+])
+async def test_what_is_no_component_is_refused(tmp_path, mock_clock, component, message):
     class NotAComponent:
         @hookimpl
         def triomq_broker_components(self, node, broker):
-            return [object()]
+            return [component]
 
     cluster = Cluster("inproc", tmp_path)
     cluster.pm.register(NotAComponent(), name="bad")
-    with pytest.raises(ServiceCrashed, match="is not a BrokerComponent"):
+    with pytest.raises(ServiceCrashed, match=message):
         async with cluster.broker("a"):
             pass
