@@ -20,6 +20,7 @@ plugin provides raises ``PluginError`` listing the names that exist.
 
 Role hooks (``triomq_config_sections``, ``triomq_roles``) are how a role
 plugin joins the node's configuration: the kernel names no role itself.
+``triomq_broker_components`` adds components to every broker.
 
 Lifecycle hooks are called by ``triomq.runtime`` for every node; they
 receive the ``Node`` so a plugin can look at its config, role and services.
@@ -35,6 +36,8 @@ import pluggy
 if TYPE_CHECKING:
     import argparse
 
+    from triomq.broker.components import BrokerComponent, ComponentView
+    from triomq.broker.escape_bridge import EscapeBridge
     from triomq.runtime import Node
     from triomq.transport import Transport
 
@@ -55,6 +58,10 @@ StoreFactory = Callable[[str, Mapping[str, Any]], Any]
 #: stops. It receives the node and ``task_status``; it calls
 #: ``task_status.started()`` once it is ready to serve.
 Service = Callable[..., Awaitable[None]]
+
+#: A factory building an escape bridge for a broker node; called while the
+#: node's broker runs (``triomq.broker.escape_bridge``).
+EscapeBridgeFactory = Callable[["Node"], "EscapeBridge"]
 
 
 # --------------------------------------------------------------------------
@@ -98,13 +105,16 @@ def triomq_election_policy() -> Mapping[str, Callable[..., Any]]:
 
 
 @hookspec
-def triomq_escape_bridge() -> Mapping[str, Callable[..., Any]]:
+def triomq_escape_bridge() -> Mapping[str, EscapeBridgeFactory]:
     """Return the escape bridges this plugin provides, by name.
 
     An acting master (a slave serving for an absent master) must not write
     its own commit log; the secondary-message services hand their output to
     an escape bridge, which puts it on a master (local or remote). The
-    factory takes the node and returns the bridge.
+    factory takes the broker's node and returns a
+    ``triomq.broker.escape_bridge.EscapeBridge``; the broker plugin provides
+    ``"local"`` (a put through this broker's own put flow, for a master).
+    ``triomq.testing.escape_bridge_suite`` states what a bridge must do.
     """
 
 
@@ -136,6 +146,22 @@ def triomq_roles() -> Iterable[str]:
     services (``triomq_node_services``); the kernel runs none of its own
     besides ``"standalone"`` (only what plugins add), and a config file
     naming a role no plugin declares is rejected.
+    """
+
+
+@hookspec
+def triomq_broker_components(node: Node, broker: ComponentView
+                             ) -> Iterable[BrokerComponent] | None:
+    """Return the components this plugin adds to the broker running in ``node``.
+
+    Called once when the broker starts, after its own components are built
+    and before it takes a role; ``broker`` is all a component may know of
+    the broker (role, epoch, confirm offset, commit log, master address).
+    A component (``triomq.broker.components.BrokerComponent``) registers its
+    request handlers, runs in its scope (always, or each master term: started
+    in the term's nursery and cancelled with it) and hears of role changes.
+    A component scoped to the acting-master term is refused (not built), as
+    is one named like another. Return ``None`` to add nothing.
     """
 
 

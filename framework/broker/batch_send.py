@@ -81,7 +81,8 @@ class BatchSendHandler:
             records = self._records(header, request.body, host_port(peer.peer))
         except BatchError as exc:
             return RemotingCommand.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
-        return await processor.put(header, lambda: processor.log.append_batch(records))
+        return await processor.put(header.topic, header.queue_id,
+                                   lambda: processor.log.append_batch(records))
 
     def _records(self, header: SendHeader, body: bytes, born_host: tuple[str, int]
                  ) -> list[MessageRecord]:

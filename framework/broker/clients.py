@@ -65,6 +65,7 @@ import trio
 from triomq.broker import config_files
 from triomq.broker.client_table import ClientOrigin, ClientTable
 from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
 from triomq.broker.connection_bodies import consumer_connection, producer_connection
 from triomq.broker.consumer_calls import (
@@ -125,14 +126,14 @@ class ClientService:
     """The broker's clients, its consumer-group configs and their requests."""
 
     def __init__(self, root: str, config: BrokerConfig, groups: SubscriptionGroupTable,
-                 topics: TopicService, *, is_master: Callable[[], bool]) -> None:
+                 topics: TopicService, *, broker: ComponentView) -> None:
         self.root = root
         self.config = config
         self.groups = groups
         #: Heartbeats' groups not created for auto_create_subscription_group_limit so far.
         self.groups_refused = 0
         self.topics = topics
-        self.is_master = is_master
+        self.broker = broker
         self.table = ClientTable(config.channel_expired_timeout)
         #: Drops a group's consumer offsets; whether it had any (set by the broker).
         self.remove_offsets: Callable[[str], bool] = lambda group: False
@@ -175,14 +176,14 @@ class ClientService:
                         inline=True)
         server.on_connection_closed.append(self.connection_closed)
 
-    async def run(self, rpc: RpcClient, master_address: Callable[[], str | None], *,
+    async def run(self, rpc: RpcClient, *,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Scan for silent clients, send notifications, save and copy the groups."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._scan_loop)
             nursery.start_soon(self._persist_loop)
-            nursery.start_soon(self._copy_from_master, rpc, master_address)
+            nursery.start_soon(self._copy_from_master, rpc)
             task_status.started()
 
     # -- handlers ----------------------------------------------------------------
@@ -218,7 +219,7 @@ class ClientService:
                     log.warning("consumer group %s not created: the broker holds %d groups, "
                                 "its auto_create_subscription_group_limit (%d refused so far)",
                                 consumer.group_name, len(self.groups), self.groups_refused)
-            if config is not None and self.is_master():
+            if config is not None and self.broker.is_master:
                 retry = RETRY_GROUP_TOPIC_PREFIX + consumer.group_name
                 if retry in self.topics.table:
                     continue
@@ -415,8 +416,7 @@ class ClientService:
     async def _persist_loop(self) -> None:
         await self._dirty.write_each(self.save)
 
-    async def _copy_from_master(self, rpc: RpcClient, master_address: Callable[[], str | None]
-                                ) -> None:
+    async def _copy_from_master(self, rpc: RpcClient) -> None:
         """A slave's loop: take the master's groups every ``slave_synchronize_period``."""
 
         def adopt(master: SubscriptionGroupTable) -> None:
@@ -426,5 +426,5 @@ class ClientService:
         await config_files.copy_from_master(
             what="subscription groups", code=RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
             decode=SubscriptionGroupTable.decode, adopt=adopt, rpc=rpc,
-            master_address=master_address, is_master=self.is_master,
+            broker=self.broker,
             period_ms=self.config.slave_synchronize_period)

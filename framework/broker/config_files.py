@@ -27,6 +27,7 @@ from typing import TypeVar
 import trio
 
 from triomq.broker.codes import ResponseCode
+from triomq.broker.components import ComponentView
 from triomq.durable_files import replace_atomically
 from triomq.protocol.route import RouteDataError
 from triomq.rpc import RpcClient, RpcError
@@ -87,14 +88,14 @@ class Changes:
 
 async def copy_from_master(*, what: str, code: int, decode: Callable[[bytes], T],
                            adopt: Callable[[T], object], rpc: RpcClient,
-                           master_address: Callable[[], str | None],
-                           is_master: Callable[[], bool], period_ms: int) -> None:
+                           broker: ComponentView, period_ms: int) -> None:
     """Until cancelled, every ``period_ms`` while a slave with a master: ask it ``code``
     and ``adopt`` the decoded answer (``what`` names it in the log)."""
     while True:
         await trio.sleep(period_ms / 1000)
-        address = master_address()
-        if is_master() or address is None:
+        # Looked up at each copy, so a host (or a test) may redirect it.
+        address = broker.master_address()
+        if broker.is_master or address is None:
             continue
         try:
             answer = await rpc.invoke(address, code, timeout=3.0)
@@ -104,5 +105,5 @@ async def copy_from_master(*, what: str, code: int, decode: Callable[[bytes], T]
         except (RpcError, RouteDataError) as exc:
             log.info("copying %s from master %s failed: %s", what, address, exc)
             continue
-        if not is_master():  # the role may have changed while the answer came
+        if not broker.is_master:  # the role may have changed while the answer came
             adopt(master)

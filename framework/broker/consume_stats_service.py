@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 
 import trio
 
 from triomq.broker.clients import ClientService
 from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.components import ComponentView
 from triomq.broker.connection_bodies import group_list
 from triomq.broker.consume_stats import (
     broker_consume_stats,
@@ -57,14 +58,14 @@ log = logging.getLogger("triomq.broker")
 class ConsumeStatsService:
     """Answers the stats requests from the broker's state when asked.
 
-    ``confirmed()``: the confirm offset, which bounds the queues' ends;
+    ``broker``: its confirm offset bounds the queues' ends;
     ``store_stats``: the broker's message counters; ``broker_addr``: the
     broker's ``host:port`` as clients reach it.
     """
 
     def __init__(self, *, log: CommitLog, broker_name: str, topics: TopicService,
                  offsets: ConsumerOffsetService, clients: ClientService,
-                 confirmed: Callable[[], int], store_stats: StoreStats,
+                 broker: ComponentView, store_stats: StoreStats,
                  broker_addr: str = "") -> None:
         self.log = log
         self.broker_name = broker_name
@@ -72,7 +73,7 @@ class ConsumeStatsService:
         self.topics = topics
         self.offsets = offsets
         self.clients = clients
-        self.confirmed = confirmed
+        self.broker = broker
         self.store_stats = store_stats
         #: Messages FOUND pulls returned, by ``topic@group`` (RocketMQ's GROUP_GET_NUMS).
         self.group_get_nums = MinuteCounts()
@@ -108,7 +109,7 @@ class ConsumeStatsService:
         try:
             stats = consume_stats(
                 group, topics, broker_name=self.broker_name, store=self.log,
-                offsets=self.offsets.table, confirm_offset=self.confirmed(),
+                offsets=self.offsets.table, confirm_offset=self.broker.confirm_offset,
                 got=self.group_get_nums, now=trio.current_time())
         except (StoreError, OSError) as exc:
             log.error("consume stats of group %s failed: %s", group, exc)
@@ -127,7 +128,7 @@ class ConsumeStatsService:
                                             remark=f"topic[{topic[:200]}] not exist")
         try:
             table = topic_stats(config, broker_name=self.broker_name, store=self.log,
-                                confirm_offset=self.confirmed(),
+                                confirm_offset=self.broker.confirm_offset,
                                 put_tps=self.store_stats.topic_put_tps(
                                     topic, trio.current_time()))
         except (StoreError, OSError) as exc:
@@ -151,7 +152,8 @@ class ConsumeStatsService:
             stats = broker_consume_stats(
                 self.clients.groups.configs(), held=self.topics.table.configs(),
                 subscribed=subscribed, order_only=order_only, broker_name=self.broker_name,
-                store=self.log, offsets=self.offsets.table, confirm_offset=self.confirmed(),
+                store=self.log, offsets=self.offsets.table,
+                confirm_offset=self.broker.confirm_offset,
                 got=self.group_get_nums, now=trio.current_time())
         except (StoreError, OSError) as exc:
             log.error("consume stats of the broker failed: %s", exc)

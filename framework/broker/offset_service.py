@@ -41,6 +41,7 @@ import trio
 
 from triomq.broker import config_files
 from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
 from triomq.broker.consumer_offsets import (
     ConsumerOffsetTable,
@@ -78,25 +79,23 @@ class ConsumerOffsetService:
     ``group_known(group)`` says whether a consumer group exists (or was
     created), ``group_exists(group)`` whether it has a config now;
     ``memory_window`` is how many bytes behind the log's end count as in
-    memory (see ``PullLimits.memory_window``); ``confirmed()`` the confirm
-    offset, which bounds the queues' ends.
+    memory (see ``PullLimits.memory_window``); ``broker``'s confirm offset
+    bounds the queues' ends.
     """
 
     def __init__(self, root: str, config: BrokerConfig, table: ConsumerOffsetTable, *,
-                 log: CommitLog, topics: TopicService, is_master: Callable[[], bool],
+                 log: CommitLog, topics: TopicService, broker: ComponentView,
                  memory_window: int, group_known: Callable[[str], bool] = lambda group: True,
-                 group_exists: Callable[[str], bool] = lambda group: True,
-                 confirmed: Callable[[], int] | None = None) -> None:
+                 group_exists: Callable[[str], bool] = lambda group: True) -> None:
         self.root = root
         self.config = config
         self.table = table
         self.log = log
         self.topics = topics
-        self.is_master = is_master
+        self.broker = broker
         self.memory_window = memory_window
         self.group_known = group_known
         self.group_exists = group_exists
-        self.confirmed = confirmed if confirmed is not None else lambda: log.max_offset
         self._saved = table.revision
 
     def register(self, server: RpcServer) -> None:
@@ -151,9 +150,9 @@ class ConsumerOffsetService:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER,
                                             remark=f"INVOKE_BROKER_TO_RESET_OFFSET: {exc}")
         topic = reset.topic
-        confirm_offset = self.confirmed()
+        confirm_offset = self.broker.confirm_offset
         offsets = reset_offsets(
-            reset, is_master=self.is_master(), topic=self.topics.table.get(topic),
+            reset, is_master=self.broker.is_master, topic=self.topics.table.get(topic),
             group_exists=self.group_exists(reset.group),
             queue_range=lambda q: (self.log.queue_min_offset(topic, q),
                                    confirmed_queue_max(self.log, topic, q, confirm_offset)),
@@ -188,11 +187,10 @@ class ConsumerOffsetService:
                                        self.table.encode())
             self._saved = revision
 
-    async def copy_from_master(self, rpc: RpcClient, master_address: Callable[[], str | None]
-                               ) -> None:
+    async def copy_from_master(self, rpc: RpcClient) -> None:
         """A slave's loop: take the master's offsets every ``slave_synchronize_period``."""
         await config_files.copy_from_master(
             what="consumer offsets", code=RequestCode.GET_ALL_CONSUMER_OFFSET,
             decode=ConsumerOffsetTable.decode, adopt=self.table.adopt_master, rpc=rpc,
-            master_address=master_address, is_master=self.is_master,
+            broker=self.broker,
             period_ms=self.config.slave_synchronize_period)

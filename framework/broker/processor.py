@@ -51,6 +51,7 @@ import trio
 
 from triomq.broker.codes import RequestCode, ResponseCode
 from triomq.broker.config import BrokerConfig
+from triomq.broker.escape_bridge import EscapedMessage
 from triomq.broker.headers import HeaderError, SendHeader, offset_msg_id, parse_send_header
 from triomq.broker.pull_service import confirmed_queue_max
 from triomq.broker.replicas_manager import ReplicasManager
@@ -166,22 +167,38 @@ class BrokerProcessor:
             reconsume_times=header.reconsume_times,
             properties=properties,
         )
-        return await self.put(header, lambda: [self.log.append(record)])
+        return await self.put(header.topic, header.queue_id,
+                              lambda: [self.log.append(record)])
+
+    async def put_own(self, message: EscapedMessage) -> RemotingCommand:
+        """Store a message the broker itself writes (the local escape bridge's): the
+        store's checks (master, size, in-sync replicas), none of a client's send's
+        (topic table, producer group), then the put flow of every send."""
+        refusal = (self._check_master() or self._check_size(len(message.body))
+                   or self._check_in_sync())
+        if refusal is not None:
+            return refusal
+        stored_at = time.time_ns() // 1_000_000
+        properties = {**message.properties, PROPERTY_CLUSTER: self.config.cluster_name}
+        if not properties.get(PROPERTY_UNIQ_KEY):
+            properties[PROPERTY_UNIQ_KEY] = self.unique_ids.next_id(stored_at)
+        record = MessageRecord(
+            topic=message.topic, body=message.body, queue_id=message.queue_id,
+            flag=message.flag, sys_flag=message.sys_flag,
+            born_timestamp=message.born_timestamp or stored_at,
+            born_host=message.born_host or self.store_host, store_timestamp=stored_at,
+            store_host=self.store_host, reconsume_times=message.reconsume_times,
+            properties=properties)
+        return await self.put(message.topic, message.queue_id,
+                              lambda: [self.log.append(record)])
 
     def check_send(self, header: SendHeader, body_size: int, fields: Mapping[str, str]
                    ) -> RemotingCommand | None:
         """The checks every send passes before it is stored (one message or a batch of
         ``body_size`` bytes): the refusal, or None to go on."""
-        if not self.replicas.is_master:
-            return RemotingCommand.response(
-                ResponseCode.SERVICE_NOT_AVAILABLE,
-                remark=f"broker {self.config.broker_name} id {self.broker_id} is "
-                       f"{self.replicas.role.value}, not master: messages go to the master")
-        if body_size > self.config.max_message_size:
-            return RemotingCommand.response(
-                ResponseCode.MESSAGE_ILLEGAL,
-                remark=f"message body: {body_size} bytes exceed max_message_size "
-                       f"{self.config.max_message_size}")
+        refusal = self._check_master() or self._check_size(body_size)
+        if refusal is not None:
+            return refusal
         refusal = self._check_topic(header.topic, header.queue_id, fields)
         if refusal is not None:
             return refusal
@@ -191,6 +208,25 @@ class BrokerProcessor:
             except IllegalName as exc:
                 return RemotingCommand.response(ResponseCode.INVALID_PARAMETER,
                                                 remark=f"producerGroup: {exc}")
+        return self._check_in_sync()
+
+    def _check_master(self) -> RemotingCommand | None:
+        if not self.replicas.is_master:
+            return RemotingCommand.response(
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                remark=f"broker {self.config.broker_name} id {self.broker_id} is "
+                       f"{self.replicas.role.value}, not master: messages go to the master")
+        return None
+
+    def _check_size(self, body_size: int) -> RemotingCommand | None:
+        if body_size > self.config.max_message_size:
+            return RemotingCommand.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                remark=f"message body: {body_size} bytes exceed max_message_size "
+                       f"{self.config.max_message_size}")
+        return None
+
+    def _check_in_sync(self) -> RemotingCommand | None:
         if len(self.replicas.sync_state_set) < self.config.min_in_sync_replicas:
             return RemotingCommand.response(
                 ResponseCode.SYSTEM_ERROR,
@@ -213,7 +249,7 @@ class BrokerProcessor:
             return f"{exc} (max_message_size)"
         return None
 
-    async def put(self, header: SendHeader, append: Callable[[], list[AppendResult]]
+    async def put(self, topic: str, queue_id: int, append: Callable[[], list[AppendResult]]
                   ) -> RemotingCommand:
         """Store what ``append`` appends (one record or a batch), then wait for its flush
         and replication; the answer names where it went (``msgId``: the records' offset
@@ -225,25 +261,25 @@ class BrokerProcessor:
             return RemotingCommand.response(ResponseCode.MESSAGE_ILLEGAL, remark=exc.reason)
         except StoreOutOfResources as exc:
             # Out of descriptors or disk: refuse this put, keep serving what is held.
-            log.warning("a put to topic %s refused: %s", header.topic, exc)
+            log.warning("a put to topic %s refused: %s", topic, exc)
             return RemotingCommand.response(
                 ResponseCode.SYSTEM_ERROR,
                 remark=f"the broker is out of {errno.errorcode.get(exc.errno, 'resources')}: "
                        f"the put was not stored; retry later or elsewhere")
         except OSError as exc:
             # The store's own words name its files: they stay in the server's log.
-            log.error("storing a message of topic %s failed: %s", header.topic, exc)
+            log.error("storing a message of topic %s failed: %s", topic, exc)
             reason = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
             return RemotingCommand.response(
                 ResponseCode.SYSTEM_ERROR,
                 remark=f"the store refused the message ({reason}); see the broker's log")
         self.replicas.appended()
-        self.stats.put(header.topic, len(placed), sum(p.size for p in placed),
+        self.stats.put(topic, len(placed), sum(p.size for p in placed),
                        trio.current_time())
         end = placed[-1].physical_offset + placed[-1].size
         fields = {
             "msgId": ",".join(offset_msg_id(self.store_host, p.physical_offset) for p in placed),
-            "queueId": str(header.queue_id),
+            "queueId": str(queue_id),
             "queueOffset": str(placed[0].queue_offset),
         }
         with trio.move_on_at(deadline):

@@ -47,6 +47,7 @@ from collections.abc import Callable
 import trio
 
 from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
 from triomq.broker.headers import HeaderError
 from triomq.broker.heartbeat import SubscriptionData
@@ -122,30 +123,26 @@ class PullService:
     ``group_known(group)``: whether the consumer group exists (or is created
     now); ``registered(group, topic)``: the subscription the group's
     consumers registered by heartbeat, for pulls that carry none;
-    ``master_online()``: on a slave, whether its group has a master.
+    ``broker``: the role, the confirm offset (consumers read up to it) and
+    whether the group has a master, which a slave's refusals depend on.
     """
 
     def __init__(self, *, log: CommitLog, config: BrokerConfig, topics: TopicService,
-                 offsets: ConsumerOffsetService, is_master: Callable[[], bool],
+                 offsets: ConsumerOffsetService, broker: ComponentView,
                  limits: PullLimits,
                  group_known: Callable[[str], bool] = lambda group: True,
                  registered: Callable[[str, str], Subscription | None] = (
                      lambda group, topic: None),
-                 master_online: Callable[[], bool] = lambda: True,
-                 confirmed: Callable[[], int] | None = None,
                  got: Callable[[str, str, int], None] = lambda group, topic, count: None,
                  stats: StoreStats | None = None) -> None:
         self.log = log
-        #: The confirm offset (the replicas' ``confirm_offset``): consumers read up to it.
-        self.confirmed = confirmed if confirmed is not None else lambda: log.max_offset
         self.config = config
         self.topics = topics
         self.offsets = offsets
-        self.is_master = is_master
+        self.broker = broker
         self.limits = limits
         self.group_known = group_known
         self.registered = registered
-        self.master_online = master_online
         #: Told of every FOUND pull's messages (the group's consumeTps counts them).
         self.got = got
         #: Counts each store read and what it found (GET_BROKER_RUNTIME_INFO's rates).
@@ -159,6 +156,11 @@ class PullService:
         # Not inline: a held pull waits in its handler.
         server.register(RequestCode.PULL_MESSAGE, self.pull_message)
         server.register(RequestCode.LITE_PULL_MESSAGE, self.pull_message)
+
+    @property
+    def master_online(self) -> bool:
+        """On a slave, whether its group has a master."""
+        return self.broker.master_address() is not None
 
     # -- what the broker tells it ------------------------------------------------
 
@@ -189,9 +191,9 @@ class PullService:
             header = parse_pull_header(request.ext_fields)
         except HeaderError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
-        refusal = slave_refusal(self.config.broker_name, is_master=self.is_master(),
+        refusal = slave_refusal(self.config.broker_name, is_master=self.broker.is_master,
                                 slave_read_enable=self.config.slave_read_enable,
-                                master_online=self.master_online())
+                                master_online=self.master_online)
         if refusal is not None:
             return RemotingCommand.response(refusal.code, remark=refusal.remark)
         try:
@@ -236,8 +238,8 @@ class PullService:
                  allow_suspend: bool) -> PullAnswer:
         answer = look_up(self.log, header, subscription, limits=self.limits,
                          topic=self.topics.table.get(header.topic),
-                         confirm_offset=self.confirmed(), is_master=self.is_master(),
-                         master_online=self.master_online(),
+                         confirm_offset=self.broker.confirm_offset, is_master=self.broker.is_master,
+                         master_online=self.master_online,
                          slave_read_enable=self.config.slave_read_enable,
                          offset_check_in_slave=self.config.offset_check_in_slave,
                          allow_suspend=allow_suspend)
@@ -251,12 +253,12 @@ class PullService:
                            self.log.queue_min_offset(topic, queue_id),
                            self._queue_max(topic, queue_id))
         return answer(result, header, topic_sys_flag=config.topic_sys_flag if config else 0,
-                      is_master=self.is_master(), master_online=self.master_online(),
+                      is_master=self.broker.is_master, master_online=self.master_online,
                       slave_read_enable=self.config.slave_read_enable,
                       offset_check_in_slave=self.config.offset_check_in_slave)
 
     def _queue_max(self, topic: str, queue_id: int) -> int:
-        return confirmed_queue_max(self.log, topic, queue_id, self.confirmed())
+        return confirmed_queue_max(self.log, topic, queue_id, self.broker.confirm_offset)
 
     async def _hold(self, header: PullHeader) -> None:
         timeout_ms = (header.suspend_timeout_millis if self.config.long_polling_enable

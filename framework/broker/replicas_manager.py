@@ -10,6 +10,10 @@ ends the current *term* (its tasks are cancelled and awaited, its pending
 puts fail), prepares the log and the epoch file (``become_master`` /
 ``become_slave``), then starts the next term.
 
+Role-scoped work (``TermHost``, the broker's components) starts in each
+term's nursery once the term's HA service runs and the new role shows, and
+ends with the term; the host then hears of the change.
+
 The controller seam: ``change_to_master`` / ``change_to_slave`` are what a
 controller client calls when it learns of an election, and the master's
 SyncStateSet proposals go to the ``SyncStateSetReporter`` given here (static
@@ -46,6 +50,7 @@ __all__ = [
     "ReplicaLogWithTerms",
     "ReplicaState",
     "ReplicasManager",
+    "TermHost",
     "check_replica_address",
 ]
 
@@ -61,6 +66,19 @@ def check_replica_address(address: str) -> None:
 
 class ReplicaLogWithTerms(ReplicaLog, TermLog, Protocol):
     """The commit-log calls replication and role changes need."""
+
+
+class TermHost(Protocol):
+    """What runs with the replica's terms (the broker's ``ComponentHost``)."""
+
+    async def run_term(self, role: BrokerRole, *,
+                       task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run ``role``'s work until cancelled: the term's end cancels it."""
+        ...
+
+    def role_changed(self, role: BrokerRole, master_epoch: int) -> None:
+        """Called after every change, once the new term runs."""
+        ...
 
 
 @attrs.frozen
@@ -95,7 +113,7 @@ class ReplicasManager:
     ``address`` is this replica's name in the SyncStateSet (what it sends in
     its HA handshake, at most 50 bytes). ``ha_listener`` is where slaves
     connect; ``connect(address)`` opens a stream to a master's HA address.
-    ``on_role_changed(role, master_epoch)`` runs after every change.
+    ``terms`` runs in every term and hears of every change.
     Run ``run`` in a nursery first; it starts with no role.
     """
 
@@ -110,7 +128,7 @@ class ReplicasManager:
         master_config: HAMasterConfig | None = None,
         slave_config: HASlaveConfig | None = None,
         reporter: SyncStateSetReporter | None = None,
-        on_role_changed: Callable[[BrokerRole, int], None] | None = None,
+        terms: TermHost | None = None,
         offload: Offload = trio.to_thread.run_sync,
     ) -> None:
         check_replica_address(address)
@@ -122,7 +140,7 @@ class ReplicasManager:
         self.master_config = master_config or HAMasterConfig()
         self.slave_config = slave_config or HASlaveConfig()
         self.reporter: SyncStateSetReporter = reporter or ApproveLocally()
-        self.on_role_changed = on_role_changed
+        self.terms = terms
         self.offload = offload
         self._term: _Term | None = None
         self._changing = trio.Lock()
@@ -337,8 +355,11 @@ class ReplicasManager:
         self._term = term
         logger.info("replica %s is now %s in epoch %d", self.address, term.role.value,
                     term.epoch)
-        if self.on_role_changed is not None:
-            self.on_role_changed(term.role, term.epoch)
+        if self.terms is not None:
+            # Started once the role shows, in the term's nursery: cancelled with it.
+            assert term.nursery is not None
+            await term.nursery.start(self.terms.run_term, term.role)
+            self.terms.role_changed(term.role, term.epoch)
 
     async def _run_term(self, term: _Term, *,
                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

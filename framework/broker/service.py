@@ -2,10 +2,12 @@
 
 Start-up: open the commit log through the store plugin (in a worker
 thread: it runs the store's recovery) and the topic table
-(``config/topics.json``), listen on the HA address, start the flush
-service and the ``ReplicasManager``, register the request handlers, start
-registering with the name servers (``broker.namesrv_addr``: at once, on
-every role and topic change, and periodically), then take the static role
+(``config/topics.json``), listen on the HA address, then start the
+broker's components (``built_in_components``, then the plugins'; see
+``triomq.broker.components``), each started, then its handlers registered: the
+flush service, the ``ReplicasManager``, the puts, topics, clients, pulls,
+offsets, ..., the name-server registration (``broker.namesrv_addr``: at
+once, on every role and topic change, and periodically); then take the static role
 (``broker_id`` 0: master of ``master_epoch``; otherwise slave of
 ``ha_master_address``), or, with
 ``enable_controller_mode``, let the controllers assign the id and the role
@@ -21,6 +23,7 @@ Hosts and tests reach a node's running broker with ``broker_of(node)``.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import TYPE_CHECKING
 
@@ -28,10 +31,12 @@ import trio
 
 from triomq.broker.batch_send import BatchSendHandler
 from triomq.broker.clients import ClientService, load_subscription_groups
+from triomq.broker.components import BrokerComponent, Component, ComponentHost
 from triomq.broker.config import BrokerConfig
 from triomq.broker.confirm_checkpoint import ConfirmOffsetCheckpoint
 from triomq.broker.consume_stats_service import ConsumeStatsService
 from triomq.broker.controller_mode import ControllerMode
+from triomq.broker.escape_bridge import LocalEscapeBridge
 from triomq.broker.group_names import register_group_checks
 from triomq.broker.index_service import IndexService
 from triomq.broker.locks import QueueLockService
@@ -49,6 +54,7 @@ from triomq.broker.queries import QueryService
 from triomq.broker.replicas_manager import BrokerRole, ReplicasManager, check_replica_address
 from triomq.broker.runtime_info import RuntimeInfoService
 from triomq.broker.send_v1 import SendV1Handler
+from triomq.broker.topic_table import TopicTable
 from triomq.broker.topics import TopicService, load_topics
 from triomq.clock import now_ms
 from triomq.errors import ConfigError, PluginError
@@ -59,7 +65,16 @@ from triomq.transport import split_address
 if TYPE_CHECKING:
     from triomq.runtime import Node
 
-__all__ = ["Broker", "broker_of", "broker_service", "ha_listen_address", "store_root"]
+__all__ = [
+    "Broker",
+    "BrokerComponentView",
+    "broker_of",
+    "broker_service",
+    "built_in_components",
+    "ha_listen_address",
+    "local_escape_bridge",
+    "store_root",
+]
 
 _brokers: weakref.WeakKeyDictionary[Node, Broker] = weakref.WeakKeyDictionary()
 
@@ -88,19 +103,55 @@ def ha_listen_address(node: Node) -> str:
     return f"{node.config.listen}-ha"
 
 
+class BrokerComponentView:
+    """The ``ComponentView`` of a running broker: what its components may know of it."""
+
+    __slots__ = ("_broker",)
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    @property
+    def role(self) -> BrokerRole:
+        return self._broker.replicas.role
+
+    @property
+    def is_master(self) -> bool:
+        return self._broker.replicas.is_master
+
+    @property
+    def master_epoch(self) -> int:
+        return self._broker.replicas.master_epoch
+
+    @property
+    def confirm_offset(self) -> int:
+        return self._broker.replicas.confirm_offset
+
+    @property
+    def log(self) -> CommitLog:
+        return self._broker.log
+
+    def master_address(self) -> str | None:
+        # Looked up at each call, so a host (or a test) may redirect the broker's.
+        return self._broker.master_rpc_address()
+
+
 class Broker:
     """A running broker: its commit log, flush service, replicas manager and handlers."""
 
     def __init__(self, node: Node, log: CommitLog, flush: FlushService,
-                 replicas: ReplicasManager, processor: BrokerProcessor,
-                 topics: TopicService) -> None:
+                 replicas: ReplicasManager, table: TopicTable) -> None:
         self.node = node
         self.config: BrokerConfig = node.config.broker
         self.log = log
         self.flush = flush
         self.replicas = replicas
-        self.processor = processor
-        self.topics = topics
+        #: What the broker's components see of it.
+        self.view = BrokerComponentView(self)
+        self.topics = TopicService(store_root(node), self.config, table, broker=self.view)
+        self.processor = BrokerProcessor(log=log, flush=flush, replicas=replicas,
+                                         config=self.config, store_host=host_port(node.address),
+                                         topics=self.topics)
         self.confirm_checkpoint = ConfirmOffsetCheckpoint(store_root(node))
         #: Clients, consumer groups and their configs (set when the service starts).
         self.clients: ClientService | None = None
@@ -113,6 +164,8 @@ class Broker:
         self.pulls: PullService | None = None
         #: The controller-mode driver, when ``enable_controller_mode`` is set.
         self.controller_mode: ControllerMode | None = None
+        #: The components the broker runs (set when the service starts).
+        self.components: ComponentHost | None = None
         #: The name-server registration, when ``namesrv_addr`` names any.
         self.namesrv: NamesrvClient | None = None
         if self.config.namesrv_addr:
@@ -122,7 +175,7 @@ class Broker:
                 heartbeat_interval=self.config.broker_heartbeat_interval,
                 retry_interval=min(1000, self.config.register_name_server_period))
             self.namesrv = NamesrvClient(node.rpc, flow, lambda: self.topics.table)
-            topics.on_change = self.namesrv.topics_changed
+            self.topics.on_change = self.namesrv.topics_changed
 
     @property
     def broker_id(self) -> int:
@@ -211,6 +264,90 @@ def broker_of(node: Node) -> Broker:
         raise PluginError(f"node {node.name!r} runs no broker") from None
 
 
+def local_escape_bridge(node: Node) -> LocalEscapeBridge:
+    """The escape bridge ``"local"``: puts through the put flow of the broker running
+    in ``node`` (``PluginError`` if it runs none)."""
+    return LocalEscapeBridge(broker_of(node).processor.put_own)
+
+
+async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent]:
+    """The broker's own components, in the order they start (their files loaded)."""
+    node, config, log, view = broker.node, broker.config, broker.log, broker.view
+    topics, processor, replicas = broker.topics, broker.processor, broker.replicas
+    groups = await trio.to_thread.run_sync(load_subscription_groups, root, now_ms())
+    clients = broker.clients = ClientService(root, config, groups, topics, broker=view)
+    offsets_table = await trio.to_thread.run_sync(
+        load_offsets, root, config.consumer_offset_update_version_step)
+    window = memory_window(config)
+
+    def group_known(group: str) -> bool:
+        # A group unknown yet is created by its consumers' heartbeat.
+        return group in clients.groups or clients.may_create_group()
+
+    offsets = broker.offsets = ConsumerOffsetService(
+        root, config, offsets_table, log=log, topics=topics, broker=view,
+        memory_window=window, group_known=group_known,
+        group_exists=lambda group: group in clients.groups)
+    clients.remove_offsets = offsets.table.remove_group
+    stats = ConsumeStatsService(log=log, broker_name=config.broker_name, topics=topics,
+                                offsets=offsets, clients=clients, broker=view,
+                                store_stats=processor.stats,
+                                broker_addr=_route_address(node.address or node.name))
+    pulls = broker.pulls = PullService(
+        log=log, config=config, topics=topics, offsets=offsets, broker=view,
+        limits=pull_limits(config, window), group_known=group_known,
+        registered=lambda group, topic: registered_subscription(
+            clients.subscription(group, topic)),
+        got=stats.got, stats=processor.stats)
+    replicas.on_appended = pulls.appended
+    if config.message_index_enable:
+        broker.index = IndexService(log, root, config)
+    queries = QueryService(log, broker.index, config)
+    clients.record_at = queries.record_bytes
+    runtime_info = RuntimeInfoService(broker, root)
+    batches = BatchSendHandler(processor)
+    parts = [
+        Component("role", role_changed=broker.role_changed),
+        Component("flush", start=[broker.flush.run]),
+        Component("replicas", start=[replicas.run]),
+        Component("confirm-offset", soon=[broker.flush_slave_log, broker.record_confirm_offset]),
+        Component("topics", register=topics.register, soon=[
+            topics.persist_loop, functools.partial(topics.copy_from_master, node.rpc)]),
+        Component("sends", register=[register_group_checks, processor.register,
+                                     batches.register,
+                                     SendV1Handler(processor, batches).register]),
+    ]
+    if broker.index is not None:
+        parts.append(Component("index", start=[broker.index.run]))
+    parts += [
+        Component("queries", register=queries.register),
+        Component("runtime-info", register=runtime_info.register, soon=[runtime_info.run]),
+        Component("clients", register=clients.register,
+                  start=[functools.partial(clients.run, node.rpc)]),
+        Component("locks", register=broker.locks.register, start=[broker.locks.run]),
+        Component("pulls", register=pulls.register, start=[pulls.run],
+                  role_changed=lambda role, epoch: pulls.role_changed()),
+        Component("offsets", register=offsets.register, soon=[
+            offsets.persist_loop, functools.partial(offsets.copy_from_master, node.rpc)]),
+        Component("consume-stats", register=stats.register),
+    ]
+    if broker.namesrv is not None:
+        parts.append(Component("namesrv-registration", start=[broker.namesrv.run]))
+    if config.enable_controller_mode:
+        broker.controller_mode = ControllerMode(broker, root)
+        replicas.reporter = broker.controller_mode
+        parts.append(Component("controller-mode", start=[broker.controller_mode.run]))
+    return parts
+
+
+def plugin_components(broker: Broker) -> list[BrokerComponent]:
+    """What the plugins add (``triomq_broker_components``), in registration order."""
+    answers = broker.node.plugins.hook.triomq_broker_components(node=broker.node,
+                                                                broker=broker.view)
+    # pluggy answers the last registered plugin first.
+    return [component for answer in reversed(answers) if answer for component in answer]
+
+
 async def broker_service(node: Node, *,
                          task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED) -> None:
     """Run the broker role in ``node`` until cancelled."""
@@ -237,102 +374,36 @@ async def broker_service(node: Node, *,
             master_config=config.master_config(),
             slave_config=config.slave_config(),
         )
-        topics = TopicService(root, config, table, is_master=lambda: replicas.is_master)
-        processor = BrokerProcessor(log=log, flush=flush, replicas=replicas, config=config,
-                                    store_host=host_port(node.address), topics=topics)
-        broker = Broker(node, log, flush, replicas, processor, topics)
-        groups = await trio.to_thread.run_sync(load_subscription_groups, root,
-                                               now_ms())
-        clients = broker.clients = ClientService(root, config, groups, topics,
-                                                 is_master=lambda: replicas.is_master)
-        offsets_table = await trio.to_thread.run_sync(
-            load_offsets, root, config.consumer_offset_update_version_step)
-        window = memory_window(config)
-
-        def group_known(group: str) -> bool:
-            # A group unknown yet is created by its consumers' heartbeat.
-            return group in clients.groups or clients.may_create_group()
-
-        offsets = broker.offsets = ConsumerOffsetService(
-            root, config, offsets_table, log=log, topics=topics,
-            is_master=lambda: replicas.is_master, memory_window=window,
-            group_known=group_known, group_exists=lambda group: group in clients.groups,
-            confirmed=lambda: replicas.confirm_offset)
-        clients.remove_offsets = offsets.table.remove_group
-        stats = ConsumeStatsService(log=log, broker_name=config.broker_name, topics=topics,
-                                    offsets=offsets, clients=clients,
-                                    confirmed=lambda: replicas.confirm_offset,
-                                    store_stats=processor.stats,
-                                    broker_addr=_route_address(node.address or node.name))
-        pulls = broker.pulls = PullService(
-            log=log, config=config, topics=topics, offsets=offsets,
-            is_master=lambda: replicas.is_master, limits=pull_limits(config, window),
-            group_known=group_known,
-            registered=lambda group, topic: registered_subscription(
-                clients.subscription(group, topic)),
-            master_online=lambda: broker.master_rpc_address() is not None,
-            confirmed=lambda: replicas.confirm_offset, got=stats.got, stats=processor.stats)
-        replicas.on_appended = pulls.appended
-
-        def role_changed(role: BrokerRole, master_epoch: int) -> None:
-            broker.role_changed(role, master_epoch)
-            pulls.role_changed()
-
-        replicas.on_role_changed = role_changed
-        if config.enable_controller_mode:
-            broker.controller_mode = ControllerMode(broker, root)
-            replicas.reporter = broker.controller_mode
+        broker = Broker(node, log, flush, replicas, table)
+        try:
+            host = broker.components = ComponentHost(
+                await built_in_components(broker, root) + plugin_components(broker))
+        except BaseException:
+            # A file or a component refused: the HA port is not served (replicas.run
+            # closes it once it runs).
+            with trio.CancelScope(shield=True):
+                await replicas.ha_listener.aclose()
+            raise
+        replicas.terms = host
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(flush.run)
-                await nursery.start(replicas.run)
-                nursery.start_soon(broker.flush_slave_log)
-                nursery.start_soon(broker.record_confirm_offset)
-                nursery.start_soon(topics.persist_loop)
-                # Looked up at each copy, so a host (or a test) may redirect it.
-                nursery.start_soon(topics.copy_from_master, node.rpc,
-                                   lambda: broker.master_rpc_address())
-                register_group_checks(node.rpc_server)
-                processor.register(node.rpc_server)
-                batches = BatchSendHandler(processor)
-                batches.register(node.rpc_server)
-                SendV1Handler(processor, batches).register(node.rpc_server)
-                if config.message_index_enable:
-                    broker.index = IndexService(log, root, config)
-                    await nursery.start(broker.index.run)
-                queries = QueryService(log, broker.index, config)
-                queries.register(node.rpc_server)
-                clients.record_at = queries.record_bytes
-                runtime_info = RuntimeInfoService(broker, root)
-                runtime_info.register(node.rpc_server)
-                nursery.start_soon(runtime_info.run)
-                topics.register(node.rpc_server)
-                # Looked up at each copy, so a host (or a test) may redirect it.
-                await nursery.start(clients.run, node.rpc, lambda: broker.master_rpc_address())
-                clients.register(node.rpc_server)
-                await nursery.start(broker.locks.run)
-                broker.locks.register(node.rpc_server)
-                await nursery.start(pulls.run)
-                nursery.start_soon(offsets.persist_loop)
-                nursery.start_soon(offsets.copy_from_master, node.rpc,
-                                   lambda: broker.master_rpc_address())
-                offsets.register(node.rpc_server)
-                pulls.register(node.rpc_server)
-                stats.register(node.rpc_server)
-                if broker.namesrv is not None:
-                    await nursery.start(broker.namesrv.run)
-                if broker.controller_mode is not None:
-                    await nursery.start(broker.controller_mode.run)
-                else:
+                await host.start(nursery, node.rpc_server)
+                if broker.controller_mode is None:
                     await broker.take_static_role()
                 _brokers[node] = broker
                 task_status.started(broker)
         except BaseExceptionGroup as group:
-            # One failure (e.g. an EpochError at start-up) reads better unwrapped.
-            if len(group.exceptions) != 1 or isinstance(group.exceptions[0], BaseExceptionGroup):
-                raise
-            raise group.exceptions[0] from None
+            raise _unwrapped(group) from None
     finally:
         _brokers.pop(node, None)
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(log.close)
+
+
+def _unwrapped(group: BaseExceptionGroup) -> BaseException:
+    """One failure (e.g. an EpochError at start-up) reads better unwrapped, however
+    deep the components' nurseries nest it."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return group if isinstance(error, BaseExceptionGroup) else error

@@ -40,6 +40,7 @@ from collections.abc import Callable
 
 from triomq.broker import config_files
 from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
 from triomq.broker.topic_table import TopicRefused, TopicTable
 from triomq.clock import now_ms
@@ -72,11 +73,11 @@ class TopicService:
     """The broker's topic table, its file and its requests."""
 
     def __init__(self, root: str, config: BrokerConfig, table: TopicTable, *,
-                 is_master: Callable[[], bool]) -> None:
+                 broker: ComponentView) -> None:
         self.root = root
         self.config = config
         self.table = table
-        self.is_master = is_master
+        self.broker = broker
         #: Called after every change (the name-server registration registers at once).
         self.on_change: Callable[[], None] = lambda: None
         self._dirty = config_files.Changes()
@@ -162,8 +163,7 @@ class TopicService:
         # null mappingDetail.
         return RemotingCommand.response(body=dumps(config.to_json()))
 
-    async def copy_from_master(self, rpc: RpcClient, master_address: Callable[[], str | None]
-                               ) -> None:
+    async def copy_from_master(self, rpc: RpcClient) -> None:
         """A slave's loop: take the master's table every ``slave_synchronize_period``."""
 
         def adopt(master: TopicTable) -> None:
@@ -172,6 +172,6 @@ class TopicService:
 
         await config_files.copy_from_master(
             what="topic configs", code=RequestCode.GET_ALL_TOPIC_CONFIG, decode=TopicTable.decode,
-            adopt=adopt, rpc=rpc, master_address=master_address, is_master=self.is_master,
+            adopt=adopt, rpc=rpc, broker=self.broker,
             period_ms=self.config.slave_synchronize_period)
 

@@ -5,6 +5,7 @@ from here on first use (they load pytest, which a node never needs)::
 
     from triomq.testing import TransportConformance, RpcConformance
     from triomq.testing import CommitLogSuite, EntryLogSuite, MetaStoreSuite
+    from triomq.testing import EscapeBridgeConformance
 
 The fixtures (``temporary_node``, ``inproc_network``, ``inproc_network_name``,
 ``triomq_plugins``) come from ``triomq.testing.pytest_plugin``, which pytest
@@ -17,6 +18,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # ``X as X``: re-exported, for type checkers
+    from triomq.testing.escape_bridge_suite import (
+        EscapeBridgeConformance as EscapeBridgeConformance,
+    )
     from triomq.testing.rpc_suite import RpcConformance as RpcConformance
     from triomq.testing.store_suite import CommitLogSuite as CommitLogSuite
     from triomq.testing.store_suite import EntryLogSuite as EntryLogSuite
@@ -26,6 +30,7 @@ if TYPE_CHECKING:  # ``X as X``: re-exported, for type checkers
 _EXPORTS = {
     "CommitLogSuite": "triomq.testing.store_suite",
     "EntryLogSuite": "triomq.testing.store_suite",
+    "EscapeBridgeConformance": "triomq.testing.escape_bridge_suite",
     "MetaStoreSuite": "triomq.testing.store_suite",
     "RpcConformance": "triomq.testing.rpc_suite",
     "TransportConformance": "triomq.testing.transport_suite",

@@ -1,7 +1,8 @@
 """The broker role as a plugin: entry point ``broker = "triomq.plugins.broker"``.
 
 A node whose role is ``"broker"`` runs ``triomq.broker.service.broker_service``;
-its section is ``[broker]`` (``triomq.broker.config.BrokerConfig``).
+its section is ``[broker]`` (``triomq.broker.config.BrokerConfig``). It
+provides the escape bridge ``"local"``: a put through the node's own broker.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from triomq.broker.config import BrokerConfig
-from triomq.broker.service import broker_service, ha_listen_address
-from triomq.hookspecs import Service, hookimpl
+from triomq.broker.service import broker_service, ha_listen_address, local_escape_bridge
+from triomq.hookspecs import EscapeBridgeFactory, Service, hookimpl
 
 if TYPE_CHECKING:
     from triomq.runtime import Node
@@ -37,3 +38,9 @@ def triomq_config_sections() -> Mapping[str, type]:
 def triomq_roles() -> Iterable[str]:
     """The broker role."""
     return ("broker",)
+
+
+@hookimpl
+def triomq_escape_bridge() -> Mapping[str, EscapeBridgeFactory]:
+    """``"local"``: a master's own put flow."""
+    return {"local": local_escape_bridge}

@@ -1,0 +1,213 @@
+"""Broker components: the parts a broker runs, each with the role it runs in.
+
+A component registers its request handlers, runs its tasks and hears of
+role changes (``BrokerComponent``). Its ``scope`` says when it runs:
+
+- ``ALWAYS``: started in the broker's nursery when the broker starts, in
+  list order, and cancelled when the broker stops;
+- ``MASTER_TERM``: started in each master term's nursery once the term's
+  HA service runs and the role shows, and cancelled with the term when the replica steps down
+  (the ``ReplicasManager`` ends a term by cancelling its nursery, so a
+  master-only task never checks whether it is still master);
+- ``ACTING_TERM``: a slave serving for its absent master (RocketMQ's slave
+  acting master). No broker holds such a term yet: a component scoped to
+  it is refused when the broker starts, never left unstarted.
+
+Every component's handlers are registered once, when the broker starts
+(an RPC server keeps its handlers); a handler of a term-scoped component
+answers by the role it reads from its ``ComponentView``.
+
+Components see their broker through ``ComponentView`` (role, epoch, confirm
+offset, commit log, the master's address), never the whole broker, so a
+plugin's component (hook ``triomq_broker_components``) depends on what a
+broker is, not on how this one is built.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Protocol, runtime_checkable
+
+import trio
+
+from triomq.broker.role import BrokerRole
+from triomq.errors import PluginError
+from triomq.rpc import RpcServer
+from triomq.store import CommitLog
+
+__all__ = [
+    "BrokerComponent",
+    "Component",
+    "ComponentHost",
+    "ComponentView",
+    "Scope",
+]
+
+
+class Scope(enum.Enum):
+    """When a component runs."""
+
+    ALWAYS = "always"
+    MASTER_TERM = "master term"
+    ACTING_TERM = "acting term"
+
+
+class ComponentView(Protocol):
+    """What a component may know of its broker."""
+
+    @property
+    def role(self) -> BrokerRole:
+        """The replica's role now (``NONE`` during a change)."""
+        ...
+
+    @property
+    def is_master(self) -> bool:
+        """True while the replica is master: it may append to its log."""
+        ...
+
+    @property
+    def master_epoch(self) -> int:
+        """The epoch of the master the replica is or follows (-1 with no role)."""
+        ...
+
+    @property
+    def confirm_offset(self) -> int:
+        """The commit-log offset every record below which is replicated enough."""
+        ...
+
+    @property
+    def log(self) -> CommitLog:
+        """The replica's commit log."""
+        ...
+
+    def master_address(self) -> str | None:
+        """The group's master's RPC address as this replica knows it (None: unknown)."""
+        ...
+
+
+@runtime_checkable
+class BrokerComponent(Protocol):
+    """A part of a broker: its handlers, its tasks, its reaction to role changes."""
+
+    @property
+    def name(self) -> str:
+        """Names the component in errors and logs."""
+        ...
+
+    @property
+    def scope(self) -> Scope:
+        """When the component runs."""
+        ...
+
+    def register(self, server: RpcServer) -> None:
+        """Register the component's request handlers (once, when the broker starts)."""
+        ...
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Run until cancelled (or return when there is nothing to run); call
+        ``task_status.started()`` once serving."""
+        ...
+
+    def role_changed(self, role: BrokerRole, master_epoch: int) -> None:
+        """Called after every role change, once the new term runs. Synchronous."""
+        ...
+
+
+Task = Callable[..., Awaitable[None]]
+
+
+class Component:
+    """A component made of a service's parts: handlers, tasks and a role reaction.
+
+    ``start`` are run with ``nursery.start`` in order (they report when they
+    are ready), ``soon`` with ``start_soon`` after them.
+    """
+
+    def __init__(self, name: str, *, scope: Scope = Scope.ALWAYS,
+                 register: Callable[[RpcServer], None] | Sequence[Callable[[RpcServer], None]]
+                 = (),
+                 start: Sequence[Task] = (), soon: Sequence[Task] = (),
+                 role_changed: Callable[[BrokerRole, int], None] | None = None) -> None:
+        self.name = name
+        self.scope = scope
+        self._register = (register,) if callable(register) else tuple(register)
+        self._start = tuple(start)
+        self._soon = tuple(soon)
+        self._role_changed = role_changed
+
+    def register(self, server: RpcServer) -> None:
+        for register in self._register:
+            register(server)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        async with trio.open_nursery() as nursery:
+            for task in self._start:
+                await nursery.start(task)
+            for task in self._soon:
+                nursery.start_soon(task)
+            task_status.started()
+
+    def role_changed(self, role: BrokerRole, master_epoch: int) -> None:
+        if self._role_changed is not None:
+            self._role_changed(role, master_epoch)
+
+    def __repr__(self) -> str:
+        return f"Component({self.name!r}, {self.scope.value})"
+
+
+class ComponentHost:
+    """Runs a broker's components, each in the nursery of its scope.
+
+    ``start`` runs the ``ALWAYS`` components in the broker's nursery;
+    ``run_term`` is what the ``ReplicasManager`` runs in a new term's
+    nursery; ``role_changed`` tells every component of a change.
+    """
+
+    def __init__(self, components: Iterable[BrokerComponent]) -> None:
+        self.components = tuple(components)
+        for component in self.components:
+            if not isinstance(component, BrokerComponent):
+                raise PluginError(f"broker component {component!r} is not a BrokerComponent "
+                                  "(name, scope, register, run, role_changed)")
+            if not isinstance(component.scope, Scope):
+                raise PluginError(f"broker component {component.name!r}: scope "
+                                  f"{component.scope!r} is not a triomq.broker.components.Scope")
+            if component.scope is Scope.ACTING_TERM:
+                raise PluginError(
+                    f"broker component {component.name!r} runs in the acting-master term, "
+                    "which this broker does not hold: slave acting master is not built")
+        names = [component.name for component in self.components]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise PluginError(f"broker components named twice: {', '.join(twice)}")
+
+    def scoped(self, scope: Scope) -> tuple[BrokerComponent, ...]:
+        """The components of ``scope``, in order."""
+        return tuple(c for c in self.components if c.scope is scope)
+
+    async def start(self, nursery: trio.Nursery, server: RpcServer) -> None:
+        """Start the ``ALWAYS`` components in ``nursery``, each before its handlers
+        are registered, and register the term-scoped components' handlers."""
+        for component in self.components:
+            if component.scope is Scope.ALWAYS:
+                await nursery.start(component.run)
+            component.register(server)
+
+    async def run_term(self, role: BrokerRole, *,
+                       task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the components of ``role``'s term until the term's scope is cancelled."""
+        scope = Scope.MASTER_TERM if role is BrokerRole.MASTER else None
+        async with trio.open_nursery() as nursery:
+            for component in self.components:
+                if component.scope is scope:
+                    await nursery.start(component.run)
+            task_status.started()
+
+    def role_changed(self, role: BrokerRole, master_epoch: int) -> None:
+        """Tell every component, in order."""
+        for component in self.components:
+            component.role_changed(role, master_epoch)
+
