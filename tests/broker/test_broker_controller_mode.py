@@ -94,7 +94,7 @@ def _seconds_to_stop(proc: subprocess.Popen) -> float:
 
 
 @pytest.mark.parametrize("controller_up", [True, False])
-def test_sigterm_stops_a_controller_mode_broker_within_a_second(tmp_path, controller_up):
+def test_sigterm_stops_a_controller_mode_broker_promptly(tmp_path, controller_up):
     controller_address = f"tcp://127.0.0.1:{free_tcp_port()}"
     controller = _start(tmp_path, "controller", "c1", f"""
 name = "c1"
@@ -122,7 +122,9 @@ ha_listen_port = 0
         _wait_for_line(broker, "is now master")
         if not controller_up:
             assert _seconds_to_stop(controller) < 30
-        assert _seconds_to_stop(broker) < 1.0
+        # Well under a second on a quiet host; the bound leaves room for a busy one while
+        # still catching a stop that sits out the controller calls' retries and backoff.
+        assert _seconds_to_stop(broker) < 10.0
     finally:
         broker.kill()
         controller.kill()

@@ -49,8 +49,10 @@ async def test_the_master_relearns_a_set_its_view_lost(make_cluster):
         everyone = frozenset(b.node.address for b in cluster.brokers().values())
         # As after an expand whose answer was lost: the view lacks the members.
         ha_master.tracker.apply({cluster.broker(master).node.address})
-        await cluster.wait_for(lambda: ha_master.tracker.sync_state_set == everyone)
-        assert ha_master.tracker.pending is None
+        # Relearned, nothing left to propose (on a busy host a lagging slave may be
+        # shrunk out and expanded back meanwhile: the set settles full again).
+        await cluster.wait_for(lambda: ha_master.tracker.sync_state_set == everyone
+                               and ha_master.tracker.pending is None)
 
 
 async def test_a_master_told_of_a_newer_epoch_is_fenced(make_cluster):
