@@ -152,8 +152,8 @@ class SimConsumer:
         self.queues: dict[MessageQueue, HeldQueue] = {}
         self.offsets = ConsumedOffsets()
         self.route_asked_at = -1
-        #: Request id -> (what, the queue's holding, deadline, the pull's offset).
-        self.pending: dict[int, tuple[str, HeldQueue | None, int, int]] = {}
+        #: Request id -> (what, the queue's holding, deadline, the pull's offset, to whom).
+        self.pending: dict[int, tuple[str, HeldQueue | None, int, int, str]] = {}
         #: (due, order, holding, message) being consumed.
         self.consuming: list[tuple[int, int, HeldQueue, MessageExt]] = []
         self._order = 0
@@ -177,7 +177,7 @@ class SimConsumer:
     def _request(self, dst: str, what: str, code: int, fields: dict[str, str],
                  held: HeldQueue | None, timeout: int, offset: int = -1) -> int:
         rid = self.sim.next_request_id()
-        self.pending[rid] = (what, held, self.sim.now + timeout, offset)
+        self.pending[rid] = (what, held, self.sim.now + timeout, offset, dst)
         self._send(dst, ConsumerRequest(rid, code, fields))
         return rid
 
@@ -193,8 +193,11 @@ class SimConsumer:
         if now >= self.next_rebalance and self.route is not None:
             self.next_rebalance = now + self.settings.rebalance_interval
             self._rebalance()
-        for rid, (what, held, deadline, _) in list(self.pending.items()):
-            if now >= deadline:  # no answer: the broker is gone or cut off
+        down = self.sim.network.down
+        for rid, (what, held, deadline, _, dst) in list(self.pending.items()):
+            # No answer in time: the broker is cut off. One that crashed resets the
+            # connection: its requests fail at once, as a killed process's do over TCP.
+            if now >= deadline or dst in down:
                 del self.pending[rid]
                 if held is not None and held.waiting == rid:
                     held.waiting = None
@@ -219,7 +222,7 @@ class SimConsumer:
         if isinstance(payload, NamesrvResponse):
             self._route_answered(payload)
         elif isinstance(payload, ConsumerResponse) and payload.id in self.pending:
-            what, held, _, offset = self.pending.pop(payload.id)
+            what, held, _, offset, _ = self.pending.pop(payload.id)
             if held is None or held.waiting != payload.id:
                 return
             held.waiting = None

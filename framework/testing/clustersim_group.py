@@ -80,6 +80,8 @@ class ConsumerGroup:
         #: (epoch of the broker, queue id) -> the end of what it served to consumers.
         self.served: dict[tuple[int, int], int] = {}
         self._acked: dict[bytes, tuple[int, int, bytes]] = {}
+        #: Broker -> when (virtual ms) a pull it answered last brought messages.
+        self.found_at: dict[str, int] = {}
 
     # -- the members ---------------------------------------------------------------------
 
@@ -139,6 +141,8 @@ class ConsumerGroup:
     def pulled(self, consumer: SimConsumer, held: HeldQueue, broker: str, offset: int,
                messages: tuple[MessageExt, ...]) -> None:
         """A consumer read a pull's answer: in queue order, from the offset it pulled."""
+        if messages:
+            self.found_at[broker] = self.sim.now
         for pulled in messages:
             if pulled.queue_offset < offset or pulled.queue_offset <= held.delivered:
                 self.sim.violation(

@@ -9,6 +9,7 @@ also ends with every acknowledged message consumed.
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from triomq.client.process_queue import ProcessQueue
@@ -167,3 +168,25 @@ def test_a_group_left_without_master_is_consumed_from_its_slave(seed: int) -> No
     sim.down_until["r1"] = sim.now  # the consumer back
     all_consumed(sim)
     assert sim.master() is None and slave.term.role == "slave"
+
+
+@pytest.mark.parametrize("seed", [7, 13, 21, 33])
+def test_a_consumer_pulls_from_a_new_master_within_a_second_of_its_route(seed: int) -> None:
+    # Virtual time: the consumer learns of the failover from its failed pulls (the
+    # killed broker's connections reset) and fetches the routes then, not at its poll.
+    sim = consuming(seed)
+    for consumer in sim.group.consumers.values():  # no route poll to come to the rescue
+        consumer.settings = attrs.evolve(consumer.settings, route_interval=3_600_000)
+        consumer.next_route = sim.now + 3_600_000
+    old = sim.master()
+    sim.crash_broker(old.name, 60_000)
+    sim.run_until(lambda: sim.master() is not None and sim.namesrvs_route_master(), 5_000,
+                  "the new master routed")
+    routed_at = sim.now
+    for _ in range(4):  # the simulation's producer finds the new master at a pace of its own
+        sim.put(sim.master().name)
+    took = sim.run_until(lambda: any(at >= routed_at for broker, at in
+                                     sim.group.found_at.items() if broker != old.name),
+                         1_000, "messages pulled from the new master's group")
+    assert took <= 1_000
+    all_consumed(sim)
