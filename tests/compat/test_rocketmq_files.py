@@ -45,18 +45,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from compat_cluster import read_until
 from rocketmq_server import CLASSPATH, RocketMQ, open_rocketmq, unavailable_server
-from scenario_clients import QUEUES, TOPIC, create_topic
+from scenario_clients import (
+    QUEUES,
+    TOPIC,
+    WAIT,
+    create_topic,
+    java_argv,
+    require_java_build,
+    unavailable_java,
+)
 
 from tests.spark.session import local_spark
 
-pytestmark = pytest.mark.skipif(unavailable_server() is not None,
-                                reason=str(unavailable_server()))
+pytestmark = [
+    pytest.mark.skipif(unavailable_server() is not None, reason=str(unavailable_server())),
+    pytest.mark.skipif(unavailable_java() is not None, reason=str(unavailable_java())),
+]
 
 SINGLES = 240
 BATCH = 8
 SEGMENT = 1 << 20
 CQ_ENTRIES = 50
 GROUP = "files-reader"
+JAVA_SENDS = 4
+JAVA_BODY = 6000
+# sysFlag of a body RocketMQ 5's Java client compressed: COMPRESSED, and zlib as its type.
+COMPRESSED_ZLIB = 0x1 | 3 << 8
 # RocketMQ's defaults, which triomq's index reader must be told (they size the file).
 INDEX_SLOTS = 5_000_000
 INDEX_ENTRIES = 20_000_000
@@ -71,6 +85,8 @@ class Sent:
     offset_msg_id: str
     queue_id: int
     queue_offset: int
+    #: Sent by RocketMQ's Java client, which writes WAIT=true (triomq's leaves it out).
+    java: bool = False
 
     @property
     def physical_offset(self) -> int:
@@ -126,9 +142,40 @@ async def write_store(home: Path) -> Written:
                 sent += answered([message], await producer.send(message))
             batch = [batched(n) for n in range(BATCH)]
             sent += answered(batch, await producer.send_batch(batch))
-        read = await read_until(app, [namesrv], lambda got: len(got) >= len(sent), GROUP)
-        assert sorted(m.msg_id for m in read) == sorted(s.msg_id for s in sent)
+        sent += await java_sends(home, rocketmq.namesrv.address)
+        ids = {s.msg_id for s in sent}
+        read = await read_until(app, [namesrv], lambda got: {m.msg_id for m in got} >= ids,
+                                GROUP)
+        assert sorted(m.msg_id for m in read) == sorted(ids)
         return await stopped(rocketmq, sent)
+
+
+def java_message(mode: str, i: int) -> Message:
+    """What the Java client's send scenario sends (``rocketmq_java``'s ``Main.message``)."""
+    text = f"{mode} {i}"
+    if len(text) < JAVA_BODY:
+        text += " "
+    text += "".join(chr(ord("a") + n % 26) for n in range(len(text), JAVA_BODY))
+    return Message(TOPIC, text.encode(), tags=f"Tag{'ABC'[i % 3]}", keys=f"key-{mode}-{i}",
+                   properties={"scenario": mode, "seq": str(i)})
+
+
+async def java_sends(home: Path, namesrv: str) -> list[Sent]:
+    """Sends by RocketMQ's Java client, their bodies over its 4 KiB compression threshold:
+    it stores them compressed (zlib). Not a batch: RocketMQ's broker appends a batch's own
+    properties, its UNIQ_KEY among them, to each of its messages (COMPATIBILITY.md)."""
+    argv = java_argv("rocketmq-5", home / "java", "send", "--namesrv", namesrv, "--topic",
+                     TOPIC, "--group", "java-files", "--count", str(JAVA_SENDS), "--modes",
+                     "sync", "--body-bytes", str(JAVA_BODY))
+    with trio.fail_after(WAIT):
+        done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True,
+                                      check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(line["i"], line["sendStatus"]) for line in lines] \
+        == [(i, "SEND_OK") for i in range(JAVA_SENDS)]
+    return [Sent(java_message("sync", line["i"]), line["msgId"], line["offsetMsgId"],
+                 line["queueId"], line["queueOffset"], java=True) for line in lines]
 
 
 async def stopped(rocketmq: RocketMQ, sent: list[Sent]) -> Written:
@@ -141,6 +188,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Written:
     if not CLASSPATH.exists():
         pytest.fail(f"{CLASSPATH} is missing: run `make rocketmq-server` (`make test` runs "
                     f"it)", pytrace=False)
+    require_java_build("rocketmq-5")
     # A synchronous fixture running its own trio loop: pytest-trio's fixtures are per test.
     return trio.run(write_store, tmp_path_factory.mktemp("rocketmq"))
 
@@ -164,7 +212,7 @@ def expected_properties(s: Sent) -> dict[str, str]:
     m = s.message
     return {**m.properties, "TAGS": m.tags or "", "KEYS": " ".join(m.keys),
             "UNIQ_KEY": s.msg_id, "CLUSTER": "DefaultCluster", "MSG_REGION": "DefaultRegion",
-            "TRACE_ON": "true"}
+            "TRACE_ON": "true", **({"WAIT": "true"} if s.java else {})}
 
 
 def test_store_verify_accepts_every_record_rocketmq_wrote(written: Written) -> None:
@@ -197,9 +245,13 @@ def test_store_dump_prints_every_record_as_sent(written: Written) -> None:
     for r in records:
         s = by_offset[r["physicalOffset"]]
         body = base64.b64decode(r["body"])
-        assert (r["topic"], r["queueId"], r["queueOffset"], body, r["bodyCRC"],
-                r["properties"]) == (TOPIC, s.queue_id, s.queue_offset, s.message.body,
-                                     body_crc(s.message.body), expected_properties(s))
+        assert (r["topic"], r["queueId"], r["queueOffset"], body, r["properties"]) \
+            == (TOPIC, s.queue_id, s.queue_offset, s.message.body, expected_properties(s))
+        # The Java client's bodies are stored compressed with zlib (bodyCRC: the stored
+        # bytes'), and read inflated; triomq's producer does not compress.
+        assert r["sysFlag"] == (COMPRESSED_ZLIB if s.java else 0)
+        if not s.java:
+            assert r["bodyCRC"] == body_crc(s.message.body)
         assert 0 < r["bornTimestamp"] <= r["storeTimestamp"]
     # Its filters, on RocketMQ's records too.
     assert [r["properties"]["seq"] for r in dump(written, "--key", "g-3")] \
