@@ -11,7 +11,7 @@ recovery applies:
   the good records after it that a recovery would drop;
 - ``dump`` reads only; prints records (``--json``, or text with bodies
   escaped and cut at ``--width``), filtered by ``--topic``, ``--key``,
-  ``--queue``;
+  ``--queue``; a body its producer compressed is printed inflated;
 - ``recover`` opens the store through its plugin with a full recovery and
   cuts the log at the first bad record. It refuses when good records
   follow the cut unless ``--force``; ``--dry-run`` only says what it would

@@ -41,7 +41,11 @@ START_WAIT = 120.0
 STOP_WAIT = 90.0
 # Small heaps and a quick start over peak speed: a 2-core machine runs several at once.
 JVM_OPTIONS = ("-Xms64m", "-Xmx256m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC",
-               "-XX:TieredStopAtLevel=1", "-Xshare:auto")
+               "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+               # The controller's DLedger serializes JDK objects by reflection (Hessian).
+               "--add-opens=java.base/java.lang=ALL-UNNAMED",
+               "--add-opens=java.base/java.util=ALL-UNNAMED",
+               "--add-opens=java.base/java.nio=ALL-UNNAMED")
 NAMESRV_MAIN = "org.apache.rocketmq.namesrv.NamesrvStartup"
 BROKER_MAIN = "org.apache.rocketmq.broker.BrokerStartup"
 CONTROLLER_MAIN = "org.apache.rocketmq.controller.ControllerStartup"
@@ -194,12 +198,12 @@ def broker(home: Path, namesrv_address: str, *, name: str = "broker-a", broker_i
 def controller(home: Path, name: str, peers: Mapping[str, int], **settings: object
                ) -> JavaServer:
     """A RocketMQ controller (DLedger) ``name`` of the group whose members ``peers`` are
-    (their names and DLedger ports), in ``home/<name>``; it serves on a port of its own."""
-    port = free_tcp_port()
+    (their names and ports), in ``home/<name>``. It serves brokers and tools on its DLedger
+    port: RocketMQ's DLedger controller shares that server (``listenPort`` is unused)."""
     folder = home / name
     group = ";".join(f"{peer}-{HOST}:{peer_port}" for peer, peer_port in peers.items())
-    return JavaServer(name, CONTROLLER_MAIN, folder, port, {
-        "listenPort": port, "bindAddress": HOST, "controllerDLegerGroup": "group1",
+    return JavaServer(name, CONTROLLER_MAIN, folder, peers[name], {
+        "bindAddress": HOST, "controllerDLegerGroup": "group1",
         "controllerDLegerPeers": group, "controllerDLegerSelfId": name,
         "controllerStorePath": folder / "store", **settings})
 
