@@ -4,7 +4,7 @@ with RocketMQ's name server (``rocketmq_server.py``, RocketMQ 5.3.3 from Maven).
 Each side's broker registers with the other side's name server, which routes
 triomq's client and RocketMQ's Java client to it: every message they send is
 read back through the same name server from the queue and offset its send's
-answer named.
+answer named. No request is answered REQUEST_CODE_NOT_SUPPORTED (``conftest.py``).
 
 Skipped, with the reason, without ``java`` or ``mvn`` or where Maven could not
 fetch the jars; with both but the jars not resolved (``make rocketmq-server``
@@ -89,7 +89,8 @@ async def routed_sends(app: Node, home: Path, namesrv_address: str,
     assert {m.msg_id: (m.queue_id, m.queue_offset, m.body.decode()) for m in got} == sent
 
 
-async def test_a_rocketmq_broker_registers_with_triomqs_name_server(tmp_path: Path) -> None:
+async def test_a_rocketmq_broker_registers_with_triomqs_name_server(
+        tmp_path: Path, refused_requests: None) -> None:
     async with open_cluster(tmp_path, transport="tcp", controllers=0, brokers=0,
                             namesrvs=1) as cluster:
         await cluster.start_namesrvs()
@@ -112,7 +113,8 @@ async def test_a_rocketmq_broker_registers_with_triomqs_name_server(tmp_path: Pa
             await rocketmq.stop()
 
 
-async def test_triomq_brokers_register_with_rocketmqs_name_server(tmp_path: Path) -> None:
+async def test_triomq_brokers_register_with_rocketmqs_name_server(
+        tmp_path: Path, refused_requests: None) -> None:
     names = namesrv(tmp_path / "rocketmq")
     await names.start()
     try:
