@@ -8,7 +8,8 @@ triomq consumer group reads them all and commits its offsets; the broker is
 then stopped cleanly. On the store it leaves, ``triomq store verify`` and
 ``dump``, the Spark source, the Parquet export, triomq's consume-queue and
 index-file readers and its loaders of ``config/*.json`` are each held
-against what was sent and what the broker answered.
+against what was sent and what the broker answered; and a triomq broker opened
+on a copy of that store serves its topic, offsets, messages and keys.
 
 Skipped, with the reason, without ``java`` or ``mvn`` or where Maven could
 not fetch the jars; with both but the jars not resolved (``make
@@ -36,10 +37,13 @@ from triomq.broker.index_store import IndexStore
 from triomq.broker.offset_service import load_offsets
 from triomq.broker.topics import load_topics
 from triomq.client import Message, Producer, SendResult
+from triomq.client.message import decode_messages
+from triomq.config import NodeConfig
 from triomq.plugins.store_mmap.consume_queue import ConsumeQueue, queue_dir
 from triomq.protocol.commitlog_layout import CONSUMEQUEUE_DIR, tags_code
 from triomq.protocol.message import body_crc
-from triomq.testing.cluster import open_cluster
+from triomq.settings import from_mapping
+from triomq.testing.cluster import BROKER_NAME, free_tcp_port, open_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -49,10 +53,12 @@ from scenario_clients import (
     QUEUES,
     TOPIC,
     WAIT,
+    consumer_offsets,
     create_topic,
     java_argv,
     require_java_build,
     unavailable_java,
+    wait_routed,
 )
 
 from tests.spark.session import local_spark
@@ -60,6 +66,9 @@ from tests.spark.session import local_spark
 pytestmark = [
     pytest.mark.skipif(unavailable_server() is not None, reason=str(unavailable_server())),
     pytest.mark.skipif(unavailable_java() is not None, reason=str(unavailable_java())),
+    # The first test also bears the module's fixture: two JVMs' start and stop, a Java
+    # client's run, some 260 sends.
+    pytest.mark.timeout(600),
 ]
 
 SINGLES = 240
@@ -67,6 +76,7 @@ BATCH = 8
 SEGMENT = 1 << 20
 CQ_ENTRIES = 50
 GROUP = "files-reader"
+QUERY_MESSAGE = 12
 JAVA_SENDS = 4
 JAVA_BODY = 6000
 # sysFlag of a body RocketMQ 5's Java client compressed: COMPRESSED, and zlib as its type.
@@ -346,3 +356,42 @@ def test_the_config_files_load_with_the_topic_group_and_offsets(written: Written
     ends = Counter(s.queue_id for s in written.sent)
     assert {q: offsets.query(GROUP, TOPIC, q) for q in range(QUEUES)} \
         == {q: ends[q] for q in range(QUEUES)}
+
+
+async def test_a_triomq_broker_serves_the_store_rocketmqs_broker_left(
+        written: Written, tmp_path: Path) -> None:
+    # A copy (sparse: RocketMQ's index file is 400 MB of mostly holes) for the broker to own.
+    store = tmp_path / "store"
+    subprocess.run(["cp", "-r", "--sparse=always", str(written.store), str(store)], check=True)
+    async with open_cluster(tmp_path, transport="tcp", controllers=0, brokers=0,
+                            namesrvs=1) as cluster:
+        await cluster.start_namesrvs()
+        (names,) = cluster.namesrv_addresses.values()
+        address = f"tcp://127.0.0.1:{free_tcp_port()}"
+        await cluster.start("b0", from_mapping(NodeConfig, {
+            "name": "b0", "role": "broker", "listen": address,
+            "store": {"scheme": "mmap", "path": str(store),
+                      "options": {"segment_size": SEGMENT, "cq_entries_per_file": CQ_ENTRIES}},
+            "broker": {"broker_name": BROKER_NAME, "broker_id": 0, "ha_listen_port": 0,
+                       "namesrv_addr": [names]}}))
+        app = await cluster.start("app")
+        # topics.json: the topic and its queues, registered and routed.
+        await wait_routed(app, address, names, TOPIC, QUEUES)
+        # consumerOffset.json: the group's committed offsets.
+        ends = Counter(s.queue_id for s in written.sent)
+        assert await consumer_offsets(app, address, GROUP) == {q: ends[q] for q in range(QUEUES)}
+        # The consume queues and the log: every message, where RocketMQ's broker put it.
+        by_id = {s.msg_id: s for s in written.sent}
+        got = await read_until(app, [names], lambda got: {m.msg_id for m in got} >= by_id.keys(),
+                               "triomq-after-rocketmq")
+        assert sorted((m.msg_id, m.queue_id, m.queue_offset, m.body, m.tags, m.keys)
+                      for m in got) == sorted(
+            (s.msg_id, s.queue_id, s.queue_offset, s.message.body, s.message.tags,
+             s.message.keys) for s in written.sent)
+        # The index files: a key's messages.
+        answer = await app.rpc.invoke(address, QUERY_MESSAGE, {
+            "topic": TOPIC, "key": "g-3", "maxNum": "64", "beginTimestamp": "0",
+            "endTimestamp": str(2**62)})
+        assert answer.code == 0, answer.remark
+        assert sorted(m.properties["seq"] for m in decode_messages(answer.body)) \
+            == sorted(str(i) for i in range(SINGLES) if i % 7 == 3)
