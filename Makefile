@@ -10,7 +10,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 PACKAGING := pyproject.toml setup.py $(wildcard framework/protocol/*.c framework/protocol/*.h)
 
-.PHONY: test run lint clean soak test-busy ali-ons rocketmq-java rocketmq-go
+.PHONY: test run lint clean soak test-busy ali-ons rocketmq-java rocketmq-go rocketmq-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,17 @@ $(ROCKETMQ_JAVA_STAMP): $(wildcard $(ROCKETMQ_JAVA)/pom.xml $(ROCKETMQ_JAVA)/src
 
 rocketmq-java: $(ROCKETMQ_JAVA_STAMP)
 
+# RocketMQ's own name server, broker and controller (tests/compat/rocketmq_server.py),
+# at the version its pom.xml pins, run from their jars: resolved again only when the pom
+# changes, and only where mvn is (without it, or Maven Central, those tests skip).
+ROCKETMQ_SERVER := tests/compat/rocketmq_server
+ROCKETMQ_SERVER_CLASSPATH := $(ROCKETMQ_SERVER)/target/classpath.txt
+
+$(ROCKETMQ_SERVER_CLASSPATH): $(wildcard $(ROCKETMQ_SERVER)/pom.xml)
+	sh $(ROCKETMQ_SERVER)/build.sh
+
+rocketmq-server: $(ROCKETMQ_SERVER_CLASSPATH)
+
 # RocketMQ's Go client (tests/compat/test_rocketmq_go.py), at the versions go.mod and
 # go.sum pin: built again only when they or the program change, and only where go is.
 ROCKETMQ_GO := tests/compat/rocketmq_go
@@ -78,7 +89,8 @@ define lint_steps
 	$(BIN)/mypy
 endef
 
-test: $(TEST_STAMP) $(if $(NODE),ali-ons) $(if $(MVN),rocketmq-java) $(if $(GO),rocketmq-go)
+test: $(TEST_STAMP) $(if $(NODE),ali-ons) $(if $(MVN),rocketmq-java rocketmq-server) \
+		$(if $(GO),rocketmq-go)
 	$(lint_steps)
 	$(BIN)/python -m pytest
 

@@ -41,7 +41,7 @@ from triomq.config import NodeConfig
 from triomq.errors import PluginError, ServiceCrashed
 from triomq.hookspecs import Service
 from triomq.plugin_manager import PluginManager
-from triomq.protocol.remoting import RemotingCommand
+from triomq.protocol.remoting import ROCKETMQ_VERSION, RemotingCommand
 from triomq.rpc import ConnectionLimits, RpcClient, RpcConnection, RpcServer, open_rpc_client
 from triomq.rpc.peer import client_certificate
 from triomq.rpc.server import Guard
@@ -205,8 +205,10 @@ async def open_node(config: NodeConfig, *, plugins: PluginManager | None = None,
     try:
         async with trio.open_nursery() as nursery:
             node = Node(config, pm, nursery)
-            async with open_rpc_client(node.connect, limits=connection_limits(config)
-                                       ) as node.rpc:
+            # Its requests declare the RocketMQ release it speaks for: RocketMQ's name
+            # server reads a REGISTER_BROKER of version 0 as a pre-3.0.11 broker's.
+            async with open_rpc_client(node.connect, limits=connection_limits(config),
+                                       version=ROCKETMQ_VERSION) as node.rpc:
                 try:
                     await _start(node, services or {})
                 finally:

@@ -11,7 +11,7 @@ recovery applies:
   the good records after it that a recovery would drop;
 - ``dump`` reads only; prints records (``--json``, or text with bodies
   escaped and cut at ``--width``), filtered by ``--topic``, ``--key``,
-  ``--queue``;
+  ``--queue``; a body its producer compressed is printed inflated;
 - ``recover`` opens the store through its plugin with a full recovery and
   cuts the log at the first bad record. It refuses when good records
   follow the cut unless ``--force``; ``--dry-run`` only says what it would
@@ -31,6 +31,7 @@ from triomq.errors import TriomqError
 from triomq.log_check import Following, LogWalk, following, open_reader
 from triomq.plugin_manager import PluginManager
 from triomq.protocol.commitlog_layout import Span
+from triomq.protocol.inflate import DEFAULT_MAX_BODY_SIZE, producer_body
 from triomq.protocol.message import MessageRecord, body_crc
 from triomq.store import CommitLogReader, StoreNotFound
 
@@ -192,17 +193,25 @@ def record_json(span: Span, record: MessageRecord) -> dict:
         "bornTimestamp": record.born_timestamp,
         "storeTimestamp": record.store_timestamp,
         "properties": dict(record.properties),
-        "body": base64.b64encode(record.body).decode(),
+        "body": base64.b64encode(_body(span, record)).decode(),
     }
+
+
+def _body(span: Span, record: MessageRecord) -> bytes:
+    """The body its producer set, inflated if it compressed it (``bodyCRC`` is the stored
+    bytes')."""
+    return producer_body(record.body, record.sys_flag, DEFAULT_MAX_BODY_SIZE,
+                         f"record at offset {span.offset}")
 
 
 def record_text(span: Span, record: MessageRecord, width: int) -> str:
     """One line for ``record``: its place, queue, time, properties and body (escaped,
     cut at ``width`` characters)."""
+    body = _body(span, record)
     return (f"{span.offset:>12} size={span.size} topic={record.topic} "
             f"queue={record.queue_id}:{record.queue_offset} "
             f"stored={record.store_timestamp} props={dict(record.properties)} "
-            f"body[{len(record.body)}]={escaped(record.body, width)}")
+            f"body[{len(body)}]={escaped(body, width)}")
 
 
 def escaped(body: bytes, width: int) -> str:

@@ -22,10 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import attrs
 
 from triomq.errors import TriomqError
-from triomq.protocol.inflate import InflateError, inflate
+from triomq.protocol.inflate import DEFAULT_MAX_BODY_SIZE, InflateError, producer_body
 from triomq.protocol.message import (
-    COMPRESSED,
-    COMPRESSION_TYPE_MASK,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_MAX_OFFSET,
@@ -38,7 +36,6 @@ from triomq.protocol.message import (
     decode,
     pack_ip,
     properties_to_bytes,
-    zlib_compressed,
 )
 from triomq.protocol.message_queue import MessageQueue
 
@@ -61,9 +58,6 @@ __all__ = [
 ]
 
 _SYSTEM_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY, PROPERTY_WAIT})
-#: Largest body a compressed message is inflated to: RocketMQ's maxMessageSize
-#: default, which its producers check before they compress.
-DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
 
 
 class MessageDecodeError(TriomqError, ValueError):
@@ -183,16 +177,10 @@ def _offset_msg_id(host: tuple[str, int], physical_offset: int) -> str:
 
 
 def _body(record: MessageRecord, pos: int, max_body_size: int) -> bytes:
-    raw, sys_flag = record.body, record.sys_flag
-    if not sys_flag & COMPRESSED:
-        return raw
     where = (f"message at {pos} (topic {record.topic}, queue {record.queue_id}, offset "
              f"{record.queue_offset})")
-    if not zlib_compressed(sys_flag):
-        raise MessageDecodeError(f"{where}: compression type "
-                                 f"{(sys_flag & COMPRESSION_TYPE_MASK) >> 8} is not zlib")
     try:
-        return inflate(raw, max_body_size, f"{where}: the compressed body")
+        return producer_body(record.body, record.sys_flag, max_body_size, where)
     except InflateError as exc:
         raise MessageDecodeError(str(exc)) from None
 

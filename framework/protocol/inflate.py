@@ -16,8 +16,14 @@ from __future__ import annotations
 import zlib
 
 from triomq.errors import TriomqError
+from triomq.protocol.message import COMPRESSED, COMPRESSION_TYPE_MASK, zlib_compressed
 
-__all__ = ["MAX_DEFLATE_RATIO", "InflateError", "check_inflated_size", "inflate"]
+__all__ = ["DEFAULT_MAX_BODY_SIZE", "MAX_DEFLATE_RATIO", "InflateError", "check_inflated_size",
+           "inflate", "producer_body"]
+
+#: Largest body a compressed message is inflated to: RocketMQ's maxMessageSize
+#: default, which its producers check before they compress.
+DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
 
 #: Deflate's largest inflated-to-compressed ratio (a run of one byte), with room for
 #: the zlib header: a body of ``n`` bytes inflates to at most ``n * MAX_DEFLATE_RATIO``.
@@ -76,3 +82,18 @@ def check_inflated_size(data: bytes | bytearray | memoryview, max_size: int,
             pending = inflater.unconsumed_tail
     except zlib.error:
         return
+
+
+def producer_body(body: bytes, sys_flag: int, max_size: int, what: str) -> bytes:
+    """The body a message's producer set: ``body`` as stored, inflated when ``sys_flag``
+    says the producer compressed it (RocketMQ's clients do past 4 KiB, with zlib).
+
+    Raises ``InflateError`` naming ``what`` for LZ4 and ZSTD, RocketMQ 5's other
+    compression types, and as ``inflate`` does.
+    """
+    if not sys_flag & COMPRESSED:
+        return body
+    if not zlib_compressed(sys_flag):
+        raise InflateError(f"{what}: compression type "
+                           f"{(sys_flag & COMPRESSION_TYPE_MASK) >> 8} is not zlib")
+    return inflate(body, max_size, f"{what}: the compressed body")

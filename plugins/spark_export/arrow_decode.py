@@ -34,9 +34,11 @@ import pyarrow.compute as pc
 from triomq.plugins.spark_export.arrow_columns import PROPERTIES, TIMESTAMP, column_arrays
 from triomq.plugins.spark_export.arrow_fast import fast_columns
 from triomq.plugins.spark_export.record_index import CheckedRecords, checked_records
+from triomq.protocol.inflate import DEFAULT_MAX_BODY_SIZE, producer_body
 from triomq.protocol.message import (
     BLANK_MAGIC,
     BORNHOST_V6,
+    COMPRESSED,
     MAGIC_V1,
     MAGIC_V2,
     MIN_RECORD_SIZE,
@@ -251,9 +253,27 @@ def _decode_run(buf: bytes, base_offset: int, starts: list[int] | pa.Array, end:
 
 
 def _keep(batch: pa.RecordBatch, topics: frozenset[str] | None) -> pa.RecordBatch:
-    if topics is None:
+    """The rows of ``topics`` (all when None), with their producers' bodies."""
+    if topics is not None:
+        batch = batch.filter(pc.is_in(batch.column("topic"),
+                                      pa.array(sorted(topics), pa.string())))
+    return _inflated(batch)
+
+
+def _inflated(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with the bodies their producers compressed (RocketMQ's clients do past
+    4 KiB) inflated; ``bodyCRC`` stays the CRC of the bytes stored."""
+    flags = batch.column("sysFlag")
+    compressed = pc.not_equal(pc.bit_wise_and(flags, pa.scalar(COMPRESSED, pa.int32())), 0)
+    if not pc.any(compressed).as_py():
         return batch
-    return batch.filter(pc.is_in(batch.column("topic"), pa.array(sorted(topics), pa.string())))
+    bodies = batch.column("body").to_pylist()
+    offsets = batch.column("physicalOffset")
+    for i in pc.indices_nonzero(compressed).to_pylist():
+        bodies[i] = producer_body(bodies[i], flags[i].as_py(), DEFAULT_MAX_BODY_SIZE,
+                                  f"record at offset {offsets[i].as_py()}")
+    where = batch.schema.get_field_index("body")
+    return batch.set_column(where, batch.schema.field(where), pa.array(bodies, pa.binary()))
 
 
 def _decode_records(buf: bytes, base_offset: int, starts: list[int] | pa.Array, end: int,

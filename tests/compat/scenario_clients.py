@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 import trio
 
+from triomq.protocol.route import loads
 from triomq.runtime import Node
 from triomq.testing.cluster import BROKER_NAME, Cluster
 
@@ -228,9 +229,12 @@ def go_client(cluster: Cluster) -> ScenarioClient:
 async def create_topic(admin: Node, master_address: str, namesrv: str, topic: str = TOPIC,
                        queues: int = QUEUES) -> None:
     """Create ``topic`` on the master and wait until the name server routes it there."""
+    # Every field of RocketMQ's CreateTopicRequestHeader, as mqadmin sends it: its broker
+    # refuses a header without defaultTopic or topicFilterType.
     answer = await admin.rpc.invoke(master_address, CREATE_TOPIC, {
-        "topic": topic, "readQueueNums": str(queues), "writeQueueNums": str(queues),
-        "perm": "6"})
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues),
+        "writeQueueNums": str(queues), "perm": "6", "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": "0", "order": "false"})
     assert answer.code == 0, answer.remark
     await wait_routed(admin, master_address, namesrv, topic, queues)
 
@@ -242,7 +246,8 @@ async def wait_routed(admin: Node, master_address: str, namesrv: str, topic: str
         while True:
             answer = await admin.rpc.invoke(namesrv, GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
             if answer.code == 0:
-                route = json.loads(answer.body)
+                # fastjson: RocketMQ's name server writes brokerAddrs' keys bare.
+                route = loads(answer.body)
                 addresses = {b["brokerName"]: b["brokerAddrs"].get("0")
                              for b in route["brokerDatas"]}
                 counts = {(q["brokerName"], q["readQueueNums"], q["writeQueueNums"])

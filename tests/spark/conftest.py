@@ -3,41 +3,18 @@
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 
 import pytest
 
+from tests.spark.session import local_spark
 from tests.spark.storegen import StoreWriter, sample_records
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="session")
 def spark():
     """A local[2] session with the triomq source registered (UI off, bound to 127.0.0.1)."""
-    pyspark_sql = pytest.importorskip("pyspark.sql")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PYSPARK_PYTHON", sys.executable)
-        env.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
-        # Python workers import triomq.plugins.spark_export from the repository.
-        env.setenv("PYTHONPATH", REPO_ROOT, prepend=os.pathsep)
-        session = (
-            pyspark_sql.SparkSession.builder.master("local[2]")
-            .appName("triomq-tests")
-            .config("spark.ui.enabled", "false")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
-        )
-        session.sparkContext.setLogLevel("ERROR")
-        from triomq.plugins.spark_export import register
-
-        register(session)
+    with local_spark() as session:
         yield session
-        session.stop()
 
 
 @pytest.fixture

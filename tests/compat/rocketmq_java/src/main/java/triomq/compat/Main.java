@@ -40,6 +40,7 @@ import org.apache.rocketmq.tools.command.MQAdminStartup;
  *
  * <pre>
  * send           --namesrv A --topic T --group G --count N --modes sync,async,oneway,batch,ordered
+ *                [--body-bytes B]
  * push           --namesrv A --topic T --group G --mode concurrent|orderly [--expression E]
  * lite-subscribe --namesrv A --topic T --group G --count N [--expression E]
  * lite-assign    --namesrv A --topic T --group G --count N
@@ -86,9 +87,20 @@ public final class Main {
         return producer;
     }
 
+    /** Bodies are padded to this many bytes (send's --body-bytes): over 4 KiB, the client
+     *  compresses them. */
+    private static int bodyBytes = 0;
+
     private static Message message(String topic, String mode, int i) {
+        StringBuilder body = new StringBuilder(mode + " " + i);
+        if (body.length() < bodyBytes) {
+            body.append(' ');
+        }
+        while (body.length() < bodyBytes) {
+            body.append((char) ('a' + body.length() % 26));
+        }
         Message message = new Message(topic, "Tag" + "ABC".charAt(i % 3), "key-" + mode + "-" + i,
-                (mode + " " + i).getBytes(StandardCharsets.UTF_8));
+                body.toString().getBytes(StandardCharsets.UTF_8));
         message.putUserProperty("scenario", mode);
         message.putUserProperty("seq", Integer.toString(i));
         return message;
@@ -116,6 +128,7 @@ public final class Main {
     private static void send(Map<String, String> args) throws Exception {
         String topic = args.get("topic");
         int count = Integer.parseInt(args.get("count"));
+        bodyBytes = Integer.parseInt(args.getOrDefault("body-bytes", "0"));
         DefaultMQProducer producer = producer(args);
         for (String mode : args.get("modes").split(",")) {
             switch (mode) {
