@@ -236,6 +236,7 @@ async def broker_service(node: Node, *,
             connect=node.connect,
             master_config=config.master_config(),
             slave_config=config.slave_config(),
+            auth=node.inner_auth,
         )
         topics = TopicService(root, config, table, is_master=lambda: replicas.is_master)
         processor = BrokerProcessor(log=log, flush=flush, replicas=replicas, config=config,
