@@ -115,6 +115,7 @@ class HAMaster:
         self._waiters: dict[Hashable, tuple[trio.Event, list[ReplicationStatus | None]]] = {}
         self._changed = trio.Event()
         self._proposed = trio.Event()
+        self._joined: set[MasterConnection] = set()
         #: Connections waiting for their slave handshake, and those past it.
         self.handshaking = 0
         self.transferring = 0
@@ -268,7 +269,6 @@ class HAMaster:
             heartbeat_interval_ms=self.config.ha_send_heartbeat_interval,
         )
         outbox: deque[bytes] = deque()
-        refused = False
         try:
             if not await self._handshake(stream, conn, outbox, admit):
                 return
@@ -285,12 +285,14 @@ class HAMaster:
             logger.warning("dropping HA slave %s: it took in no bytes for %d ms", conn.peer,
                            self.config.ha_write_timeout)
         except* HandshakeRefused as group:
-            refused = True
             logger.warning("refusing HA connection: %s", describe(group))
         except* CONNECTION_ERRORS as group:
             logger.warning("closing HA connection to %s: %s", conn.peer, describe(group))
         finally:
-            if conn.slave is not None and not refused:
+            # Only a connection its slave joined on leaves: one that named a slave and
+            # broke the protocol before its admission is no connection of that slave's.
+            if conn in self._joined:
+                self._joined.discard(conn)
                 self.term.slave_left(conn.slave.address)
             await trio.aclose_forcefully(stream)
 
@@ -341,6 +343,7 @@ class HAMaster:
                     is_async_learner=out.handshake.is_async_learner,
                     now_ms=now_ms(),
                 )
+                self._joined.add(conn)
             elif isinstance(out, SlaveAcked):
                 self.term.slave_acked(out.address, out.ack_offset,
                                       out.last_caught_up_time_ms, self.log.max_offset)
