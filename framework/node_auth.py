@@ -19,7 +19,10 @@ request without a credential, with a wrong key or signature, signed for
 another code, signed further than ``window_ms`` from its own clock, or
 whose nonce it saw already: the nonces of the last two windows are kept,
 and an older request is refused as stale, so the cache holds what the
-cluster signs in that time and no more.
+cluster signs in that time and no more. Each node keeps its own cache: a
+request captured on its way to one node could still be shown once to
+another within the window (a signature names no receiver), which is what
+TLS between the nodes is for.
 
 ``check_binding`` is shared with the admin signature (``triomq.admin_access``),
 which binds the code, a time and a nonce the same way. Nothing here sees a
