@@ -227,15 +227,16 @@ class SecurityConfig:
                     secret = file.readline().rstrip("\r\n")
             except (OSError, UnicodeDecodeError) as exc:
                 raise ConfigError(f"cannot read the cluster's secret from {path}: {exc}",
-                                  "inner_client_secret_file") from None
+                                  "security.inner_client_secret_file") from None
             if not secret:
-                raise ConfigError(f"{path}: its first line is empty", "inner_client_secret_file")
+                raise ConfigError(f"{path}: its first line is empty",
+                                  "security.inner_client_secret_file")
         if not secret:
             secret = environ.get(INNER_SECRET_ENV, "")
         if not secret:
             raise ConfigError("inner_client_access_key is set but no secret: set "
                               f"inner_client_secret_file, inner_client_secret_key or "
-                              f"${INNER_SECRET_ENV}", "inner_client_secret_key")
+                              f"${INNER_SECRET_ENV}", "security.inner_client_secret_key")
         return InnerAuth(self.inner_client_access_key, secret, identity,
                          NonceCache(self.clock_skew_window_ms))
 
