@@ -123,9 +123,19 @@ class Processes:
 
 
 def start_triomq(processes: Processes, root: Path, profile: Path | None = None,
-                 flush_policy: str = "group") -> tuple[str, list[str]]:
-    """A name server and a static group of three; their addresses (namesrv, brokers)."""
+                 flush_policy: str = "group", secured: bool = False) -> tuple[str, list[str]]:
+    """A name server and a static group of three; their addresses (namesrv, brokers).
+
+    ``secured``: the nodes authenticate each other (``[security]
+    inner_client_access_key``): registrations and HA handshakes are signed.
+    """
     namesrv = f"127.0.0.1:{free_port()}"
+    security = ""
+    if secured:
+        secret = root / "cluster.secret"
+        secret.write_text("benchmark-cluster-secret\n")
+        security = (f'[security]\ninner_client_access_key = "cluster"\n'
+                    f'inner_client_secret_file = "{secret}"\n')
     master_ha = free_port()
     configs = {"namesrv": f"""
 name = "namesrv"
@@ -160,7 +170,7 @@ all_ack_in_sync_state_set = true
 """
     for name, text in configs.items():
         path = root / f"{name}.toml"
-        path.write_text(text)
+        path.write_text(text + security)
         role = "nameserver" if name == "namesrv" else "broker"
         python = [sys.executable]
         if profile is not None:
@@ -243,10 +253,12 @@ async def rpc_limit(node, seconds: float) -> float:
     return await for_seconds(seconds, 1, one)
 
 
-async def triomq_run(args: argparse.Namespace, root: Path) -> dict[str, float | str]:
+async def triomq_run(args: argparse.Namespace, root: Path,
+                     secured: bool = False) -> dict[str, float | str]:
     results: dict[str, float | str] = {}
     with Processes(root) as processes:
-        namesrv, brokers = start_triomq(processes, root, args.profile, args.flush_policy)
+        namesrv, brokers = start_triomq(processes, root, args.profile, args.flush_policy,
+                                        secured)
         client = from_mapping(NodeConfig, {"name": "bench", "listen": "tcp://127.0.0.1:0",
                                            "log_level": "WARNING"})
         async with open_node(client) as node:
@@ -491,6 +503,9 @@ def main() -> None:
     parser.add_argument("--no-nats", action="store_true", help="skip NATS JetStream")
     parser.add_argument("--flush-policy", default="group", choices=("group", "none"),
                         help="the brokers' flush_policy (group: fsync before answering)")
+    parser.add_argument("--security", default="off", choices=("off", "on", "both"),
+                        help="whether the nodes authenticate each other ([security] "
+                             "inner_client_access_key); both: a column each, in one run")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="run the name server and brokers under cProfile, writing "
                              "DIR/<name>.prof (read them with python -m pstats)")
@@ -499,8 +514,11 @@ def main() -> None:
           f"{platform.python_version()}, trio {trio.__version__}, "
           f"load average {os.getloadavg()[0]:.1f}")
     columns: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory(prefix="triomq-messaging-") as tmp:
-        columns["triomq"] = trio.run(triomq_run, args, Path(tmp) / "triomq")
+    runs = {"off": [False], "on": [True], "both": [False, True]}[args.security]
+    for secured in runs:
+        label = "triomq, nodes authenticated" if secured else "triomq"
+        with tempfile.TemporaryDirectory(prefix="triomq-messaging-") as tmp:
+            columns[label] = trio.run(triomq_run, args, Path(tmp) / "triomq", secured)
     binary = None if args.no_nats else nats_server_binary()
     if binary is not None:
         for label, sync_always in (("NATS (sync always)", True), ("NATS (default)", False)):

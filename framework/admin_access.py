@@ -12,14 +12,22 @@ With credentials configured (``[security]``), an admin request passes when
 it comes over mutual TLS with a client certificate the configuration names
 (``sha256:<fingerprint>`` or ``CN=<common name>``), or when it is signed
 with the admin's access key and secret key as RocketMQ's ACL signs
-(``triomq.protocol.acl``). Otherwise it is answered NO_PERMISSION (16) with
-a remark saying which credential is missing or wrong; the secret is never
-in it. Every other request (sends, pulls, routes, heartbeats) stays open to
-anonymous clients. With no credential configured everything stays open.
+(``triomq.protocol.acl``). A signature that binds the request's code, a
+time and a nonce (``RequestCode``, ``Timestamp``, ``Nonce`` among the
+signed fields, as the triomq CLI signs) passes only for that code, within
+the clock-skew window and once (``triomq.node_auth.check_binding``); one
+that binds none of them, as RocketMQ's mqadmin signs, passes while
+``accept_unbound`` (``admin_accept_unbound_signature``) says so.
+Otherwise it is answered NO_PERMISSION (16) with a remark saying which
+credential is missing or wrong; the secret is never in it. Every other
+request (sends, pulls, routes, heartbeats) stays open to anonymous clients,
+but for the cluster-internal ones when nodes authenticate each other
+(``triomq.node_auth``). With no credential configured everything stays open.
 
 ``AdminAccess.refusal`` is the whole decision; the node's RPC server asks
 it before any handler of an admin code runs. Nothing here sees a clock or
-a socket: the pump hands in the peer's certificate as ``ClientCertificate``.
+a socket: the pump hands in the peer's certificate as ``ClientCertificate``
+and the time.
 """
 
 from __future__ import annotations
@@ -30,6 +38,14 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from triomq.node_auth import (
+    DEFAULT_WINDOW_MS,
+    NONCE,
+    REQUEST_CODE,
+    TIMESTAMP,
+    NonceCache,
+    check_binding,
+)
 from triomq.protocol import acl
 from triomq.protocol.remoting import RemotingCommand
 
@@ -38,6 +54,9 @@ __all__ = ["ADMIN_CODES", "NO_PERMISSION", "AdminAccess", "ClientCertificate",
 
 #: RocketMQ's response code for a request its sender may not make.
 NO_PERMISSION = 16
+
+#: The fields by which a signature binds its request's code, a time and a nonce.
+BOUND_FIELDS = (REQUEST_CODE, TIMESTAMP, NONCE)
 
 #: ELECT_MASTER: an admin request only when it designates the replica to elect.
 ELECT_MASTER = 1002
@@ -119,25 +138,31 @@ class AdminAccess:
     access_key: str = ""
     secret_key: str = attrs.field(default="", repr=False)
     certificates: frozenset[str] = attrs.field(default=frozenset(), converter=_canonical)
+    accept_unbound: bool = True
+    nonces: NonceCache = attrs.field(factory=lambda: NonceCache(DEFAULT_WINDOW_MS), eq=False,
+                                     repr=False)
 
     @property
     def enabled(self) -> bool:
         return bool(self.access_key or self.certificates)
 
-    def refusal(self, request: RemotingCommand,
-                certificate: ClientCertificate | None) -> RemotingCommand | None:
-        """NO_PERMISSION for an admin request without an admin's credential, else ``None``."""
+    def refusal(self, request: RemotingCommand, certificate: ClientCertificate | None,
+                now_ms: int) -> RemotingCommand | None:
+        """NO_PERMISSION for an admin request without an admin's credential, else ``None``.
+
+        ``now_ms`` is the node's wall clock, for a signature's time.
+        """
         if not self.enabled or not is_admin_request(request):
             return None
-        remark = self._why_not(request, certificate)
+        remark = self._why_not(request, certificate, now_ms)
         if remark is None:
             return None
         name = ADMIN_CODES[request.code]
         return RemotingCommand.response(
             NO_PERMISSION, remark=f"{name} ({request.code}) needs admin access: {remark}")
 
-    def _why_not(self, request: RemotingCommand,
-                 certificate: ClientCertificate | None) -> str | None:
+    def _why_not(self, request: RemotingCommand, certificate: ClientCertificate | None,
+                 now_ms: int) -> str | None:
         reasons = []
         if self.certificates:
             if certificate is None:
@@ -159,6 +184,14 @@ class AdminAccess:
             elif not acl.signature_matches(fields, request.body, self.secret_key):
                 reasons.append(f"the {acl.SIGNATURE} does not match the request signed with "
                                "the admin's secret key")
+            elif any(name in fields for name in BOUND_FIELDS):
+                why = check_binding(fields, request.code, now_ms, self.nonces)
+                if why is None:
+                    return None
+                reasons.append(why)
+            elif not self.accept_unbound:
+                reasons.append(f"the signature binds no {', '.join(BOUND_FIELDS)} "
+                               "(admin_accept_unbound_signature is false)")
             else:
                 return None
         return "; ".join(reasons)

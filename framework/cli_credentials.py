@@ -2,7 +2,8 @@
 
 Every ``triomq admin`` command takes them (each role plugin's commands add
 them with ``add_credential_options``); given, every request the command
-sends is signed as RocketMQ's ACL signs (``triomq.protocol.acl``), which a
+sends is signed as RocketMQ's ACL signs (``triomq.protocol.acl``), the
+signature binding the request's code, the time and a nonce, which a
 node with ``[security] admin_access_key`` requires of admin requests. The
 environment variables ``TRIOMQ_ACCESS_KEY`` and ``TRIOMQ_SECRET_KEY`` keep
 the secret off the command line (and out of the process list), as does a
@@ -13,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
+import time
 from collections.abc import Mapping
 
 import attrs
 
 from triomq.cli_connection import add_client_config_option, client_security
 from triomq.errors import ConfigError
+from triomq.node_auth import NONCE, REQUEST_CODE, TIMESTAMP
 from triomq.protocol import acl
 from triomq.rpc import RpcClient
 
@@ -38,7 +42,11 @@ class Signer:
 
     def __call__(self, code: int, ext_fields: Mapping[str, str] | None,
                  body: bytes) -> dict[str, str]:
-        return acl.sign(ext_fields, body, self.access_key, self.secret_key)
+        # Bound to its code, a time and a nonce, a captured request is no other
+        # request and cannot be sent again (``triomq.node_auth.check_binding``).
+        bound = {**(ext_fields or {}), REQUEST_CODE: str(code),
+                 TIMESTAMP: str(time.time_ns() // 1_000_000), NONCE: secrets.token_hex(16)}
+        return acl.sign(bound, body, self.access_key, self.secret_key)
 
 
 def add_credential_options(parser: argparse.ArgumentParser) -> None:

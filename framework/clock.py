@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 import trio
 
-__all__ = ["now_ms"]
+__all__ = ["now_ms", "wall_ms"]
 
 
 def now_ms() -> int:
@@ -15,3 +17,9 @@ def now_ms() -> int:
     the same past deadline again, forever under a mock clock.
     """
     return round(trio.current_time() * 1000)
+
+
+def wall_ms() -> int:
+    """The wall clock in ms since the epoch: times other nodes compare with their own
+    (a signed request's), which trio's clock, one per process, is not."""
+    return time.time_ns() // 1_000_000

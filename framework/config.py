@@ -26,6 +26,7 @@ is declared; ``triomq config`` lists them all with their defaults.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
@@ -34,6 +35,7 @@ import attrs
 
 from triomq.admin_access import AdminAccess, check_certificate_name
 from triomq.errors import ConfigError, PluginError
+from triomq.node_auth import DEFAULT_WINDOW_MS, InnerAuth, NonceCache
 from triomq.protocol.remoting import DEFAULT_MAX_EXT_FIELDS, DEFAULT_MAX_HEADER_SIZE
 from triomq.rpc.server import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_PEER
 from triomq.settings import (
@@ -123,20 +125,32 @@ def _certificate_names(names: tuple[str, ...]) -> str | None:
     return None
 
 
+#: Where a node looks for the cluster's secret when the config names neither it nor a file.
+INNER_SECRET_ENV = "TRIOMQ_INNER_CLIENT_SECRET_KEY"
+
+
 @attrs.frozen
 class SecurityConfig:
-    """``[security]``: who may send admin requests (``triomq.admin_access`` has the rule).
+    """``[security]``: who may send admin requests and how nodes know each other.
 
-    Admin requests are topic and subscription-group changes, broker,
-    name-server and controller configuration, CLEAN_BROKER_DATA and an
-    administrator's ELECT_MASTER. With nothing set here they are open to
-    every client, as before. With a credential set, each needs one of them
-    (else NO_PERMISSION); sends, pulls and routes stay open to all::
+    Admin requests (``triomq.admin_access`` has the rule) are topic and
+    subscription-group changes, broker, name-server and controller
+    configuration, CLEAN_BROKER_DATA and an administrator's ELECT_MASTER.
+    With no admin credential set they are open to every client. With one
+    set, each needs one of them (else NO_PERMISSION); sends, pulls and
+    routes stay open to all.
+
+    With ``inner_client_access_key`` set, the nodes sign every request they
+    send each other and every HA handshake with the cluster's shared secret,
+    and refuse the cluster-internal ones not so signed
+    (``triomq.node_auth``)::
 
         [security]
         admin_access_key = "ops"          # RocketMQ ACL: mqadmin's accessKey
         admin_secret_key = "s3cret"       # and its secretKey
         admin_certificates = ["CN=ops-admin"]   # mutual TLS client certificates
+        inner_client_access_key = "cluster"
+        inner_client_secret_file = "/etc/triomq/cluster.secret"
     """
 
     admin_access_key: str = setting(
@@ -149,17 +163,82 @@ class SecurityConfig:
         (), doc="Client certificates (mutual TLS, [transport.options.tcp.tls] "
                 "require_client_cert) whose admin requests pass: 'sha256:<fingerprint hex>' "
                 "or 'CN=<subject common name>'.", check=_certificate_names)
+    admin_accept_unbound_signature: bool = setting(
+        True, doc="Whether an admin signature that binds no request code, time and nonce "
+                  "passes, as RocketMQ's own mqadmin signs (AclClientRPCHook): such a request "
+                  "can be replayed, or sent under another code, by whoever captured it. The "
+                  "triomq CLI always binds them; false refuses the others.")
+    inner_client_access_key: str = setting(
+        "", doc="Access key of the cluster (RocketMQ's innerClientAuthenticationCredentials "
+                "accessKey): set, every node signs the requests it sends other nodes and its "
+                "HA handshakes with it and the cluster's secret, and refuses cluster-internal "
+                "requests and HA handshakes not so signed. Empty: nodes do not authenticate "
+                "each other.")
+    inner_client_secret_key: str = setting(
+        "", doc="The cluster's secret key, shared by every node (HmacSHA1). Better: "
+                f"inner_client_secret_file, or ${INNER_SECRET_ENV} when neither is set.",
+        secret=True)
+    inner_client_secret_file: str = setting(
+        "", doc="A file holding the cluster's secret key (its first line), read when the "
+                "node starts; instead of inner_client_secret_key.")
+    clock_skew_window_ms: int = setting(
+        DEFAULT_WINDOW_MS,
+        doc="How far from the receiver's clock a signed request's time may be, in ms (the "
+            "nodes' own and admin signatures that bind a time): an older one is refused as "
+            "stale, and nonces are remembered for twice this long to refuse replays. Keep "
+            "the nodes' clocks synchronised (NTP).",
+        check=positive)
 
     def __attrs_post_init__(self) -> None:
         # Said without the values: one of them is a secret.
         if bool(self.admin_access_key) != bool(self.admin_secret_key):
             raise ConfigError("admin_access_key and admin_secret_key are set together "
                               "(one of them is empty)", "admin_secret_key")
+        if self.inner_client_secret_key and self.inner_client_secret_file:
+            raise ConfigError("inner_client_secret_key and inner_client_secret_file name the "
+                              "same secret: set one of them", "inner_client_secret_file")
+        if not self.inner_client_access_key and (self.inner_client_secret_key
+                                                 or self.inner_client_secret_file):
+            raise ConfigError("the cluster's secret is set without inner_client_access_key",
+                              "inner_client_access_key")
 
     def admin_access(self) -> AdminAccess:
         """The rule a node's RPC server applies to admin requests."""
         return AdminAccess(self.admin_access_key, self.admin_secret_key,
-                           frozenset(self.admin_certificates))
+                           frozenset(self.admin_certificates),
+                           accept_unbound=self.admin_accept_unbound_signature,
+                           nonces=NonceCache(self.clock_skew_window_ms))
+
+    def inner_auth(self, identity: str,
+                   environ: Mapping[str, str] = os.environ) -> InnerAuth | None:
+        """The node's cluster credential (``None`` without ``inner_client_access_key``).
+
+        The secret is ``inner_client_secret_key``, else the first line of
+        ``inner_client_secret_file``, else ``$TRIOMQ_INNER_CLIENT_SECRET_KEY``;
+        none of them, an empty one or an unreadable file is a ``ConfigError``.
+        """
+        if not self.inner_client_access_key:
+            return None
+        secret = self.inner_client_secret_key
+        if self.inner_client_secret_file:
+            path = self.inner_client_secret_file
+            try:
+                with open(path, encoding="utf-8") as file:
+                    secret = file.readline().rstrip("\r\n")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"cannot read the cluster's secret from {path}: {exc}",
+                                  "security.inner_client_secret_file") from None
+            if not secret:
+                raise ConfigError(f"{path}: its first line is empty",
+                                  "security.inner_client_secret_file")
+        if not secret:
+            secret = environ.get(INNER_SECRET_ENV, "")
+        if not secret:
+            raise ConfigError("inner_client_access_key is set but no secret: set "
+                              f"inner_client_secret_file, inner_client_secret_key or "
+                              f"${INNER_SECRET_ENV}", "security.inner_client_secret_key")
+        return InnerAuth(self.inner_client_access_key, secret, identity,
+                         NonceCache(self.clock_skew_window_ms))
 
 
 def _not_empty(value: str) -> str | None:

@@ -29,6 +29,7 @@ bound listener.
 from __future__ import annotations
 
 import logging
+import secrets
 import signal
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -37,12 +38,15 @@ from typing import Any
 import trio
 
 from triomq.admin_access import ADMIN_CODES, AdminAccess
+from triomq.clock import wall_ms
 from triomq.config import NodeConfig
 from triomq.errors import PluginError, ServiceCrashed
 from triomq.hookspecs import Service
+from triomq.node_auth import INTERNAL_CODES, InnerAuth, is_internal
 from triomq.plugin_manager import PluginManager
 from triomq.protocol.remoting import ROCKETMQ_VERSION, RemotingCommand
 from triomq.rpc import ConnectionLimits, RpcClient, RpcConnection, RpcServer, open_rpc_client
+from triomq.rpc.client import Sign
 from triomq.rpc.peer import client_certificate
 from triomq.rpc.server import Guard
 from triomq.transport import Listener, Transport, split_address
@@ -87,9 +91,15 @@ class Node:
         self.log = logging.getLogger(f"triomq.{config.name}")
         self.log.setLevel(config.log_level)
         access = config.security.admin_access()
-        if access.enabled:
-            # Admin requests need an admin's credential, whichever role serves them.
-            self.rpc_server.guard(ADMIN_CODES, _admin_guard(access, self.log))
+        #: The node's cluster credential (``[security] inner_client_access_key``), or None:
+        #: its requests to other nodes are signed with it, theirs checked.
+        self.inner_auth = config.security.inner_auth(config.name)
+        codes = {*(ADMIN_CODES if access.enabled else ()),
+                 *(INTERNAL_CODES if self.inner_auth is not None else ())}
+        if codes:
+            # Whichever role serves them: admin requests need an admin's credential,
+            # cluster-internal ones the cluster's.
+            self.rpc_server.guard(codes, _security_guard(access, self.inner_auth, self.log))
         self._nursery = nursery
         self._transports: dict[str, Transport] = {}
         self._services: list[str] = []
@@ -115,6 +125,12 @@ class Node:
     def stopping(self) -> bool:
         """True once ``stop`` was called."""
         return self._stopping
+
+    def sign_internal(self, rpc: RpcClient) -> None:
+        """Have ``rpc`` sign the cluster-internal requests it sends with the node's
+        cluster credential, if it has one (every RPC client a node service opens)."""
+        if self.inner_auth is not None:
+            rpc.sign = inner_signer(self.inner_auth)
 
     # -- transports ---------------------------------------------------------
 
@@ -209,6 +225,7 @@ async def open_node(config: NodeConfig, *, plugins: PluginManager | None = None,
             # server reads a REGISTER_BROKER of version 0 as a pre-3.0.11 broker's.
             async with open_rpc_client(node.connect, limits=connection_limits(config),
                                        version=ROCKETMQ_VERSION) as node.rpc:
+                node.sign_internal(node.rpc)
                 try:
                     await _start(node, services or {})
                 finally:
@@ -270,12 +287,28 @@ def connection_limits(config: NodeConfig) -> ConnectionLimits:
                             max_ext_fields=config.remoting.max_ext_fields)
 
 
-def _admin_guard(access: AdminAccess, log: logging.Logger) -> Guard:
-    """``access`` as the RPC server's guard of admin requests; refusals are logged."""
+def inner_signer(auth: InnerAuth) -> Sign:
+    """``auth`` as an RPC client's signer: internal requests get the credential, now."""
+    def sign(code: int, ext_fields: Mapping[str, str] | None,
+             body: bytes) -> Mapping[str, str] | None:
+        if not is_internal(code, ext_fields):
+            return ext_fields
+        return auth.sign(code, ext_fields, body, now_ms=wall_ms(), nonce=secrets.token_hex(16))
+
+    return sign
+
+
+def _security_guard(access: AdminAccess, inner: InnerAuth | None, log: logging.Logger
+                    ) -> Guard:
+    """The RPC server's guard of admin and internal requests; refusals are logged."""
     def guard(request: RemotingCommand, connection: RpcConnection) -> RemotingCommand | None:
-        refusal = access.refusal(request, client_certificate(connection.stream))
+        if inner is not None and is_internal(request.code, request.ext_fields):
+            refusal, kind = inner.refusal(request, wall_ms()), "cluster-internal"
+        else:
+            refusal = access.refusal(request, client_certificate(connection.stream), wall_ms())
+            kind = "admin"
         if refusal is not None:
-            log.warning("admin request from %s refused: %s", connection.peer, refusal.remark)
+            log.warning("%s request from %s refused: %s", kind, connection.peer, refusal.remark)
         return refusal
 
     return guard

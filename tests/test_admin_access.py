@@ -47,6 +47,8 @@ ACCESS_KEY, SECRET_KEY = "rocketmq2", "12345678"
 SECURITY = {"admin_access_key": ACCESS_KEY, "admin_secret_key": SECRET_KEY}
 UPDATE_AND_CREATE_TOPIC = 17
 ACCESS_KEY_FIELD = acl.ACCESS_KEY
+#: The node's wall clock in the pure rule's tests, in ms.
+NOW = 1_700_000_000_000
 DELETE = NameServerCode.DELETE_TOPIC_IN_NAMESRV
 
 
@@ -101,30 +103,78 @@ def delete_request(fields: dict[str, str] | None = None) -> RemotingCommand:
 
 def test_the_rule_by_hand():
     access = AdminAccess(ACCESS_KEY, SECRET_KEY, frozenset({"CN=ops"}))
-    assert access.refusal(delete_request(), ClientCertificate("ab", ("ops",))) is None
-    remark = refused_remark(access.refusal(delete_request(), None))
+    assert access.refusal(delete_request(), ClientCertificate("ab", ("ops",)), NOW) is None
+    remark = refused_remark(access.refusal(delete_request(), None, NOW))
     assert remark.startswith("DELETE_TOPIC_IN_NAMESRV (216) needs admin access")
     assert "no client certificate" in remark and "no AccessKey and Signature" in remark
     other = ClientCertificate("cd" * 32, ("app",))
     assert f"sha256:{'cd' * 32} is not an admin's" in refused_remark(
-        access.refusal(delete_request(), other))
+        access.refusal(delete_request(), other, NOW))
     signed = acl.sign({"topic": "orders"}, b"", ACCESS_KEY, SECRET_KEY)
-    assert access.refusal(delete_request(signed), other) is None
+    assert access.refusal(delete_request(signed), other, NOW) is None
     # Anything else stays open, and so does a broker's own ELECT_MASTER.
-    assert access.refusal(RemotingCommand.request(310, {}), None) is None
+    assert access.refusal(RemotingCommand.request(310, {}), None, NOW) is None
     assert access.refusal(RemotingCommand.request(ControllerCode.ELECT_MASTER, {
-        "designateElect": "false"}), None) is None
+        "designateElect": "false"}), None, NOW) is None
     assert access.refusal(RemotingCommand.request(ControllerCode.ELECT_MASTER, {
-        "designateElect": "true"}), None) is not None
+        "designateElect": "true"}), None, NOW) is not None
     # With nothing configured, everything is open.
-    assert AdminAccess().refusal(delete_request(), None) is None
+    assert AdminAccess().refusal(delete_request(), None, NOW) is None
+
+
+def bound(code: int, fields: dict[str, str], *, at: int = NOW, nonce: str = "n1"
+          ) -> dict[str, str]:
+    """Signed as the triomq CLI signs: the code, a time and a nonce among the fields."""
+    return acl.sign({**fields, "RequestCode": str(code), "Timestamp": str(at), "Nonce": nonce},
+                    b"", ACCESS_KEY, SECRET_KEY)
+
+
+def test_a_bound_signature_passes_once_for_its_code_and_time():
+    access = AdminAccess(ACCESS_KEY, SECRET_KEY)
+    signed = bound(DELETE, {"topic": "orders"})
+    assert access.refusal(delete_request(signed), None, NOW + 5) is None
+    # The same request again: a replay.
+    remark = refused_remark(access.refusal(delete_request(signed), None, NOW + 6))
+    assert "Nonce 'n1' was used already: a replayed request" in remark
+    # A captured UPDATE_AND_CREATE_TOPIC sent as DELETE_TOPIC_IN_NAMESRV: a code swap.
+    created = bound(UPDATE_AND_CREATE_TOPIC, {"topic": "orders"}, nonce="n2")
+    remark = refused_remark(access.refusal(delete_request(created), None, NOW))
+    assert "is for request code 17, not 216 (a request swapped for another)" in remark
+    # Older than the window (30 s unless configured), or ahead of it: stale.
+    old = bound(DELETE, {"topic": "orders"}, at=NOW - 30_001, nonce="n3")
+    assert "signed 30001 ms old, beyond the 30000 ms allowed" in refused_remark(
+        access.refusal(delete_request(old), None, NOW))
+    ahead = bound(DELETE, {"topic": "orders"}, at=NOW + 40_000, nonce="n4")
+    assert "40000 ms ahead of this node's clock" in refused_remark(
+        access.refusal(delete_request(ahead), None, NOW))
+    # Stripping the binding breaks the signature, so a bound request cannot be downgraded.
+    stripped = {k: v for k, v in signed.items() if k not in ("RequestCode", "Nonce")}
+    assert "Signature does not match" in refused_remark(
+        access.refusal(delete_request(stripped), None, NOW))
+
+
+def test_an_unbound_signature_as_mqadmin_signs_passes_unless_refused_by_config():
+    unbound = acl.sign({"topic": "orders"}, b"", ACCESS_KEY, SECRET_KEY)
+    assert SecurityConfig(**SECURITY).admin_access().refusal(
+        delete_request(unbound), None, NOW) is None
+    strict = SecurityConfig(**SECURITY, admin_accept_unbound_signature=False).admin_access()
+    remark = refused_remark(strict.refusal(delete_request(unbound), None, NOW))
+    assert "binds no RequestCode, Timestamp, Nonce (admin_accept_unbound_signature" in remark
+    assert strict.refusal(delete_request(bound(DELETE, {"topic": "orders"})), None, NOW) is None
+
+
+def test_the_cli_signer_binds_code_time_and_nonce():
+    signer = Signer(ACCESS_KEY, SECRET_KEY)
+    first, second = (signer(DELETE, {"topic": "orders"}, b"") for _ in range(2))
+    assert first["RequestCode"] == str(DELETE) and first["Nonce"] != second["Nonce"]
+    assert acl.signature_matches(first, b"", SECRET_KEY)
 
 
 def test_certificates_are_named_by_fingerprint_or_common_name():
     fingerprint = "AB:" * 31 + "CD"
     access = SecurityConfig(admin_certificates=(f"sha256:{fingerprint}",)).admin_access()
     certificate = ClientCertificate(fingerprint.replace(":", "").lower(), ("x",))
-    assert access.refusal(delete_request(), certificate) is None
+    assert access.refusal(delete_request(), certificate, NOW) is None
     with pytest.raises(ConfigError, match=r"security\.admin_certificates"):
         from_mapping(NodeConfig, {"security": {"admin_certificates": ["ops"]}})
 

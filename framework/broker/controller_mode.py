@@ -199,6 +199,7 @@ class ControllerMode:
                 open_rpc_client(self.broker.node.connect, backoff=RECONNECT_BACKOFF) as rpc,
                 trio.open_nursery() as nursery,
             ):
+                self.broker.node.sign_internal(rpc)
                 self.client = ControllerClient(rpc, self.config.controller_addresses)
                 self._nursery = nursery
                 task_status.started()

@@ -5,7 +5,10 @@ not change with the role: while master, accepted slave streams are served by
 the term's ``HAMaster`` (at most ``ha_max_connections`` at once, admitted
 by ``triomq.ha.admission``: a newcomer takes the slot of the oldest
 connection without a handshake, and a replica named by a SyncStateSet is
-always admitted); while slave, they are closed at once. A role change
+always admitted; with a cluster credential, ``auth``, only a handshake whose
+credential proves it is that slave's: ``triomq.node_auth``, and then its
+connection's acks count for that slave alone); while slave, they are closed
+at once and the slave signs its own handshakes. A role change
 ends the current *term* (its tasks are cancelled and awaited, its pending
 puts fail), prepares the log and the epoch file (``become_master`` /
 ``become_slave``), then starts the next term.
@@ -23,13 +26,15 @@ mode: ``ApproveLocally``; the controller client implements it later).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Hashable
+import secrets
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Protocol
 
 import attrs
 import trio
 
 from triomq.broker.role import BrokerRole
+from triomq.clock import wall_ms
 from triomq.ha.admission import HAAdmission, Refused
 from triomq.ha.driver import Offload, ReplicaLog
 from triomq.ha.master_driver import (
@@ -42,6 +47,7 @@ from triomq.ha.master_term import carried_confirm_offset
 from triomq.ha.roles import TermLog, become_master, become_slave
 from triomq.ha.slave_driver import EpochStore, HASlave, HASlaveConfig
 from triomq.ha.sync_replication import ReplicationStatus
+from triomq.node_auth import InnerAuth
 from triomq.protocol.ha import ADDRESS_FIELD_SIZE
 from triomq.transport import Listener
 
@@ -130,8 +136,11 @@ class ReplicasManager:
         reporter: SyncStateSetReporter | None = None,
         terms: TermHost | None = None,
         offload: Offload = trio.to_thread.run_sync,
+        auth: InnerAuth | None = None,
     ) -> None:
         check_replica_address(address)
+        #: The node's cluster credential: slaves' handshakes must prove it, ours carry it.
+        self.auth = auth
         self.log = log
         self.epoch_store = epoch_store
         self.address = address
@@ -153,10 +162,11 @@ class ReplicasManager:
         #: of each connection holding one.
         self.admission = HAAdmission(max_connections=self.master_config.ha_max_connections)
         self._connections: dict[object, trio.CancelScope] = {}
-        #: Connections closed to give their slot to a newcomer, and slave
-        #: handshakes refused for want of one.
+        #: Connections closed to give their slot to a newcomer, slave handshakes
+        #: refused for want of one, and those refused for want of a credential.
         self.ha_connections_evicted = 0
         self.ha_handshakes_refused = 0
+        self.ha_handshakes_unauthenticated = 0
 
     # -- state ------------------------------------------------------------------
 
@@ -263,12 +273,20 @@ class ReplicasManager:
                      scope: trio.CancelScope) -> None:
         try:
             with scope:
-                await master.serve(stream, lambda address: self._admit(master, key, address))
+                await master.serve(stream, lambda address, credential: self._admit(
+                    master, key, address, credential))
         finally:
             self.admission.closed(key)
             del self._connections[key]
 
-    def _admit(self, master: HAMaster, key: object, address: str) -> str | None:
+    def _admit(self, master: HAMaster, key: object, address: str,
+               credential: Mapping[str, str] | None) -> str | None:
+        if self.auth is not None:
+            # Before the admission: an unproven handshake replaces no slave's connection.
+            why = self.auth.handshake_refusal(credential, address, wall_ms())
+            if why is not None:
+                self.ha_handshakes_unauthenticated += 1
+                return why
         tracker = master.tracker
         self.admission.remember(tracker.sync_state_set | (tracker.pending or frozenset()))
         decision = self.admission.handshaken(key, address)
@@ -331,8 +349,14 @@ class ReplicasManager:
                 config=self.slave_config,
                 offload=self.offload,
                 on_appended=lambda: self.on_appended(),
+                credential=None if self.auth is None else self._handshake_credential,
             )
             await self._start_term(term)
+
+    def _handshake_credential(self) -> dict[str, str]:
+        assert self.auth is not None
+        return self.auth.handshake_credential(self.address, now_ms=wall_ms(),
+                                              nonce=secrets.token_hex(16))
 
     async def _end_term(self) -> None:
         term, self._term = self._term, None

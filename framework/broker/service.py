@@ -373,6 +373,7 @@ async def broker_service(node: Node, *,
             connect=node.connect,
             master_config=config.master_config(),
             slave_config=config.slave_config(),
+            auth=node.inner_auth,
         )
         broker = Broker(node, log, flush, replicas, table)
         try:

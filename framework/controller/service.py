@@ -265,6 +265,7 @@ async def controller_service(node: Node, *,
         open_rpc_client(node.connect, backoff=NOTIFY_BACKOFF) as notify_rpc,
         trio.open_nursery() as nursery,
     ):
+        node.sign_internal(notify_rpc)
         service = ControllerService(node, config, raft, machine, nursery, notify_rpc)
         service.register(node.rpc_server)
         _services[node] = service

@@ -5,7 +5,9 @@ sends (``receive_data``) and asks it what to send next (``poll_transfer``);
 both take a ``MasterLog`` snapshot of the local commit log and the current
 time as inputs, so the object never reads a clock or a file.
 
-Order on the wire: the slave sends a handshake; the master answers with its
+Order on the wire: the slave sends a handshake (after its credential, when
+the nodes authenticate each other: the driver judges it at ``SlaveJoined``,
+before anything counts for that slave); the master answers with its
 max offset, epoch and epoch list; the slave truncates to the consistent
 point and acks its max offset; that first ack sets where the transfer
 starts; then batches of at most ``transfer_batch_size`` bytes flow, each
@@ -20,6 +22,7 @@ from triomq.ha.epoch import EpochCache, EpochEntry
 from triomq.ha.errors import HAProtocolError
 from triomq.protocol.ha import (
     Ack,
+    Credential,
     HAConnectionState,
     MasterHandshake,
     SlaveFrameDecoder,
@@ -69,9 +72,10 @@ class Send:
 
 @attrs.frozen
 class SlaveJoined:
-    """The slave introduced itself (its handshake)."""
+    """The slave introduced itself (its handshake), with the credential it sent first."""
 
     handshake: SlaveHandshake
+    credential: dict[str, str] | None = None
 
 
 @attrs.frozen
@@ -128,6 +132,7 @@ class MasterConnection:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.state = HAConnectionState.READY
         self.slave: SlaveHandshake | None = None
+        self._credential: Credential | None = None
         self.slave_ack_offset = -1
         self.next_transfer_from = -1
         self.current_transfer_epoch = -1
@@ -151,6 +156,12 @@ class MasterConnection:
         for frame in self._decoder.feed(data):
             if isinstance(frame, SlaveHandshake):
                 outputs += self._on_handshake(frame, log, now_ms)
+            elif isinstance(frame, Credential):
+                # One, before the handshake: what it proves is judged with the handshake.
+                if self.state != HAConnectionState.READY or self._credential is not None:
+                    raise HAProtocolError("a credential frame after the first one or the "
+                                          "handshake", self.peer)
+                self._credential = frame
             else:
                 outputs.append(self._on_ack(frame, log))
         return outputs
@@ -168,7 +179,8 @@ class MasterConnection:
         # The reply goes out before anything else, so the master side passes
         # HANDSHAKE at once; in TRANSFER it waits for the first ack to start.
         self.state = HAConnectionState.TRANSFER
-        return [SlaveJoined(frame), Send(encode(reply))]
+        credential = None if self._credential is None else self._credential.mapping()
+        return [SlaveJoined(frame, credential), Send(encode(reply))]
 
     def _on_ack(self, frame: Ack, log: MasterLog) -> SlaveAcked:
         ack = frame.max_offset

@@ -11,7 +11,7 @@ those bytes.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Protocol
 
 import trio
@@ -28,12 +28,16 @@ from triomq.ha.sync_replication import PutResult, ReplicationStatus
 from triomq.ha.sync_state import SyncStateTracker
 
 __all__ = [
+    "Admit",
     "ApproveLocally",
     "HAMaster",
     "HAMasterConfig",
     "MasterFenced",
     "SyncStateSetReporter",
 ]
+
+#: ``admit(address, credential)`` at a slave's handshake: why to refuse it, or None.
+Admit = Callable[[str, Mapping[str, str] | None], str | None]
 
 #: How many bytes of batches the master gathers into one send, in at most
 #: ``_SEND_PARTS`` pieces (a header and a body each; Linux's IOV_MAX is 1024).
@@ -111,6 +115,7 @@ class HAMaster:
         self._waiters: dict[Hashable, tuple[trio.Event, list[ReplicationStatus | None]]] = {}
         self._changed = trio.Event()
         self._proposed = trio.Event()
+        self._joined: set[MasterConnection] = set()
         #: Connections waiting for their slave handshake, and those past it.
         self.handshaking = 0
         self.transferring = 0
@@ -245,11 +250,12 @@ class HAMaster:
     # -- connections -----------------------------------------------------------
 
     async def serve(self, stream: trio.abc.Stream,
-                    admit: Callable[[str], str | None] = lambda address: None) -> None:
+                    admit: Admit = lambda address, credential: None) -> None:
         """Serve one slave until it disconnects or breaks the protocol; closes ``stream``.
 
-        ``admit(address)`` is asked at the slave's handshake, before anything
-        counts for that slave: a reason to refuse it (the connection closes), or None.
+        ``admit(address, credential)`` is asked at the slave's handshake, before
+        anything counts for that slave, with the credential frame it sent first
+        (or None): a reason to refuse it (the connection closes), or None.
 
         A peer holds little until its slave handshake: no send buffer and no
         wake-up on puts; without a handshake within ``ha_handshake_timeout``
@@ -263,7 +269,6 @@ class HAMaster:
             heartbeat_interval_ms=self.config.ha_send_heartbeat_interval,
         )
         outbox: deque[bytes] = deque()
-        refused = False
         try:
             if not await self._handshake(stream, conn, outbox, admit):
                 return
@@ -280,18 +285,20 @@ class HAMaster:
             logger.warning("dropping HA slave %s: it took in no bytes for %d ms", conn.peer,
                            self.config.ha_write_timeout)
         except* HandshakeRefused as group:
-            refused = True
             logger.warning("refusing HA connection: %s", describe(group))
         except* CONNECTION_ERRORS as group:
             logger.warning("closing HA connection to %s: %s", conn.peer, describe(group))
         finally:
-            if conn.slave is not None and not refused:
+            # Only a connection its slave joined on leaves: one that named a slave and
+            # broke the protocol before its admission is no connection of that slave's.
+            if conn in self._joined:
+                self._joined.discard(conn)
                 self.term.slave_left(conn.slave.address)
             await trio.aclose_forcefully(stream)
 
     async def _handshake(
         self, stream: trio.abc.Stream, conn: MasterConnection, outbox: deque[bytes],
-        admit: Callable[[str], str | None],
+        admit: Admit,
     ) -> bool:
         """Read until the slave's handshake; False if the peer closed or sent none in time."""
         self.handshaking += 1
@@ -319,7 +326,7 @@ class HAMaster:
             self._received(conn, data, outbox)
 
     def _received(self, conn: MasterConnection, data: bytes, outbox: deque[bytes],
-                  admit: Callable[[str], str | None] | None = None) -> None:
+                  admit: Admit | None = None) -> None:
         outputs = conn.receive_data(data, self._view(), now_ms())
         if not outputs:  # a frame's first bytes only
             return
@@ -327,7 +334,8 @@ class HAMaster:
             if isinstance(out, Send):
                 outbox.append(out.data)
             elif isinstance(out, SlaveJoined):
-                reason = admit(out.handshake.address) if admit is not None else None
+                reason = (admit(out.handshake.address, out.credential) if admit is not None
+                          else None)
                 if reason is not None:
                     raise HandshakeRefused(reason, out.handshake.address)
                 self.term.slave_joined(
@@ -335,6 +343,7 @@ class HAMaster:
                     is_async_learner=out.handshake.is_async_learner,
                     now_ms=now_ms(),
                 )
+                self._joined.add(conn)
             elif isinstance(out, SlaveAcked):
                 self.term.slave_acked(out.address, out.ack_offset,
                                       out.last_caught_up_time_ms, self.log.max_offset)

@@ -32,6 +32,7 @@ so far; the driver must not send it while actions are still being applied.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import attrs
@@ -42,6 +43,7 @@ from triomq.protocol.ha import (
     DEFAULT_MAX_BODY_SIZE,
     TRANSFER_HEADER_SIZE,
     Ack,
+    Credential,
     HAConnectionState,
     MasterFrameDecoder,
     MasterHandshake,
@@ -142,12 +144,15 @@ class SlaveConnection:
         self._frame_confirm_offset = -1
         self._largest_body = 0
 
-    def start(self) -> bytes:
-        """Leave READY: the handshake to send to the master."""
+    def start(self, credential: Mapping[str, str] | None = None) -> bytes:
+        """Leave READY: the handshake to send to the master, after ``credential``'s
+        frame if given (``triomq.node_auth``: it proves the handshake is ours)."""
         if self.state != HAConnectionState.READY:
             raise ValueError(f"start() in state {self.state.name}")
         self.state = HAConnectionState.HANDSHAKE
-        return encode(self.handshake)
+        if credential is None:
+            return encode(self.handshake)
+        return encode(Credential(tuple(sorted(credential.items())))) + encode(self.handshake)
 
     def receive_data(
         self, data: bytes | bytearray | memoryview, log: SlaveLog, now_ms: int

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import socket
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 import attrs
@@ -107,8 +107,11 @@ class HASlave:
         config: HASlaveConfig | None = None,
         offload: Offload = trio.to_thread.run_sync,
         on_appended: Callable[[], None] = lambda: None,
+        credential: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.log = log
+        #: A fresh credential for each connection's handshake, when nodes authenticate.
+        self.credential = credential
         #: Called after replicated bytes are appended or the confirm offset rose
         #: (the broker's held pulls look).
         self.on_appended = on_appended
@@ -175,7 +178,8 @@ class HASlave:
             # The kernel caps it at net.core.rmem_max.
             stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF,
                               self.config.receive_buffer_size)
-        await stream.send_all(conn.start())
+        await stream.send_all(conn.start(
+            None if self.credential is None else self.credential()))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._ack_loop, stream, conn, lock)
             if isinstance(stream, trio.SocketStream):

@@ -9,6 +9,8 @@ Frames (DESIGN.md, "AutoSwitch HA frames")::
 
     slave -> master  handshake  state:4 | isSyncFromLastFile:2 | isAsyncLearner:2
                                 | addressLength:4 | address:50 (UTF-8, zero padded)
+    slave -> master  credential state:4 (100) | bodySize:4 | body (JSON, triomq's own:
+                                sent before the handshake when nodes authenticate each other)
     slave -> master  ack        state:4 | maxOffset:8
     master -> slave  handshake  state:4 | bodySize:4 | maxOffset:8 | epoch:4
                                 | body = N x (epoch:4 | startOffset:8)
@@ -35,12 +37,15 @@ from triomq.protocol.ha_encode import encode, encode_transfer_header
 from triomq.protocol.ha_layout import (
     ACK_SIZE,
     ADDRESS_FIELD_SIZE,
+    CREDENTIAL_STATE,
     DEFAULT_MAX_BODY_SIZE,
     EPOCH_ENTRY_SIZE,
     MASTER_HANDSHAKE_HEADER_SIZE,
+    MAX_CREDENTIAL_SIZE,
     SLAVE_HANDSHAKE_SIZE,
     TRANSFER_HEADER_SIZE,
     Ack,
+    Credential,
     EpochStart,
     HAConnectionState,
     HAFrameError,
@@ -66,12 +71,15 @@ from triomq.protocol.ha_transfers import (
 __all__ = [
     "ACK_SIZE",
     "ADDRESS_FIELD_SIZE",
+    "CREDENTIAL_STATE",
     "DEFAULT_MAX_BODY_SIZE",
     "EPOCH_ENTRY_SIZE",
     "MASTER_HANDSHAKE_HEADER_SIZE",
+    "MAX_CREDENTIAL_SIZE",
     "SLAVE_HANDSHAKE_SIZE",
     "TRANSFER_HEADER_SIZE",
     "Ack",
+    "Credential",
     "EpochStart",
     "HAConnectionState",
     "HAFrameError",

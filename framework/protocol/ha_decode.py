@@ -9,10 +9,12 @@ must be closed.
 
 from __future__ import annotations
 
+import json
 import struct
 
 from triomq.protocol.ha_layout import (
     _ACK,
+    _CREDENTIAL_HEADER,
     _EPOCH_ENTRY,
     _LONG_MAX,
     _MASTER_HANDSHAKE_HEADER,
@@ -20,12 +22,16 @@ from triomq.protocol.ha_layout import (
     _TRANSFER_HEADER,
     ACK_SIZE,
     ADDRESS_FIELD_SIZE,
+    CREDENTIAL_HEADER_SIZE,
+    CREDENTIAL_STATE,
     DEFAULT_MAX_BODY_SIZE,
     EPOCH_ENTRY_SIZE,
     MASTER_HANDSHAKE_HEADER_SIZE,
+    MAX_CREDENTIAL_SIZE,
     SLAVE_HANDSHAKE_SIZE,
     TRANSFER_HEADER_SIZE,
     Ack,
+    Credential,
     EpochStart,
     HAConnectionState,
     HAFrameError,
@@ -80,6 +86,11 @@ class SlaveFrameDecoder(_Decoder):
                 if len(self._buffer) < SLAVE_HANDSHAKE_SIZE:
                     break
                 frames.append(self._slave_handshake(self._take(SLAVE_HANDSHAKE_SIZE)))
+            elif state == CREDENTIAL_STATE:
+                credential = self._credential()
+                if credential is None:
+                    break
+                frames.append(credential)
             elif state == HAConnectionState.TRANSFER:
                 if len(self._buffer) < ACK_SIZE:
                     break
@@ -90,11 +101,32 @@ class SlaveFrameDecoder(_Decoder):
             else:
                 raise self._fail(
                     HAFrameError(
-                        f"state {state} is neither HANDSHAKE (1) nor TRANSFER (2)",
+                        f"state {state} is neither HANDSHAKE (1), TRANSFER (2) nor "
+                        f"CREDENTIAL ({CREDENTIAL_STATE})",
                         "slave frame, state",
                     )
                 )
         return frames
+
+    def _credential(self) -> Credential | None:
+        """The credential frame at the buffer's start, or None while incomplete."""
+        if len(self._buffer) < CREDENTIAL_HEADER_SIZE:
+            return None
+        _, size = _CREDENTIAL_HEADER.unpack_from(self._buffer)
+        if not 0 < size <= MAX_CREDENTIAL_SIZE:
+            raise self._fail(HAFrameError(
+                f"bodySize {size} out of range [1, {MAX_CREDENTIAL_SIZE}]", "credential"))
+        if len(self._buffer) < CREDENTIAL_HEADER_SIZE + size:
+            return None
+        body = self._take(CREDENTIAL_HEADER_SIZE + size)[CREDENTIAL_HEADER_SIZE:]
+        try:
+            fields = json.loads(body)
+        except ValueError as exc:  # bad UTF-8 included
+            raise self._fail(HAFrameError(f"not JSON ({exc})", "credential, body")) from None
+        if not (isinstance(fields, dict)
+                and all(isinstance(v, str) for v in fields.values())):
+            raise self._fail(HAFrameError("not a JSON object of strings", "credential, body"))
+        return Credential(tuple(sorted(fields.items())))
 
     def _slave_handshake(self, raw: bytes) -> SlaveHandshake:
         _, sync_from_last_file, async_learner, length, field = _SLAVE_HANDSHAKE.unpack(raw)

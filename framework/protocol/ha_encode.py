@@ -7,8 +7,11 @@ batches are ``triomq.protocol.ha_transfers.encode_transfer_headers``.
 
 from __future__ import annotations
 
+import json
+
 from triomq.protocol.ha_layout import (
     _ACK,
+    _CREDENTIAL_HEADER,
     _EPOCH_ENTRY,
     _INT_MAX,
     _LONG_MAX,
@@ -17,8 +20,11 @@ from triomq.protocol.ha_layout import (
     _TRANSFER,
     _TRANSFER_HEADER,
     ADDRESS_FIELD_SIZE,
+    CREDENTIAL_STATE,
     EPOCH_ENTRY_SIZE,
+    MAX_CREDENTIAL_SIZE,
     Ack,
+    Credential,
     HAConnectionState,
     HAFrameError,
     MasterFrame,
@@ -38,6 +44,10 @@ def encode(frame: SlaveFrame | MasterFrame) -> bytes:
     """Encode one frame; raises ``HAFrameError`` on a value the layout cannot carry."""
     if isinstance(frame, SlaveHandshake):
         return _encode_slave_handshake(frame)
+    if isinstance(frame, Credential):
+        body = json.dumps(dict(frame.fields), separators=(",", ":")).encode("utf-8")
+        _check_range(len(body), MAX_CREDENTIAL_SIZE, "credential", "bodySize")
+        return _CREDENTIAL_HEADER.pack(CREDENTIAL_STATE, len(body)) + body
     if isinstance(frame, Ack):
         _check_range(frame.max_offset, _LONG_MAX, "ack", "maxOffset")
         return _ACK.pack(HAConnectionState.TRANSFER, frame.max_offset)

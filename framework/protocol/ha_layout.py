@@ -36,6 +36,13 @@ class HAFrameError(TriomqError, ValueError):
         super().__init__(f"HA frame {where}: {message}")
 
 
+#: The ``state`` of triomq's credential frame, which RocketMQ's HA does not have: a
+#: slave sends it before its handshake when the nodes authenticate each other
+#: (``triomq.node_auth``). No ``HAConnectionState`` is near it.
+CREDENTIAL_STATE = 100
+#: A credential frame's largest body: a handful of short fields.
+MAX_CREDENTIAL_SIZE = 2048
+CREDENTIAL_HEADER_SIZE = 4 + 4
 ADDRESS_FIELD_SIZE = 50
 SLAVE_HANDSHAKE_SIZE = 4 + 2 + 2 + 4 + ADDRESS_FIELD_SIZE
 ACK_SIZE = 4 + 8
@@ -50,6 +57,7 @@ _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
 
 _SLAVE_HANDSHAKE = struct.Struct(f">ihhi{ADDRESS_FIELD_SIZE}s")
+_CREDENTIAL_HEADER = struct.Struct(">ii")
 _ACK = struct.Struct(">iq")
 _MASTER_HANDSHAKE_HEADER = struct.Struct(">iiqi")
 _TRANSFER_HEADER = struct.Struct(">iiqiqq")
@@ -64,6 +72,17 @@ class SlaveHandshake:
     address: str
     is_sync_from_last_file: bool = False
     is_async_learner: bool = False
+
+
+@attrs.frozen
+class Credential:
+    """What proves a slave's handshake is that slave's: string fields, JSON on the wire
+    (``state:4 | bodySize:4 | body``)."""
+
+    fields: tuple[tuple[str, str], ...]
+
+    def mapping(self) -> dict[str, str]:
+        return dict(self.fields)
 
 
 @attrs.frozen
@@ -144,7 +163,7 @@ class TransferRun(NamedTuple):
     body_remaining: int
 
 
-SlaveFrame = SlaveHandshake | Ack
+SlaveFrame = Credential | SlaveHandshake | Ack
 MasterFrame = MasterHandshake | Transfer
 #: What ``MasterFrameDecoder`` turns a master's bytes into.
 MasterEvent = MasterHandshake | TransferHeader | TransferBody

@@ -15,7 +15,7 @@ from triomq.rpc.errors import RpcConnectionError, RpcTimeout
 
 Connect = Callable[[str], Awaitable[trio.abc.Stream]]
 #: ``sign(code, ext_fields, body)``: the ext fields to send in their place.
-Sign = Callable[[int, Mapping[str, str] | None, bytes], Mapping[str, str]]
+Sign = Callable[[int, Mapping[str, str] | None, bytes], Mapping[str, str] | None]
 
 #: Seconds a connection must have stayed open to count as a success even if
 #: its peer never sent a frame (oneway-only traffic, e.g. Raft's pushes).

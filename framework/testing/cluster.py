@@ -84,7 +84,7 @@ class Cluster:
     def __init__(self, root: Path, nursery: trio.Nursery, *, transport: str, controllers: int,
                  brokers: int, plugins: PluginManager, controller: Mapping[str, Any],
                  broker: Mapping[str, Any], store: Mapping[str, Any],
-                 namesrvs: int = 0) -> None:
+                 namesrvs: int = 0, security: Mapping[str, Any] | None = None) -> None:
         if transport not in ("inproc", "tcp"):
             raise ValueError(f"transport must be 'inproc' or 'tcp', not {transport!r}")
         self.root = Path(root)
@@ -96,6 +96,7 @@ class Cluster:
         self.controller_options = dict(controller)
         self.broker_options = dict(broker)
         self.store_options = dict(store)
+        self.security_options = dict(security or {})
         self.controller_addresses = {
             name: (f"inproc://{name}" if transport == "inproc"
                    else f"tcp://127.0.0.1:{free_tcp_port()}")
@@ -115,6 +116,8 @@ class Cluster:
             "name": name, "role": role, "listen": listen, "log_level": "WARNING",
             "store": {"path": str(self.root / name), **self.store_options},
         }
+        if self.security_options:
+            data["security"] = dict(self.security_options)
         if self.transport == "inproc":
             data["transport"] = {"options": {"inproc": {"network": self.network,
                                                         "local": f"inproc://{name}"}}}
@@ -151,6 +154,7 @@ class Cluster:
         """A node that only calls others (producers, admin tools)."""
         data = self._base(name, "standalone", "")
         del data["store"]
+        data.pop("security", None)  # a client is not one of the cluster's nodes
         return from_mapping(NodeConfig, data)
 
     # -- running nodes ---------------------------------------------------------------------
@@ -241,11 +245,14 @@ async def open_cluster(root: Path, *, transport: str = "inproc", controllers: in
                        controller: Mapping[str, Any] | None = None,
                        broker: Mapping[str, Any] | None = None,
                        store: Mapping[str, Any] | None = None,
-                       namesrvs: int = 0) -> AsyncIterator[Cluster]:
+                       namesrvs: int = 0,
+                       security: Mapping[str, Any] | None = None) -> AsyncIterator[Cluster]:
     """A cluster whose nodes keep their data under ``root``; every node stops at the end.
 
     ``controller`` / ``broker`` / ``store`` are extra keys of those config
-    sections for every node (e.g. ``broker={"all_ack_in_sync_state_set": True}``).
+    sections for every node (e.g. ``broker={"all_ack_in_sync_state_set": True}``);
+    ``security`` the ``[security]`` keys of every controller, broker and name
+    server (client nodes go without: they are not the cluster's).
     Nothing starts by itself: call ``start_namesrvs`` / ``start_controllers`` /
     ``start_brokers``.
     """
@@ -253,7 +260,8 @@ async def open_cluster(root: Path, *, transport: str = "inproc", controllers: in
     async with trio.open_nursery() as nursery:
         cluster = Cluster(root, nursery, transport=transport, controllers=controllers,
                           brokers=brokers, plugins=pm, controller=controller or {},
-                          broker=broker or {}, store=store or {}, namesrvs=namesrvs)
+                          broker=broker or {}, store=store or {}, namesrvs=namesrvs,
+                          security=security)
         try:
             yield cluster
         finally:
