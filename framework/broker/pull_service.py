@@ -232,8 +232,9 @@ class PullService:
                            ) -> RemotingCommand:
         """PULL_MESSAGE: the records after the consumer's offset, at once or when they come."""
         waiting = _Waiting()
-        self._do([self.flow.receive(waiting, request.code, request.ext_fields,
-                                    trio.current_time(), self._role())])
+        now = trio.current_time()
+        self._do([self.flow.receive(waiting, request.code, request.ext_fields, now,
+                                    self._role())], now)
         if waiting.response is None:
             waiting.done = trio.Event()
             try:
@@ -244,8 +245,9 @@ class PullService:
         assert waiting.response is not None
         return waiting.response
 
-    def _do(self, effects: Iterable[PullEffect[_Waiting]]) -> None:
-        """Carry out the flow's effects, and those they lead to."""
+    def _do(self, effects: Iterable[PullEffect[_Waiting]], now: float) -> None:
+        """Carry out the flow's effects, and those they lead to (all at ``now``: none
+        awaits)."""
         pending = list(effects)
         while pending:
             effect = pending.pop(0)
@@ -259,7 +261,7 @@ class PullService:
                     continue
                 if effect.reads_queue:
                     self.stats.looked_up(len(found.ranges))
-                pending[:0] = self.flow.looked_up(effect, found, trio.current_time())
+                pending[:0] = self.flow.looked_up(effect, found, now)
             elif isinstance(effect, Commit):
                 self.offsets.commit(effect.group, effect.topic, effect.queue_id, effect.offset)
             elif isinstance(effect, Held):
@@ -301,11 +303,11 @@ class PullService:
             with trio.move_on_at(math.inf if deadline is None else deadline):
                 await self._wakeup.wait()
             self._wakeup = trio.Event()
-            role = self._role()
-            self._do(self.flow.timer(trio.current_time(), role))
+            role, now = self._role(), trio.current_time()
+            self._do(self.flow.timer(now, role), now)
             if self._release_all:
                 self._release_all = self._grew = False
-                self._do(self.flow.role_changed(role))
+                self._do(self.flow.role_changed(role), now)
             if self._grew:
                 self._grew = False
-                self._do(self.flow.appended(self.log, role))
+                self._do(self.flow.appended(self.log, role), now)
