@@ -149,11 +149,6 @@ class LookUp(Generic[T]):
     first: bool
     reset_offset: int | None = None
 
-    @property
-    def reads_queue(self) -> bool:
-        """Whether it reads the queue's entries (a reset's answer reads only its offsets)."""
-        return self.reset_offset is None
-
     def run(self, store: QueueStore) -> PullAnswer:
         """The answer from ``store`` now."""
         role, settings = self.role, self.settings

@@ -135,22 +135,16 @@ class _Waiting:
 
 
 class _Tables:
-    """The broker's tables as the pull flow reads them."""
+    """The broker's tables as the pull flow reads them (their look-ups themselves: one
+    call each on a pull's path)."""
 
-    def __init__(self, service: PullService) -> None:
-        self._service = service
-
-    def topic(self, name: str) -> TopicConfig | None:
-        return self._service.topics.table.get(name)
-
-    def group_known(self, group: str) -> bool:
-        return self._service.group_known(group)
-
-    def registered(self, group: str, topic: str) -> Subscription | None:
-        return self._service.registered(group, topic)
-
-    def take_reset(self, group: str, topic: str, queue_id: int) -> int | None:
-        return self._service.offsets.table.take_reset(group, topic, queue_id)
+    def __init__(self, topics: TopicService, offsets: ConsumerOffsetService,
+                 group_known: Callable[[str], bool],
+                 registered: Callable[[str, str], Subscription | None]) -> None:
+        self.topic: Callable[[str], TopicConfig | None] = topics.table.get
+        self.group_known = group_known
+        self.registered = registered
+        self.take_reset: Callable[[str, str, int], int | None] = offsets.table.take_reset
 
 
 class PullService:
@@ -189,7 +183,7 @@ class PullService:
             offset_check_in_slave=config.offset_check_in_slave,
             long_polling_enable=config.long_polling_enable,
             short_polling_time_mills=config.short_polling_time_mills,
-            millis_per_unit=1000), _Tables(self))
+            millis_per_unit=1000), _Tables(topics, offsets, group_known, registered))
         self._wakeup = trio.Event()
         self._grew = False
         self._release_all = False
@@ -259,7 +253,7 @@ class PullService:
                 except (StoreError, OSError) as exc:
                     effect.pull.reply(self._unreadable(effect, exc))
                     continue
-                if effect.reads_queue:
+                if effect.reset_offset is None:  # a reset's answer reads no entries
                     self.stats.looked_up(len(found.ranges))
                 pending[:0] = self.flow.looked_up(effect, found, now)
             elif isinstance(effect, Commit):

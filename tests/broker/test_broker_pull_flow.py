@@ -175,7 +175,7 @@ def test_the_first_pull_after_an_admin_reset_is_moved_to_the_reset_offset() -> N
     f, store = flow(tables), Queue(5)
     lookup = f.receive("p", PULL, fields(4, flags=FLAG_SUBSCRIPTION | FLAG_COMMIT_OFFSET
                                          | FLAG_SUSPEND, commit=4), 0.0, MASTER)
-    assert isinstance(lookup, LookUp) and lookup.reset_offset == 1 and not lookup.reads_queue
+    assert isinstance(lookup, LookUp) and lookup.reset_offset == 1
     effects = run(f, lookup, store, 0.0)
     assert not any(isinstance(e, Commit | Held) for e in effects)  # its commit flag ignored
     answer = answered(effects)
