@@ -2,15 +2,18 @@
 
 ``triomq.broker.pull`` holds the rules as functions of values; this module
 applies them to a store seen through ``QueueStore`` (the calls of
-``triomq.store.CommitLog`` a pull needs), so the trio driver
-(``pull_service``) and the cluster simulation run the same steps:
+``triomq.store.CommitLog`` a pull needs); the broker's pull flow
+(``pull_flow``, which the trio driver and the cluster simulation run)
+sequences them:
 
 - ``slave_refusal``: RocketMQ's ``rejectRequest``, a slave without
   ``slave_read_enable`` refusing pulls while its group has a master;
 - ``confirmed_queue_max``: a queue's end as consumers see it, up to its
   last record within the confirm offset (``pull.confirmed_max_offset``);
 - ``look_up``: the queue's offsets and entries from the store, then
-  ``get_messages`` and ``answer``.
+  ``get_messages`` and ``answer``;
+- ``reset_answer``: the answer to the group's first pull of a queue after an
+  admin reset, OFFSET_MOVED to the reset offset, without reading its entries.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Protocol
 
 from triomq.broker.pull import (
     Entry,
+    GetMessageStatus,
+    GetResult,
     PullAnswer,
     PullHeader,
     PullLimits,
@@ -31,7 +36,14 @@ from triomq.broker.pull import (
 from triomq.broker.subscription import Subscription
 from triomq.protocol.route import TopicConfig
 
-__all__ = ["SYSTEM_BUSY", "QueueStore", "confirmed_queue_max", "look_up", "slave_refusal"]
+__all__ = [
+    "SYSTEM_BUSY",
+    "QueueStore",
+    "confirmed_queue_max",
+    "look_up",
+    "reset_answer",
+    "slave_refusal",
+]
 
 #: RocketMQ's ``ResponseCode.SYSTEM_BUSY``.
 SYSTEM_BUSY = 2
@@ -99,6 +111,22 @@ def look_up(store: QueueStore, header: PullHeader, subscription: Subscription, *
                   is_master=is_master, master_online=master_online,
                   slave_read_enable=slave_read_enable,
                   offset_check_in_slave=offset_check_in_slave, allow_suspend=allow_suspend)
+
+
+def reset_answer(store: QueueStore, header: PullHeader, offset: int, *,
+                 topic: TopicConfig | None, confirm_offset: int, is_master: bool,
+                 master_online: bool, slave_read_enable: bool, offset_check_in_slave: bool
+                 ) -> PullAnswer:
+    """The answer to a pull after an admin reset of its queue to ``offset``: OFFSET_MOVED
+    there (remark OFFSET_RESET), with the queue's offsets from ``store``."""
+    topic_name, queue_id = header.topic, header.queue_id
+    result = GetResult(GetMessageStatus.OFFSET_RESET, offset,
+                       store.queue_min_offset(topic_name, queue_id),
+                       confirmed_queue_max(store, topic_name, queue_id, confirm_offset))
+    return answer(result, header, topic_sys_flag=topic.topic_sys_flag if topic else 0,
+                  is_master=is_master, master_online=master_online,
+                  slave_read_enable=slave_read_enable,
+                  offset_check_in_slave=offset_check_in_slave)
 
 
 def _scan(store: QueueStore, topic: str, queue_id: int, start: int, count: int, chunk: int

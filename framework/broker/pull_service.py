@@ -4,10 +4,10 @@ LITE_PULL_MESSAGE 361, which RocketMQ 5's ``DefaultLitePullConsumer``
 sends, is the same pull (RocketMQ serves both with one processor), refused
 with NO_PERMISSION when ``lite_pull_message_enable`` is off.
 
-The rules are pure (``triomq.broker.pull``: the header, the checks, the
-store lookup, the answer; ``triomq.broker.pull_lookup``: the slave's refusal
-and the look-up in the store; ``triomq.broker.pull_hold``: the held pulls);
-this module reads the records for them, sends them, and keeps time:
+The pull's sequence is one pure flow (``triomq.broker.pull_flow``, which
+the cluster simulation's brokers run too); this module feeds it the
+requests, the appends, the role changes and the time, runs its look-ups on
+the commit log, reads the records of its answers and sends them:
 
 - a pull is admitted, looked up and answered at once, its commit flag
   storing the consumer's offset (``ConsumerOffsetService.commit``; on any
@@ -42,33 +42,33 @@ import errno
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sized
 
 import trio
 
 from triomq.broker.codes import RequestCode, ResponseCode
 from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
-from triomq.broker.headers import HeaderError
 from triomq.broker.heartbeat import SubscriptionData
 from triomq.broker.offset_service import ConsumerOffsetService
-from triomq.broker.pull import (
-    GetMessageStatus,
-    GetResult,
-    PullAnswer,
-    PullHeader,
-    PullLimits,
-    PullRefused,
-    admit,
-    answer,
-    parse_pull_header,
+from triomq.broker.pull import PullLimits
+from triomq.broker.pull_flow import (
+    Answer,
+    BrokerPullFlow,
+    BrokerPullSettings,
+    Commit,
+    Held,
+    LookUp,
+    PullEffect,
+    PullRole,
+    Refuse,
 )
-from triomq.broker.pull_hold import HoldTable
-from triomq.broker.pull_lookup import confirmed_queue_max, look_up, slave_refusal
+from triomq.broker.pull_lookup import confirmed_queue_max
 from triomq.broker.store_stats import StoreStats
 from triomq.broker.subscription import EXPRESSION_TAG, SUB_ALL, Subscription
 from triomq.broker.topics import TopicService
 from triomq.protocol.remoting import RemotingCommand
+from triomq.protocol.route import TopicConfig
 from triomq.rpc import RpcConnection, RpcServer
 from triomq.store import CommitLog, StoreError
 
@@ -117,6 +117,36 @@ def registered_subscription(data: SubscriptionData | None) -> Subscription | Non
                         data.expression_type or EXPRESSION_TAG, data.sub_version)
 
 
+class _Waiting:
+    """A pull's handler waiting for its response (which the driver may give while it
+    is held)."""
+
+    __slots__ = ("done", "response")
+
+    def __init__(self) -> None:
+        # Made only for a pull that waits: most are answered before their handler returns.
+        self.done: trio.Event | None = None
+        self.response: RemotingCommand | None = None
+
+    def reply(self, response: RemotingCommand) -> None:
+        self.response = response
+        if self.done is not None:
+            self.done.set()
+
+
+class _Tables:
+    """The broker's tables as the pull flow reads them (their look-ups themselves: one
+    call each on a pull's path)."""
+
+    def __init__(self, topics: TopicService, offsets: ConsumerOffsetService,
+                 group_known: Callable[[str], bool],
+                 registered: Callable[[str, str], Subscription | None]) -> None:
+        self.topic: Callable[[str], TopicConfig | None] = topics.table.get
+        self.group_known = group_known
+        self.registered = registered
+        self.take_reset: Callable[[str, str, int], int | None] = offsets.table.take_reset
+
+
 class PullService:
     """The broker's pulls: the handler and the held pulls' driver.
 
@@ -140,14 +170,20 @@ class PullService:
         self.topics = topics
         self.offsets = offsets
         self.broker = broker
-        self.limits = limits
         self.group_known = group_known
         self.registered = registered
         #: Told of every FOUND pull's messages (the group's consumeTps counts them).
         self.got = got
         #: Counts each store read and what it found (GET_BROKER_RUNTIME_INFO's rates).
         self.stats = stats if stats is not None else StoreStats(0)
-        self.holds: HoldTable[trio.Event] = HoldTable()
+        self.flow: BrokerPullFlow[_Waiting] = BrokerPullFlow(BrokerPullSettings(
+            broker_name=config.broker_name, limits=limits,
+            lite_pull_message_enable=config.lite_pull_message_enable,
+            slave_read_enable=config.slave_read_enable,
+            offset_check_in_slave=config.offset_check_in_slave,
+            long_polling_enable=config.long_polling_enable,
+            short_polling_time_mills=config.short_polling_time_mills,
+            millis_per_unit=1000), _Tables(topics, offsets, group_known, registered))
         self._wakeup = trio.Event()
         self._grew = False
         self._release_all = False
@@ -158,9 +194,17 @@ class PullService:
         server.register(RequestCode.LITE_PULL_MESSAGE, self.pull_message)
 
     @property
+    def holds(self) -> Sized:
+        """The held pulls (``len``: how many)."""
+        return self.flow.holds
+
+    @property
     def master_online(self) -> bool:
         """On a slave, whether its group has a master."""
         return self.broker.master_address() is not None
+
+    def _role(self) -> PullRole:
+        return PullRole(self.broker.is_master, self.master_online, self.broker.confirm_offset)
 
     # -- what the broker tells it ------------------------------------------------
 
@@ -181,97 +225,66 @@ class PullService:
     async def pull_message(self, request: RemotingCommand, peer: RpcConnection
                            ) -> RemotingCommand:
         """PULL_MESSAGE: the records after the consumer's offset, at once or when they come."""
-        if (request.code == RequestCode.LITE_PULL_MESSAGE
-                and not self.config.lite_pull_message_enable):
-            return RemotingCommand.response(
-                ResponseCode.NO_PERMISSION,
-                remark=f"LITE_PULL_MESSAGE: the broker {self.config.broker_name} does not serve "
-                       "lite pull consumers (lite_pull_message_enable is off)")
-        try:
-            header = parse_pull_header(request.ext_fields)
-        except HeaderError as exc:
-            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
-        refusal = slave_refusal(self.config.broker_name, is_master=self.broker.is_master,
-                                slave_read_enable=self.config.slave_read_enable,
-                                master_online=self.master_online)
-        if refusal is not None:
-            return RemotingCommand.response(refusal.code, remark=refusal.remark)
-        try:
-            subscription = admit(header, self.topics.table.get(header.topic),
-                                 group_known=self.group_known(header.consumer_group),
-                                 registered=self.registered)
-        except PullRefused as exc:
-            return RemotingCommand.response(exc.code, remark=exc.remark)
-        reset = self.offsets.table.take_reset(header.consumer_group, header.topic,
-                                              header.queue_id)
-        try:
-            if reset is not None:
-                result = self._reset_answer(header, reset)
+        waiting = _Waiting()
+        now = trio.current_time()
+        self._do([self.flow.receive(waiting, request.code, request.ext_fields, now,
+                                    self._role())], now)
+        if waiting.response is None:
+            waiting.done = trio.Event()
+            try:
+                await waiting.done.wait()
+            finally:
+                # Answered, or the consumer went away (the connection's task is cancelled).
+                self.flow.gone(waiting)
+        assert waiting.response is not None
+        return waiting.response
+
+    def _do(self, effects: Iterable[PullEffect[_Waiting]], now: float) -> None:
+        """Carry out the flow's effects, and those they lead to (all at ``now``: none
+        awaits)."""
+        pending = list(effects)
+        while pending:
+            effect = pending.pop(0)
+            if isinstance(effect, Refuse):
+                effect.pull.reply(RemotingCommand.response(effect.code, remark=effect.remark))
+            elif isinstance(effect, LookUp):
+                try:
+                    found = effect.run(self.log)
+                except (StoreError, OSError) as exc:
+                    effect.pull.reply(self._unreadable(effect, exc))
+                    continue
+                if effect.reset_offset is None:  # a reset's answer reads no entries
+                    self.stats.looked_up(len(found.ranges))
+                pending[:0] = self.flow.looked_up(effect, found, now)
+            elif isinstance(effect, Commit):
+                self.offsets.commit(effect.group, effect.topic, effect.queue_id, effect.offset)
+            elif isinstance(effect, Held):
+                self._wakeup.set()  # the driver's next deadline may be this one
             else:
-                result = await self._pull(header, subscription)
+                effect.pull.reply(self._response(effect))
+
+    def _response(self, effect: Answer[_Waiting]) -> RemotingCommand:
+        header, result = effect.header, effect.answer
+        try:
             body = b"".join(self.log.read(offset, size) for offset, size in result.ranges)
-            if result.code == ResponseCode.SUCCESS:
-                self.got(header.consumer_group, header.topic, len(result.ranges))
-                self.stats.delivered(header.topic, len(result.ranges))
         except (StoreError, OSError) as exc:
-            # The store's own words may name server files: they stay in the log.
-            log.error("pulling from %s queue %d failed: %s", header.topic, header.queue_id, exc)
-            reason = errno.errorcode.get(getattr(exc, "errno", 0) or 0, type(exc).__name__)
-            return RemotingCommand.response(
-                ResponseCode.SYSTEM_ERROR,
-                remark=f"the store could not be read ({reason}); see the broker's log")
+            return self._unreadable(effect, exc)
+        if result.code == ResponseCode.SUCCESS:
+            self.got(header.consumer_group, header.topic, len(result.ranges))
+            self.stats.delivered(header.topic, len(result.ranges))
         return RemotingCommand.response(result.code, remark=result.remark,
                                         ext_fields=result.fields, body=body)
 
-    async def _pull(self, header: PullHeader, subscription: Subscription) -> PullAnswer:
-        """The pull's answer from the store, held until there is something when asked."""
-        result = self._look_up(header, subscription, allow_suspend=True)
-        if header.commits_offset:
-            self.offsets.commit(header.consumer_group, header.topic, header.queue_id,
-                                header.commit_offset)
-        if result.hold:
-            await self._hold(header)
-            result = self._look_up(header, subscription, allow_suspend=False)
-        return result
-
-    def _look_up(self, header: PullHeader, subscription: Subscription, *,
-                 allow_suspend: bool) -> PullAnswer:
-        answer = look_up(self.log, header, subscription, limits=self.limits,
-                         topic=self.topics.table.get(header.topic),
-                         confirm_offset=self.broker.confirm_offset, is_master=self.broker.is_master,
-                         master_online=self.master_online,
-                         slave_read_enable=self.config.slave_read_enable,
-                         offset_check_in_slave=self.config.offset_check_in_slave,
-                         allow_suspend=allow_suspend)
-        self.stats.looked_up(len(answer.ranges))
-        return answer
-
-    def _reset_answer(self, header: PullHeader, offset: int) -> PullAnswer:
-        topic, queue_id = header.topic, header.queue_id
-        config = self.topics.table.get(topic)
-        result = GetResult(GetMessageStatus.OFFSET_RESET, offset,
-                           self.log.queue_min_offset(topic, queue_id),
-                           self._queue_max(topic, queue_id))
-        return answer(result, header, topic_sys_flag=config.topic_sys_flag if config else 0,
-                      is_master=self.broker.is_master, master_online=self.master_online,
-                      slave_read_enable=self.config.slave_read_enable,
-                      offset_check_in_slave=self.config.offset_check_in_slave)
-
-    def _queue_max(self, topic: str, queue_id: int) -> int:
-        return confirmed_queue_max(self.log, topic, queue_id, self.broker.confirm_offset)
-
-    async def _hold(self, header: PullHeader) -> None:
-        timeout_ms = (header.suspend_timeout_millis if self.config.long_polling_enable
-                      else self.config.short_polling_time_mills)
-        released = trio.Event()
-        hold = self.holds.hold(header.topic, header.queue_id, header.queue_offset,
-                               trio.current_time(), max(0, timeout_ms) / 1000, released)
-        self._wakeup.set()  # the driver's next deadline may be this one
-        try:
-            await released.wait()
-        finally:
-            # Released, or the consumer went away (the connection's task is cancelled).
-            self.holds.drop(hold)
+    @staticmethod
+    def _unreadable(effect: LookUp[_Waiting] | Answer[_Waiting], exc: Exception
+                    ) -> RemotingCommand:
+        # The store's own words may name server files: they stay in the log.
+        header = effect.header
+        log.error("pulling from %s queue %d failed: %s", header.topic, header.queue_id, exc)
+        reason = errno.errorcode.get(getattr(exc, "errno", 0) or 0, type(exc).__name__)
+        return RemotingCommand.response(
+            ResponseCode.SYSTEM_ERROR,
+            remark=f"the store could not be read ({reason}); see the broker's log")
 
     # -- the driver ----------------------------------------------------------------
 
@@ -280,18 +293,15 @@ class PullService:
         """Release held pulls as their queues grow or their time runs out, until cancelled."""
         task_status.started()
         while True:
-            deadline = self.holds.next_deadline()
+            deadline = self.flow.next_deadline()
             with trio.move_on_at(math.inf if deadline is None else deadline):
                 await self._wakeup.wait()
             self._wakeup = trio.Event()
-            released = self.holds.tick(trio.current_time())
+            role, now = self._role(), trio.current_time()
+            self._do(self.flow.timer(now, role), now)
             if self._release_all:
                 self._release_all = self._grew = False
-                released += self.holds.release_all()
+                self._do(self.flow.role_changed(role), now)
             if self._grew:
                 self._grew = False
-                for topic, queue_id in self.holds.queues():
-                    released += self.holds.arrived(topic, queue_id,
-                                                   self._queue_max(topic, queue_id))
-            for hold in released:
-                hold.payload.set()
+                self._do(self.flow.appended(self.log, role), now)

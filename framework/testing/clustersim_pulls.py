@@ -5,13 +5,12 @@ consume queues the store's indexing rule derives from its records), as
 ``framework/broker/pull_service.py`` and ``offset_service.py`` pump them
 over trio:
 
-- PULL_MESSAGE: ``triomq.broker.pull`` and ``pull_lookup`` (header, the
-  slave's refusal, the checks, the look-up up to the confirm offset, the
-  answer; with the group's ``slave_read_enable`` and memory window, so a
-  pull far behind is pointed at a slave in some seeds); the commit
-  flag stores the consumer's offset (on any role); a pull that finds
-  nothing new with the suspend flag is held in a ``HoldTable`` and looked up
-  again when its queue grows (checked every step), its time runs out, or the
+- PULL_MESSAGE (and LITE_PULL_MESSAGE): the broker's pull flow,
+  ``triomq.broker.pull_flow.BrokerPullFlow``, as the trio broker runs it
+  (with the group's ``slave_read_enable`` and memory window, so a pull far
+  behind is pointed at a slave in some seeds; every consumer group known,
+  none registered by heartbeat); its held pulls are woken every step, as
+  their queues may have grown and their time may have run out, and when the
   broker's role changes;
 - QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET / GET_ALL_CONSUMER_OFFSET:
   ``triomq.broker.consumer_offsets``;
@@ -27,7 +26,7 @@ Requests and answers are datagrams (``ConsumerRequest`` /
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import attrs
@@ -41,18 +40,19 @@ from triomq.broker.consumer_offsets import (
     update_refusal,
 )
 from triomq.broker.headers import HeaderError
-from triomq.broker.pull import (
-    PullAnswer,
-    PullHeader,
-    PullLimits,
-    PullRefused,
-    admit,
-    parse_pull_header,
+from triomq.broker.pull import PullLimits
+from triomq.broker.pull_flow import (
+    Answer,
+    BrokerPullFlow,
+    BrokerPullSettings,
+    Commit,
+    LookUp,
+    PullEffect,
+    PullRole,
+    Refuse,
 )
-from triomq.broker.pull_hold import HoldTable
-from triomq.broker.pull_lookup import confirmed_queue_max, look_up, slave_refusal
 from triomq.broker.subscription import Subscription
-from triomq.protocol.route import RouteDataError
+from triomq.protocol.route import RouteDataError, TopicConfig
 from triomq.testing.clustersim_parts import GROUP
 
 if TYPE_CHECKING:
@@ -80,8 +80,27 @@ class ConsumerResponse:
     body: bytes = b""
 
 
-#: A held pull: who asked, the request id, the header and the subscription to filter by.
-Held = tuple[str, int, PullHeader, Subscription]
+#: A pull as the simulation knows it: who asked and the request id.
+Asker = tuple[str, int]
+
+
+class _Tables:
+    """The simulated broker's tables as the pull flow reads them."""
+
+    def __init__(self, side: SimConsumeSide) -> None:
+        self._side = side
+
+    def topic(self, name: str) -> TopicConfig | None:
+        return self._side.broker.topics.get(name)
+
+    def group_known(self, group: str) -> bool:
+        return True
+
+    def registered(self, group: str, topic: str) -> Subscription | None:
+        return None
+
+    def take_reset(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self._side.table.take_reset(group, topic, queue_id)
 
 
 class SimConsumeSide:
@@ -95,19 +114,31 @@ class SimConsumeSide:
         """A (re)start: the offsets from their file, nothing held."""
         self.table = ConsumerOffsetTable.decode(self.saved)
         self._saved_revision = self.table.revision
-        self.holds: HoldTable[Held] = HoldTable()
+        self._pulls: BrokerPullFlow[Asker] | None = None
         now = self.broker.now_ms()
         settings = self.broker.settings
         self.next_flush = now + settings.flush_consumer_offset_interval
         self.next_copy = now + settings.slave_synchronize_period
         self.copy_id = -1
 
+    @property
+    def pulls(self) -> BrokerPullFlow[Asker]:
+        """The broker's pull flow (made at the first use: the brokers start before the
+        consumer group whose settings it takes)."""
+        if self._pulls is None:
+            group = self.broker.sim.group
+            self._pulls = BrokerPullFlow(BrokerPullSettings(
+                broker_name=GROUP, limits=PullLimits(memory_window=group.memory_window),
+                slave_read_enable=group.slave_read_enable), _Tables(self))
+        return self._pulls
+
     # -- requests ------------------------------------------------------------------
 
     def receive(self, src: str, request: ConsumerRequest) -> None:
         """A request arrived: answer it (or hold it)."""
-        if request.code == RequestCode.PULL_MESSAGE:
-            self._pull(src, request)
+        if request.code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE):
+            self._do([self.pulls.receive((src, request.id), request.code, request.fields,
+                                         self.broker.now_ms(), self._role())])
         elif request.code == RequestCode.QUERY_CONSUMER_OFFSET:
             self._query(src, request)
         elif request.code == RequestCode.UPDATE_CONSUMER_OFFSET:
@@ -122,52 +153,25 @@ class SimConsumeSide:
     def _refuse(self, dst: str, rid: int, code: int, remark: str) -> None:
         self._reply(dst, ConsumerResponse(rid, code, remark))
 
-    def _pull(self, src: str, request: ConsumerRequest) -> None:
-        broker = self.broker
-        try:
-            header = parse_pull_header(request.fields)
-        except HeaderError as exc:
-            self._refuse(src, request.id, ResponseCode.INVALID_PARAMETER, str(exc))
-            return
-        refusal = slave_refusal(GROUP, is_master=self._is_master(),
-                                slave_read_enable=broker.sim.group.slave_read_enable,
-                                master_online=self._master_online())
-        try:
-            if refusal is not None:
-                raise refusal
-            subscription = admit(header, broker.topics.get(header.topic), group_known=True,
-                                 registered=lambda group, topic: None)
-        except PullRefused as exc:
-            self._refuse(src, request.id, exc.code, exc.remark)
-            return
-        answer = self._look_up(header, subscription, allow_suspend=True)
-        if header.commits_offset:
-            self._commit(header.consumer_group, header.topic, header.queue_id,
-                         header.commit_offset)
-        if answer.hold:
-            now = broker.now_ms()
-            self.holds.hold(header.topic, header.queue_id, header.queue_offset, now,
-                            max(0, header.suspend_timeout_millis),
-                            (src, request.id, header, subscription))
-            return
-        self._answer(src, request.id, header, answer)
+    def _do(self, effects: Iterable[PullEffect[Asker]]) -> None:
+        """Carry out the pull flow's effects, and those they lead to."""
+        pending = list(effects)
+        while pending:
+            effect = pending.pop(0)
+            if isinstance(effect, Refuse):
+                self._refuse(effect.pull[0], effect.pull[1], effect.code, effect.remark)
+            elif isinstance(effect, LookUp):
+                pending[:0] = self.pulls.looked_up(effect, effect.run(self.broker.log),
+                                                   self.broker.now_ms())
+            elif isinstance(effect, Commit):
+                self._commit(effect.group, effect.topic, effect.queue_id, effect.offset)
+            elif isinstance(effect, Answer):
+                self._answer(effect)
 
-    def _look_up(self, header: PullHeader, subscription: Subscription, *,
-                 allow_suspend: bool) -> PullAnswer:
-        broker = self.broker
-        group = broker.sim.group
-        return look_up(broker.log, header, subscription,
-                       limits=PullLimits(memory_window=group.memory_window),
-                       topic=broker.topics.get(header.topic), is_master=self._is_master(),
-                       master_online=self._master_online(),
-                       slave_read_enable=group.slave_read_enable,
-                       offset_check_in_slave=False, allow_suspend=allow_suspend,
-                       confirm_offset=self._confirmed())
-
-    def _answer(self, dst: str, rid: int, header: PullHeader, answer: PullAnswer) -> None:
-        log = self.broker.log
-        self.broker.sim.group.answered(self.broker, header, answer)
-        body = b"".join(log.read(offset, size) for offset, size in answer.ranges)
+    def _answer(self, effect: Answer[Asker]) -> None:
+        (dst, rid), answer = effect.pull, effect.answer
+        self.broker.sim.group.answered(self.broker, effect.header, answer)
+        body = b"".join(self.broker.log.read(offset, size) for offset, size in answer.ranges)
         self._reply(dst, ConsumerResponse(rid, answer.code, answer.remark, answer.fields, body))
 
     def _offset_header(self, src: str, request: ConsumerRequest, *, commit: bool
@@ -203,8 +207,9 @@ class SimConsumeSide:
 
     # -- the broker's state, as the broker service tells the pull driver -------------
 
-    def _is_master(self) -> bool:
-        return self.broker.term.role == "master"
+    def _role(self) -> PullRole:
+        return PullRole(self.broker.term.role == "master", self._master_online(),
+                        self._confirmed())
 
     def _master_online(self) -> bool:
         """On a slave: whether its group has a master (as the broker service's controller
@@ -220,10 +225,9 @@ class SimConsumeSide:
         """Held pulls whose queue grew or whose time ran out; the file; the slave's copy."""
         broker = self.broker
         now = broker.now_ms()
-        released = self.holds.tick(now)
-        for topic, queue_id in self.holds.queues():
-            released += self.holds.arrived(topic, queue_id, self._readable(topic, queue_id))
-        self._run_again([hold.payload for hold in released])
+        if self._pulls is not None:
+            self._do(self._pulls.timer(now, self._role()))
+            self._do(self._pulls.appended(broker.log, self._role()))
         if now >= self.next_flush:
             self.next_flush = now + broker.settings.flush_consumer_offset_interval
             if self.table.revision != self._saved_revision:
@@ -236,18 +240,10 @@ class SimConsumeSide:
                 broker.sim.network.send(broker.name, broker.term.master, ConsumerRequest(
                     self.copy_id, RequestCode.GET_ALL_CONSUMER_OFFSET), broker.sim.now)
 
-    def _readable(self, topic: str, queue_id: int) -> int:
-        """Where a pull of the queue ends now: the queue's confirmed end."""
-        return confirmed_queue_max(self.broker.log, topic, queue_id, self._confirmed())
-
-    def _run_again(self, held: list[Held]) -> None:
-        for src, rid, header, subscription in held:
-            self._answer(src, rid, header,
-                         self._look_up(header, subscription, allow_suspend=False))
-
     def role_changed(self) -> None:
         """Every held pull is answered (its consumer then follows the new suggestion)."""
-        self._run_again([hold.payload for hold in self.holds.release_all()])
+        if self._pulls is not None:
+            self._do(self._pulls.role_changed(self._role()))
 
     def answered(self, response: ConsumerResponse) -> None:
         """The master's table arrived (a slave's copy): adopt it while still a slave."""
