@@ -6,9 +6,11 @@ on commit, served as ``triomq.controller.service`` does), one broker group
 of 2 or 3 replicas running the broker-side flow of controller mode over the
 real HA state machines (see ``clustersim_controller`` and
 ``clustersim_broker``), 1 or 2 name servers the brokers register with
-(``clustersim_namesrv``), a producer doing synchronous puts to the topic's
-queues in turn (acked only when every member of the SyncStateSet holds the
-message: ``all_ack_in_sync_state_set``), and a consumer group of 1 or 2 push
+(``clustersim_namesrv``), a producer sending synchronous puts
+(SEND_MESSAGE_V2) to the topic's queues in turn, which the brokers serve
+with the broker's put core (``clustersim_puts``; acked only when every
+member of the SyncStateSet holds the message:
+``all_ack_in_sync_state_set``), and a consumer group of 1 or 2 push
 consumers (``clustersim_group``, ``clustersim_consumer``) that find the
 brokers through the name servers, pull each queue (the brokers serve pulls
 and consumer offsets: ``clustersim_pulls``) and store their offsets. The
@@ -72,7 +74,7 @@ controllers among them (``stall_controllers``: a busy host's or a pause's,
 what they are sent waiting for them).
 
 Fidelity notes: the simulated nodes pump the same sans-I/O flows as the
-trio drivers (the controller's core; the broker's controller-mode flow,
+trio drivers (the controller's core; the broker's put core and controller-mode flow,
 leader-following calls, master term, reconnect backoff and name-server
 registration; the name server's core), but the HA address is the broker's
 name, the store flushes synchronously, the topics never change (so slaves
@@ -93,10 +95,12 @@ from typing import Any
 
 import attrs
 
+from triomq.broker.codes import RequestCode, ResponseCode
 from triomq.controller.requests import UpdateControllerConfig
 from triomq.controller.service_core import Elected
 from triomq.controller.wire import ReplicaInfo
-from triomq.ha.sync_replication import ReplicationStatus
+from triomq.protocol.remoting import RemotingCommand
+from triomq.protocol.topic_rules import AUTO_CREATE_TOPIC
 from triomq.testing import seeds
 from triomq.testing.clustersim_broker import SimBroker
 from triomq.testing.clustersim_controller import (
@@ -114,6 +118,8 @@ from triomq.testing.clustersim_namesrv import (
 )
 from triomq.testing.clustersim_net import NetFaults, Network
 from triomq.testing.clustersim_parts import (
+    GROUP,
+    TOPIC,
     TOPIC_QUEUES,
     BrokerSettings,
     PutRequest,
@@ -127,6 +133,7 @@ HEAL_LIMIT_MS = 15_000
 #: After the put that follows healing: every name server routes the master as id 0.
 NAMESRV_HEAL_LIMIT_MS = 5_000
 PRODUCER = "producer"
+PRODUCER_GROUP = "sim-producer"
 
 
 @attrs.frozen
@@ -178,7 +185,8 @@ class Simulation(Invariants):
         super().__init__()  # the invariants' bookkeeping
         #: (virtual ms, controller id, result code, replica info) per committed election.
         self.elections: list[tuple[int, int, int, ReplicaInfo]] = []
-        self.put_results: list[tuple[int, str, ReplicationStatus | None]] = []
+        #: (virtual ms, broker, response code) per answered put.
+        self.put_results: list[tuple[int, str, ResponseCode]] = []
         self.down_until: dict[str, int] = {}
         self.controller_ids = [1, 2, 3]
         settings = ControllerSettings(enable_elect_unclean_master=self.unclean)
@@ -240,20 +248,26 @@ class Simulation(Invariants):
         self.put(target)
 
     def put(self, broker: str) -> int:
-        """Send one synchronous put to ``broker``; return its request id."""
+        """Send one synchronous put (SEND_MESSAGE_V2) to ``broker``; return its request id."""
         rid = self.next_request_id()
         self._next_body += 1
         body = b"msg-%d-%d" % (self.seed, self._next_body)
         self.outstanding[rid] = (broker, self.now)
         # Queue after queue, as a producer's default queue selection goes.
         queue_id = self._next_body % TOPIC_QUEUES
-        self.network.send(PRODUCER, broker, PutRequest(rid, body, queue_id), self.now)
+        header = {"a": PRODUCER_GROUP, "b": TOPIC, "c": AUTO_CREATE_TOPIC,
+                  "d": str(TOPIC_QUEUES), "e": str(queue_id), "f": "0", "g": str(self.now),
+                  "h": "0", "i": "", "j": "0", "n": GROUP}
+        request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext_fields=header,
+                                          body=body)
+        self.network.send(PRODUCER, broker, PutRequest(rid, request), self.now)
         return rid
 
     def _on_put_response(self, src: str, response: PutResponse) -> None:
         self.outstanding.pop(response.id, None)
-        self.put_results.append((self.now, src, response.status))
-        self.target = src if response.status is ReplicationStatus.PUT_OK else None
+        code = ResponseCode(response.command.code)
+        self.put_results.append((self.now, src, code))
+        self.target = src if code == ResponseCode.SUCCESS else None
 
     # -- faults ------------------------------------------------------------------------
 
@@ -411,8 +425,8 @@ class Simulation(Invariants):
             self.down_until[name] = self.now
 
     def _puts_ok_since(self, since: int) -> bool:
-        return any(at >= since and status is ReplicationStatus.PUT_OK
-                   for at, _, status in self.put_results)
+        return any(at >= since and code == ResponseCode.SUCCESS
+                   for at, _, code in self.put_results)
 
     def run(self) -> SeedResult:
         """Chaos, then heal and require a master and a completed put in bounded time."""
