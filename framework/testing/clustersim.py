@@ -6,7 +6,9 @@ on commit, served as ``triomq.controller.service`` does), one broker group
 of 2 or 3 replicas running the broker-side flow of controller mode over the
 real HA state machines (see ``clustersim_controller`` and
 ``clustersim_broker``), 1 or 2 name servers the brokers register with
-(``clustersim_namesrv``), a producer sending synchronous puts
+(``clustersim_namesrv``), a producer running the client's send flow
+(``clustersim_producer``: the route from the name servers, retries,
+route refreshes and failover pauses) that sends synchronous puts
 (SEND_MESSAGE_V2) to the topic's queues in turn, which the brokers serve
 with the broker's put core (``clustersim_puts``; acked only when every
 member of the SyncStateSet holds the message:
@@ -56,8 +58,9 @@ on the committed state and the logs are ``clustersim_invariants``):
   offsets; an offset a consumer commits never passes a message of its stream
   its listener has not consumed (at-least-once);
 - liveness: once faults heal and every node is up, a master exists and a put
-  completes within ``HEAL_LIMIT_MS`` of virtual time, then every name
-  server routes that master as id 0 within ``NAMESRV_HEAL_LIMIT_MS``, and
+  (the producer's, through the name servers' route) completes within
+  ``HEAL_LIMIT_MS`` of virtual time, then every name server routes that
+  master as id 0 within ``NAMESRV_HEAL_LIMIT_MS``, and
   the consumer group has consumed every acked message within
   ``CONSUME_HEAL_LIMIT_MS`` (duplicates allowed; not those an unclean
   election may have lost, nor those acked after it at queue offsets the
@@ -74,9 +77,10 @@ controllers among them (``stall_controllers``: a busy host's or a pause's,
 what they are sent waiting for them).
 
 Fidelity notes: the simulated nodes pump the same sans-I/O flows as the
-trio drivers (the controller's core; the broker's put core and controller-mode flow,
-leader-following calls, master term, reconnect backoff and name-server
-registration; the name server's core), but the HA address is the broker's
+trio drivers (the controller's core; the producer's send flow; the
+broker's put core, controller-mode flow, leader-following calls, master
+term, reconnect backoff and name-server registration; the name server's
+core), but the HA address is the broker's
 name, the store flushes synchronously, the topics never change (so slaves
 copy nothing from their master), name-server requests are datagrams on a
 connection that carries no bytes itself (see ``clustersim_namesrv`` for
@@ -100,7 +104,6 @@ from triomq.controller.requests import UpdateControllerConfig
 from triomq.controller.service_core import Elected
 from triomq.controller.wire import ReplicaInfo
 from triomq.protocol.remoting import RemotingCommand
-from triomq.protocol.topic_rules import AUTO_CREATE_TOPIC
 from triomq.testing import seeds
 from triomq.testing.clustersim_broker import SimBroker
 from triomq.testing.clustersim_controller import (
@@ -111,6 +114,7 @@ from triomq.testing.clustersim_controller import (
 from triomq.testing.clustersim_group import CONSUME_HEAL_LIMIT_MS, ConsumerGroup
 from triomq.testing.clustersim_invariants import Invariants, Violation
 from triomq.testing.clustersim_namesrv import (
+    NamesrvResponse,
     NamesrvSettings,
     SimNamesrv,
     namesrv_chaos,
@@ -119,12 +123,12 @@ from triomq.testing.clustersim_namesrv import (
 from triomq.testing.clustersim_net import NetFaults, Network
 from triomq.testing.clustersim_parts import (
     GROUP,
-    TOPIC,
     TOPIC_QUEUES,
     BrokerSettings,
     PutRequest,
     PutResponse,
 )
+from triomq.testing.clustersim_producer import MAX_SENDS, PRODUCER, SimProducer, send_header
 from triomq.testing.seeds import SimSummary
 
 STEP_MS = 10
@@ -132,8 +136,6 @@ CHAOS_MS = 10_000
 HEAL_LIMIT_MS = 15_000
 #: After the put that follows healing: every name server routes the master as id 0.
 NAMESRV_HEAL_LIMIT_MS = 5_000
-PRODUCER = "producer"
-PRODUCER_GROUP = "sim-producer"
 
 
 @attrs.frozen
@@ -209,8 +211,9 @@ class Simulation(Invariants):
                                           random.Random(ns_rng.getrandbits(64)))
                          for name in self.namesrv_names}
         self.group = ConsumerGroup(self, consumers)
-        self.outstanding: dict[int, tuple[str, int]] = {}  # put id -> (broker, sent at)
-        self.target: str | None = None
+        self.producer = SimProducer(self)
+        #: The puts of ``put``: request id -> (broker, sent at).
+        self.outstanding: dict[int, tuple[str, int]] = {}
         self.producing = True
         self._next_body = 0
 
@@ -239,25 +242,25 @@ class Simulation(Invariants):
 
     def _produce(self) -> None:
         for rid, (_, sent) in list(self.outstanding.items()):
-            if self.now - sent > 1_500:  # no answer: the broker is gone, try another
+            if self.now - sent > 1_500:  # a put of ``put`` with no answer: given up
                 del self.outstanding[rid]
-                self.target = None
-        if not self.producing or len(self.outstanding) >= 4 or self.rng.random() >= self.p_put:
+        self.producer.step()
+        if (not self.producing or len(self.producer.sends) >= MAX_SENDS
+                or self.rng.random() >= self.p_put):
             return
-        target = self.target or self.rng.choice(sorted(self.brokers))
-        self.put(target)
+        self._next_body += 1
+        self.producer.start_send(self._next_body, b"msg-%d-%d" % (self.seed, self._next_body))
 
     def put(self, broker: str) -> int:
-        """Send one synchronous put (SEND_MESSAGE_V2) to ``broker``; return its request id."""
+        """Send one synchronous put (SEND_MESSAGE_V2) to ``broker`` itself, with no route,
+        retry or failover (a scenario's); return its request id."""
         rid = self.next_request_id()
         self._next_body += 1
         body = b"msg-%d-%d" % (self.seed, self._next_body)
         self.outstanding[rid] = (broker, self.now)
         # Queue after queue, as a producer's default queue selection goes.
         queue_id = self._next_body % TOPIC_QUEUES
-        header = {"a": PRODUCER_GROUP, "b": TOPIC, "c": AUTO_CREATE_TOPIC,
-                  "d": str(TOPIC_QUEUES), "e": str(queue_id), "f": "0", "g": str(self.now),
-                  "h": "0", "i": "", "j": "0", "n": GROUP}
+        header = {**send_header(f"PUT{rid:012d}", self.now), "e": str(queue_id), "n": GROUP}
         request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext_fields=header,
                                           body=body)
         self.network.send(PRODUCER, broker, PutRequest(rid, request), self.now)
@@ -267,7 +270,8 @@ class Simulation(Invariants):
         self.outstanding.pop(response.id, None)
         code = ResponseCode(response.command.code)
         self.put_results.append((self.now, src, code))
-        self.target = src if code == ResponseCode.SUCCESS else None
+        if self.producer.owns(response.id):
+            self.producer.answered(response)
 
     # -- faults ------------------------------------------------------------------------
 
@@ -382,6 +386,8 @@ class Simulation(Invariants):
             if dst == PRODUCER:
                 if isinstance(payload, PutResponse):
                     self._on_put_response(src, payload)
+                elif isinstance(payload, NamesrvResponse):
+                    self.producer.route_answered(payload)
             elif dst in self.brokers:
                 self.brokers[dst].receive(src, payload)
             elif dst in self.namesrvs:

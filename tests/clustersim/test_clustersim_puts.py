@@ -81,3 +81,25 @@ def test_the_simulation_runs_the_cores_never_the_trio_drivers() -> None:
     puts = ast.parse((folder / "clustersim_puts.py").read_text())
     assert any(isinstance(node, ast.ImportFrom) and node.module == "triomq.broker.put_flow"
                for node in ast.walk(puts))
+
+
+def test_the_producer_rides_through_a_master_crash_with_the_clients_send_flow() -> None:
+    sim = Simulation(7, replicas=3, chaos=False)
+    sim.run_until(lambda: sim.master() is not None and len(sim.acked) >= 5, 10_000,
+                  "a master acking the producer's sends")
+    old = sim.master()
+    failed, sent = sim.producer.failed, sim.producer.sent
+    in_flight = list(sim.producer.sends)
+    sim.crash_broker(old.name, 60_000)
+    crashed = sim.now
+    sim.run_until(lambda: sim.master() is not None, 10_000, "a new master")
+    new = sim.master()
+    sim.run_for(4_000)
+    # The sends under way and those after found the new master through the name
+    # servers' route (no send is aimed at a broker by hand here) and were stored there.
+    assert not set(map(id, in_flight)) & set(map(id, sim.producer.sends))
+    assert sim.producer.failed == failed and sim.producer.sent > sent + 10
+    assert any(at > crashed and src == new.name and code == ResponseCode.SUCCESS
+               for at, src, code in sim.put_results)
+    assert sim.producer.info is not None
+    assert sim.producer.info.masters == {"broker-a": f"{new.name}:10911"}
