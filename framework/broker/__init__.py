@@ -4,11 +4,12 @@
 - ``replicas_manager.ReplicasManager``: role changes and the HA service.
 - ``controller_flow.ControllerModeFlow``: controller mode's rules (pure), pumped
   by ``controller_mode.ControllerMode`` over trio and by the cluster simulation.
-- ``processor.BrokerProcessor``: puts (SEND_MESSAGE_V2) and offset queries.
-- ``batch_send.BatchSendHandler``: SEND_BATCH_MESSAGE through the same checks and put
-  path; ``batch`` decodes RocketMQ's batch body (pure).
-- ``send_v1.SendV1Handler``: SEND_MESSAGE, the send whose header spells its fields out
-  (RocketMQ's Go client), read as the V2 header and served as one of those two.
+- ``put_flow.PutFlow``: one put (SEND_MESSAGE_V2, SEND_MESSAGE: the header spelt out, as
+  RocketMQ's Go client sends it, SEND_BATCH_MESSAGE, and the broker's own puts), pure:
+  its checks (``put_checks``), the append, the waits for the flush and the replicas, the
+  answer; ``batch`` decodes RocketMQ's batch body (pure). Pumped by
+  ``processor.BrokerProcessor`` over trio (with the offset queries) and by the cluster
+  simulation's brokers.
 - ``clients.ClientService``: heartbeats, consumer lists, NOTIFY_CONSUMER_IDS_CHANGED and
   ``config/subscriptionGroup.json``, over the pure ``client_table``, ``heartbeat`` and
   ``subscription_groups``.

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from triomq.broker.batch_send import BatchSendHandler
 from triomq.broker.clients import ClientService, load_subscription_groups
 from triomq.broker.components import BrokerComponent, Component, ComponentHost
 from triomq.broker.config import BrokerConfig
@@ -43,17 +42,17 @@ from triomq.broker.locks import QueueLockService
 from triomq.broker.namesrv_client import NamesrvClient, rpc_address
 from triomq.broker.namesrv_registration import BrokerRegistrationInfo, RegistrationFlow
 from triomq.broker.offset_service import ConsumerOffsetService, load_offsets
-from triomq.broker.processor import BrokerProcessor, host_port
+from triomq.broker.processor import BrokerProcessor
 from triomq.broker.pull_service import (
     PullService,
     memory_window,
     pull_limits,
     registered_subscription,
 )
+from triomq.broker.put_checks import host_port
 from triomq.broker.queries import QueryService
 from triomq.broker.replicas_manager import BrokerRole, ReplicasManager, check_replica_address
 from triomq.broker.runtime_info import RuntimeInfoService
-from triomq.broker.send_v1 import SendV1Handler
 from triomq.broker.topic_table import TopicTable
 from triomq.broker.topics import TopicService, load_topics
 from triomq.clock import now_ms
@@ -305,7 +304,6 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     queries = QueryService(log, broker.index, config)
     clients.record_at = queries.record_bytes
     runtime_info = RuntimeInfoService(broker, root)
-    batches = BatchSendHandler(processor)
     parts = [
         Component("role", role_changed=broker.role_changed),
         Component("flush", start=[broker.flush.run]),
@@ -313,9 +311,7 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         Component("confirm-offset", soon=[broker.flush_slave_log, broker.record_confirm_offset]),
         Component("topics", register=topics.register, soon=[
             topics.persist_loop, functools.partial(topics.copy_from_master, node.rpc)]),
-        Component("sends", register=[register_group_checks, processor.register,
-                                     batches.register,
-                                     SendV1Handler(processor, batches).register]),
+        Component("sends", register=[register_group_checks, processor.register]),
     ]
     if broker.index is not None:
         parts.append(Component("index", start=[broker.index.run]))

@@ -6,9 +6,13 @@ on commit, served as ``triomq.controller.service`` does), one broker group
 of 2 or 3 replicas running the broker-side flow of controller mode over the
 real HA state machines (see ``clustersim_controller`` and
 ``clustersim_broker``), 1 or 2 name servers the brokers register with
-(``clustersim_namesrv``), a producer doing synchronous puts to the topic's
-queues in turn (acked only when every member of the SyncStateSet holds the
-message: ``all_ack_in_sync_state_set``), and a consumer group of 1 or 2 push
+(``clustersim_namesrv``), a producer running the client's send flow
+(``clustersim_producer``: the route from the name servers, retries,
+route refreshes and failover pauses) that sends synchronous puts
+(SEND_MESSAGE_V2) to the topic's queues in turn, which the brokers serve
+with the broker's put core (``clustersim_puts``; acked only when every
+member of the SyncStateSet holds the message:
+``all_ack_in_sync_state_set``), and a consumer group of 1 or 2 push
 consumers (``clustersim_group``, ``clustersim_consumer``) that find the
 brokers through the name servers, pull each queue (the brokers serve pulls
 and consumer offsets: ``clustersim_pulls``) and store their offsets. The
@@ -54,8 +58,9 @@ on the committed state and the logs are ``clustersim_invariants``):
   offsets; an offset a consumer commits never passes a message of its stream
   its listener has not consumed (at-least-once);
 - liveness: once faults heal and every node is up, a master exists and a put
-  completes within ``HEAL_LIMIT_MS`` of virtual time, then every name
-  server routes that master as id 0 within ``NAMESRV_HEAL_LIMIT_MS``, and
+  (the producer's, through the name servers' route) completes within
+  ``HEAL_LIMIT_MS`` of virtual time, then every name server routes that
+  master as id 0 within ``NAMESRV_HEAL_LIMIT_MS``, and
   the consumer group has consumed every acked message within
   ``CONSUME_HEAL_LIMIT_MS`` (duplicates allowed; not those an unclean
   election may have lost, nor those acked after it at queue offsets the
@@ -72,9 +77,10 @@ controllers among them (``stall_controllers``: a busy host's or a pause's,
 what they are sent waiting for them).
 
 Fidelity notes: the simulated nodes pump the same sans-I/O flows as the
-trio drivers (the controller's core; the broker's controller-mode flow,
-leader-following calls, master term, reconnect backoff and name-server
-registration; the name server's core), but the HA address is the broker's
+trio drivers (the controller's core; the producer's send flow; the
+broker's put core, controller-mode flow, leader-following calls, master
+term, reconnect backoff and name-server registration; the name server's
+core), but the HA address is the broker's
 name, the store flushes synchronously, the topics never change (so slaves
 copy nothing from their master), name-server requests are datagrams on a
 connection that carries no bytes itself (see ``clustersim_namesrv`` for
@@ -93,10 +99,11 @@ from typing import Any
 
 import attrs
 
+from triomq.broker.codes import RequestCode, ResponseCode
 from triomq.controller.requests import UpdateControllerConfig
 from triomq.controller.service_core import Elected
 from triomq.controller.wire import ReplicaInfo
-from triomq.ha.sync_replication import ReplicationStatus
+from triomq.protocol.remoting import RemotingCommand
 from triomq.testing import seeds
 from triomq.testing.clustersim_broker import SimBroker
 from triomq.testing.clustersim_controller import (
@@ -107,6 +114,7 @@ from triomq.testing.clustersim_controller import (
 from triomq.testing.clustersim_group import CONSUME_HEAL_LIMIT_MS, ConsumerGroup
 from triomq.testing.clustersim_invariants import Invariants, Violation
 from triomq.testing.clustersim_namesrv import (
+    NamesrvResponse,
     NamesrvSettings,
     SimNamesrv,
     namesrv_chaos,
@@ -114,11 +122,13 @@ from triomq.testing.clustersim_namesrv import (
 )
 from triomq.testing.clustersim_net import NetFaults, Network
 from triomq.testing.clustersim_parts import (
+    GROUP,
     TOPIC_QUEUES,
     BrokerSettings,
     PutRequest,
     PutResponse,
 )
+from triomq.testing.clustersim_producer import MAX_SENDS, PRODUCER, SimProducer, send_header
 from triomq.testing.seeds import SimSummary
 
 STEP_MS = 10
@@ -126,7 +136,6 @@ CHAOS_MS = 10_000
 HEAL_LIMIT_MS = 15_000
 #: After the put that follows healing: every name server routes the master as id 0.
 NAMESRV_HEAL_LIMIT_MS = 5_000
-PRODUCER = "producer"
 
 
 @attrs.frozen
@@ -178,7 +187,8 @@ class Simulation(Invariants):
         super().__init__()  # the invariants' bookkeeping
         #: (virtual ms, controller id, result code, replica info) per committed election.
         self.elections: list[tuple[int, int, int, ReplicaInfo]] = []
-        self.put_results: list[tuple[int, str, ReplicationStatus | None]] = []
+        #: (virtual ms, broker, response code) per answered put.
+        self.put_results: list[tuple[int, str, ResponseCode]] = []
         self.down_until: dict[str, int] = {}
         self.controller_ids = [1, 2, 3]
         settings = ControllerSettings(enable_elect_unclean_master=self.unclean)
@@ -201,8 +211,9 @@ class Simulation(Invariants):
                                           random.Random(ns_rng.getrandbits(64)))
                          for name in self.namesrv_names}
         self.group = ConsumerGroup(self, consumers)
-        self.outstanding: dict[int, tuple[str, int]] = {}  # put id -> (broker, sent at)
-        self.target: str | None = None
+        self.producer = SimProducer(self)
+        #: The puts of ``put``: request id -> (broker, sent at).
+        self.outstanding: dict[int, tuple[str, int]] = {}
         self.producing = True
         self._next_body = 0
 
@@ -231,29 +242,36 @@ class Simulation(Invariants):
 
     def _produce(self) -> None:
         for rid, (_, sent) in list(self.outstanding.items()):
-            if self.now - sent > 1_500:  # no answer: the broker is gone, try another
+            if self.now - sent > 1_500:  # a put of ``put`` with no answer: given up
                 del self.outstanding[rid]
-                self.target = None
-        if not self.producing or len(self.outstanding) >= 4 or self.rng.random() >= self.p_put:
+        self.producer.step()
+        if (not self.producing or len(self.producer.sends) >= MAX_SENDS
+                or self.rng.random() >= self.p_put):
             return
-        target = self.target or self.rng.choice(sorted(self.brokers))
-        self.put(target)
+        self._next_body += 1
+        self.producer.start_send(self._next_body, b"msg-%d-%d" % (self.seed, self._next_body))
 
     def put(self, broker: str) -> int:
-        """Send one synchronous put to ``broker``; return its request id."""
+        """Send one synchronous put (SEND_MESSAGE_V2) to ``broker`` itself, with no route,
+        retry or failover (a scenario's); return its request id."""
         rid = self.next_request_id()
         self._next_body += 1
         body = b"msg-%d-%d" % (self.seed, self._next_body)
         self.outstanding[rid] = (broker, self.now)
         # Queue after queue, as a producer's default queue selection goes.
         queue_id = self._next_body % TOPIC_QUEUES
-        self.network.send(PRODUCER, broker, PutRequest(rid, body, queue_id), self.now)
+        header = {**send_header(f"PUT{rid:012d}", self.now), "e": str(queue_id), "n": GROUP}
+        request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext_fields=header,
+                                          body=body)
+        self.network.send(PRODUCER, broker, PutRequest(rid, request), self.now)
         return rid
 
     def _on_put_response(self, src: str, response: PutResponse) -> None:
         self.outstanding.pop(response.id, None)
-        self.put_results.append((self.now, src, response.status))
-        self.target = src if response.status is ReplicationStatus.PUT_OK else None
+        code = ResponseCode(response.command.code)
+        self.put_results.append((self.now, src, code))
+        if self.producer.owns(response.id):
+            self.producer.answered(response)
 
     # -- faults ------------------------------------------------------------------------
 
@@ -368,6 +386,8 @@ class Simulation(Invariants):
             if dst == PRODUCER:
                 if isinstance(payload, PutResponse):
                     self._on_put_response(src, payload)
+                elif isinstance(payload, NamesrvResponse):
+                    self.producer.route_answered(payload)
             elif dst in self.brokers:
                 self.brokers[dst].receive(src, payload)
             elif dst in self.namesrvs:
@@ -411,8 +431,8 @@ class Simulation(Invariants):
             self.down_until[name] = self.now
 
     def _puts_ok_since(self, since: int) -> bool:
-        return any(at >= since and status is ReplicationStatus.PUT_OK
-                   for at, _, status in self.put_results)
+        return any(at >= since and code == ResponseCode.SUCCESS
+                   for at, _, code in self.put_results)
 
     def run(self) -> SeedResult:
         """Chaos, then heal and require a master and a completed put in bounded time."""

@@ -4,7 +4,8 @@ The controller-mode flow is ``triomq.broker.controller_flow`` and the
 controller calls follow the leader with ``triomq.controller.leader_calls``,
 as ``framework/broker/controller_mode.py`` pumps them over trio; the
 name-server registration is ``clustersim_namesrv.SimRegistration``, the
-pulls and consumer offsets ``clustersim_pulls.SimConsumeSide``. The HA
+pulls and consumer offsets ``clustersim_pulls.SimConsumeSide``, the puts
+the broker's put core (``clustersim_puts.SimPuts``). The HA
 terms run the real HA state machines (``MasterConnection`` /
 ``SlaveConnection`` per HA stream, ``SyncStateTracker`` and
 ``SyncReplication`` on the master) over the simulation's streams.
@@ -37,8 +38,6 @@ from triomq.ha.master_term import MasterTerm, carried_confirm_offset
 from triomq.ha.reconnect import Reconnect
 from triomq.ha.slave import RecordEpoch, SlaveConnection, SlaveLog, Truncate, WriteAt
 from triomq.ha.slave import Send as SlaveSend
-from triomq.ha.sync_replication import PutResult, ReplicationStatus
-from triomq.protocol import message
 from triomq.protocol.ha import HAFrameError
 from triomq.protocol.route import TopicConfig
 from triomq.testing.clustersim_controller import Notify, Request, Response, controller_name
@@ -53,12 +52,12 @@ from triomq.testing.clustersim_parts import (
     EpochFile,
     MemLog,
     PutRequest,
-    PutResponse,
     Term,
     inline,
     run_inline,
 )
 from triomq.testing.clustersim_pulls import ConsumerRequest, ConsumerResponse, SimConsumeSide
+from triomq.testing.clustersim_puts import SimPuts
 
 if TYPE_CHECKING:
     from triomq.testing.clustersim import Simulation
@@ -83,6 +82,7 @@ class SimBroker:
                                                     now=self.now_ms())
         self.topics.update(TopicConfig(TOPIC, TOPIC_QUEUES, TOPIC_QUEUES), self.now_ms())
         self.consume = SimConsumeSide(self)
+        self.puts = SimPuts(self)
         self.up = False
         self.start()
 
@@ -165,7 +165,7 @@ class SimBroker:
             self.flow.notified(self.now_ms(), payload.info)
             self._drain()
         elif isinstance(payload, PutRequest):
-            self._put(src, payload)
+            self.puts.receive(src, payload)
         elif isinstance(payload, NamesrvResponse):
             self.registration.answers[payload.id] = payload.command
         elif isinstance(payload, ConsumerRequest):
@@ -202,7 +202,7 @@ class SimBroker:
                     term = self.term
                     if term.master_term is not None:
                         term.master_term.committed(out.sync_state_set)
-                        self._update_puts(term)
+                        self.update_puts(term)
                 elif isinstance(out, flow.ProposalOutcome):
                     self.outcomes[out.token] = out
 
@@ -294,9 +294,7 @@ class SimBroker:
         if term.stream is not None:
             self.sim.network.close(term.stream)
         if term.master_term is not None:
-            for waiter in term.master_term.end():  # no longer master
-                src, rid, _, _ = term.waiters.pop(waiter)
-                self._send(src, PutResponse(rid, None))
+            self.puts.abandon(term, term.master_term.end())  # no longer master
 
     # -- the master (HAMaster) --------------------------------------------------------------
 
@@ -320,47 +318,18 @@ class SimBroker:
             yield from wait_for(lambda t=token: t in self.outcomes)
             outcome = self.outcomes.pop(token)
             if outcome.fenced:
-                self._answer_puts(term, master.fence())
+                self.puts.answer(term, master.fence())
                 return
             master.answered(outcome.sync_state_set)
-            self._update_puts(term)
+            self.update_puts(term)
 
-    def _answer_puts(self, term: Term, results: list[PutResult]) -> None:
-        for outcome in results:
-            src, rid, offset, record = term.waiters.pop(outcome.waiter)
-            if outcome.status is ReplicationStatus.PUT_OK:
-                assert term.master_term is not None
-                self.sim.on_acked(self, term, offset, record,
-                                  term.master_term.tracker.effective_sync_state_set)
-            self._send(src, PutResponse(rid, outcome.status))
-
-    def _put(self, src: str, put: PutRequest) -> None:
-        term = self.term
-        if term.master_term is None:
-            self._send(src, PutResponse(put.id, None))
-            return
-        start = self.log.max_offset
-        offset, data = self.log.pack(message.MessageRecord(
-            topic=TOPIC, queue_id=put.queue_id, body=put.body, store_timestamp=self.sim.now))
-        if self.sim.maybe_crash_writing(self, data):
-            return
-        self.log.append_raw(start, data)
-        record = data[offset - start:]
-        waiter = object()
-        failed = term.master_term.add_put(waiter, self.log.max_offset,
-                                          self.now_ms() + self.settings.put_timeout)
-        if failed is not None:
-            self._send(src, PutResponse(put.id, failed))
-            return
-        term.waiters[waiter] = (src, put.id, offset, record)
-        self._update_puts(term)
-
-    def _update_puts(self, term: Term) -> None:
+    def update_puts(self, term: Term) -> None:
+        """Answer the puts of ``term`` the acks now cover or whose time is up."""
         master = term.master_term
         if master is None or self.term is not term:
             return
-        self._answer_puts(term, master.completed(self.log.max_offset)
-                          + master.expired(self.now_ms()))
+        self.puts.answer(term, master.completed(self.log.max_offset)
+                         + master.expired(self.now_ms()))
 
     def _refuse_streams(self) -> None:
         term = self.term
@@ -406,7 +375,7 @@ class SimBroker:
                 del term.conns[stream_id]
                 if conn.slave is not None:
                     master.slave_left(conn.slave.address)
-        self._update_puts(term)
+        self.update_puts(term)
 
     # -- the slave (HASlave) ------------------------------------------------------------------
 

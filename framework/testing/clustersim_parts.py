@@ -12,17 +12,17 @@ and a slave alike. ``EpochFile`` is the epoch checkpoint, saved atomically.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import attrs
 
+from triomq.broker.put_flow import PutFlow
 from triomq.ha.epoch import EpochCache
 from triomq.ha.master import MasterConnection
 from triomq.ha.master_term import HAMasterConfig, MasterTerm
 from triomq.ha.reconnect import Reconnect
 from triomq.ha.slave import SlaveConnection
-from triomq.ha.sync_replication import ReplicationStatus
 from triomq.protocol.commitlog_layout import (
     CQ_ENTRY_SIZE,
     index_records,
@@ -30,6 +30,7 @@ from triomq.protocol.commitlog_layout import (
     unpack_cq_entry,
 )
 from triomq.protocol.message import MessageRecord
+from triomq.protocol.remoting import RemotingCommand
 from triomq.store import QueueEntry, ScratchAppend, ScratchRead, read_into_by_read
 from triomq.testing.clustersim_net import Stream
 
@@ -75,19 +76,18 @@ class BrokerSettings:
 
 @attrs.frozen
 class PutRequest:
-    """A producer's synchronous put of ``body`` to queue ``queue_id`` of ``TOPIC``."""
+    """A producer's synchronous put: its SEND_MESSAGE_V2 request."""
 
     id: int
-    body: bytes
-    queue_id: int = 0
+    command: RemotingCommand
 
 
 @attrs.frozen
 class PutResponse:
-    """How a put ended (``status`` None: this broker is not the master)."""
+    """The broker's answer to a put, as its processor answers it."""
 
     id: int
-    status: ReplicationStatus | None
+    command: RemotingCommand
 
 
 class MemLog(ScratchAppend, ScratchRead):
@@ -135,13 +135,14 @@ class MemLog(ScratchAppend, ScratchRead):
             while entries and entries[-1].physical_offset >= offset:
                 entries.pop()
 
-    def pack(self, record: MessageRecord) -> tuple[int, bytes]:
-        """``record`` encoded to append at the end, as the store's ``append`` does
-        (its queue offset the next of its queue): where it lands, and the bytes to
-        append there (a blank first if it does not fit the segment)."""
-        packed = pack_records([record], self.max_offset, self.segment_size,
+    def pack(self, records: Sequence[MessageRecord]) -> tuple[list[tuple[int, int, int]], bytes]:
+        """``records`` encoded to append at the end, as the store's ``append_batch`` does
+        (queue offsets the next of their queue): where each lands (physical offset, size,
+        queue offset), and the bytes to append (a blank first where one does not fit
+        the segment)."""
+        packed = pack_records(records, self.max_offset, self.segment_size,
                               self.queue_max_offset)
-        return packed.placed[0][0], bytes(packed.data)
+        return packed.placed, bytes(packed.data)
 
     # -- the consume queues (``CommitLog``'s queue calls) -----------------------------
 
@@ -239,8 +240,9 @@ class Term:
         # Master side.
         self.master_term: MasterTerm | None = None
         self.conns: dict[int, tuple[Stream, MasterConnection]] = {}
-        #: Pending puts: waiter -> (producer, request id, offset, record).
-        self.waiters: dict[object, tuple[str, int, int, bytes]] = {}
+        #: Pending puts: waiter -> (producer, request id, its flow, (offset, record bytes)
+        #: per record stored).
+        self.waiters: dict[object, tuple[str, int, PutFlow, list[tuple[int, bytes]]]] = {}
         # Slave side.
         self.stream: Stream | None = None
         self.conn: SlaveConnection | None = None

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from triomq.ha.sync_replication import ReplicationStatus
+from triomq.broker.codes import ResponseCode
 from triomq.testing.clustersim import Simulation
 from triomq.testing.clustersim_controller import controller_name
 
@@ -38,8 +38,8 @@ def test_expand_whose_answer_is_lost_keeps_counting_the_new_member() -> None:
         sim.put(master.name)
         sim.run_for(100)
     assert master.term.master_term.tracker.effective_sync_state_set == {master.name, slave}
-    assert not any(at >= cut and src == master.name and status is ReplicationStatus.PUT_OK
-                   for at, src, status in sim.put_results)
+    assert not any(at >= cut and src == master.name and code == ResponseCode.SUCCESS
+                   for at, src, code in sim.put_results)
     assert any(at >= cut and src == master.name for at, src, _ in sim.put_results)
 
 

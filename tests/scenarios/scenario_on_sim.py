@@ -8,7 +8,7 @@ scenario also fails on a ``Violation``.
 
 from __future__ import annotations
 
-from triomq.ha.sync_replication import ReplicationStatus
+from triomq.broker.codes import ResponseCode
 from triomq.testing import scenarios as sc
 from triomq.testing.clustersim import Simulation
 from triomq.testing.clustersim_broker import GROUP
@@ -19,24 +19,16 @@ from triomq.testing.scenario_run import ScenarioRun
 #: Long enough to stay down for the whole scenario.
 FOREVER_MS = 10**9
 
-#: A put's outcome as the broker's processor answers it (a ``None``: not the master).
-_CODES = {
-    ReplicationStatus.PUT_OK: "SUCCESS",
-    ReplicationStatus.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
-    ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: "SYSTEM_ERROR",
-    None: "SERVICE_NOT_AVAILABLE",
-}
-
 
 class _ScriptedSimulation(Simulation):
     """A simulation remembering each put's answer by request id."""
 
     def __init__(self, seed: int, replicas: int) -> None:
         super().__init__(seed, replicas=replicas, unclean=False, chaos=False)
-        self.answers: dict[int, ReplicationStatus | None] = {}
+        self.answers: dict[int, ResponseCode] = {}
 
     def _on_put_response(self, src: str, response: PutResponse) -> None:
-        self.answers[response.id] = response.status
+        self.answers[response.id] = ResponseCode(response.command.code)
         super()._on_put_response(src, response)
 
 
@@ -119,7 +111,7 @@ class SimulationPump:
         rid = sim.put(broker)
         while rid in sim.outstanding:  # the producer gives up on a put after 1.5 s
             self._step()
-        return _CODES[sim.answers[rid]] if rid in sim.answers else "NO_ANSWER"
+        return sim.answers[rid].name if rid in sim.answers else "NO_ANSWER"
 
     # -- what it shows ------------------------------------------------------------------
 
