@@ -23,10 +23,6 @@ Rules kept from RocketMQ:
   the group registered with since this name server started, even after that
   master left, so a deposed master cannot take the group back when the new
   one disconnects or falls silent (the routed master's epoch never goes back).
-  That memory outlives the master's connection only when vouched for: the
-  name server saw its address promoted from a slave's id of the group (or
-  vouched before). A registration never seen as a replica of the group, as
-  a forged one, is forgotten with its connection.
 - No single registration locks the real master out: a state version more
   than ``STATE_VERSION_LEAD_LIMIT`` ahead of another outranks nothing (a
   master epoch moves by one per election, and the name server hears of the
@@ -150,21 +146,6 @@ class _LiveBroker:
     connection: Hashable | None
 
 
-@attrs.frozen
-class _MasterVersion:
-    """The newest state version a master of a group registered with, and from where.
-
-    ``vouched``: its address had been routed in the group under a slave's id
-    before it registered as id 0 (a promotion the name server saw), or was
-    vouched before. What is not vouched goes with ``connection`` when it closes.
-    """
-
-    state_version: int
-    address: str
-    connection: Hashable | None
-    vouched: bool
-
-
 @attrs.define
 class _Group:
     cluster: str
@@ -198,8 +179,8 @@ class RouteInfo:
         self._route_bodies: dict[str, bytes] = {}
         self._bodies_version = 0
         #: (cluster, group) -> the newest state version a master registered with; kept
-        #: when the group leaves if vouched (one entry per group this name server saw).
-        self._master_versions: dict[tuple[str, str], _MasterVersion] = {}
+        #: when the group leaves (one number per group this name server ever saw).
+        self._master_versions: dict[tuple[str, str], int] = {}
 
     # -- registration -----------------------------------------------------------
 
@@ -227,13 +208,12 @@ class RouteInfo:
                     f"broker {reg.broker_name} id 0: {reg.address}'s state version "
                     f"{state_version} is more than {STATE_VERSION_LEAD_LIMIT} ahead of the "
                     f"live master {old_address}'s {held_version}"))
-        remembered = self._master_versions.get((reg.cluster, reg.broker_name))
-        if (reg.broker_id == MASTER_ID and remembered is not None
-                and _outranks(remembered.state_version, state_version)):
+        newest_master = self._master_versions.get((reg.cluster, reg.broker_name))
+        if (reg.broker_id == MASTER_ID and newest_master is not None
+                and _outranks(newest_master, state_version)):
             raise RouteRefused(SYSTEM_ERROR, (
                 f"broker {reg.broker_name} id 0: {reg.address}'s state version "
-                f"{state_version} is older than {remembered.state_version}, a master's of "
-                "the group"))
+                f"{state_version} is older than {newest_master}, a master's of the group"))
         key = BrokerKey(reg.cluster, reg.address)
         held = self._live.get(key)
         if held is not None:
@@ -245,7 +225,6 @@ class RouteInfo:
         group.enable_acting_master = bool(reg.enable_acting_master)
         group.zone_name = reg.zone_name
         previous_min = min(group.addrs, default=MASTER_ID)
-        promoted = any(a == reg.address and i != MASTER_ID for i, a in group.addrs.items())
         # One address holds one id: a slave that became master leaves its old id.
         for broker_id in [i for i, a in group.addrs.items()
                           if a == reg.address and i != reg.broker_id]:
@@ -256,10 +235,7 @@ class RouteInfo:
         is_master = reg.broker_id == MASTER_ID
         if is_master:
             # Past the checks, no remembered version outranks this one: it replaces it.
-            vouched = promoted or (remembered is not None and remembered.vouched
-                                   and remembered.address == reg.address)
-            self._master_versions[(reg.cluster, reg.broker_name)] = _MasterVersion(
-                state_version, reg.address, connection, vouched)
+            self._master_versions[(reg.cluster, reg.broker_name)] = state_version
         is_prime_slave = (reg.enable_acting_master is not None and not is_master
                           and reg.broker_id == min(group.addrs))
         if is_master or is_prime_slave:
@@ -407,10 +383,6 @@ class RouteInfo:
         gone = [k for k, b in self._live.items() if b.connection == connection]
         for key in gone:
             self._drop_key(key)
-        # A version only that connection vouched for is forgotten with it.
-        for group in [g for g, v in self._master_versions.items()
-                      if v.connection == connection and not v.vouched]:
-            del self._master_versions[group]
         return gone
 
     def expire(self, now: int) -> list[BrokerKey]:

@@ -4,16 +4,14 @@ The name server runs as ``python -m triomq.cli nameserver``; the real master
 and the forger are clients of their own over TCP. One anonymous registration
 naming the group's master with ``dataVersion.stateVersion`` 999, from a
 connection that then closes, leaves no trace; one kept open while the master
-lives is refused; one only 10 ahead, from a connection that then closes,
-leaves no trace either; and while the master is away a forger holds id 0
-only until the master registers again from its own connection.
+lives is refused; and while the master is away it holds id 0 only until the
+master registers again from its own connection.
 """
 
 from __future__ import annotations
 
 import zlib
 
-import trio
 from processes import node_process
 
 from triomq.config import NodeConfig
@@ -70,17 +68,6 @@ async def test_a_forged_state_version_does_not_lock_the_master_out(tmp_path) -> 
                 answer = await register(master, 3, counter)
                 assert answer.code == SUCCESS, answer.remark
             assert await routed_master(master) == MASTER
-            # Within the lead limit, at the master's address and at another, from a
-            # connection that then goes: the master is routed again at its next one.
-            for address, counter in ((MASTER, 4), ("10.6.6.6:10911", 5)):
-                async with open_node(NodeConfig(name="forger")) as forger:
-                    answer = await register(forger, 13, 1, address)
-                    assert answer.code == SUCCESS, answer.remark
-                with trio.fail_after(30):  # until the name server sees the forger gone
-                    while (answer := await register(master, 3, counter)).code != SUCCESS:
-                        assert "13" in answer.remark, answer.remark
-                        await trio.sleep(0.05)
-                assert await routed_master(master) == MASTER
 
         # The master is away (its connection closed): a forger takes id 0 and stays.
         async with open_node(NodeConfig(name="forger")) as forger:
@@ -88,7 +75,7 @@ async def test_a_forged_state_version_does_not_lock_the_master_out(tmp_path) -> 
             assert answer.code == SUCCESS, answer.remark
             assert await routed_master(forger) == "10.6.6.6:10911"
             async with open_node(NodeConfig(name="master")) as master:
-                answer = await register(master, 3, 6)
+                answer = await register(master, 3, 4)
                 assert answer.code == SUCCESS, answer.remark
                 assert await routed_master(master) == MASTER
                 answer = await register(forger, 999, 2, "10.6.6.6:10911")
