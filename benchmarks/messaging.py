@@ -39,10 +39,11 @@ Beside it, in the same run:
 - RocketMQ itself (``rocketmq_peer.py``, the version ``make rocketmq-server``
   resolves from Maven): a name server, a controller and a group of three brokers
   in controller mode with ``allAckInSyncStateSet = true`` and ``SYNC_FLUSH``
-  (triomq's durability), and one broker at RocketMQ's defaults (async flush,
-  no replica), driven by the same triomq producer and push consumer and the
-  same loads as triomq's column. Without ``java``, ``mvn`` or the resolved
-  classpath those columns are skipped, saying why.
+  (triomq's durability; ``ASYNC_FLUSH`` with ``--flush-policy none``), and one
+  broker at RocketMQ's defaults (async flush, no replica), driven by the same
+  triomq producer and push consumer and the same loads as triomq's column.
+  Without ``java``, ``mvn`` or the resolved classpath those columns are
+  skipped, saying why.
 
 Each column also gives its brokers' resident memory (VmRSS from /proc) after
 its loads.
@@ -515,8 +516,9 @@ async def rocketmq_run(args: argparse.Namespace, root: Path, durable: bool
     results: dict[str, float | str] = {}
     client = from_mapping(NodeConfig, {"name": "bench", "listen": "tcp://127.0.0.1:0",
                                        "log_level": "WARNING"})
+    flush = "SYNC_FLUSH" if args.flush_policy == "group" else "ASYNC_FLUSH"
     async with open_node(client) as node, \
-            rocketmq_peer.open_peer(root, durable=durable, rpc=node.rpc) as peer:
+            rocketmq_peer.open_peer(root, durable=durable, rpc=node.rpc, flush=flush) as peer:
         await ready(node, [peer.master], peer.namesrv)
         producer = Producer("bench-producer", namesrv_addr=[peer.namesrv])
         async with producer.start(node.connect):
@@ -542,7 +544,8 @@ def main() -> None:
     parser.add_argument("--no-nats", action="store_true", help="skip NATS JetStream")
     parser.add_argument("--no-rocketmq", action="store_true", help="skip RocketMQ")
     parser.add_argument("--flush-policy", default="group", choices=("group", "none"),
-                        help="the brokers' flush_policy (group: fsync before answering)")
+                        help="the brokers' flush_policy (group: fsync before answering); "
+                             "none also gives RocketMQ's controller-mode group ASYNC_FLUSH")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="run the name server and brokers under cProfile, writing "
                              "DIR/<name>.prof (read them with python -m pstats)")
@@ -562,7 +565,8 @@ def main() -> None:
     if unavailable is not None:
         print(f"RocketMQ skipped: {unavailable}")
     else:
-        for label, durable in ((f"RocketMQ {rocketmq_peer.VERSION} (controller, sync)", True),
+        flush = "sync flush" if args.flush_policy == "group" else "async flush"
+        for label, durable in ((f"RocketMQ {rocketmq_peer.VERSION} (controller, {flush})", True),
                                (f"RocketMQ {rocketmq_peer.VERSION} (default)", False)):
             with tempfile.TemporaryDirectory(prefix="triomq-rocketmq-") as tmp:
                 columns[label] = trio.run(rocketmq_run, args, Path(tmp), durable)

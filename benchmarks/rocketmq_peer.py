@@ -48,7 +48,7 @@ BROKER_NAME = "broker-a"
 #: The brokers' JVM: the tests' options without ``-XX:TieredStopAtLevel=1``.
 BROKER_JVM = tuple(option for option in JVM_OPTIONS if not option.startswith("-XX:Tiered"))
 DURABLE = {"enableControllerMode": "true", "allAckInSyncStateSet": "true",
-           "flushDiskType": "SYNC_FLUSH", "brokerId": -1, "brokerRole": "SLAVE"}
+           "brokerId": -1, "brokerRole": "SLAVE"}
 
 
 def unavailable() -> str | None:
@@ -118,10 +118,12 @@ async def _stop_all(servers: list[JavaServer]) -> None:
 
 
 @asynccontextmanager
-async def open_peer(home: Path, *, durable: bool, rpc=None) -> AsyncIterator[Peer]:
+async def open_peer(home: Path, *, durable: bool, rpc=None, flush: str = "SYNC_FLUSH"
+                    ) -> AsyncIterator[Peer]:
     """RocketMQ's deployment (see the module's docstring) under ``home``; with ``durable``,
     ``rpc`` (a triomq RpcClient) asks its controller until the SyncStateSet holds all
-    three. Everything is stopped cleanly at the end, the brokers first."""
+    three, and ``flush`` is its brokers' ``flushDiskType``. Everything is stopped cleanly
+    at the end, the brokers first."""
     names = namesrv(home)
     started: list[JavaServer] = [names]
     controller_server = None
@@ -133,7 +135,8 @@ async def open_peer(home: Path, *, durable: bool, rpc=None) -> AsyncIterator[Pee
             started.append(controller_server)
             await controller_server.start()
             brokers = [broker(home, names.address, name=BROKER_NAME, broker_id=i,
-                              controllerAddr=controller_server.address, **DURABLE)
+                              controllerAddr=controller_server.address, flushDiskType=flush,
+                              **DURABLE)
                        for i in range(3)]
         else:
             brokers = [broker(home, names.address, name=BROKER_NAME)]
