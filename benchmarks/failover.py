@@ -27,6 +27,17 @@ controllers' SyncStateSet holds all three replicas again. At the end every
 acknowledged 1 KiB put (one before and one after each failover) is looked
 up in each replica's commit log on disk.
 
+Beside it, in the same run, RocketMQ itself (``rocketmq_peer.py``: its name
+server, one controller and a group of three brokers in controller mode, with
+``allAckInSyncStateSet = true`` and ``SYNC_FLUSH``, every other setting at
+RocketMQ's default), measured the same way: the log filled through the master,
+its JVM SIGKILLed, puts (SEND_MESSAGE_V2) to the survivors until one answers
+SUCCESS, the name server's route asked until it names the new master, the
+victim restarted and the SyncStateSet waited for. At the end each acknowledged
+put is read back from every replica (VIEW_MESSAGE_BY_ID at its physical
+offset). Skipped, saying why, without ``java``, ``mvn`` or the classpath
+``make rocketmq-server`` resolves.
+
 Prints a Markdown table; BENCHMARKS.md's "Failover" section comes from it.
 """
 
@@ -45,6 +56,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import rocketmq_peer
 import trio
 
 import triomq.plugins.broker
@@ -55,7 +67,7 @@ from triomq.broker.codes import RequestCode as BrokerCode
 from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
 from triomq.namesrv.processor import NameServerCode
 from triomq.plugin_manager import PluginManager
-from triomq.protocol.route import TopicRouteData
+from triomq.protocol.route import TopicRouteData, loads
 from triomq.rpc import RpcError
 from triomq.testing.cluster import BROKER_NAME, free_tcp_port, open_cluster
 
@@ -264,6 +276,87 @@ async def broker_max_offset(rpc, address: str) -> int:
     return int(response.ext_fields["offset"])
 
 
+# ------------------------------------------------------------------ RocketMQ
+
+
+async def rocketmq_size(root: Path, megabytes: int, trials: int
+                        ) -> tuple[list[float], list[float], int]:
+    """``run_size`` against RocketMQ's controller-mode group (``rocketmq_peer``)."""
+    async with open_cluster(root, transport="tcp", controllers=0, brokers=0) as cluster:
+        rpc = (await cluster.start("client")).rpc
+        async with rocketmq_peer.open_peer(root / "rocketmq", durable=True, rpc=rpc) as peer:
+            assert peer.controller is not None
+            controller = ControllerClient(rpc, ["tcp://" + peer.controller.address])
+            namesrv = "tcp://" + peer.namesrv
+            for topic in ("bench", "fill"):
+                for broker in peer.brokers:  # each replica knows the topic once it leads
+                    answer = await rpc.invoke(
+                        "tcp://" + broker.address, BrokerCode.UPDATE_AND_CREATE_TOPIC, {
+                        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": "1",
+                        "writeQueueNums": "1", "perm": "6", "topicFilterType": "SINGLE_TAG",
+                        "topicSysFlag": "0", "order": "false"})
+                    assert answer.code == 0, answer.remark
+            await fill(rpc, "tcp://" + peer.master, megabytes << 20)
+            acked: list[int] = []
+            times: list[float] = []
+            route_times: list[float] = []
+            for trial in range(trials):
+                master = await peer.wait_in_sync(controller)
+                victim = peer.by_address(master)
+                survivors = ["tcp://" + b.address for b in peer.brokers if b is not victim]
+                offset = await Producer(rpc, "tcp://" + master).send("bench", BODY)
+                acked.append(offset.physical_offset)
+                await wait_for(functools.partial(rocketmq_routed, rpc, namesrv, [master]))
+                start = time.perf_counter()
+                await victim.kill()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(rocketmq_time_route, rpc, namesrv,
+                                       [s.removeprefix("tcp://") for s in survivors], start,
+                                       route_times)
+                    new_master, offset = await first_put(rpc, survivors)
+                    times.append(time.perf_counter() - start)
+                acked.append(offset)
+                print(f"  RocketMQ {megabytes} MiB trial {trial + 1}: {times[-1] * 1000:.0f} ms, "
+                      f"routed after {route_times[-1] * 1000:.0f} ms ({victim.name} killed, "
+                      f"{peer.by_address(new_master.removeprefix('tcp://')).name} took over)",
+                      flush=True)
+                await victim.start()
+            await peer.wait_in_sync(controller)
+            lost = 0
+            for broker in peer.brokers:
+                for offset in acked:
+                    with trio.move_on_after(60):  # a replica still catching up
+                        while not await rocketmq_holds(rpc, "tcp://" + broker.address, offset):
+                            await trio.sleep(0.1)
+                        continue
+                    lost += 1
+    return times, route_times, lost
+
+
+async def rocketmq_routed(rpc, namesrv: str, candidates: list[str]) -> str | None:
+    """The broker RocketMQ's name server routes "bench" to as id 0, if one of ``candidates``
+    (read with ``loads``: its name server writes fastjson's bare integer keys)."""
+    answer = await rpc.invoke(namesrv, NameServerCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "bench"})
+    if answer.code != 0:
+        return None
+    masters = {group["brokerAddrs"].get("0") for group in loads(answer.body)["brokerDatas"]}
+    return next((master for master in candidates if master in masters), None)
+
+
+async def rocketmq_time_route(rpc, namesrv: str, survivors: list[str], start: float,
+                              into: list[float]) -> None:
+    while not await rocketmq_routed(rpc, namesrv, survivors):
+        await trio.sleep(0.005)
+    into.append(time.perf_counter() - start)
+
+
+async def rocketmq_holds(rpc, address: str, offset: int) -> bool:
+    """Whether the broker at ``address`` reads the 1 KiB put at ``offset`` of its log."""
+    answer = await rpc.invoke(address, BrokerCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)})
+    # The record, as stored: its body comes before its topic and properties.
+    return answer.code == 0 and BODY in answer.body
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -271,23 +364,31 @@ def percentile(values: list[float], q: float) -> float:
 
 async def main(args: argparse.Namespace) -> None:
     rows = []
-    for megabytes in args.sizes:
-        with tempfile.TemporaryDirectory(prefix="triomq-failover-") as root:
-            print(f"log size {megabytes} MiB: filling, then {args.trials} failovers", flush=True)
-            times, route_times, lost = await run_size(Path(root), megabytes, args.trials)
-        rows.append((megabytes, times, route_times, lost))
+    unavailable = "--no-rocketmq" if args.no_rocketmq else rocketmq_peer.unavailable()
+    if unavailable is not None:
+        print(f"RocketMQ skipped: {unavailable}")
+    systems = [("triomq", run_size)]
+    if unavailable is None:
+        systems.append((f"RocketMQ {rocketmq_peer.VERSION}", rocketmq_size))
+    for system, run in systems:
+        for megabytes in args.sizes:
+            with tempfile.TemporaryDirectory(prefix="triomq-failover-") as root:
+                print(f"{system}, log size {megabytes} MiB: filling, then {args.trials} "
+                      f"failovers", flush=True)
+                times, route_times, lost = await run(Path(root), megabytes, args.trials)
+            rows.append((system, megabytes, times, route_times, lost))
     print()
     print(f"Machine: {platform.machine()}, Python {platform.python_version()}, "
           f"trio {trio.__version__}, load average {os.getloadavg()[0]:.1f}")
     print()
-    print("| log size | trials | p50 ms | p99 ms | min ms | max ms | mean ms | acked puts lost "
-          "| routed p50 ms | routed p99 ms | routed minus failover, max ms |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for megabytes, times, route_times, lost in rows:
+    print("| system | log size | trials | p50 ms | p99 ms | min ms | max ms | mean ms "
+          "| acked puts lost | routed p50 ms | routed p99 ms | routed minus failover, max ms |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for system, megabytes, times, route_times, lost in rows:
         ms = [t * 1000 for t in times]
         routed = [t * 1000 for t in route_times]
         late = max(r - f for r, f in zip(routed, ms, strict=True))
-        print(f"| {megabytes} MiB | {len(ms)} | {percentile(ms, 0.5):.0f} | "
+        print(f"| {system} | {megabytes} MiB | {len(ms)} | {percentile(ms, 0.5):.0f} | "
               f"{percentile(ms, 0.99):.0f} | {min(ms):.0f} | {max(ms):.0f} | "
               f"{statistics.mean(ms):.0f} | {lost} | {percentile(routed, 0.5):.0f} | "
               f"{percentile(routed, 0.99):.0f} | {late:.0f} |")
@@ -299,4 +400,5 @@ if __name__ == "__main__":
     parser.add_argument("--trials", type=int, default=40, help="failovers per log size")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 256],
                         help="log sizes in MiB (default: 1 256)")
+    parser.add_argument("--no-rocketmq", action="store_true", help="skip RocketMQ")
     trio.run(main, parser.parse_args())

