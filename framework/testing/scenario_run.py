@@ -220,6 +220,8 @@ class ScenarioRun:
             Command, tuple[Snapshot, object], tuple[str | None, Snapshot]]:
         if step.on == "master":
             snapshot = yield from self._wait(snapshot, lambda s: s.serving_master() is not None)
+            if snapshot.serving_master() is None:  # the outcome says so; nothing is put
+                return f"no serving master within {LIVENESS_MS} ms", snapshot
         target = self.resolve(step.on, snapshot)
         counts: dict[str, int] = {}
         for _ in range(step.count):
