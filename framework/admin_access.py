@@ -40,11 +40,14 @@ import attrs
 
 from triomq.node_auth import (
     DEFAULT_WINDOW_MS,
+    ELECT_MASTER,
+    NO_PERMISSION,
     NONCE,
     REQUEST_CODE,
     TIMESTAMP,
     NonceCache,
     check_binding,
+    designates_replica,
 )
 from triomq.protocol import acl
 from triomq.protocol.remoting import RemotingCommand
@@ -52,14 +55,8 @@ from triomq.protocol.remoting import RemotingCommand
 __all__ = ["ADMIN_CODES", "NO_PERMISSION", "AdminAccess", "ClientCertificate",
            "check_certificate_name", "is_admin_request"]
 
-#: RocketMQ's response code for a request its sender may not make.
-NO_PERMISSION = 16
-
 #: The fields by which a signature binds its request's code, a time and a nonce.
 BOUND_FIELDS = (REQUEST_CODE, TIMESTAMP, NONCE)
-
-#: ELECT_MASTER: an admin request only when it designates the replica to elect.
-ELECT_MASTER = 1002
 
 #: The admin requests, by RocketMQ's request codes.
 ADMIN_CODES: Mapping[int, str] = {
@@ -90,8 +87,8 @@ _FINGERPRINT = re.compile(r"sha256:((?:[0-9a-fA-F]{2}:?){31}[0-9a-fA-F]{2})", re
 
 def is_admin_request(request: RemotingCommand) -> bool:
     """Whether ``request`` needs admin access."""
-    if request.code == ELECT_MASTER:
-        return request.ext_fields.get("designateElect") == "true"
+    if request.code == ELECT_MASTER:  # an admin request only when it designates the replica
+        return designates_replica(request.ext_fields)
     return request.code in ADMIN_CODES
 
 

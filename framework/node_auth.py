@@ -39,9 +39,9 @@ import attrs
 from triomq.protocol import acl
 from triomq.protocol.remoting import RemotingCommand
 
-__all__ = ["DEFAULT_WINDOW_MS", "HA_HANDSHAKE", "INTERNAL_CODES", "NONCE", "NO_PERMISSION",
-           "REQUEST_CODE", "SENDER", "TIMESTAMP", "InnerAuth", "NonceCache", "check_binding",
-           "is_internal"]
+__all__ = ["DEFAULT_WINDOW_MS", "ELECT_MASTER", "HA_HANDSHAKE", "INTERNAL_CODES", "NONCE",
+           "NO_PERMISSION", "REQUEST_CODE", "SENDER", "TIMESTAMP", "InnerAuth", "NonceCache",
+           "check_binding", "designates_replica", "is_internal"]
 
 NO_PERMISSION = 16
 REQUEST_CODE = "RequestCode"
@@ -81,10 +81,15 @@ INTERNAL_CODES: Mapping[int, str] = {
 }
 
 
+def designates_replica(ext_fields: Mapping[str, str] | None) -> bool:
+    """Whether an ELECT_MASTER names the replica to elect (an administrator's)."""
+    return ext_fields is not None and ext_fields.get("designateElect") == "true"
+
+
 def is_internal(code: int, ext_fields: Mapping[str, str] | None) -> bool:
     """Whether a request with ``code`` and ``ext_fields`` is one only nodes send."""
     if code == ELECT_MASTER:
-        return not ext_fields or ext_fields.get("designateElect") != "true"
+        return not designates_replica(ext_fields)
     return code in INTERNAL_CODES
 
 
