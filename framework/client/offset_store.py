@@ -47,8 +47,8 @@ class OffsetStore(ConsumedOffsets):
                 "queueId": str(queue.queue_id), "bname": queue.broker_name}
 
     async def fetch(self, queue: MessageQueue, *, zero_if_not_found: bool = True) -> int | None:
-        """The offset the broker stores for the queue (``None``: the group has none);
-        kept in memory too.
+        """The offset the broker stores for the queue (``None``: the group has none).
+        A queue's ``PullFlow`` keeps the one it starts from in memory.
 
         A broker answers a group without an offset 0 if the queue never lost a
         message, unless ``zero_if_not_found`` is off (``setZeroIfNotFound``).
@@ -63,10 +63,7 @@ class OffsetStore(ConsumedOffsets):
         if answer.code != Code.SUCCESS:
             raise BrokerError(address, answer.code, answer.remark)
         offset = int(answer.ext_fields.get("offset", "-1"))
-        if offset < 0:
-            return None
-        self.update(queue, offset)
-        return offset
+        return None if offset < 0 else offset
 
     async def persist(self, queue: MessageQueue) -> None:
         """Write the queue's offset in memory to its broker."""
