@@ -95,6 +95,12 @@ CREATE_TOPIC = 17
 GET_MAX_OFFSET = 30
 
 
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far, user and system (``/proc/<pid>/stat``), seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Processes:
     """Child processes that are stopped (SIGTERM, then SIGKILL) on exit."""
 
@@ -116,6 +122,11 @@ class Processes:
         """The RSS (MiB) of each child whose name starts with ``prefix``, in start order."""
         return [rocketmq_peer.rss_mib(child.pid) for name, child in self.by_name.items()
                 if name.startswith(prefix)]
+
+    def cpu_seconds(self, prefix: str) -> float:
+        """The CPU time (user and system, s) used so far by the children named ``prefix``*."""
+        return sum(cpu_seconds(child.pid) for name, child in self.by_name.items()
+                   if name.startswith(prefix))
 
     def __enter__(self) -> Processes:
         return self
@@ -276,13 +287,15 @@ async def triomq_run(args: argparse.Namespace, root: Path,
         client = from_mapping(NodeConfig, {"name": "bench", "listen": "tcp://127.0.0.1:0",
                                            "log_level": "WARNING"})
         async with open_node(client) as node:
-            results["rpc"] = await rpc_limit(node, args.seconds)
             await ready(node, brokers, namesrv)
+            # After the start: the brokers' start-up would take the limit's CPU.
+            results["rpc"] = await rpc_limit(node, args.seconds)
             producer = Producer("bench-producer", namesrv_addr=[namesrv])
             async with producer.start(node.connect):
                 await producer.send(Message(TOPIC, BODY))
                 await until(lambda: replicas_caught_up(node, brokers), "the slaves catching up")
-                results.update(await produce_loads(producer, args.seconds))
+                results.update(await produce_loads(
+                    producer, args.seconds, lambda: processes.cpu_seconds("broker-")))
                 results["latency"] = await end_to_end(producer, namesrv, node, args)
                 if args.consume:
                     stored = await fill(producer, node, brokers, args.consume)
@@ -295,18 +308,33 @@ def rss_cell(values: list[float]) -> str:
     return " / ".join(f"{value:.0f}" for value in values)
 
 
-async def produce_loads(producer: Producer, seconds: float) -> dict[str, float]:
+async def produce_loads(producer: Producer, seconds: float,
+                        cpu: Callable[[], float] | None = None) -> dict[str, float]:
+    """Each send load's rate; with ``cpu`` (the brokers' CPU seconds so far) also
+    their CPU microseconds per message (``<load>_cpu``), which a busy host moves
+    far less than the rates."""
+    sent = 0
+
     async def one() -> int:
+        nonlocal sent
         await producer.send(Message(TOPIC, BODY))
+        sent += 1
         return 1
 
     async def batch() -> int:
+        nonlocal sent
         await producer.send_batch([Message(TOPIC, BODY) for _ in range(BATCH)])
+        sent += BATCH
         return BATCH
 
-    return {"one": await for_seconds(seconds, 1, one),
-            "inflight": await for_seconds(seconds, IN_FLIGHT, one),
-            "batched": await for_seconds(seconds, BATCH_TASKS, batch)}
+    results: dict[str, float] = {}
+    for key, tasks, send in (("one", 1, one), ("inflight", IN_FLIGHT, one),
+                             ("batched", BATCH_TASKS, batch)):
+        sent, cpu_before = 0, cpu() if cpu is not None else 0.0
+        results[key] = await for_seconds(seconds, tasks, send)
+        if cpu is not None:
+            results[f"{key}_cpu"] = (cpu() - cpu_before) * 1e6 / sent
+    return results
 
 
 async def total_stored(node, brokers: list[str]) -> int:
@@ -479,6 +507,9 @@ def main() -> None:
             (f"{IN_FLIGHT} in flight, msgs/s", "inflight"),
             (f"batched ({BATCH_TASKS} x {BATCH}), msgs/s", "batched"),
             (f"consumption of {args.consume:,}, msgs/s", "consume"),
+            ("brokers' CPU per message, µs: one at a time", "one_cpu"),
+            (f"brokers' CPU per message, µs: {IN_FLIGHT} in flight", "inflight_cpu"),
+            ("brokers' CPU per message, µs: batched", "batched_cpu"),
             ("end to end p50 / p99 ms", "latency"),
             ("RSS per broker after the run, MiB (master first)", "rss")]
     print("\n| 1 KiB messages | " + " | ".join(columns) + " |")
