@@ -34,8 +34,10 @@ Controller requests go out as ``Call``; the pump makes each through the
 leader-following retry (``triomq.controller.leader_calls``) and answers it
 with ``answered``: an ``Answer`` (the response's code, remark and decoded
 payload) or None when no leader answered in time. Times are milliseconds.
-``Call``, ``Answer``, the requests and the other outputs are values of
-``triomq.broker.controller_flow_messages``, re-exported here.
+The requests are the controller's own values (``triomq.controller.requests``:
+its client writes them, its core reads them, the simulation hands them
+over as they are); ``Call``, ``Answer`` and the other outputs are
+``triomq.broker.controller_flow_messages``', re-exported here.
 """
 
 from __future__ import annotations
@@ -45,18 +47,12 @@ from collections.abc import Callable, Iterable
 import attrs
 
 from triomq.broker.controller_flow_messages import (
-    AlterSyncStateSet,
     Answer,
-    ApplyBrokerId,
     Call,
-    ElectMaster,
-    GetNextBrokerId,
-    GetReplicaInfo,
     LearnSyncStateSet,
     Log,
     Output,
     ProposalOutcome,
-    RegisterBroker,
     Registered,
     SaveIdentity,
     SendHeartbeat,
@@ -69,23 +65,28 @@ from triomq.broker.controller_flow_messages import ControllerRequest as Controll
 from triomq.broker.identity import BrokerIdentity
 from triomq.broker.role import BrokerRole
 from triomq.controller.codes import ResponseCode
+from triomq.controller.requests import (
+    AlterSyncStateSet,
+    ApplyBrokerId,
+    ElectAnswer,
+    ElectMaster,
+    GetNextBrokerId,
+    GetReplicaInfo,
+    NextBrokerId,
+    RegisterBroker,
+    SyncStateSet,
+)
 from triomq.controller.wire import ReplicaInfo
 from triomq.errors import ConfigError
 
 __all__ = [
-    "AlterSyncStateSet",
     "Answer",
-    "ApplyBrokerId",
     "Call",
     "ControllerModeFlow",
-    "ElectMaster",
     "FlowSettings",
-    "GetNextBrokerId",
-    "GetReplicaInfo",
     "LearnSyncStateSet",
     "Log",
     "ProposalOutcome",
-    "RegisterBroker",
     "Registered",
     "SaveIdentity",
     "SendHeartbeat",
@@ -118,6 +119,12 @@ _Answered = Callable[[float, Answer | None, str], None]
 def addresses_of(info: ReplicaInfo, broker_ids: Iterable[int]) -> frozenset[str]:
     """The addresses of ``broker_ids`` that ``info`` knows."""
     return frozenset(a for a in map(info.address_of, broker_ids) if a is not None)
+
+
+def _replica_info(answer: Answer) -> ReplicaInfo:
+    """The group's replica info a successful REGISTER_BROKER or GET_REPLICA_INFO carries."""
+    assert isinstance(answer.payload, ReplicaInfo)
+    return answer.payload
 
 
 def _why(answer: Answer | None, error: str) -> str:
@@ -222,7 +229,7 @@ class ControllerModeFlow:
 
     def identity_saved(self, now: float) -> None:
         """The identity of the last ``SaveIdentity`` is durable: register with it."""
-        self._call(RegisterBroker(self.broker_id), self._on_registered)
+        self._call(self._registration(), self._on_registered)
 
     def heartbeat_sent(self, now: float, controller: str) -> None:
         """The heartbeat to ``controller`` was answered (or failed): the next one interval
@@ -272,9 +279,18 @@ class ControllerModeFlow:
 
     def _register(self, now: float) -> None:
         if self.identity is None:
-            self._call(GetNextBrokerId(), self._on_next_id)
+            self._call(GetNextBrokerId(self.settings.cluster_name, self.settings.broker_name),
+                       self._on_next_id)
         else:
-            self._call(RegisterBroker(self.broker_id), self._on_registered)
+            self._call(self._registration(), self._on_registered)
+
+    def _registration(self) -> RegisterBroker:
+        s = self.settings
+        return RegisterBroker(s.cluster_name, s.broker_name, self.broker_id, s.address)
+
+    def _claim(self, broker_id: int, check_code: str) -> ApplyBrokerId:
+        s = self.settings
+        return ApplyBrokerId(s.cluster_name, s.broker_name, broker_id, s.address, check_code)
 
     def _registration_failed(self, now: float, answer: Answer | None, error: str) -> None:
         self._log(f"registration with the controllers failed: {_why(answer, error)}")
@@ -286,9 +302,10 @@ class ControllerModeFlow:
             self._registration_failed(now, answer, error)
             return
         settings = self.settings
+        assert isinstance(answer.payload, NextBrokerId)
         identity = BrokerIdentity(settings.cluster_name, settings.broker_name,
-                                  int(answer.payload), self._check_code)
-        self._call(ApplyBrokerId(identity.broker_id, identity.register_check_code),
+                                  answer.payload.next_broker_id, self._check_code)
+        self._call(self._claim(identity.broker_id, identity.register_check_code),
                    lambda at, applied, why: self._on_applied(at, applied, why, identity))
 
     def _on_applied(self, now: float, answer: Answer | None, error: str,
@@ -312,7 +329,7 @@ class ControllerModeFlow:
                 and answer.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED):
             # The controllers forgot this replica (its group was cleaned): claim the id again.
             assert self.identity is not None
-            self._call(ApplyBrokerId(self.broker_id, self.identity.register_check_code),
+            self._call(self._claim(self.broker_id, self.identity.register_check_code),
                        self._on_claimed_again)
             return
         if answer is None or not answer.ok:
@@ -324,13 +341,13 @@ class ControllerModeFlow:
             self._heartbeats_started = True
             for controller in self.settings.controllers:
                 self._heartbeat(now, controller)
-        self._offer_or_elect(now, answer.payload, self._poll_later)
+        self._offer_or_elect(now, _replica_info(answer), self._poll_later)
 
     def _on_claimed_again(self, now: float, answer: Answer | None, error: str) -> None:
         if answer is None or not answer.ok:
             self._registration_failed(now, answer, error)
             return
-        self._call(RegisterBroker(self.broker_id),
+        self._call(self._registration(),
                    lambda at, registered, why: self._on_registered(at, registered, why, True))
 
     def _offer_or_elect(self, now: float, info: ReplicaInfo, then: _Then) -> None:
@@ -339,7 +356,8 @@ class ControllerModeFlow:
             self.offer(now, info)
             then(now)
             return
-        self._call(ElectMaster(self.broker_id),
+        self._call(ElectMaster(self.settings.cluster_name, self.settings.broker_name,
+                               self.broker_id),
                    lambda at, answer, error: self._on_elected(at, answer, error, then))
 
     def _on_elected(self, now: float, answer: Answer | None, error: str, then: _Then) -> None:
@@ -353,8 +371,9 @@ class ControllerModeFlow:
                 self._log(f"group {self.settings.broker_name} has no master: {answer.remark}")
             self.no_master_reason = answer.remark
         else:
+            assert isinstance(answer.payload, ElectAnswer)
             self.no_master_reason = ""
-            self.offer(now, answer.payload)
+            self.offer(now, answer.payload.info)
         then(now)
 
     # -- heartbeats and polls -------------------------------------------------------------
@@ -367,7 +386,7 @@ class ControllerModeFlow:
         self._after("poll", now + self.settings.sync_controller_metadata_period, self._poll)
 
     def _poll(self, now: float) -> None:
-        self._call(GetReplicaInfo(), self._on_polled)
+        self._call(GetReplicaInfo(self.settings.broker_name), self._on_polled)
 
     def _on_polled(self, now: float, answer: Answer | None, error: str) -> None:
         if answer is not None and answer.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
@@ -376,7 +395,7 @@ class ControllerModeFlow:
             self._log(f"polling the controller failed: {_why(answer, error)}")
             self._poll_later(now)
         else:
-            self._offer_or_elect(now, answer.payload, self._poll_later)
+            self._offer_or_elect(now, _replica_info(answer), self._poll_later)
 
     # -- roles ------------------------------------------------------------------------------
 
@@ -464,12 +483,14 @@ class ControllerModeFlow:
                                     else addresses_of(current, current.sync_state_set),
                                     fenced)))
             else:
-                applied, new_epoch = answer.payload
-                self.sync_state_set_epoch = max(self.sync_state_set_epoch, new_epoch)
-                self._outputs.append(ProposalOutcome(token, addresses_of(info, applied)))
+                applied = answer.payload
+                assert isinstance(applied, SyncStateSet)
+                self.sync_state_set_epoch = max(self.sync_state_set_epoch, applied.epoch)
+                self._outputs.append(ProposalOutcome(token, addresses_of(info, applied.members)))
 
-        self._call(AlterSyncStateSet(self.broker_id, master_epoch, self.sync_state_set_epoch,
-                                     frozenset(i for i in ids if i is not None)), altered)
+        members: frozenset[int] = frozenset(i for i in ids if i is not None)
+        self._call(AlterSyncStateSet(self.settings.broker_name, self.broker_id, master_epoch,
+                                     self.sync_state_set_epoch, members), altered)
 
     def _read_back(self, master_epoch: int,
                    then: Callable[[float, ReplicaInfo | None, str], None]) -> None:
@@ -480,7 +501,7 @@ class ControllerModeFlow:
                 self._log(f"reading the SyncStateSet back failed: {_why(answer, error)}")
                 then(now, None, "")
                 return
-            info: ReplicaInfo = answer.payload
+            info = _replica_info(answer)
             self.offer(now, info)
             if info.master_epoch > master_epoch:
                 then(now, None, f"the controller is at master epoch {info.master_epoch}")
@@ -491,4 +512,4 @@ class ControllerModeFlow:
                 self.sync_state_set_epoch = info.sync_state_set_epoch
                 then(now, info, "")
 
-        self._call(GetReplicaInfo(), read)
+        self._call(GetReplicaInfo(self.settings.broker_name), read)

@@ -1,78 +1,43 @@
 """What the broker's controller-mode flow and its pumps pass each other.
 
 ``ControllerModeFlow`` (``triomq.broker.controller_flow``) asks for its
-requests to the active controller as ``Call`` outputs and is answered with
-an ``Answer``; its other outputs are what the pump carries out (save the
-identity, send a heartbeat, take a role) or reports (a registration, a
-proposal's outcome, a log line). Plain values, for the flow, its pumps and
-their tests alike.
+requests to the active controller (the controller's own request values) as
+``Call`` outputs and is answered with an ``Answer``; its other outputs are
+what the pump carries out (save the identity, send a heartbeat, take a
+role) or reports (a registration, a proposal's outcome, a log line). Plain
+values, for the flow, its pumps and their tests alike.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import attrs
 
 from triomq.broker.identity import BrokerIdentity
 from triomq.controller.codes import ResponseCode
+from triomq.controller.requests import (
+    AlterSyncStateSet,
+    ApplyBrokerId,
+    ElectMaster,
+    GetNextBrokerId,
+    GetReplicaInfo,
+    Payload,
+    RegisterBroker,
+)
 
-# -- requests to the active controller --------------------------------------------------
-
-
-@attrs.frozen
-class GetNextBrokerId:
-    """GET_NEXT_BROKER_ID (answer payload: the id)."""
-
-
-@attrs.frozen
-class ApplyBrokerId:
-    """APPLY_BROKER_ID: claim ``broker_id``, proven later by ``check_code``."""
-
-    broker_id: int
-    check_code: str
-
-
-@attrs.frozen
-class RegisterBroker:
-    """REGISTER_BROKER (answer payload: the group's ``ReplicaInfo``)."""
-
-    broker_id: int
-
-
-@attrs.frozen
-class ElectMaster:
-    """ELECT_MASTER for this replica (payload: ``ReplicaInfo``; MASTER_STILL_EXIST answers)."""
-
-    broker_id: int
-
-
-@attrs.frozen
-class GetReplicaInfo:
-    """GET_REPLICA_INFO of the group (payload: ``ReplicaInfo``)."""
-
-
-@attrs.frozen
-class AlterSyncStateSet:
-    """ALTER_SYNC_STATE_SET (payload: the applied set and its epoch)."""
-
-    master_broker_id: int
-    master_epoch: int
-    sync_state_set_epoch: int
-    sync_state_set: frozenset[int]
-
-
+#: What the flow asks the active controller: the controller's own request values
+#: (``triomq.controller.requests``), which its client writes and its core reads.
 ControllerRequest = (GetNextBrokerId | ApplyBrokerId | RegisterBroker | ElectMaster
                      | GetReplicaInfo | AlterSyncStateSet)
 
 
 @attrs.frozen
 class Answer:
-    """The active controller's answer: its code, remark and decoded body."""
+    """The active controller's answer: its code, remark and payload (the controller
+    core's ``Payload``, as ``triomq.controller.requests.read_reply`` reads it)."""
 
     code: int
     remark: str = ""
-    payload: Any = None
+    payload: Payload | None = None
 
     @property
     def ok(self) -> bool:

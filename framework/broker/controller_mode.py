@@ -44,20 +44,13 @@ from typing import TYPE_CHECKING
 import trio
 
 from triomq.broker.controller_flow import (
-    AlterSyncStateSet,
     Answer,
-    ApplyBrokerId,
     Call,
     ControllerModeFlow,
-    ControllerRequest,
-    ElectMaster,
     FlowSettings,
-    GetNextBrokerId,
-    GetReplicaInfo,
     LearnSyncStateSet,
     Log,
     ProposalOutcome,
-    RegisterBroker,
     Registered,
     SaveIdentity,
     SendHeartbeat,
@@ -65,8 +58,9 @@ from triomq.broker.controller_flow import (
     TakeSlave,
 )
 from triomq.broker.identity import IDENTITY_FILE, BrokerIdentity
-from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
+from triomq.controller.client import ControllerClient, ControllerUnavailable
 from triomq.controller.codes import RequestCode, ResponseCode
+from triomq.controller.requests import BrokerHeartbeat
 from triomq.controller.wire import (
     OPEN_END,
     BrokerEpochCache,
@@ -257,34 +251,13 @@ class ControllerMode:
 
     async def _call(self, call: Call) -> None:
         try:
-            answer: Answer | None = Answer(ResponseCode.SUCCESS,
-                                           payload=await self._request(call.request))
+            response, payload = await self.client.answer(call.request)
+            answer: Answer | None = Answer(response.code, response.remark or "", payload)
             error = ""
-        except ControllerError as exc:
-            answer, error = Answer(exc.code, exc.remark), ""
         except (ControllerUnavailable, RpcError, WireError) as exc:
             answer, error = None, str(exc)
         self.flow.answered(self._now(), call.id, answer, error)
         self._pump()
-
-    async def _request(self, request: ControllerRequest) -> object:
-        client, cluster, name = self.client, self.config.cluster_name, self.config.broker_name
-        if isinstance(request, GetNextBrokerId):
-            return await client.get_next_broker_id(cluster, name)
-        if isinstance(request, ApplyBrokerId):
-            await client.apply_broker_id(cluster, name, request.broker_id, self.address,
-                                         request.check_code)
-            return None
-        if isinstance(request, RegisterBroker):
-            return await client.register_broker(cluster, name, request.broker_id, self.address)
-        if isinstance(request, ElectMaster):
-            return await client.elect_master(cluster, name, broker_id=request.broker_id)
-        if isinstance(request, GetReplicaInfo):
-            return await client.get_replica_info(name)
-        assert isinstance(request, AlterSyncStateSet)
-        return await client.alter_sync_state_set(
-            name, request.master_broker_id, request.master_epoch,
-            request.sync_state_set_epoch, request.sync_state_set)
 
     async def _heartbeat(self, out: SendHeartbeat) -> None:
         config, replicas = self.config, self.replicas
@@ -295,12 +268,12 @@ class ControllerMode:
             epochs = replicas.ha_slave.epochs
         epoch = epochs.last_epoch if epochs is not None else out.recorded_epoch
         try:
-            await self.client.heartbeat(
+            await self.client.heartbeat(BrokerHeartbeat(
                 config.cluster_name, config.broker_name, out.broker_id, self.address,
                 epoch=epoch or 0, max_offset=replicas.log.max_offset,
                 confirm_offset=max(replicas.confirm_offset, 0),
                 election_priority=config.election_priority,
-                heartbeat_timeout_ms=config.controller_heartbeat_timeout or None,
+                heartbeat_timeout_ms=config.controller_heartbeat_timeout or None),
                 address=out.controller)
         except RpcError as exc:
             logger.debug("heartbeat to controller %s failed: %s", out.controller, exc)

@@ -13,12 +13,13 @@ call made during a controller leader change simply takes a little longer::
 A refusal raises ``ControllerError`` with the controller's code and
 reason; no answer at all raises ``ControllerUnavailable``. Heartbeats go
 to every controller (each keeps the brokers' live info, so a new leader
-knows at once who is alive). The encodings are ``triomq.controller.wire``.
+knows at once who is alive). Requests are ``triomq.controller.requests``
+values, the controller's own vocabulary, written and read by its
+``request_frame`` and ``read_reply``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -26,22 +27,33 @@ from typing import Any
 import trio
 
 from triomq.controller.codes import RequestCode, ResponseCode
-from triomq.controller.config import to_properties
 from triomq.controller.leader_calls import GiveUp, LeaderCalls, Pause
-from triomq.controller.results import SyncStateData
-from triomq.controller.wire import (
-    ControllerMetadata,
-    ReplicaInfo,
-    WireError,
-    decode_replica_info,
-    decode_sync_state_data,
-    join_ids,
-    load_body,
-    read_elect_answer,
-    read_metadata,
+from triomq.controller.requests import (
+    AlterSyncStateSet,
+    ApplyBrokerId,
+    BrokerHeartbeat,
+    CleanBrokerData,
+    ConfigValues,
+    ControllerRequest,
+    ElectAnswer,
+    ElectMaster,
+    GetControllerConfig,
+    GetMetadata,
+    GetNextBrokerId,
+    GetReplicaInfo,
+    GetSyncStateData,
+    NextBrokerId,
+    Payload,
+    RegisterBroker,
+    SyncStateSet,
+    SyncStateTable,
+    UpdateControllerConfig,
+    read_reply,
+    request_frame,
 )
+from triomq.controller.results import SyncStateData
+from triomq.controller.wire import ControllerMetadata, ReplicaInfo
 from triomq.errors import TriomqError
-from triomq.protocol.java_properties import PropertiesError, dump_properties, load_properties
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcClient, RpcError
 
@@ -130,59 +142,56 @@ class ControllerClient:
                 return response
             call.not_leader(step.address, response.ext_fields.get("leaderAddress", ""))
 
-    async def _request(self, code: RequestCode, fields: Mapping[str, str] | None = None,
-                       body: bytes = b"", *, ok: Iterable[int] = ()) -> RemotingCommand:
-        response = await self.call(code, fields, body)
-        if response.code != ResponseCode.SUCCESS and response.code not in set(ok):
+    async def answer(self, request: ControllerRequest) -> tuple[RemotingCommand, Payload | None]:
+        """Make ``request`` to the leader: its answer, whatever its code, and the answer's
+        payload (``read_reply``: None for a refusal)."""
+        _code, response, payload = await self._ask(request)
+        return response, payload
+
+    async def request(self, request: ControllerRequest) -> Payload | None:
+        """Make ``request`` to the leader; its payload. ``ControllerError`` for a refusal
+        (ELECT_MASTER's CONTROLLER_MASTER_STILL_EXIST is an answer: the group's master)."""
+        code, response, payload = await self._ask(request)
+        if response.code != ResponseCode.SUCCESS and payload is None:
             raise ControllerError(self.leader or "?", code.name, response)
-        return response
+        return payload
+
+    async def _ask(self, request: ControllerRequest
+                   ) -> tuple[RequestCode, RemotingCommand, Payload | None]:
+        code, fields, body = request_frame(request)
+        response = await self.call(code, fields, body)
+        return code, response, read_reply(request, response)
 
     # -- registration -------------------------------------------------------------
 
     async def get_next_broker_id(self, cluster_name: str, broker_name: str) -> int:
         """GET_NEXT_BROKER_ID: the id a new replica should apply for."""
-        response = await self._request(RequestCode.GET_NEXT_BROKER_ID, {
-            "clusterName": cluster_name, "brokerName": broker_name})
-        reader = load_body(response.body, "GET_NEXT_BROKER_ID response")
-        reader.expect_keys({"nextBrokerId"})
-        return reader.integer("nextBrokerId")
+        answer = await self.request(GetNextBrokerId(cluster_name, broker_name))
+        assert isinstance(answer, NextBrokerId)
+        return answer.next_broker_id
 
     async def apply_broker_id(self, cluster_name: str, broker_name: str, broker_id: int,
                               broker_address: str, register_check_code: str) -> None:
         """APPLY_BROKER_ID: claim ``broker_id``, proven later by ``register_check_code``."""
-        await self._request(RequestCode.APPLY_BROKER_ID, {
-            "clusterName": cluster_name, "brokerName": broker_name,
-            "appliedBrokerId": str(broker_id), "registerCheckCode": register_check_code,
-            "brokerAddress": broker_address})
+        await self.request(ApplyBrokerId(cluster_name, broker_name, broker_id, broker_address,
+                                         register_check_code))
 
     async def register_broker(self, cluster_name: str, broker_name: str, broker_id: int,
                               broker_address: str) -> ReplicaInfo:
         """REGISTER_BROKER: (re)join; the answer names the group's alive master, if any."""
-        response = await self._request(RequestCode.REGISTER_BROKER, {
-            "clusterName": cluster_name, "brokerName": broker_name,
-            "brokerId": str(broker_id), "brokerAddress": broker_address})
-        return decode_replica_info(response.body)
+        answer = await self.request(RegisterBroker(cluster_name, broker_name, broker_id,
+                                                   broker_address))
+        assert isinstance(answer, ReplicaInfo)
+        return answer
 
-    async def heartbeat(self, cluster_name: str, broker_name: str, broker_id: int,
-                        broker_address: str, *, epoch: int, max_offset: int,
-                        confirm_offset: int, election_priority: int = 0,
-                        heartbeat_timeout_ms: int | None = None,
-                        address: str) -> int:
-        """BROKER_HEARTBEAT with live info to the controller at ``address``; its response code.
+    async def heartbeat(self, heartbeat: BrokerHeartbeat, *, address: str) -> int:
+        """``heartbeat`` to the controller at ``address``; its response code.
 
         Every controller records heartbeats, so brokers send one to each.
         Raises ``RpcError`` when that controller does not answer.
         """
-        fields = {
-            "clusterName": cluster_name, "brokerName": broker_name, "brokerId": str(broker_id),
-            "brokerAddr": broker_address, "epoch": str(epoch), "maxOffset": str(max_offset),
-            "confirmOffset": str(max(confirm_offset, 0)),
-            "electionPriority": str(election_priority),
-        }
-        if heartbeat_timeout_ms is not None:
-            fields["heartbeatTimeoutMills"] = str(heartbeat_timeout_ms)
-        response = await self.rpc.invoke(address, RequestCode.BROKER_HEARTBEAT, fields,
-                                         timeout=self.attempt_timeout)
+        code, fields, _ = request_frame(heartbeat)
+        response = await self.rpc.invoke(address, code, fields, timeout=self.attempt_timeout)
         return response.code
 
     # -- replica info and elections -------------------------------------------------
@@ -192,13 +201,11 @@ class ControllerClient:
                                    new_sync_state_set: Iterable[int]
                                    ) -> tuple[frozenset[int], int]:
         """ALTER_SYNC_STATE_SET: the applied set and its new epoch."""
-        response = await self._request(RequestCode.ALTER_SYNC_STATE_SET, {
-            "brokerName": broker_name, "masterBrokerId": str(master_broker_id),
-            "masterEpoch": str(master_epoch), "syncStateSetEpoch": str(sync_state_set_epoch),
-            "newSyncStateSet": join_ids(new_sync_state_set)})
-        reader = load_body(response.body, "ALTER_SYNC_STATE_SET response")
-        reader.expect_keys({"syncStateSet", "syncStateSetEpoch"})
-        return reader.id_set("syncStateSet"), reader.integer("syncStateSetEpoch")
+        answer = await self.request(AlterSyncStateSet(
+            broker_name, master_broker_id, master_epoch, sync_state_set_epoch,
+            frozenset(new_sync_state_set)))
+        assert isinstance(answer, SyncStateSet)
+        return answer.members, answer.epoch
 
     async def elect_master(self, cluster_name: str, broker_name: str, *,
                            broker_id: int | None = None, designate: bool = False
@@ -209,71 +216,65 @@ class ControllerClient:
         CONTROLLER_MASTER_STILL_EXIST is an answer, not an error: the group's
         current master is returned.
         """
-        fields = {"clusterName": cluster_name, "brokerName": broker_name,
-                  "designateElect": "true" if designate else "false"}
-        if broker_id is not None:
-            fields["brokerId"] = str(broker_id)
-        response = await self._request(RequestCode.ELECT_MASTER, fields,
-                                       ok={ResponseCode.CONTROLLER_MASTER_STILL_EXIST})
-        return read_elect_answer(response.ext_fields, response.body)
+        answer = await self.request(ElectMaster(cluster_name, broker_name, broker_id,
+                                                designate))
+        assert isinstance(answer, ElectAnswer)
+        return answer.info
 
     async def get_replica_info(self, broker_name: str) -> ReplicaInfo:
         """GET_REPLICA_INFO: master, epochs, SyncStateSet and replicas of one group."""
-        response = await self._request(RequestCode.GET_REPLICA_INFO, {"brokerName": broker_name})
-        return decode_replica_info(response.body)
+        answer = await self.request(GetReplicaInfo(broker_name))
+        assert isinstance(answer, ReplicaInfo)
+        return answer
 
     async def get_sync_state_data(self, broker_names: Iterable[str]
                                   ) -> tuple[SyncStateData, ...]:
         """GET_SYNC_STATE_DATA: the named groups that exist, sorted by name."""
-        response = await self._request(
-            RequestCode.GET_SYNC_STATE_DATA,
-            body=json.dumps(sorted(set(broker_names))).encode())
-        return decode_sync_state_data(response.body)
+        answer = await self.request(GetSyncStateData(tuple(broker_names)))
+        assert isinstance(answer, SyncStateTable)
+        return answer.groups
 
     async def get_metadata(self, address: str | None = None) -> ControllerMetadata:
         """GET_METADATA_INFO from ``address``, else from the first controller that answers
         (every controller does, with its own view)."""
         if address is None:
-            response = await self.call(RequestCode.GET_METADATA_INFO)
+            answer = await self.request(GetMetadata())
         else:
-            response = await self.rpc.invoke(address, RequestCode.GET_METADATA_INFO,
-                                             timeout=self.attempt_timeout)
-        if response.code != ResponseCode.SUCCESS:
-            raise ControllerError(address or self.leader or "?", "GET_METADATA_INFO", response)
-        return read_metadata(response.ext_fields)
+            answer = await self._at(address, GetMetadata())
+        assert isinstance(answer, ControllerMetadata)
+        return answer
 
     async def clean_broker_data(self, cluster_name: str, broker_name: str, *,
                                 broker_ids: Iterable[int] | None = None,
                                 clean_living_broker: bool = False) -> None:
         """CLEAN_BROKER_DATA: forget some replicas of a group, or (no ids) the whole group."""
-        fields = {"clusterName": cluster_name, "brokerName": broker_name,
-                  "isCleanLivingBroker": "true" if clean_living_broker else "false"}
-        if broker_ids is not None:
-            fields["brokerControllerIdsToClean"] = join_ids(broker_ids)
-        await self._request(RequestCode.CLEAN_BROKER_DATA, fields)
+        await self.request(CleanBrokerData(
+            cluster_name, broker_name, None if broker_ids is None else frozenset(broker_ids),
+            clean_living_broker))
 
     # -- controller configuration ---------------------------------------------------
 
     async def get_controller_config(self, address: str) -> dict[str, str]:
         """GET_CONTROLLER_CONFIG of the controller at ``address``: property names and
         values (``triomq.controller.config.PROPERTY_NAMES``)."""
-        response = await self.rpc.invoke(address, RequestCode.GET_CONTROLLER_CONFIG,
-                                         timeout=self.attempt_timeout)
-        if response.code != ResponseCode.SUCCESS:
-            raise ControllerError(address, "GET_CONTROLLER_CONFIG", response)
-        try:
-            return load_properties(response.body)
-        except PropertiesError as exc:
-            raise WireError(f"GET_CONTROLLER_CONFIG from {address}: {exc}") from None
+        answer = await self._at(address, GetControllerConfig())
+        assert isinstance(answer, ConfigValues)
+        return dict(answer.properties)
 
     async def update_controller_config(self, address: str, values: Mapping[str, Any]) -> None:
         """UPDATE_CONTROLLER_CONFIG of the controller at ``address`` (not replicated):
         ``[controller]`` keys and values, sent as properties."""
-        response = await self.rpc.invoke(
-            address, RequestCode.UPDATE_CONTROLLER_CONFIG,
-            body=dump_properties(to_properties(values)), timeout=self.attempt_timeout)
+        await self._at(address, UpdateControllerConfig(values))
+
+    async def _at(self, address: str, request: ControllerRequest) -> Payload | None:
+        """``request`` to the controller at ``address`` alone; its payload, or
+        ``ControllerError``."""
+        code, fields, body = request_frame(request)
+        response = await self.rpc.invoke(address, code, fields, body,
+                                         timeout=self.attempt_timeout)
         if response.code != ResponseCode.SUCCESS:
-            raise ControllerError(address, "UPDATE_CONTROLLER_CONFIG", response)
+            raise ControllerError(address, code.name, response)
+        return read_reply(request, response)
 
 
 def _request_name(code: int) -> str:

@@ -3,7 +3,11 @@
 The controller service's core (``service_core``) takes a request as one of
 the classes here and answers with a ``Reply``; ``decode_request`` reads
 them from a remoting command (header keys and bodies as ``wire`` lists
-them) and ``reply_command`` writes a reply back. A request whose header or
+them) and ``reply_command`` writes a reply back. The other side, brokers
+and administrators (``triomq.controller.client``, the broker's
+controller-mode flow and the cluster simulation), sends the same values:
+``request_frame`` writes one as its remoting request and ``read_reply``
+reads the answer's payload back as the core's ``Payload``. A request whose header or
 body does not decode becomes ``Malformed`` and is answered
 CONTROLLER_INVALID_REQUEST by the core, like any other refusal (an
 UPDATE_CONTROLLER_CONFIG naming a black-listed key: NO_PERMISSION, as
@@ -13,25 +17,31 @@ RocketMQ answers it).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from triomq.controller.codes import RequestCode, ResponseCode
-from triomq.controller.config import BLACK_LIST, from_properties
+from triomq.controller.config import BLACK_LIST, from_properties, to_properties
 from triomq.controller.results import SyncStateData
 from triomq.controller.wire import (
     ControllerMetadata,
     Header,
     ReplicaInfo,
     WireError,
+    decode_replica_info,
+    decode_sync_state_data,
     dump_json,
     elect_fields,
     encode_elect_body,
     encode_replica_info,
     encode_sync_state_data,
+    join_ids,
+    load_body,
     metadata_fields,
+    read_elect_answer,
+    read_metadata,
 )
 from triomq.errors import ConfigError
 from triomq.protocol.java_properties import PropertiesError, dump_properties, load_properties
@@ -59,8 +69,14 @@ __all__ = [
     "SyncStateTable",
     "UpdateControllerConfig",
     "decode_request",
+    "read_reply",
     "reply_command",
+    "request_frame",
 ]
+
+
+def _ids(ids: Iterable[int]) -> frozenset[int]:
+    return frozenset(ids)
 
 
 @attrs.frozen
@@ -115,7 +131,7 @@ class AlterSyncStateSet:
     master_broker_id: int
     master_epoch: int
     sync_state_set_epoch: int
-    new_sync_state_set: frozenset[int] = attrs.field(converter=frozenset)
+    new_sync_state_set: frozenset[int] = attrs.field(converter=_ids)
 
 
 @attrs.frozen
@@ -200,7 +216,7 @@ class NextBrokerId:
 class SyncStateSet:
     """ALTER_SYNC_STATE_SET's answer: the applied set and its epoch."""
 
-    members: frozenset[int] = attrs.field(converter=frozenset)
+    members: frozenset[int] = attrs.field(converter=_ids)
     epoch: int = 0
 
 
@@ -388,3 +404,109 @@ def reply_command(reply: Reply) -> RemotingCommand:
         fields = elect_fields(reply.payload.info)
     return RemotingCommand.response(reply.code, remark=reply.remark or None,
                                     ext_fields=fields, body=_body(reply.payload))
+
+
+# -- the client's side: the frame of a request, the payload of its answer -----------
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def request_frame(request: ControllerRequest) -> tuple[RequestCode, dict[str, str], bytes]:
+    """The request code, header fields and body ``request`` travels as (what
+    ``decode_request`` reads); ``ValueError`` for ``Malformed``, which only a
+    controller makes."""
+    if isinstance(request, GetNextBrokerId):
+        return RequestCode.GET_NEXT_BROKER_ID, {
+            "clusterName": request.cluster_name, "brokerName": request.broker_name}, b""
+    if isinstance(request, ApplyBrokerId):
+        return RequestCode.APPLY_BROKER_ID, {
+            "clusterName": request.cluster_name, "brokerName": request.broker_name,
+            "appliedBrokerId": str(request.broker_id),
+            "registerCheckCode": request.check_code,
+            "brokerAddress": request.broker_address}, b""
+    if isinstance(request, RegisterBroker):
+        return RequestCode.REGISTER_BROKER, {
+            "clusterName": request.cluster_name, "brokerName": request.broker_name,
+            "brokerId": str(request.broker_id), "brokerAddress": request.broker_address}, b""
+    if isinstance(request, BrokerHeartbeat):
+        fields = {
+            "clusterName": request.cluster_name, "brokerName": request.broker_name,
+            "brokerId": str(request.broker_id), "brokerAddr": request.broker_address,
+            "epoch": str(request.epoch), "maxOffset": str(request.max_offset),
+            "confirmOffset": str(max(request.confirm_offset, 0)),
+            "electionPriority": str(request.election_priority)}
+        if request.heartbeat_timeout_ms is not None:
+            fields["heartbeatTimeoutMills"] = str(request.heartbeat_timeout_ms)
+        return RequestCode.BROKER_HEARTBEAT, fields, b""
+    if isinstance(request, AlterSyncStateSet):
+        return RequestCode.ALTER_SYNC_STATE_SET, {
+            "brokerName": request.broker_name,
+            "masterBrokerId": str(request.master_broker_id),
+            "masterEpoch": str(request.master_epoch),
+            "syncStateSetEpoch": str(request.sync_state_set_epoch),
+            "newSyncStateSet": join_ids(request.new_sync_state_set)}, b""
+    if isinstance(request, ElectMaster):
+        fields = {"clusterName": request.cluster_name, "brokerName": request.broker_name,
+                  "designateElect": _flag(request.designate)}
+        if request.broker_id is not None:
+            fields["brokerId"] = str(request.broker_id)
+        return RequestCode.ELECT_MASTER, fields, b""
+    if isinstance(request, GetReplicaInfo):
+        return RequestCode.GET_REPLICA_INFO, {"brokerName": request.broker_name}, b""
+    if isinstance(request, GetSyncStateData):
+        # mqadmin's way: the names as a JSON list in the body.
+        return RequestCode.GET_SYNC_STATE_DATA, {}, json.dumps(
+            sorted(set(request.broker_names))).encode()
+    if isinstance(request, GetMetadata):
+        return RequestCode.GET_METADATA_INFO, {}, b""
+    if isinstance(request, CleanBrokerData):
+        fields = {"brokerName": request.broker_name,
+                  "isCleanLivingBroker": _flag(request.clean_living_broker)}
+        if request.cluster_name is not None:
+            fields["clusterName"] = request.cluster_name
+        if request.broker_ids is not None:
+            fields["brokerControllerIdsToClean"] = join_ids(request.broker_ids)
+        return RequestCode.CLEAN_BROKER_DATA, fields, b""
+    if isinstance(request, GetControllerConfig):
+        return RequestCode.GET_CONTROLLER_CONFIG, {}, b""
+    if isinstance(request, UpdateControllerConfig):
+        return RequestCode.UPDATE_CONTROLLER_CONFIG, {}, dump_properties(
+            to_properties(request.values))
+    raise ValueError(f"{request!r} is not a request a client sends")
+
+
+def read_reply(request: ControllerRequest, response: RemotingCommand) -> Payload | None:
+    """The payload of ``response``, the answer to ``request``, as the core's ``Reply``
+    carried it (None for a refusal and for requests answered without one);
+    ``WireError`` names what does not decode."""
+    code = response.code
+    if isinstance(request, ElectMaster):
+        # The group's master is the answer either way.
+        if code not in (ResponseCode.SUCCESS, ResponseCode.CONTROLLER_MASTER_STILL_EXIST):
+            return None
+        return ElectAnswer(request.cluster_name,
+                           read_elect_answer(response.ext_fields, response.body))
+    if code != ResponseCode.SUCCESS:
+        return None
+    if isinstance(request, GetNextBrokerId):
+        reader = load_body(response.body, "GET_NEXT_BROKER_ID response")
+        reader.expect_keys({"nextBrokerId"})
+        return NextBrokerId(reader.integer("nextBrokerId"))
+    if isinstance(request, (RegisterBroker, GetReplicaInfo)):
+        return decode_replica_info(response.body)
+    if isinstance(request, AlterSyncStateSet):
+        reader = load_body(response.body, "ALTER_SYNC_STATE_SET response")
+        reader.expect_keys({"syncStateSet", "syncStateSetEpoch"})
+        return SyncStateSet(reader.id_set("syncStateSet"), reader.integer("syncStateSetEpoch"))
+    if isinstance(request, GetSyncStateData):
+        return SyncStateTable(decode_sync_state_data(response.body))
+    if isinstance(request, GetMetadata):
+        return read_metadata(response.ext_fields)
+    if isinstance(request, GetControllerConfig):
+        try:
+            return ConfigValues(load_properties(response.body))
+        except PropertiesError as exc:
+            raise WireError(f"GET_CONTROLLER_CONFIG response: {exc}") from None
+    return None

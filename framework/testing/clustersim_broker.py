@@ -20,10 +20,7 @@ priority is 0 for every replica; the topics (kept across crashes, as
 
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, Any
-
-import attrs
+from typing import TYPE_CHECKING
 
 from triomq.broker import controller_flow as flow
 from triomq.broker.identity import BrokerIdentity
@@ -31,6 +28,7 @@ from triomq.broker.role import BrokerRole
 from triomq.broker.topic_table import TopicTable
 from triomq.controller import ResponseCode
 from triomq.controller.leader_calls import GiveUp, LeaderCalls, Pause
+from triomq.controller.requests import BrokerHeartbeat
 from triomq.ha import roles
 from triomq.ha.errors import EpochError, HAProtocolError
 from triomq.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
@@ -187,11 +185,10 @@ class SimBroker:
                     term = self.term
                     epoch = (term.epochs.last_epoch if term.role != "none"
                              else out.recorded_epoch)
-                    self._send(out.controller, Request(self.sim.next_request_id(), "heartbeat", {
-                        "cluster_name": CLUSTER, "broker_name": GROUP,
-                        "broker_id": out.broker_id, "address": self.name, "epoch": epoch or 0,
-                        "max_offset": self.log.max_offset,
-                        "confirm_offset": max(term.confirmed(self.log.max_offset), 0)}))
+                    self._send(out.controller, Request(self.sim.next_request_id(), BrokerHeartbeat(
+                        CLUSTER, GROUP, out.broker_id, self.name, epoch=epoch or 0,
+                        max_offset=self.log.max_offset,
+                        confirm_offset=max(term.confirmed(self.log.max_offset), 0))))
                     mode.heartbeat_sent(self.now_ms(), out.controller)
                 elif isinstance(out, flow.SaveIdentity):
                     self.identity = out.identity
@@ -219,7 +216,6 @@ class SimBroker:
 
     def _call(self, call: flow.Call) -> TaskGen:
         """Make one of the flow's calls, following the leader as ``ControllerClient`` does."""
-        kind, args = _request(call.request, self.name)
         attempts = self.calls.start(self.now_ms())
         while True:
             step = attempts.next_step(self.now_ms())
@@ -230,8 +226,7 @@ class SimBroker:
                 yield from self._sleep(step.duration)
                 continue
             rid = self.sim.next_request_id()
-            self._send(step.address, Request(rid, kind, {"cluster_name": CLUSTER,
-                                                         "broker_name": GROUP, **args}))
+            self._send(step.address, Request(rid, call.request))
             until = self.now_ms() + step.timeout
             yield from wait_for(lambda r=rid, u=until: r in self.responses
                                 or self.now_ms() >= u)
@@ -427,10 +422,3 @@ class SimBroker:
         ack = conn.poll(now)
         if ack is not None:
             stream.send(self.name, ack, self.sim.now, self.sim.network.delay())
-
-
-
-def _request(request: flow.ControllerRequest, address: str) -> tuple[str, dict[str, Any]]:
-    """The simulated controller's request name and arguments for one of the flow's requests."""
-    kind = re.sub(r"(?<!^)(?=[A-Z])", "_", type(request).__name__).lower()
-    return kind, {"address": address, **attrs.asdict(request, recurse=False)}

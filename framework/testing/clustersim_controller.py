@@ -30,21 +30,7 @@ from triomq.consensus.ready import Role
 from triomq.controller import ReplicasInfoManager, decode_event, default_election_policy
 from triomq.controller.config import ControllerConfig
 from triomq.controller.election import ElectionPolicy
-from triomq.controller.requests import (
-    AlterSyncStateSet,
-    ApplyBrokerId,
-    BrokerHeartbeat,
-    ControllerRequest,
-    ElectAnswer,
-    ElectMaster,
-    GetNextBrokerId,
-    GetReplicaInfo,
-    Malformed,
-    NextBrokerId,
-    RegisterBroker,
-    Reply,
-    SyncStateSet,
-)
+from triomq.controller.requests import BrokerHeartbeat, ControllerRequest, Payload, Reply
 from triomq.controller.service_core import (
     Applied,
     ControllerCore,
@@ -92,11 +78,10 @@ class RaftPacket:
 
 @attrs.frozen
 class Request:
-    """A controller request (``kind`` is the request's name, ``args`` its header)."""
+    """A controller request: the value the controller's core reads, as a broker made it."""
 
     id: int
-    kind: str
-    args: dict[str, Any] = attrs.field(factory=dict, hash=False)
+    request: ControllerRequest
 
 
 @attrs.frozen
@@ -106,7 +91,7 @@ class Response:
     id: int
     code: int
     remark: str = ""
-    payload: Any = None
+    payload: Payload | None = None
     leader: str | None = None
 
 
@@ -122,43 +107,8 @@ def controller_name(node_id: int) -> str:
     return f"c{node_id}"
 
 
-# -- the datagrams' vocabulary: header names in, payloads out ---------------------------
-
-_REQUESTS: dict[str, Callable[[str, str, dict[str, Any]], ControllerRequest]] = {
-    "heartbeat": lambda cluster, name, a: BrokerHeartbeat(
-        cluster, name, a["broker_id"], a["address"], epoch=a["epoch"],
-        max_offset=a["max_offset"], confirm_offset=a["confirm_offset"]),
-    "get_next_broker_id": lambda cluster, name, a: GetNextBrokerId(cluster, name),
-    "get_replica_info": lambda cluster, name, a: GetReplicaInfo(name),
-    "elect_master": lambda cluster, name, a: ElectMaster(
-        cluster, name, a.get("broker_id"), a.get("designate", False)),
-    "apply_broker_id": lambda cluster, name, a: ApplyBrokerId(
-        cluster, name, a["broker_id"], a["address"], a["check_code"]),
-    "register_broker": lambda cluster, name, a: RegisterBroker(
-        cluster, name, a["broker_id"], a["address"]),
-    "alter_sync_state_set": lambda cluster, name, a: AlterSyncStateSet(
-        name, a["master_broker_id"], a["master_epoch"], a["sync_state_set_epoch"],
-        a["sync_state_set"]),
-}
-
-
-def _request(request: Request) -> ControllerRequest:
-    make = _REQUESTS.get(request.kind)
-    if make is None:
-        return Malformed(request.kind, f"unknown request {request.kind}")
-    args = request.args
-    return make(args.get("cluster_name", ""), args.get("broker_name", ""), args)
-
-
 def _response(reply: Reply) -> Response:
-    payload: Any = reply.payload
-    if isinstance(payload, NextBrokerId):
-        payload = payload.next_broker_id
-    elif isinstance(payload, SyncStateSet):
-        payload = (payload.members, payload.epoch)
-    elif isinstance(payload, ElectAnswer):
-        payload = payload.info  # what ControllerClient.elect_master gives a broker
-    return Response(reply.request_id, reply.code, reply.remark, payload,
+    return Response(reply.request_id, reply.code, reply.remark, reply.payload,
                     reply.leader_address or None)
 
 
@@ -293,9 +243,9 @@ class SimController:
             raft.step(payload.message)
             self._run()
         elif isinstance(payload, Request):
-            if payload.kind != "heartbeat":
+            request = payload.request
+            if not isinstance(request, BrokerHeartbeat):  # oneway
                 self._callers[payload.id] = src
-            request = _request(payload)
             self._feed(lambda now: self.core.request(payload.id, request, now))
 
     def compact(self) -> None:

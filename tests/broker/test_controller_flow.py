@@ -5,19 +5,13 @@ from __future__ import annotations
 import pytest
 
 from triomq.broker.controller_flow import (
-    AlterSyncStateSet,
     Answer,
-    ApplyBrokerId,
     Call,
     ControllerModeFlow,
-    ElectMaster,
     FlowSettings,
-    GetNextBrokerId,
-    GetReplicaInfo,
     LearnSyncStateSet,
     Log,
     ProposalOutcome,
-    RegisterBroker,
     Registered,
     SaveIdentity,
     SendHeartbeat,
@@ -27,6 +21,17 @@ from triomq.broker.controller_flow import (
 from triomq.broker.identity import BrokerIdentity
 from triomq.broker.role import BrokerRole
 from triomq.controller.codes import ResponseCode
+from triomq.controller.requests import (
+    AlterSyncStateSet,
+    ApplyBrokerId,
+    ElectAnswer,
+    ElectMaster,
+    GetNextBrokerId,
+    GetReplicaInfo,
+    NextBrokerId,
+    RegisterBroker,
+    SyncStateSet,
+)
 from triomq.controller.wire import ReplicaInfo
 from triomq.errors import ConfigError
 
@@ -57,7 +62,7 @@ def registered(saved_id: int = 2, answer: ReplicaInfo | None = None) -> Controll
     flow = ControllerModeFlow(SETTINGS)
     flow.start(0, BrokerIdentity("c", "g", saved_id, "me;1"), 0, "me;2")
     call = only_call(flow)
-    assert call.request == RegisterBroker(saved_id)
+    assert call.request == RegisterBroker("c", "g", saved_id, "me")
     flow.answered(0, call.id, Answer(Code.SUCCESS, payload=answer or info(1, 1)))
     flow.outputs()
     return flow
@@ -67,15 +72,15 @@ def test_a_new_replica_claims_an_id_and_saves_it_before_registering():
     flow = ControllerModeFlow(SETTINGS)
     flow.start(0, None, 0, "me;42")
     call = only_call(flow)
-    assert call.request == GetNextBrokerId()
-    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=2))
+    assert call.request == GetNextBrokerId("c", "g")
+    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=NextBrokerId(2)))
     call = only_call(flow)
-    assert call.request == ApplyBrokerId(2, "me;42")
+    assert call.request == ApplyBrokerId("c", "g", 2, "me", "me;42")
     flow.answered(0, call.id, OK)
     assert flow.outputs() == [SaveIdentity(BrokerIdentity("c", "g", 2, "me;42"))]
     flow.identity_saved(0)
     call = only_call(flow)
-    assert call.request == RegisterBroker(2)
+    assert call.request == RegisterBroker("c", "g", 2, "me")
     flow.answered(0, call.id, Answer(Code.SUCCESS, payload=info(1, 3)))
     out = flow.outputs()
     assert Registered(2) in out
@@ -87,19 +92,19 @@ def test_a_new_replica_claims_an_id_and_saves_it_before_registering():
 def test_an_id_another_replica_claimed_first_is_no_failure_and_the_next_is_asked_at_once():
     flow = ControllerModeFlow(SETTINGS)
     flow.start(0, None, 0, "me;42")
-    flow.answered(0, only_call(flow).id, Answer(Code.SUCCESS, payload=1))
+    flow.answered(0, only_call(flow).id, Answer(Code.SUCCESS, payload=NextBrokerId(1)))
     call = only_call(flow)
-    assert call.request == ApplyBrokerId(1, "me;42")
+    assert call.request == ApplyBrokerId("c", "g", 1, "me", "me;42")
     flow.answered(5, call.id, Answer(Code.CONTROLLER_BROKER_ID_INVALID,
                                      "broker id 1 of group 'g' is owned by another broker"))
     out = flow.outputs()
     assert [(o.text, o.warning) for o in out if isinstance(o, Log)] == [
         ("broker me: broker id 1 went to a replica that claimed it first; asking the "
          "controllers for the next free id", False)]
-    assert [c.request for c in calls(out)] == [GetNextBrokerId()]
-    flow.answered(5, calls(out)[0].id, Answer(Code.SUCCESS, payload=2))
+    assert [c.request for c in calls(out)] == [GetNextBrokerId("c", "g")]
+    flow.answered(5, calls(out)[0].id, Answer(Code.SUCCESS, payload=NextBrokerId(2)))
     call = only_call(flow)
-    assert call.request == ApplyBrokerId(2, "me;42")
+    assert call.request == ApplyBrokerId("c", "g", 2, "me", "me;42")
     flow.answered(5, call.id, OK)
     assert flow.outputs() == [SaveIdentity(BrokerIdentity("c", "g", 2, "me;42"))]
 
@@ -123,7 +128,7 @@ def test_failed_registration_is_retried_after_the_metadata_period():
     flow.tick(309)
     assert flow.outputs() == []
     flow.tick(310)
-    assert only_call(flow).request == RegisterBroker(2)
+    assert only_call(flow).request == RegisterBroker("c", "g", 2, "me")
 
 
 def test_a_forgotten_replica_claims_its_id_again_with_its_check_code():
@@ -132,10 +137,10 @@ def test_a_forgotten_replica_claims_its_id_again_with_its_check_code():
     call = only_call(flow)
     flow.answered(0, call.id, Answer(Code.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED))
     call = only_call(flow)
-    assert call.request == ApplyBrokerId(2, "me;1")
+    assert call.request == ApplyBrokerId("c", "g", 2, "me", "me;1")
     flow.answered(0, call.id, OK)
     call = only_call(flow)
-    assert call.request == RegisterBroker(2)
+    assert call.request == RegisterBroker("c", "g", 2, "me")
     flow.answered(0, call.id, Answer(Code.SUCCESS, payload=info(2, 1)))
     assert TakeMaster(1, frozenset({"me", "other"}), 1) in flow.outputs()
 
@@ -146,7 +151,7 @@ def test_no_master_asks_an_election_and_says_why_once_per_reason():
     flow.answered(0, only_call(flow).id, Answer(Code.SUCCESS, payload=info(None, 1)))
     logs = []
     for now in (0, 300, 600):
-        call = next(c for c in calls(flow.outputs()) if c.request == ElectMaster(2))
+        call = next(c for c in calls(flow.outputs()) if c.request == ElectMaster("c", "g", 2))
         flow.answered(now, call.id, Answer(Code.CONTROLLER_MASTER_NOT_AVAILABLE, "unclean off"))
         assert flow.no_master_reason == "unclean off"
         logs += [o.text for o in flow.outputs() if isinstance(o, Log)]
@@ -156,7 +161,8 @@ def test_no_master_asks_an_election_and_says_why_once_per_reason():
     assert logs == ["broker me: group g has no master: unclean off"]
     assert not flow.group_has_master  # its slaves serve reads meanwhile
     call = only_call(flow)
-    flow.answered(0, call.id, Answer(Code.CONTROLLER_MASTER_STILL_EXIST, payload=info(2, 2)))
+    flow.answered(0, call.id, Answer(Code.CONTROLLER_MASTER_STILL_EXIST,
+                                      payload=ElectAnswer("c", info(2, 2))))
     assert flow.no_master_reason == ""
     assert TakeMaster(2, frozenset({"me", "other"}), 1) in flow.outputs()
 
@@ -236,7 +242,7 @@ def test_a_poll_of_a_forgotten_group_registers_again():
     flow.tick(flow.next_deadline())
     call = only_call(flow)
     flow.answered(0, call.id, Answer(Code.CONTROLLER_BROKER_METADATA_NOT_EXIST))
-    assert only_call(flow).request == RegisterBroker(2)
+    assert only_call(flow).request == RegisterBroker("c", "g", 2, "me")
 
 
 def master_flow() -> ControllerModeFlow:
@@ -249,8 +255,8 @@ def test_a_proposal_becomes_ids_fenced_by_both_epochs():
     flow = master_flow()
     token = flow.propose(0, frozenset({"me", "other"}), 4)
     call = only_call(flow)
-    assert call.request == AlterSyncStateSet(2, 4, 3, frozenset({1, 2}))
-    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=(frozenset({1, 2}), 4)))
+    assert call.request == AlterSyncStateSet("g", 2, 4, 3, frozenset({1, 2}))
+    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=SyncStateSet(frozenset({1, 2}), 4)))
     assert flow.outputs() == [ProposalOutcome(token, frozenset({"me", "other"}))]
     assert flow.sync_state_set_epoch == 4
 
@@ -267,7 +273,7 @@ def test_a_refused_proposal_answers_the_set_read_back():
     token = flow.propose(0, frozenset({"me"}), 4)
     flow.answered(0, only_call(flow).id, Answer(Code.CONTROLLER_INVALID_REQUEST, "unchanged"))
     call = only_call(flow)
-    assert call.request == GetReplicaInfo()
+    assert call.request == GetReplicaInfo("g")
     flow.answered(0, call.id, Answer(Code.SUCCESS, payload=info(2, 4, set_epoch=5)))
     assert ProposalOutcome(token, frozenset({"me", "other"})) in flow.outputs()
     assert flow.sync_state_set_epoch == 5
@@ -288,10 +294,10 @@ def test_a_proposal_naming_an_unknown_replica_reads_the_group_first():
     flow = master_flow()
     token = flow.propose(0, frozenset({"me", "new"}), 4)
     call = only_call(flow)
-    assert call.request == GetReplicaInfo()
+    assert call.request == GetReplicaInfo("g")
     grown = ReplicaInfo("g", 2, "me", 4, frozenset({2}), 3, (*REPLICAS, (3, "new")))
     flow.answered(0, call.id, Answer(Code.SUCCESS, payload=grown))
-    assert only_call(flow).request == AlterSyncStateSet(2, 4, 3, frozenset({2, 3}))
+    assert only_call(flow).request == AlterSyncStateSet("g", 2, 4, 3, frozenset({2, 3}))
     flow2 = master_flow()
     token = flow2.propose(0, frozenset({"me", "new"}), 4)
     flow2.answered(0, only_call(flow2).id, Answer(Code.SUCCESS, payload=info(2, 4, (2,), 3)))

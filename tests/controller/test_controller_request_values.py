@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,18 +13,26 @@ from triomq.controller import RequestCode, ResponseCode
 from triomq.controller.requests import (
     REQUEST_CODES,
     AlterSyncStateSet,
+    ApplyBrokerId,
     BrokerHeartbeat,
+    CleanBrokerData,
     ConfigValues,
+    ElectAnswer,
     ElectMaster,
+    GetNextBrokerId,
+    GetReplicaInfo,
     GetSyncStateData,
     Malformed,
     NextBrokerId,
+    RegisterBroker,
     Reply,
     SyncStateSet,
     SyncStateTable,
     UpdateControllerConfig,
     decode_request,
+    read_reply,
     reply_command,
+    request_frame,
 )
 from triomq.controller.results import Replica, SyncStateData
 from triomq.controller.wire import ControllerMetadata, ReplicaInfo, decode_replica_info, load_body
@@ -142,3 +151,79 @@ def test_a_not_leader_reply_names_the_leader_in_its_header() -> None:
     refused = reply_command(Reply(1, ResponseCode.CONTROLLER_INVALID_REQUEST, "bad"))
     assert refused.ext_fields == {} and refused.remark == "bad"
     assert load_body(reply_command(Reply(1, 0, payload=NextBrokerId(1))).body, "x")
+
+
+# -- the client's side: the frames a broker sends, the payloads it reads back -------
+
+FRAMES = [
+    (GetNextBrokerId("c", "g"), RequestCode.GET_NEXT_BROKER_ID,
+     {"clusterName": "c", "brokerName": "g"}),
+    (ApplyBrokerId("c", "g", 2, "10.0.0.2:10911", "10.0.0.2:10911;1700000000000"),
+     RequestCode.APPLY_BROKER_ID,
+     {"clusterName": "c", "brokerName": "g", "appliedBrokerId": "2",
+      "registerCheckCode": "10.0.0.2:10911;1700000000000", "brokerAddress": "10.0.0.2:10911"}),
+    (RegisterBroker("c", "g", 2, "10.0.0.2:10911"), RequestCode.REGISTER_BROKER,
+     {"clusterName": "c", "brokerName": "g", "brokerId": "2",
+      "brokerAddress": "10.0.0.2:10911"}),
+    (BrokerHeartbeat("c", "g", 2, "10.0.0.2:10911", epoch=3, max_offset=10, confirm_offset=-1,
+                     heartbeat_timeout_ms=1000),
+     RequestCode.BROKER_HEARTBEAT,
+     {"clusterName": "c", "brokerName": "g", "brokerId": "2", "brokerAddr": "10.0.0.2:10911",
+      "epoch": "3", "maxOffset": "10", "confirmOffset": "0", "electionPriority": "0",
+      "heartbeatTimeoutMills": "1000"}),
+    (AlterSyncStateSet("g", 1, 2, 3, {2, 1}), RequestCode.ALTER_SYNC_STATE_SET,
+     {"brokerName": "g", "masterBrokerId": "1", "masterEpoch": "2", "syncStateSetEpoch": "3",
+      "newSyncStateSet": "1;2"}),
+    (ElectMaster("c", "g", 2), RequestCode.ELECT_MASTER,
+     {"clusterName": "c", "brokerName": "g", "brokerId": "2", "designateElect": "false"}),
+    (ElectMaster("c", "g"), RequestCode.ELECT_MASTER,
+     {"clusterName": "c", "brokerName": "g", "designateElect": "false"}),
+    (GetReplicaInfo("g"), RequestCode.GET_REPLICA_INFO, {"brokerName": "g"}),
+    (CleanBrokerData(None, "g", frozenset({3}), True), RequestCode.CLEAN_BROKER_DATA,
+     {"brokerName": "g", "brokerControllerIdsToClean": "3", "isCleanLivingBroker": "true"}),
+]
+
+
+@pytest.mark.parametrize(("request_value", "code", "fields"), FRAMES,
+                         ids=[type(frame[0]).__name__ for frame in FRAMES])
+def test_a_request_is_written_as_rocketmqs_header_and_read_back(
+        request_value, code: int, fields: dict[str, str]) -> None:
+    assert request_frame(request_value) == (code, fields, b"")
+    read = decode_request(RemotingCommand.request(code, fields))
+    # The heartbeat's negative confirm offset travels as 0, as RocketMQ's broker sends it.
+    expected = (attrs.evolve(request_value, confirm_offset=0)
+                if isinstance(request_value, BrokerHeartbeat) else request_value)
+    assert read == expected
+
+
+def test_get_sync_state_data_names_its_groups_in_the_body_as_mqadmin_does() -> None:
+    code, fields, body = request_frame(GetSyncStateData(("b", "a", "b")))
+    assert (code, fields, json.loads(body)) == (RequestCode.GET_SYNC_STATE_DATA, {}, ["a", "b"])
+
+
+def test_answers_are_read_back_as_the_cores_payloads() -> None:
+    def answer(body: bytes, code: int = ResponseCode.SUCCESS, **fields: str) -> RemotingCommand:
+        return RemotingCommand.response(code, ext_fields=fields or None, body=body)
+
+    assert read_reply(GetNextBrokerId("c", "g"), answer(b'{"nextBrokerId":4}')) \
+        == NextBrokerId(4)
+    assert read_reply(AlterSyncStateSet("g", 1, 2, 3, {1}), answer(
+        b'{"syncStateSet":[1,2],"syncStateSetEpoch":4}')) == SyncStateSet({1, 2}, 4)
+    # RocketMQ's ElectMasterResponseHeader and ElectMasterResponseBody, written by hand.
+    elected = read_reply(ElectMaster("c", "g", 2), answer(
+        b'{"brokerMemberGroup":{"brokerAddrs":{"1":"h:1","2":"h:2"},"brokerName":"g",'
+        b'"cluster":"c"},"syncStateSet":[1,2]}',
+        ResponseCode.CONTROLLER_MASTER_STILL_EXIST, masterBrokerId="1", masterAddress="h:1",
+        masterEpoch="5", syncStateSetEpoch="6"))
+    assert isinstance(elected, ElectAnswer) and elected.cluster_name == "c"
+    assert (elected.info.master_broker_id, elected.info.master_epoch,
+            elected.info.sync_state_set) == (1, 5, {1, 2})
+    refused = answer(b"", ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE)
+    assert read_reply(ElectMaster("c", "g", 2), refused) is None
+    assert read_reply(GetReplicaInfo("g"), refused) is None
+    assert read_reply(ApplyBrokerId("c", "g", 2, "a", "k"), answer(b"")) is None
+
+
+def test_a_malformed_request_is_not_sent() -> None:
+    with pytest.raises(ValueError, match="not a request a client sends"):
+        request_frame(Malformed("X", "bad"))

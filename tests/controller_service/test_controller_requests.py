@@ -7,6 +7,7 @@ from controller_service_helpers import controllers, wait_leader
 
 from triomq.controller import RequestCode, ResponseCode
 from triomq.controller.client import ControllerClient, ControllerError
+from triomq.controller.requests import BrokerHeartbeat
 from triomq.controller.wire import read_metadata
 from triomq.protocol.java_properties import load_properties
 
@@ -44,9 +45,9 @@ async def test_bad_requests_are_refused_and_change_nothing(make_cluster):
             return error.value
 
         async def heartbeat(cluster_name: str, group: str, broker_id: int) -> int:
-            return await client.heartbeat(cluster_name, group, broker_id, "inproc://x9",
-                                          epoch=1, max_offset=0, confirm_offset=0,
-                                          address=leader_address)
+            return await client.heartbeat(
+                BrokerHeartbeat(cluster_name, group, broker_id, "inproc://x9", epoch=1),
+                address=leader_address)
 
         assert await heartbeat(CLUSTER, "no-such-group", 1) == (
             Code.CONTROLLER_BROKER_METADATA_NOT_EXIST)
