@@ -178,9 +178,10 @@ class RouteInfo:
         self.version = 0
         self._route_bodies: dict[str, bytes] = {}
         self._bodies_version = 0
-        #: (cluster, group) -> the newest state version a master registered with; kept
-        #: when the group leaves (one number per group this name server ever saw).
-        self._master_versions: dict[tuple[str, str], int] = {}
+        #: (cluster, group) -> the newest state version a master registered with, and
+        #: the address that did; kept when the group leaves (one per group this name
+        #: server ever saw).
+        self._master_versions: dict[tuple[str, str], tuple[int, str]] = {}
 
     # -- registration -----------------------------------------------------------
 
@@ -208,12 +209,12 @@ class RouteInfo:
                     f"broker {reg.broker_name} id 0: {reg.address}'s state version "
                     f"{state_version} is more than {STATE_VERSION_LEAD_LIMIT} ahead of the "
                     f"live master {old_address}'s {held_version}"))
-        newest_master = self._master_versions.get((reg.cluster, reg.broker_name))
-        if (reg.broker_id == MASTER_ID and newest_master is not None
-                and _outranks(newest_master, state_version)):
+        newest = self._master_versions.get((reg.cluster, reg.broker_name))
+        if (reg.broker_id == MASTER_ID and newest is not None
+                and _outranks(newest[0], state_version) and not self._disowned(newest, reg)):
             raise RouteRefused(SYSTEM_ERROR, (
                 f"broker {reg.broker_name} id 0: {reg.address}'s state version "
-                f"{state_version} is older than {newest_master}, a master's of the group"))
+                f"{state_version} is older than {newest[0]}, a master's of the group"))
         key = BrokerKey(reg.cluster, reg.address)
         held = self._live.get(key)
         if held is not None:
@@ -235,7 +236,7 @@ class RouteInfo:
         is_master = reg.broker_id == MASTER_ID
         if is_master:
             # Past the checks, no remembered version outranks this one: it replaces it.
-            self._master_versions[(reg.cluster, reg.broker_name)] = state_version
+            self._master_versions[(reg.cluster, reg.broker_name)] = (state_version, reg.address)
         is_prime_slave = (reg.enable_acting_master is not None and not is_master
                           and reg.broker_id == min(group.addrs))
         if is_master or is_prime_slave:
@@ -247,6 +248,13 @@ class RouteInfo:
         if reg.broker_id < previous_min:
             self._min_id_changed(group, None, reg.ha_address)
         return self._result(reg, group)
+
+    def _disowned(self, newest: tuple[int, str], reg: BrokerRegistration) -> bool:
+        """Whether the newest master version was registered in the name of ``reg``'s
+        address, which now registers an older one, from a connection that is gone: a
+        broker never goes back in epoch, so the newer one was not that broker's (a
+        forgery, gone with its connection)."""
+        return newest[1] == reg.address and BrokerKey(reg.cluster, reg.address) not in self._live
 
     @staticmethod
     def _check_same_address(reg: BrokerRegistration, held: _LiveBroker,

@@ -5,13 +5,15 @@ and the forger are clients of their own over TCP. One anonymous registration
 naming the group's master with ``dataVersion.stateVersion`` 999, from a
 connection that then closes, leaves no trace; one kept open while the master
 lives is refused; and while the master is away it holds id 0 only until the
-master registers again from its own connection.
+master registers again from its own connection. One only slightly ahead in
+the master's name is taken while its connection lasts and goes with it.
 """
 
 from __future__ import annotations
 
 import zlib
 
+import trio
 from processes import node_process
 
 from triomq.config import NodeConfig
@@ -82,3 +84,29 @@ async def test_a_forged_state_version_does_not_lock_the_master_out(tmp_path) -> 
                 assert answer.code == SYSTEM_ERROR
                 assert "more than 64 ahead of the live master" in answer.remark
                 assert await routed_master(master) == MASTER
+
+
+async def test_a_forgery_slightly_ahead_in_the_masters_name_goes_with_its_connection(
+        tmp_path) -> None:
+    async with node_process("nameserver", "ns", tmp_path) as namesrv:
+        async def register(node, state_version: int, counter: int):
+            fields, body = registration(state_version, counter)
+            return await node.rpc.invoke(namesrv.address, REGISTER_BROKER, fields, body)
+
+        async with open_node(NodeConfig(name="master")) as master:
+            assert (await register(master, 3, 1)).code == SUCCESS
+            async with open_node(NodeConfig(name="forger")) as forger:
+                # One epoch ahead, in the master's name: taken while it lasts...
+                assert (await register(forger, 4, 1)).code == SUCCESS
+                answer = await register(master, 3, 2)
+                assert answer.code == SYSTEM_ERROR
+                assert "state version 3 is older than 4" in answer.remark
+            # ...and gone with the forger's connection: the master registers again.
+            with trio.fail_after(10):  # until the name server has seen the close
+                while (answer := await register(master, 3, 3)).code != SUCCESS:
+                    assert "state version 3 is older than 4" in answer.remark
+                    await trio.sleep(0.05)
+            route = await master.rpc.invoke(namesrv.address, GET_ROUTEINFO_BY_TOPIC,
+                                            {"topic": "t"})
+            (broker,) = TopicRouteData.decode(route.body).broker_datas
+            assert broker.broker_addrs[0] == MASTER

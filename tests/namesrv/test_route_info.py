@@ -77,6 +77,27 @@ def test_a_deposed_master_cannot_take_id_0_back_after_the_new_one_left() -> None
         RegisterResult())  # a restarted name server knows no epoch
 
 
+def test_a_version_forged_in_the_masters_name_goes_with_its_connection() -> None:
+    route = RouteInfo()
+    route.register(reg(0, "h:1", version=DataVersion(3, 1, 1)), now=0, connection="real")
+    # Slightly ahead, in the master's name, from another connection: the name server
+    # cannot tell it from the master's own while it lasts...
+    route.register(reg(0, "h:1", version=DataVersion(4, 1, 1)), now=1, connection="forger")
+    with pytest.raises(RouteRefused, match="state version 3 is older than 4"):
+        route.register(reg(0, "h:1", version=DataVersion(3, 2, 2)), now=2, connection="real")
+    # ...but once that connection is gone, the master, which never goes back in epoch,
+    # registers at its own version again.
+    route.connection_closed("forger")
+    assert route.register(reg(0, "h:1", version=DataVersion(3, 3, 3)), now=3,
+                          connection="real") == RegisterResult()
+    assert addrs(route) == {0: "h:1"}
+    # A newer version of another address is still the newer master's, gone or not.
+    route.register(reg(0, "h:2", version=DataVersion(5, 1, 1)), now=4, connection="new")
+    route.connection_closed("new")
+    with pytest.raises(RouteRefused, match="state version 3 is older than 5"):
+        route.register(reg(0, "h:1", version=DataVersion(3, 4, 4)), now=5, connection="real")
+
+
 def test_a_state_version_far_ahead_outranks_no_live_master() -> None:
     route = RouteInfo()
     far = 3 + STATE_VERSION_LEAD_LIMIT + 1
