@@ -10,8 +10,8 @@ credential proves it is that slave's: ``triomq.node_auth``, and then its
 connection's acks count for that slave alone); while slave, they are closed
 at once and the slave signs its own handshakes. A role change
 ends the current *term* (its tasks are cancelled and awaited, its pending
-puts fail), prepares the log and the epoch file (``become_master`` /
-``become_slave``), then starts the next term.
+puts fail), prepares the log and the epoch file, then starts the next term,
+in the order of ``triomq.ha.role_change.RoleChange``.
 
 Role-scoped work (``TermHost``, the broker's components) starts in each
 term's nursery once the term's HA service runs and the new role shows, and
@@ -37,15 +37,25 @@ from triomq.broker.role import BrokerRole
 from triomq.clock import wall_ms
 from triomq.ha.admission import HAAdmission, Refused
 from triomq.ha.driver import Offload, ReplicaLog
+from triomq.ha.epoch import EpochStore
 from triomq.ha.master_driver import (
     ApproveLocally,
     HAMaster,
     HAMasterConfig,
     SyncStateSetReporter,
 )
-from triomq.ha.master_term import carried_confirm_offset
-from triomq.ha.roles import TermLog, become_master, become_slave
-from triomq.ha.slave_driver import EpochStore, HASlave, HASlaveConfig
+from triomq.ha.role_change import (
+    EndTerm,
+    LoadEpochs,
+    RoleChange,
+    RoleChangeAction,
+    StartTerm,
+    TermLog,
+    ToMaster,
+    ToSlave,
+    TruncateTornTail,
+)
+from triomq.ha.slave_driver import HASlave, HASlaveConfig
 from triomq.ha.sync_replication import ReplicationStatus
 from triomq.node_auth import InnerAuth
 from triomq.protocol.ha import ADDRESS_FIELD_SIZE
@@ -314,44 +324,61 @@ class ReplicasManager:
         adopted whole into ``epoch``, from its first byte.
         ``EpochError`` if ``epoch`` is older than the last recorded one.
         """
+        await self._change(ToMaster(epoch, sync_state_set))
+
+    async def change_to_slave(self, master_ha_address: str, epoch: int) -> None:
+        """Follow the master at ``master_ha_address`` (of ``epoch``, for the record)."""
+        await self._change(ToSlave(master_ha_address, epoch))
+
+    async def _change(self, target: ToMaster | ToSlave) -> None:
+        """Carry out a ``RoleChange`` (``triomq.ha.role_change``: the order is its)."""
         self._check_running()
         async with self._changing:
-            confirmed = self.confirm_offset
-            await self._end_term()
-            epochs = await become_master(self.log, self.epoch_store, epoch, offload=self.offload)
-            self.admission.remember(sync_state_set)
-            term = _Term(BrokerRole.MASTER, epoch, self.ha_address)
+            change = RoleChange(target, confirmed=self.confirm_offset)
+            action: RoleChangeAction = change.start()
+            while not isinstance(action, StartTerm):
+                if isinstance(action, EndTerm):
+                    await self._end_term()
+                    action = change.term_ended()
+                elif isinstance(action, TruncateTornTail):
+                    end = await self.offload(self.log.truncate_to_last_whole_record)
+                    action = change.truncated(end, self.log.min_offset)
+                elif isinstance(action, LoadEpochs):
+                    action = change.loaded(await self.offload(self.epoch_store.load))
+                else:
+                    await self.offload(self.epoch_store.save, action.epochs)
+                    action = change.saved()
+            await self._start_term(self._term_of(action))
+
+    def _term_of(self, start: StartTerm) -> _Term:
+        target = start.target
+        if isinstance(target, ToMaster):
+            self.admission.remember(target.sync_state_set)
+            term = _Term(BrokerRole.MASTER, target.epoch, self.ha_address)
             term.master = HAMaster(
                 log=self.log,
-                epochs=epochs,
+                epochs=start.epochs,
                 address=self.address,
-                sync_state_set=sync_state_set,
-                confirm_offset=carried_confirm_offset(confirmed, self.log.max_offset,
-                                                      self.log.min_offset),
+                sync_state_set=target.sync_state_set,
+                confirm_offset=start.confirm_offset,
                 reporter=self.reporter,
                 config=self.master_config,
                 on_acked=lambda: self.on_appended(),
             )
-            await self._start_term(term)
-
-    async def change_to_slave(self, master_ha_address: str, epoch: int) -> None:
-        """Follow the master at ``master_ha_address`` (of ``epoch``, for the record)."""
-        self._check_running()
-        async with self._changing:
-            await self._end_term()
-            await become_slave(self.log, self.epoch_store, offload=self.offload)
-            term = _Term(BrokerRole.SLAVE, epoch, master_ha_address)
-            term.slave = HASlave(
-                log=self.log,
-                epoch_store=self.epoch_store,
-                address=self.address,
-                connect=lambda: self.connect(master_ha_address),
-                config=self.slave_config,
-                offload=self.offload,
-                on_appended=lambda: self.on_appended(),
-                credential=None if self.auth is None else self._handshake_credential,
-            )
-            await self._start_term(term)
+            return term
+        term = _Term(BrokerRole.SLAVE, target.epoch, target.master_ha_address)
+        address = target.master_ha_address
+        term.slave = HASlave(
+            log=self.log,
+            epoch_store=self.epoch_store,
+            address=self.address,
+            connect=lambda: self.connect(address),
+            config=self.slave_config,
+            offload=self.offload,
+            on_appended=lambda: self.on_appended(),
+            credential=None if self.auth is None else self._handshake_credential,
+        )
+        return term
 
     def _handshake_credential(self) -> dict[str, str]:
         assert self.auth is not None

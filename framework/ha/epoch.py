@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import attrs
 
 from triomq.ha.errors import EpochError
 from triomq.protocol.ha import EpochStart
 
-__all__ = ["EpochCache", "EpochEntry", "EpochStart", "find_consistent_point"]
+__all__ = ["EpochCache", "EpochEntry", "EpochStart", "EpochStore", "find_consistent_point"]
 
 
 @attrs.frozen
@@ -156,3 +157,11 @@ def find_consistent_point(local: Sequence[EpochEntry], remote: Sequence[EpochEnt
                 raise ValueError("find_consistent_point needs closed end offsets")
             return min(entry.end_offset, theirs.end_offset)
     return None
+
+
+class EpochStore(Protocol):
+    """Where a replica keeps its epoch cache (``triomq.ha.checkpoint.EpochCheckpointFile``)."""
+
+    def load(self) -> EpochCache: ...
+
+    def save(self, cache: EpochCache) -> None: ...

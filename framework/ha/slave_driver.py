@@ -13,14 +13,13 @@ import logging
 import socket
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
 
 import attrs
 import trio
 
 from triomq.clock import now_ms
 from triomq.ha.driver import CONNECTION_ERRORS, Offload, ReplicaLog, describe, logger
-from triomq.ha.epoch import EpochCache
+from triomq.ha.epoch import EpochCache, EpochStore
 from triomq.ha.reconnect import Reconnect
 from triomq.ha.slave import (
     RecordEpoch,
@@ -35,7 +34,7 @@ from triomq.ha.streams import RECEIVE_SIZE, read_nowait, read_scattered
 from triomq.protocol.ha import TRANSFER_HEADER_SIZE, HAConnectionState
 from triomq.store import OffsetMismatch, StoreCorruption
 
-__all__ = ["EpochStore", "HASlave", "HASlaveConfig"]
+__all__ = ["HASlave", "HASlaveConfig"]
 
 #: Header slots of a slave's scattered read: up to twice as many buffers
 #: (Linux's IOV_MAX is 1024).
@@ -56,14 +55,6 @@ _ZEROS = memoryview(bytes(RECEIVE_SIZE))
 #: A slave also drops a master whose bytes its log refuses (not records, or
 #: an empty log asked to start off a segment boundary).
 _SLAVE_CONNECTION_ERRORS = (*CONNECTION_ERRORS, StoreCorruption, OffsetMismatch)
-
-
-class EpochStore(Protocol):
-    """Where a replica keeps its epoch cache (``triomq.ha.checkpoint.EpochCheckpointFile``)."""
-
-    def load(self) -> EpochCache: ...
-
-    def save(self, cache: EpochCache) -> None: ...
 
 
 @attrs.frozen

@@ -29,11 +29,11 @@ from triomq.broker.topic_table import TopicTable
 from triomq.controller import ResponseCode
 from triomq.controller.leader_calls import GiveUp, LeaderCalls, Pause
 from triomq.controller.requests import BrokerHeartbeat
-from triomq.ha import roles
 from triomq.ha.errors import EpochError, HAProtocolError
 from triomq.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
-from triomq.ha.master_term import MasterTerm, carried_confirm_offset
+from triomq.ha.master_term import MasterTerm
 from triomq.ha.reconnect import Reconnect
+from triomq.ha.role_change import RoleChange, ToMaster, ToSlave
 from triomq.ha.slave import RecordEpoch, SlaveConnection, SlaveLog, Truncate, WriteAt
 from triomq.ha.slave import Send as SlaveSend
 from triomq.protocol.ha import HAFrameError
@@ -51,8 +51,7 @@ from triomq.testing.clustersim_parts import (
     MemLog,
     PutRequest,
     Term,
-    inline,
-    run_inline,
+    change_role,
 )
 from triomq.testing.clustersim_pulls import ConsumerRequest, ConsumerResponse, SimConsumeSide
 from triomq.testing.clustersim_puts import SimPuts
@@ -246,16 +245,15 @@ class SimBroker:
 
     def change_to_master(self, epoch: int, sync_state_set: frozenset[str]) -> None:
         """Serve as master of ``epoch`` (``EpochError`` if older than the recorded one)."""
-        confirmed = self.term.confirmed(self.log.max_offset)
-        self._end_term()
-        epochs = run_inline(roles.become_master(self.log, self.epoch_file, epoch, offload=inline))
+        start = change_role(RoleChange(ToMaster(epoch, sync_state_set),
+                                       confirmed=self.term.confirmed(self.log.max_offset)),
+                            self.log, self.epoch_file, self._end_term)
+        epochs = start.epochs
         assert epochs.last is not None
         term = Term("master", epoch, self.name, epochs)
         term.master_term = MasterTerm(
             address=self.name, sync_state_set=sync_state_set,
-            epoch_start_offset=epochs.last.start_offset,
-            confirm_offset=carried_confirm_offset(confirmed, self.log.max_offset,
-                                                  self.log.min_offset),
+            epoch_start_offset=epochs.last.start_offset, confirm_offset=start.confirm_offset,
             now_ms=self.now_ms(), config=self.settings.master)
         self.term = term
         term.tasks = [self.tasks.spawn(self._check_loop(term.master_term)),
@@ -264,9 +262,9 @@ class SimBroker:
 
     def change_to_slave(self, master: str, epoch: int) -> None:
         """Follow ``master`` (of ``epoch``)."""
-        self._end_term()
-        epochs = run_inline(roles.become_slave(self.log, self.epoch_file, offload=inline))
-        term = Term("slave", epoch, master, epochs)
+        start = change_role(RoleChange(ToSlave(master, epoch), confirmed=-1), self.log,
+                            self.epoch_file, self._end_term)
+        term = Term("slave", epoch, master, start.epochs)
         term.reconnect = Reconnect(self.settings.reconnect_min, self.settings.reconnect_max)
         self.term = term
         self._took_role(term)

@@ -12,16 +12,24 @@ and a slave alike. ``EpochFile`` is the epoch checkpoint, saved atomically.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import attrs
 
 from triomq.broker.put_flow import PutFlow
-from triomq.ha.epoch import EpochCache
+from triomq.ha.epoch import EpochCache, EpochStore
 from triomq.ha.master import MasterConnection
 from triomq.ha.master_term import HAMasterConfig, MasterTerm
 from triomq.ha.reconnect import Reconnect
+from triomq.ha.role_change import (
+    EndTerm,
+    LoadEpochs,
+    RoleChange,
+    RoleChangeAction,
+    StartTerm,
+    TermLog,
+    TruncateTornTail,
+)
 from triomq.ha.slave import SlaveConnection
 from triomq.protocol.commitlog_layout import (
     CQ_ENTRY_SIZE,
@@ -202,18 +210,23 @@ class EpochFile:
         self.cache = cache
 
 
-async def inline(function: Callable[..., Any], *args: Any) -> Any:
-    """An ``Offload`` that calls ``function`` at once (the simulation has no threads)."""
-    return function(*args)
-
-
-def run_inline(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    """Run a coroutine that never suspends (the role helpers with an inline offload)."""
-    try:
-        coroutine.send(None)
-    except StopIteration as stop:
-        return stop.value
-    raise AssertionError("a role change suspended")
+def change_role(change: RoleChange, log: TermLog, epoch_file: EpochStore,
+                end_term: Callable[[], None]) -> StartTerm:
+    """Carry out ``change`` at once (the simulation's stores answer inline); the new
+    term to start. ``EpochError`` as the change raises it."""
+    action: RoleChangeAction = change.start()
+    while not isinstance(action, StartTerm):
+        if isinstance(action, EndTerm):
+            end_term()
+            action = change.term_ended()
+        elif isinstance(action, TruncateTornTail):
+            action = change.truncated(log.truncate_to_last_whole_record(), log.min_offset)
+        elif isinstance(action, LoadEpochs):
+            action = change.loaded(epoch_file.load())
+        else:
+            epoch_file.save(action.epochs)
+            action = change.saved()
+    return action
 
 
 class Term:

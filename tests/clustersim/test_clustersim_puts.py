@@ -78,9 +78,11 @@ def test_the_simulation_runs_the_cores_never_the_trio_drivers() -> None:
         imported = {node.module for node in ast.walk(tree)
                     if isinstance(node, ast.ImportFrom) and node.module}
         assert not imported & drivers, path.name
-    puts = ast.parse((folder / "clustersim_puts.py").read_text())
-    assert any(isinstance(node, ast.ImportFrom) and node.module == "triomq.broker.put_flow"
-               for node in ast.walk(puts))
+    for module, core in (("clustersim_puts.py", "triomq.broker.put_flow"),
+                         ("clustersim_parts.py", "triomq.ha.role_change")):
+        tree = ast.parse((folder / module).read_text())
+        assert any(isinstance(node, ast.ImportFrom) and node.module == core
+                   for node in ast.walk(tree)), (module, core)
 
 
 def test_the_producer_rides_through_a_master_crash_with_the_clients_send_flow() -> None:

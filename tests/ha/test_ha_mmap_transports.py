@@ -13,16 +13,23 @@ import trio
 
 from triomq.ha.checkpoint import CHECKPOINT_FILE, EpochCheckpointFile
 from triomq.ha.master_driver import ApproveLocally, HAMaster, HAMasterConfig
-from triomq.ha.roles import become_master, become_slave
+from triomq.ha.role_change import RoleChange, ToMaster, ToSlave
 from triomq.ha.slave_driver import HASlave, HASlaveConfig
 from triomq.plugins.store_mmap.commitlog import MmapCommitLog
 from triomq.plugins.transport_inproc import InprocNetwork, InprocTransport
 from triomq.plugins.transport_tcp.transport import TcpTransport
 from triomq.protocol.message import MessageRecord
+from triomq.testing.clustersim_parts import change_role
 
 
 async def inline(function, *args):
     return function(*args)
+
+
+def become_master(log, epochs, epoch: int):
+    """The role change's epoch work (the simulation's inline driver), against real files."""
+    return change_role(RoleChange(ToMaster(epoch), confirmed=-1), log, epochs,
+                       lambda: None).epochs
 
 
 class Broker:
@@ -53,7 +60,7 @@ def transport(request):
 async def term(master: Broker, epoch: int, slaves: list[Broker], transport, rng) -> None:
     """One master term: the slaves follow until they hold everything the master wrote."""
     kind, address = transport
-    epochs = await become_master(master.log, master.epochs, epoch, offload=inline)
+    epochs = become_master(master.log, master.epochs, epoch)
     ha = HAMaster(
         log=master.log,
         epochs=epochs,
@@ -73,7 +80,8 @@ async def term(master: Broker, epoch: int, slaves: list[Broker], transport, rng)
 
         nursery.start_soon(accept)
         for slave in slaves:
-            await become_slave(slave.log, slave.epochs, offload=inline)
+            change_role(RoleChange(ToSlave(master.name, epoch), confirmed=-1), slave.log,
+                        slave.epochs, lambda: None)
             client = HASlave(
                 log=slave.log,
                 epoch_store=slave.epochs,
@@ -130,7 +138,7 @@ async def test_kill_right_after_truncation_leaves_no_stale_tail(tmp_path):
     inproc = (InprocTransport(InprocNetwork(seed=1)), "inproc://{name}-ha")
     a, b = Broker(tmp_path / "a", "a"), Broker(tmp_path / "b", "b")
     await term(a, 1, [b], inproc, rng)
-    await become_master(b.log, b.epochs, 2, offload=inline)
+    become_master(b.log, b.epochs, 2)
     b.put(rng, 8)  # b's private tail in epoch 2
     cut = a.log.max_offset
     b.epochs = DieOnSave(b.epochs)
