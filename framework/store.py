@@ -35,6 +35,8 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import attrs
 import trio
 
+# The Raft core's own value: an entry log persists it as it is.
+from triomq.consensus.log import HardState
 from triomq.errors import ConfigError, TriomqError
 from triomq.protocol.message import MessageRecord
 
@@ -202,20 +204,13 @@ class QueueEntry(NamedTuple):
 
 
 @attrs.frozen
-class Entry:
-    """A Raft log entry."""
+class EntryRecord:
+    """A Raft log entry as an entry log stores it: ``data`` is the core's
+    ``Entry.to_record``."""
 
     index: int
     term: int
     data: bytes = b""
-
-
-@attrs.frozen
-class HardState:
-    """The Raft state that must survive a restart: current term and vote (0 = none)."""
-
-    term: int = 0
-    vote: int = 0
 
 
 # --------------------------------------------------------------------------
@@ -440,18 +435,18 @@ class EntryLog(Protocol):
     def last_index(self) -> int:
         """The index of the last entry (``first_index - 1`` when empty)."""
 
-    def append(self, entries: Sequence[Entry]) -> None:
+    def append(self, entries: Sequence[EntryRecord]) -> None:
         """Append entries; the first must be ``last_index + 1`` and indexes consecutive."""
 
     def append_records(self, first_index: int, terms: Sequence[int],
                        datas: Sequence[bytes]) -> None:
-        """``append`` of ``Entry(first_index + i, terms[i], datas[i])`` for every ``i``,
+        """``append`` of ``EntryRecord(first_index + i, terms[i], datas[i])`` for every ``i``,
         without an object per entry (a Raft driver appends hundreds at a time)."""
 
-    def get(self, index: int) -> Entry:
+    def get(self, index: int) -> EntryRecord:
         """The entry at ``index`` (``IndexOutOfRange`` otherwise)."""
 
-    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[EntryRecord]:
         """Entries ``[lo, hi)``; at least one if any, at most ``max_bytes`` of data otherwise."""
 
     def term_at(self, index: int) -> int:

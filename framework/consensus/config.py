@@ -167,9 +167,9 @@ class RaftConfig:
         """How many ticks cover ``seconds`` (at least one)."""
         return max(1, math.ceil(seconds / self.tick_interval))
 
-    def raft_config(self) -> raft.RaftConfig:
+    def raft_config(self) -> raft.RaftSettings:
         """The state machine's own settings (in ticks)."""
-        return raft.RaftConfig(
+        return raft.RaftSettings(
             election_ticks=self.election_ticks,
             heartbeat_ticks=self.heartbeat_ticks,
             pre_vote=self.pre_vote,

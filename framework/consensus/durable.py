@@ -123,7 +123,7 @@ class DurableState:
             hard_state, entries = bootstrap_entries(config.founders())
             self.persist([AppendEntries(entries), PersistHardState(hard_state)], sync=True)
             return hard_state, snapshot, list(entries)
-        return HardState(stored.term, stored.vote), snapshot, self.entries_from(log.first_index)
+        return stored, snapshot, self.entries_from(log.first_index)
 
     def entries_from(self, first: int) -> list[Entry]:
         """The logged entries from ``first`` (or the log's first, if later) to the end."""
@@ -147,7 +147,7 @@ class DurableState:
                 appended = True
             elif isinstance(write, PersistHardState):
                 state = write.hard_state
-                log.set_hard_state(store.HardState(state.term, state.vote))
+                log.set_hard_state(state)
             elif isinstance(write, TruncateSuffix):
                 log.truncate_suffix(write.index)
             elif isinstance(write, SaveSnapshot):

@@ -85,7 +85,7 @@ from triomq.consensus.ready import (
 from triomq.consensus.tracker import ProgressTracker
 from triomq.errors import ConfigError
 
-__all__ = ["ProposalRejected", "Raft", "RaftConfig", "bootstrap_entries"]
+__all__ = ["ProposalRejected", "Raft", "RaftSettings", "bootstrap_entries"]
 
 _LEADER_MESSAGES = (HeartbeatRequest, PushRequest, InstallSnapshotRequest, TimeoutNow)
 
@@ -96,7 +96,7 @@ def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
 
 
 @attrs.frozen(kw_only=True)
-class RaftConfig:
+class RaftSettings:
     """Timing and flow-control settings, in ticks and bytes.
 
     With a 100 ms tick the defaults give heartbeats every 100 ms, elections
@@ -128,7 +128,7 @@ class Raft(EntryPusher, EntryHandler):
     def __init__(
         self,
         node_id: int,
-        config: RaftConfig | None = None,
+        config: RaftSettings | None = None,
         *,
         hard_state: HardState | None = None,
         snapshot: Snapshot | None = None,
@@ -138,7 +138,7 @@ class Raft(EntryPusher, EntryHandler):
         if type(node_id) is not int or node_id < 1:
             raise ConfigError(f"must be a positive integer, got {node_id!r}", "node_id")
         self.id = node_id
-        self.config = config or RaftConfig()
+        self.config = config or RaftSettings()
         hard_state = hard_state or HardState()
         self.log = RaftLog(snapshot or Snapshot(), entries)
         self.term = hard_state.term

@@ -60,7 +60,7 @@ from triomq.controller.events import (
     encode_event,
 )
 from triomq.controller.group import FIRST_BROKER_ID, BrokerGroup, BrokerMember
-from triomq.controller.heartbeat import BrokerHeartbeat, BrokerHeartbeatTable
+from triomq.controller.heartbeat import BrokerHeartbeatTable, HeartbeatRecord
 from triomq.controller.replicas_info import ReplicasInfoManager
 from triomq.controller.results import ControllerResult
 from triomq.controller.snapshot import SnapshotError
@@ -70,7 +70,6 @@ __all__ = [
     "AlterSyncStateSetEvent",
     "ApplyBrokerIdEvent",
     "BrokerGroup",
-    "BrokerHeartbeat",
     "BrokerHeartbeatTable",
     "BrokerLiveInfo",
     "BrokerMember",
@@ -80,6 +79,7 @@ __all__ = [
     "ElectionPolicy",
     "Event",
     "EventDecodeError",
+    "HeartbeatRecord",
     "LiveInfoLookup",
     "ReplicasInfoManager",
     "RequestCode",

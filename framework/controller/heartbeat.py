@@ -22,7 +22,7 @@ from triomq.controller.group import BrokerGroup
 
 
 @attrs.frozen
-class BrokerHeartbeat:
+class HeartbeatRecord:
     """The latest heartbeat of one broker replica.
 
     ``heartbeat_timeout_ms`` is the broker's own timeout when it sent one;
@@ -64,7 +64,7 @@ class BrokerHeartbeatTable:
     """Latest heartbeat per ``(cluster_name, broker_name, broker_id)``."""
 
     def __init__(self) -> None:
-        self._beats: dict[_Key, BrokerHeartbeat] = {}
+        self._beats: dict[_Key, HeartbeatRecord] = {}
 
     def heartbeat(
         self,
@@ -79,7 +79,7 @@ class BrokerHeartbeatTable:
         confirm_offset: int | None = None,
         election_priority: int | None = None,
         heartbeat_timeout_ms: int | None = None,
-    ) -> BrokerHeartbeat:
+    ) -> HeartbeatRecord:
         """Record a heartbeat received at ``now_ms`` and return the stored record.
 
         Live-info fields left ``None`` keep their previous value (0 for a new
@@ -88,12 +88,12 @@ class BrokerHeartbeatTable:
         key = (cluster_name, broker_name, broker_id)
         previous = self._beats.get(key)
         if previous is None:
-            previous = BrokerHeartbeat(cluster_name, broker_name, broker_id, broker_address, now_ms)
+            previous = HeartbeatRecord(cluster_name, broker_name, broker_id, broker_address, now_ms)
 
         def pick(new: int | None, old: int) -> int:
             return old if new is None else new
 
-        record = BrokerHeartbeat(
+        record = HeartbeatRecord(
             cluster_name=cluster_name,
             broker_name=broker_name,
             broker_id=broker_id,
@@ -112,7 +112,7 @@ class BrokerHeartbeatTable:
         self._beats[key] = record
         return record
 
-    def get(self, cluster_name: str, broker_name: str, broker_id: int) -> BrokerHeartbeat | None:
+    def get(self, cluster_name: str, broker_name: str, broker_id: int) -> HeartbeatRecord | None:
         """The latest heartbeat of a broker, if it has one."""
         return self._beats.get((cluster_name, broker_name, broker_id))
 
@@ -134,7 +134,7 @@ class BrokerHeartbeatTable:
 
         return lookup
 
-    def scan(self, now_ms: int, timeout_ms: int) -> list[BrokerHeartbeat]:
+    def scan(self, now_ms: int, timeout_ms: int) -> list[HeartbeatRecord]:
         """Remove and return the brokers silent for longer than their timeout.
 
         Ordered by ``(cluster_name, broker_name, broker_id)``. The caller

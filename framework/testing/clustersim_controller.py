@@ -25,7 +25,7 @@ from triomq.consensus.applier import Applier
 from triomq.consensus.log import bootstrap_entries
 from triomq.consensus.messages import Message
 from triomq.consensus.messages import ResponseCode as RaftCode
-from triomq.consensus.raft import ProposalRejected, Raft, RaftConfig
+from triomq.consensus.raft import ProposalRejected, Raft, RaftSettings
 from triomq.consensus.ready import Role
 from triomq.controller import ReplicasInfoManager, decode_event, default_election_policy
 from triomq.controller.config import ControllerConfig
@@ -56,7 +56,7 @@ logger = logging.getLogger("triomq.testing.clustersim.controller")
 logger.addHandler(logging.NullHandler())
 
 #: Raft timing for the simulation: one tick per 10 ms step.
-CONTROLLER_RAFT_CONFIG = RaftConfig(election_ticks=10, heartbeat_ticks=2, max_wait_ack_ticks=50)
+CONTROLLER_RAFT_CONFIG = RaftSettings(election_ticks=10, heartbeat_ticks=2, max_wait_ack_ticks=50)
 
 
 @attrs.frozen

@@ -42,14 +42,14 @@ from triomq.consensus.confchange import (
 )
 from triomq.consensus.log import Entry, bootstrap_entries
 from triomq.consensus.messages import ResponseCode
-from triomq.consensus.raft import ProposalRejected, Raft, RaftConfig
+from triomq.consensus.raft import ProposalRejected, Raft, RaftSettings
 from triomq.consensus.ready import Role, TruncateSuffix
 from triomq.testing import seeds
 from triomq.testing.raftsim_fuzz import mutate
 from triomq.testing.raftsim_parts import Disk, Faults, Network, StateMachine
 from triomq.testing.seeds import SimSummary
 
-SIM_RAFT_CONFIG = RaftConfig(
+SIM_RAFT_CONFIG = RaftSettings(
     election_ticks=10,
     heartbeat_ticks=2,
     push_timeout_ticks=4,

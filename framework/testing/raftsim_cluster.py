@@ -13,18 +13,18 @@ from collections.abc import Callable, Iterable
 
 from triomq.consensus.log import Entry, HardState, bootstrap_entries
 from triomq.consensus.messages import Message
-from triomq.consensus.raft import Raft, RaftConfig
+from triomq.consensus.raft import Raft, RaftSettings
 from triomq.consensus.ready import ProposalResult, Ready, Role
 from triomq.testing.raftsim_parts import Disk, StateMachine
 
 #: Deterministic timing for scenarios: no pre-vote surprises unless asked.
-SCENARIO_CONFIG = RaftConfig(election_ticks=10, heartbeat_ticks=1)
+SCENARIO_CONFIG = RaftSettings(election_ticks=10, heartbeat_ticks=1)
 
 
 class ClusterNode:
     """One host: a disk that survives crashes and the Raft running on it."""
 
-    def __init__(self, node_id: int, disk: Disk, config: RaftConfig) -> None:
+    def __init__(self, node_id: int, disk: Disk, config: RaftSettings) -> None:
         self.id = node_id
         self.disk = disk
         self.config = config
@@ -66,7 +66,7 @@ class Cluster:
     def __init__(
         self,
         voters: Iterable[int] = (1, 2, 3),
-        config: RaftConfig = SCENARIO_CONFIG,
+        config: RaftSettings = SCENARIO_CONFIG,
     ) -> None:
         self.config = config
         hard_state, entries = bootstrap_entries(voters)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from triomq.protocol.message import MessageRecord
-from triomq.store import Entry
+from triomq.store import EntryRecord
 from triomq.testing.store_suite import (
     CommitLogSuite,
     EntryLogSuite,
@@ -128,7 +128,7 @@ class EntryLogModel(RuleBasedStateMachine):
         self.tmp = tempfile.TemporaryDirectory()
         self.log = self.suite.open(self.tmp.name)
         self.first = 1
-        self.entries: list[Entry] = []  # from ``first``
+        self.entries: list[EntryRecord] = []  # from ``first``
         self.prev_term = 0
         self.term = 1
 
@@ -136,7 +136,7 @@ class EntryLogModel(RuleBasedStateMachine):
     def append(self, sizes: list[int], bump: bool) -> None:
         self.term += bump
         start = self.first + len(self.entries)
-        new = [Entry(start + i, self.term, bytes([(start + i) % 256]) * n)
+        new = [EntryRecord(start + i, self.term, bytes([(start + i) % 256]) * n)
                for i, n in enumerate(sizes)]
         self.log.append(new)
         self.entries += new

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from triomq.store import Entry, EntryLog, HardState, IndexOutOfRange, MetaStore, StoreError
+from triomq.store import EntryLog, EntryRecord, HardState, IndexOutOfRange, MetaStore, StoreError
 from triomq.testing.store_suite_base import _StoreSuite
 
 
@@ -19,8 +19,8 @@ class EntryLogSuite(_StoreSuite):
     """Conformance tests of an ``EntryLog`` factory (set ``factory``)."""
 
     @staticmethod
-    def entries(lo: int, hi: int, term: int = 1, size: int = 10) -> list[Entry]:
-        return [Entry(i, term, bytes([i % 256]) * size) for i in range(lo, hi)]
+    def entries(lo: int, hi: int, term: int = 1, size: int = 10) -> list[EntryRecord]:
+        return [EntryRecord(i, term, bytes([i % 256]) * size) for i in range(lo, hi)]
 
     def test_satisfies_protocol(self, tmp_path: Path) -> None:
         with self.opened(tmp_path) as log:
@@ -40,7 +40,7 @@ class EntryLogSuite(_StoreSuite):
             log.append(self.entries(6, 11, term=2))
             log.sync()
             assert log.last_index == 10
-            assert log.get(7) == Entry(7, 2, bytes([7]) * 10)
+            assert log.get(7) == EntryRecord(7, 2, bytes([7]) * 10)
             assert [e.index for e in log.entries(3, 8)] == [3, 4, 5, 6, 7]
             assert [e.index for e in log.entries(3, 8, max_bytes=25)] == [3, 4]
             assert [e.index for e in log.entries(3, 8, max_bytes=1)] == [3]
@@ -53,14 +53,15 @@ class EntryLogSuite(_StoreSuite):
 
     def test_many_entries_cross_segments(self, tmp_path: Path) -> None:
         with self.opened(tmp_path) as log:
-            log.append([Entry(i, 1 + i // 100, bytes(i % 700)) for i in range(1, 400)])
+            log.append([EntryRecord(i, 1 + i // 100, bytes(i % 700)) for i in range(1, 400)])
         with self.opened(tmp_path) as log:
             assert log.last_index == 399
-            assert log.get(399) == Entry(399, 4, bytes(399 % 700))
+            assert log.get(399) == EntryRecord(399, 4, bytes(399 % 700))
             assert log.get(250).data == bytes(250)
 
     def test_append_records_is_append(self, tmp_path: Path) -> None:
-        entries = [Entry(i, 1 + i // 100, bytes([i % 256]) * (i % 700)) for i in range(1, 400)]
+        entries = [EntryRecord(i, 1 + i // 100, bytes([i % 256]) * (i % 700))
+                   for i in range(1, 400)]
         with self.opened(tmp_path) as log:
             log.append_records(1, [e.term for e in entries[:7]], [e.data for e in entries[:7]])
             # Batches big enough to reach segment ends, then one at a time.
@@ -81,7 +82,7 @@ class EntryLogSuite(_StoreSuite):
                 log.append_records(3, [1, 1], [b"c"])
             log.append_records(3, [], [])
             assert log.last_index == 2
-            assert log.get(2) == Entry(2, 1, b"b")
+            assert log.get(2) == EntryRecord(2, 1, b"b")
 
     def test_truncate_suffix(self, tmp_path: Path) -> None:
         with self.opened(tmp_path) as log:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from triomq.plugins.store_lmdb.env import OPTION_KEYS, Env
-from triomq.store import Entry, HardState, IndexOutOfRange, StoreError, store_options
+from triomq.store import EntryRecord, HardState, IndexOutOfRange, StoreError, store_options
 
 _U64 = struct.Struct(">Q")
 _TERM = struct.Struct(">Q")
@@ -52,7 +52,7 @@ class LmdbEntryLog:
         if not self._first <= index <= self._last:
             raise IndexOutOfRange(index, self._first, self._last)
 
-    def append(self, entries: Sequence[Entry]) -> None:
+    def append(self, entries: Sequence[EntryRecord]) -> None:
         if not entries:
             return
         expected = self._last + 1
@@ -79,18 +79,18 @@ class LmdbEntryLog:
         self._env.write(write)
         self._last = first_index + len(datas) - 1
 
-    def get(self, index: int) -> Entry:
+    def get(self, index: int) -> EntryRecord:
         self._check(index)
         with self._env.read() as txn:
             raw = txn.get(_U64.pack(index), db=self._entries)
-        return Entry(index, _TERM.unpack_from(raw)[0], raw[8:])
+        return EntryRecord(index, _TERM.unpack_from(raw)[0], raw[8:])
 
-    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[EntryRecord]:
         if lo >= hi:
             return []
         self._check(lo)
         self._check(hi - 1)
-        out: list[Entry] = []
+        out: list[EntryRecord] = []
         total = 0
         with self._env.read() as txn:
             cur = txn.cursor(db=self._entries)
@@ -102,7 +102,7 @@ class LmdbEntryLog:
                 total += len(raw) - 8
                 if out and max_bytes is not None and total > max_bytes:
                     break
-                out.append(Entry(index, _TERM.unpack_from(raw)[0], raw[8:]))
+                out.append(EntryRecord(index, _TERM.unpack_from(raw)[0], raw[8:]))
         return out
 
     def term_at(self, index: int) -> int:

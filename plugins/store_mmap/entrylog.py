@@ -27,7 +27,7 @@ from triomq.plugins.store_mmap.segments import (
 from triomq.protocol.commitlog_layout import END_FILE_MIN_BLANK_LENGTH, blank_header
 from triomq.protocol.message import BLANK_MAGIC
 from triomq.store import (
-    Entry,
+    EntryRecord,
     HardState,
     IndexOutOfRange,
     StoreClosed,
@@ -146,7 +146,7 @@ class MmapEntryLog:
 
     # ---------------------------------------------------------------- writing
 
-    def append(self, entries: Sequence[Entry]) -> None:
+    def append(self, entries: Sequence[EntryRecord]) -> None:
         self._check_open()
         if not entries:
             return
@@ -166,7 +166,7 @@ class MmapEntryLog:
         if first_index != self.last_index + 1:
             raise StoreError(f"entry {first_index} appended after {self.last_index}")
         if not self._append_in_segment(first_index, terms, datas):
-            self._append_across([Entry(first_index + i, term, data)
+            self._append_across([EntryRecord(first_index + i, term, data)
                                  for i, (term, data) in enumerate(zip(terms, datas,
                                                                       strict=True))])
 
@@ -197,7 +197,7 @@ class MmapEntryLog:
         self._write_pos = at
         return True
 
-    def _append_across(self, entries: Sequence[Entry]) -> None:
+    def _append_across(self, entries: Sequence[EntryRecord]) -> None:
         # Entries that reach the end of a segment: blank padding goes there.
         seg_size = self._files.segment_size
         buf = bytearray()
@@ -298,21 +298,21 @@ class MmapEntryLog:
 
     # ---------------------------------------------------------------- reading
 
-    def get(self, index: int) -> Entry:
+    def get(self, index: int) -> EntryRecord:
         self._check_open()
         offset = self._pos[self._slot(index)]
         seg = self._files.find(offset)
         pos = offset - seg.start
         size, _, _, idx, term = _HEAD.unpack_from(seg.mm, pos)
-        return Entry(idx, term, seg.mm[pos + HEADER_SIZE:pos + size])
+        return EntryRecord(idx, term, seg.mm[pos + HEADER_SIZE:pos + size])
 
-    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[EntryRecord]:
         self._check_open()
         if lo >= hi:
             return []
         self._slot(lo)
         self._slot(hi - 1)
-        out: list[Entry] = []
+        out: list[EntryRecord] = []
         total = 0
         for index in range(lo, hi):
             entry = self.get(index)

@@ -10,12 +10,12 @@ from triomq.consensus.confchange import (
     ConfChangeV2,
 )
 from triomq.consensus.messages import PushRequest, PushType, ResponseCode, VoteRequest
-from triomq.consensus.raft import ProposalRejected, RaftConfig
+from triomq.consensus.raft import ProposalRejected, RaftSettings
 from triomq.consensus.ready import Role, TruncateSuffix
 from triomq.testing.raftsim_cluster import Cluster
 
 # One entry per APPEND, so that a test can let one entry through and not the next.
-PLAIN = RaftConfig(pre_vote=False, check_quorum=False, max_batch_entries=1)
+PLAIN = RaftSettings(pre_vote=False, check_quorum=False, max_batch_entries=1)
 ADD = ConfChangeType.ADD_NODE
 REMOVE = ConfChangeType.REMOVE_NODE
 LEARNER = ConfChangeType.ADD_LEARNER_NODE

@@ -6,7 +6,7 @@ import pytest
 
 from triomq.consensus.log import HardState, bootstrap_entries
 from triomq.consensus.messages import TimeoutNow, VoteRequest, VoteResponse
-from triomq.consensus.raft import ProposalRejected, Raft, RaftConfig
+from triomq.consensus.raft import ProposalRejected, Raft, RaftSettings
 from triomq.consensus.ready import PersistHardState, Role
 from triomq.errors import ConfigError
 from triomq.testing.raftsim_cluster import Cluster
@@ -40,7 +40,7 @@ def test_vote_is_persisted_in_the_same_ready_before_the_response():
 
 def test_candidate_persists_term_and_self_vote_before_requests():
     hard_state, entries = bootstrap_entries([1, 2, 3])
-    node = Raft(1, RaftConfig(pre_vote=False), hard_state=hard_state, entries=entries)
+    node = Raft(1, RaftSettings(pre_vote=False), hard_state=hard_state, entries=entries)
     node.campaign()
     ready = node.ready()
     assert ready.writes == (PersistHardState(HardState(term=2, vote=1)),)
@@ -75,7 +75,7 @@ def test_pre_vote_keeps_a_partitioned_node_from_inflating_terms():
 
 
 def test_without_pre_vote_the_partitioned_node_disrupts():
-    cluster = Cluster(config=RaftConfig(pre_vote=False, check_quorum=False))
+    cluster = Cluster(config=RaftSettings(pre_vote=False, check_quorum=False))
     cluster.elect(1)
     term = cluster[1].term
     cluster.isolate(3)
@@ -92,7 +92,7 @@ def test_check_quorum_makes_an_isolated_leader_step_down():
 
 
 def test_without_check_quorum_an_isolated_leader_stays():
-    cluster = Cluster(config=RaftConfig(check_quorum=False))
+    cluster = Cluster(config=RaftSettings(check_quorum=False))
     cluster.elect(1)
     cluster.isolate(1)
     cluster.tick(25, nodes=[1])
@@ -100,7 +100,7 @@ def test_without_check_quorum_an_isolated_leader_stays():
 
 
 def test_lease_ignores_vote_requests_while_the_leader_is_alive():
-    cluster = Cluster(config=RaftConfig(pre_vote=False))
+    cluster = Cluster(config=RaftSettings(pre_vote=False))
     cluster.elect(1)
     term = cluster[1].term
     cluster[2].step(VoteRequest(src=3, dst=2, term=term + 5, last_index=99, last_term=term))
@@ -191,9 +191,9 @@ def test_transfer_rejections():
 )
 def test_config_validation(field, value):
     with pytest.raises(ConfigError, match=field):
-        RaftConfig(**{field: value})
+        RaftSettings(**{field: value})
     with pytest.raises(ConfigError, match="heartbeat_ticks"):
-        RaftConfig(election_ticks=3, heartbeat_ticks=3)
+        RaftSettings(election_ticks=3, heartbeat_ticks=3)
     with pytest.raises(ConfigError, match="node_id"):
         Raft(0)
     with pytest.raises(ConfigError, match="voters"):

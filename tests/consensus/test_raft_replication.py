@@ -10,7 +10,7 @@ from triomq.consensus.messages import (
     PushType,
     ResponseCode,
 )
-from triomq.consensus.raft import ProposalRejected, Raft, RaftConfig
+from triomq.consensus.raft import ProposalRejected, Raft, RaftSettings
 from triomq.consensus.ready import AppendEntries, Role, TruncateSuffix
 from triomq.testing.raftsim_cluster import Cluster
 
@@ -76,7 +76,7 @@ def _follower():
     hard_state, entries = bootstrap_entries([1, 2, 3])
     node = Raft(
         2,
-        RaftConfig(fast_forward_ticks=2, push_timeout_ticks=2),
+        RaftSettings(fast_forward_ticks=2, push_timeout_ticks=2),
         hard_state=hard_state,
         entries=entries,
     )
@@ -198,7 +198,7 @@ def test_follower_does_not_commit_entries_not_known_to_match():
 
 
 def test_pipeline_is_bounded_by_max_pending_size():
-    cluster = Cluster(config=RaftConfig(max_pending_size=3))
+    cluster = Cluster(config=RaftSettings(max_pending_size=3))
     cluster.elect(1)
 
     def sent(dst):
@@ -217,7 +217,7 @@ def test_pipeline_is_bounded_by_max_pending_size():
 
 
 def test_byte_quota_limits_each_tick():
-    cluster = Cluster(config=RaftConfig(push_quota_bytes=1000))
+    cluster = Cluster(config=RaftSettings(push_quota_bytes=1000))
     cluster.elect(1)
     cluster.isolate(3)
     before = len(pushes(cluster, PushType.APPEND, dst=2))
@@ -230,7 +230,7 @@ def test_byte_quota_limits_each_tick():
 
 
 def test_lost_append_is_retried_after_the_push_timeout():
-    cluster = Cluster(config=RaftConfig(push_timeout_ticks=3))
+    cluster = Cluster(config=RaftSettings(push_timeout_ticks=3))
     cluster.elect(1)
     lost = []
 
@@ -250,7 +250,7 @@ def test_lost_append_is_retried_after_the_push_timeout():
 
 
 def test_commit_is_pushed_to_caught_up_followers():
-    cluster = Cluster(config=RaftConfig(heartbeat_ticks=5, election_ticks=20))
+    cluster = Cluster(config=RaftSettings(heartbeat_ticks=5, election_ticks=20))
     cluster.elect(1)
     cluster.propose(1, b"x")
     cluster.tick()
@@ -271,7 +271,7 @@ def test_term_changed_for_proposals_of_a_deposed_leader():
 
 
 def test_wait_quorum_ack_timeout():
-    cluster = Cluster(config=RaftConfig(max_wait_ack_ticks=4))
+    cluster = Cluster(config=RaftSettings(max_wait_ack_ticks=4))
     cluster.elect(1)
     cluster.partition({1}, one_way=False)
     index = cluster[1].propose(b"slow")

@@ -14,7 +14,7 @@ import sys
 from triomq.plugins.store_mmap.commitlog import MmapCommitLog
 from triomq.plugins.store_mmap.entrylog import MmapEntryLog
 from triomq.protocol.message import MessageRecord
-from triomq.store import Entry
+from triomq.store import EntryRecord
 
 COMMITLOG_OPTIONS = {"segment_size": 1 << 16, "cq_entries_per_file": 64,
                      "checkpoint_interval": 20_000}
@@ -54,7 +54,7 @@ def run_entrylog(directory: str, ops: list) -> None:
     for i, (kind, arg) in enumerate(ops):
         if kind == "append":
             first = log.last_index + 1
-            log.append([Entry(first + n, term, body(term, size))
+            log.append([EntryRecord(first + n, term, body(term, size))
                         for n, (term, size) in enumerate(arg)])
             log.sync()
         else:

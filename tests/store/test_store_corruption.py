@@ -20,7 +20,7 @@ import pytest
 from triomq.plugins.store_mmap.commitlog import MmapCommitLog
 from triomq.plugins.store_mmap.entrylog import MmapEntryLog
 from triomq.protocol.commitlog_layout import segment_name, segment_start
-from triomq.store import Entry, StoreCorruption
+from triomq.store import EntryRecord, StoreCorruption
 from triomq.store_cli import dump_command, recover_command, verify_command
 from triomq.testing.store_suite import make_record
 
@@ -206,7 +206,7 @@ def test_bad_checkpoint_and_queue_dir(store) -> None:
 
 def test_entrylog_corruption_cuts_the_tail(tmp_path: Path) -> None:
     with MmapEntryLog(str(tmp_path), segment_size=4096) as log:
-        log.append([Entry(i, 1, bytes([i]) * 100) for i in range(1, 61)])
+        log.append([EntryRecord(i, 1, bytes([i]) * 100) for i in range(1, 61)])
     seg = sorted((tmp_path / "entrylog").iterdir())[1]
     with open(seg, "r+b") as f:
         f.seek(200)

@@ -15,7 +15,7 @@ from triomq.plugins.store_mmap import FileMetaStore, MmapCommitLog, MmapEntryLog
 from triomq.plugins.store_mmap.checkpoint import CHECKPOINT_FILE, Checkpoint
 from triomq.protocol.commitlog_layout import segment_name
 from triomq.protocol.message import RecordError, properties_from_bytes
-from triomq.store import Entry
+from triomq.store import EntryRecord
 from triomq.store_cli import verify_command
 from triomq.testing.store_suite import make_record
 
@@ -83,7 +83,7 @@ def test_commitlog_segment_garbage(at: int, garbage: bytes) -> None:
 def test_entrylog_segment_garbage(at: int, garbage: bytes) -> None:
     with tempfile.TemporaryDirectory() as d:
         with MmapEntryLog(d, segment_size=SEG) as log:
-            log.append([Entry(i, 1, bytes([i % 256]) * 100) for i in range(1, 80)])
+            log.append([EntryRecord(i, 1, bytes([i % 256]) * 100) for i in range(1, 80)])
         seg = Path(d, "entrylog", segment_name(SEG))
         with open(seg, "r+b") as f:
             f.seek(at)

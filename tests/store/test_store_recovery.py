@@ -13,7 +13,7 @@ import pytest
 from triomq.plugins.store_lmdb import LmdbCommitLog, LmdbEntryLog
 from triomq.plugins.store_mmap import MmapCommitLog, MmapEntryLog
 from triomq.plugins.store_mmap.checkpoint import Checkpoint
-from triomq.store import Entry, StoreClosed, StoreError
+from triomq.store import EntryRecord, StoreClosed, StoreError
 from triomq.testing.store_suite import make_record
 
 OPTIONS = {"segment_size": 1 << 16, "cq_entries_per_file": 1024}
@@ -79,7 +79,7 @@ def test_lmdb_map_grows(tmp_path: Path) -> None:
         assert log.max_offset > 2_000_000
         assert sum(1 for _ in log.iter_records()) == 1000
     with LmdbEntryLog(str(tmp_path / "e"), map_size=64 << 10) as elog:
-        elog.append([Entry(i, 1, bytes(5000)) for i in range(1, 300)])
+        elog.append([EntryRecord(i, 1, bytes(5000)) for i in range(1, 300)])
         assert elog.get(299).data == bytes(5000)
 
 

@@ -23,7 +23,7 @@ from triomq import durable_files
 from triomq.plugins.store_mmap import segments
 from triomq.plugins.store_mmap.commitlog import MmapCommitLog
 from triomq.plugins.store_mmap.entrylog import MmapEntryLog
-from triomq.store import Entry
+from triomq.store import EntryRecord
 from triomq.store_cli import verify_command
 from triomq.testing.store_suite import make_record
 
@@ -128,7 +128,7 @@ def test_entrylog_truncate_crash_at_every_step(tmp_path: Path, monkeypatch: pyte
                                                keep: int) -> None:
     template = tmp_path / "template"
     with MmapEntryLog(str(template), segment_size=4096) as log:
-        log.append([Entry(i, 1 + i // 40, bytes(i % 300)) for i in range(1, 101)])
+        log.append([EntryRecord(i, 1 + i // 40, bytes(i % 300)) for i in range(1, 101)])
     k = 1
     while True:
         store = tmp_path / f"k{k}"
