@@ -7,16 +7,11 @@ Sub-commands of the kernel:
 - ``triomq config [--json]``: every configuration key with its default and doc.
 - ``triomq <role> --config FILE``: run a node (``standalone`` or a role a
   plugin declares) until SIGINT / SIGTERM.
-- ``triomq demo [--keep]``: the demonstration ``make run`` shows.
-- ``triomq sim --seeds N [--start K] [--cluster]``: the deterministic
-  simulation of a Raft cluster (or, with ``--cluster``, of controllers plus a
-  broker group); shows progress on stderr for long sweeps (a bar on a
-  terminal), prints ``N passed, M failed`` last and exits non-zero on any
-  violation.
 - ``triomq store verify|dump|recover DIR``: the store tools
   (``triomq.store_cli``), on any store plugin's commit log.
 
-Plugins add their own sub-commands through ``triomq_add_cli_commands``.
+Plugins add their own sub-commands through ``triomq_add_cli_commands``
+(``triomq demo`` and ``triomq sim`` come from the ``demo`` plugin).
 Output piped into a reader that stops early (``triomq config | head``) ends
 the command quietly.
 """
@@ -68,30 +63,12 @@ def build_parser(pm: PluginManager) -> argparse.ArgumentParser:
         p.add_argument("--config", required=True, metavar="FILE", help="TOML config file")
         p.set_defaults(func=lambda args, role=role: _cmd_run(pm, role, args))
 
-    p = sub.add_parser(
-        "demo", help="run the demonstration scenario",
-        description="Three controllers and a broker group of three replicas in one process; "
-                    "the master is killed mid-stream, the controllers elect another, and the "
-                    "report shows that no acknowledged message was lost.")
-    p.add_argument("--transport", choices=("inproc", "tcp"), default="inproc",
-                   help="in-process streams or real TCP sockets (default inproc)")
-    p.add_argument("--keep", action="store_true",
-                   help="keep the nodes' stores afterwards and print where they are")
-    p.set_defaults(func=lambda args: _cmd_demo(pm, args))
-
-    p = sub.add_parser("sim", help="run a deterministic simulation over many seeds")
-    p.add_argument("--seeds", type=int, default=100, help="how many seeds (default 100)")
-    p.add_argument("--start", type=int, default=0, help="first seed (default 0)")
-    p.add_argument("--cluster", action="store_true",
-                   help="simulate controllers plus a broker group instead of Raft alone")
-    p.set_defaults(func=_cmd_sim)
-
     store_cli.add_commands(sub, pm)
     p = sub.add_parser("admin", help="administration of controllers, name servers and brokers "
                                      "(mqadmin style)")
     commands = p.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
     pm.hook.triomq_add_admin_commands(commands=commands)
-    pm.hook.triomq_add_cli_commands(subparsers=sub)
+    pm.hook.triomq_add_cli_commands(subparsers=sub, plugin_manager=pm)
     return parser
 
 
@@ -155,20 +132,6 @@ def _cmd_run(pm: PluginManager, role: str, args: argparse.Namespace) -> int:
         # One line: some causes (a TOML or TLS library's message) span several.
         raise TriomqError(" ".join(str(exc).split())) from exc
     return 0
-
-
-def _cmd_sim(args: argparse.Namespace) -> int:
-    from triomq.testing import clustersim, raftsim
-
-    simulation = clustersim if args.cluster else raftsim
-    return simulation.main(["--seeds", str(args.seeds), "--start", str(args.start)])
-
-
-def _cmd_demo(pm: PluginManager, args: argparse.Namespace) -> int:
-    from triomq.demo import run_demo
-
-    logging.basicConfig(level=logging.WARNING, format="  [%(name)s] %(message)s")
-    return trio.run(functools.partial(run_demo, pm, args.transport, keep=args.keep))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from triomq.broker.components import BrokerComponent, ComponentView
     from triomq.broker.escape_bridge import EscapeBridge
+    from triomq.plugin_manager import PluginManager
     from triomq.runtime import Node
     from triomq.transport import Transport
 
@@ -203,12 +204,16 @@ def triomq_role_changed(node: Node, broker_name: str, broker_id: int, role: str,
 
 
 @hookspec
-def triomq_add_cli_commands(subparsers: argparse._SubParsersAction) -> None:
+def triomq_add_cli_commands(subparsers: argparse._SubParsersAction,
+                            plugin_manager: PluginManager) -> None:
     """Add sub-commands to the ``triomq`` command line.
 
     Each sub-command sets ``func`` with ``parser.set_defaults(func=...)``;
     ``func(args)`` returns the process exit code. This is how store plugins
-    add ``triomq store ...`` and the Spark plugin ``triomq export ...``.
+    add ``triomq store ...``, the Spark plugin ``triomq export ...`` and the
+    demo plugin ``triomq demo``. ``plugin_manager`` is the one the command
+    line runs with (its plugins, less ``plugins.disable``), for a command that
+    opens nodes; an implementation may leave it out of its signature.
     """
 
 

@@ -8,8 +8,8 @@ import pytest
 import trio
 
 from triomq.cli import main
-from triomq.demo import SETTLE_WITHIN, Ledger, run_demo
 from triomq.plugin_manager import PluginManager
+from triomq.plugins.demo.demo import SETTLE_WITHIN, Ledger, run_demo
 
 
 @pytest.mark.parametrize(("transport", "keep"), [("inproc", True), ("tcp", False)])
