@@ -94,7 +94,7 @@ from triomq.broker.subscription_groups import (
 from triomq.broker.topic_table import TopicRefused
 from triomq.broker.topics import TopicService
 from triomq.clock import now_ms
-from triomq.controller.wire import Header, WireError
+from triomq.protocol.header_fields import HeaderFieldError, HeaderFields
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import PERM_READ, PERM_WRITE, RouteDataError, TopicConfig, dumps
 from triomq.protocol.topic_rules import RETRY_GROUP_TOPIC_PREFIX, IllegalName, check_group
@@ -237,8 +237,8 @@ class ClientService:
     async def unregister_client(self, request: RemotingCommand, peer: RpcConnection
                                 ) -> RemotingCommand:
         try:
-            Header(request.ext_fields, "UNREGISTER_CLIENT").string("clientID")
-        except WireError as exc:
+            HeaderFields(request.ext_fields, "UNREGISTER_CLIENT").string("clientID")
+        except HeaderFieldError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
         fields = request.ext_fields
         self._notify(self.table.unregister(peer, fields.get("producerGroup"),
@@ -248,9 +248,9 @@ class ClientService:
     async def get_consumer_list(self, request: RemotingCommand, peer: RpcConnection
                                 ) -> RemotingCommand:
         try:
-            group = Header(request.ext_fields, "GET_CONSUMER_LIST_BY_GROUP").string(
+            group = HeaderFields(request.ext_fields, "GET_CONSUMER_LIST_BY_GROUP").string(
                 "consumerGroup")
-        except WireError as exc:
+        except HeaderFieldError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
         ids = self.table.consumer_ids(group)
         if not ids:
@@ -265,9 +265,9 @@ class ClientService:
     async def get_consumer_connections(self, request: RemotingCommand, peer: RpcConnection
                                        ) -> RemotingCommand:
         try:
-            group = Header(request.ext_fields, "GET_CONSUMER_CONNECTION_LIST").string(
+            group = HeaderFields(request.ext_fields, "GET_CONSUMER_CONNECTION_LIST").string(
                 "consumerGroup")
-        except WireError as exc:
+        except HeaderFieldError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
         info = self.table.consumer_group(group)
         if info is None:
@@ -279,9 +279,9 @@ class ClientService:
     async def get_producer_connections(self, request: RemotingCommand, peer: RpcConnection
                                        ) -> RemotingCommand:
         try:
-            group = Header(request.ext_fields, "GET_PRODUCER_CONNECTION_LIST").string(
+            group = HeaderFields(request.ext_fields, "GET_PRODUCER_CONNECTION_LIST").string(
                 "producerGroup")
-        except WireError as exc:
+        except HeaderFieldError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
         channels = self.table.producer_channels(group)
         if channels is None:
@@ -294,7 +294,7 @@ class ClientService:
         """Pass the request on to the consumer it names and relay its answer."""
         try:
             call = parse_consumer_call(request.ext_fields, RequestCode(request.code).name)
-        except WireError as exc:
+        except HeaderFieldError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
         return await self._relay(call, request.code, request.ext_fields, request.body)
 
@@ -305,8 +305,8 @@ class ClientService:
         fields = request.ext_fields
         try:
             call = parse_consumer_call(fields, what)
-            _, offset = parse_offset_msg_id(Header(fields, what).string("msgId"))
-        except WireError as exc:
+            _, offset = parse_offset_msg_id(HeaderFields(fields, what).string("msgId"))
+        except HeaderFieldError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
         except HeaderError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER,
@@ -356,10 +356,10 @@ class ClientService:
                                         ) -> RemotingCommand:
         what = "DELETE_SUBSCRIPTIONGROUP"
         try:
-            header = Header(request.ext_fields, what)
+            header = HeaderFields(request.ext_fields, what)
             group = header.string("groupName")
             clean = header.boolean("cleanOffset") or header.boolean("removeOffset")
-        except WireError as exc:
+        except HeaderFieldError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
         if self.groups.delete(group, now_ms()):
             log.info("subscription group %s deleted by %s", group, peer.peer)

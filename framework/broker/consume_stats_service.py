@@ -45,7 +45,7 @@ from triomq.broker.offset_service import ConsumerOffsetService
 from triomq.broker.store_stats import StoreStats
 from triomq.broker.topic_stats import topic_stats
 from triomq.broker.topics import TopicService
-from triomq.controller.wire import Header, WireError
+from triomq.protocol.header_fields import HeaderFieldError, HeaderFields
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection, RpcServer
 from triomq.store import CommitLog, StoreError
@@ -119,8 +119,8 @@ class ConsumeStatsService:
     async def get_topic_stats(self, request: RemotingCommand, peer: RpcConnection
                               ) -> RemotingCommand:
         try:
-            topic = Header(request.ext_fields, "GET_TOPIC_STATS_INFO").string("topic")
-        except WireError as exc:
+            topic = HeaderFields(request.ext_fields, "GET_TOPIC_STATS_INFO").string("topic")
+        except HeaderFieldError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
         config = self.topics.table.get(topic)
         if config is None:
@@ -139,9 +139,9 @@ class ConsumeStatsService:
     async def get_broker_consume_stats(self, request: RemotingCommand, peer: RpcConnection
                                        ) -> RemotingCommand:
         try:
-            order_only = Header(request.ext_fields, "GET_BROKER_CONSUME_STATS").boolean(
+            order_only = HeaderFields(request.ext_fields, "GET_BROKER_CONSUME_STATS").boolean(
                 "isOrder")
-        except WireError as exc:
+        except HeaderFieldError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
 
         def subscribed(group: str) -> Collection[str]:
@@ -163,8 +163,8 @@ class ConsumeStatsService:
     async def query_consumed_by(self, request: RemotingCommand, peer: RpcConnection
                                 ) -> RemotingCommand:
         try:
-            topic = Header(request.ext_fields, "QUERY_TOPIC_CONSUME_BY_WHO").string("topic")
-        except WireError as exc:
+            topic = HeaderFields(request.ext_fields, "QUERY_TOPIC_CONSUME_BY_WHO").string("topic")
+        except HeaderFieldError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
         groups = self.clients.table.groups_subscribing(topic) | self.offsets.table.groups_of(topic)
         return RemotingCommand.response(body=group_list(groups))

@@ -45,7 +45,7 @@ import attrs
 
 from triomq.broker.client_table import ClientTable
 from triomq.broker.codes import ResponseCode
-from triomq.controller.wire import Header
+from triomq.protocol.header_fields import HeaderFields
 
 __all__ = ["CALL_TIMEOUT", "MIN_CLIENT_VERSION", "CallRefused", "ConsumerCall",
            "call_failed", "call_timed_out", "consumer_to_call", "direct_consume_fields",
@@ -79,8 +79,8 @@ class CallRefused:
 
 
 def parse_consumer_call(fields: Mapping[str, str], what: str) -> ConsumerCall:
-    """The request's group and client; ``WireError`` names a missing or bad field."""
-    header = Header(fields, what)
+    """The request's group and client; ``HeaderFieldError`` names a missing or bad field."""
+    header = HeaderFields(fields, what)
     call = ConsumerCall(header.string("consumerGroup"), header.string("clientId"))
     header.boolean("jstackEnable")  # only checked: the client reads it
     return call

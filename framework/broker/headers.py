@@ -17,6 +17,8 @@ from collections.abc import Mapping
 import attrs
 
 from triomq.errors import TriomqError
+from triomq.protocol.header_fields import INT32, INT64
+from triomq.protocol.header_fields import java_integer as parse_java_integer
 from triomq.protocol.message import RecordError, properties_from_bytes, properties_to_bytes
 
 __all__ = [
@@ -29,8 +31,6 @@ __all__ = [
     "parse_send_header",
 ]
 
-_INT32 = (-(2**31), 2**31 - 1)
-_INT64 = (-(2**63), 2**63 - 1)
 
 
 class HeaderError(TriomqError, ValueError):
@@ -56,17 +56,21 @@ class SendHeader:
 
 
 def java_integer(fields: Mapping[str, str], key: str, bounds: tuple[int, int]) -> int | None:
-    """Header field ``key`` read as Java's parseInt/parseLong would (an optional sign
-    and ASCII digits, nothing else) and checked against ``bounds``; None when absent."""
+    """Header field ``key`` read as Java's parseInt/parseLong would
+    (``triomq.protocol.header_fields.java_integer``) and checked against ``bounds``;
+    None when absent."""
     raw = fields.get(key)
     if raw is None:
         return None
-    digits = raw[1:] if raw[:1] in ("-", "+") else raw
-    if not (digits.isascii() and digits.isdigit()) or len(digits) > 19:
-        raise HeaderError(key, f"expected an integer, got {raw[:80]!r}")
-    value = int(raw)
+    return _checked(raw, key, bounds)
+
+
+def _checked(raw: str, name: str, bounds: tuple[int, int]) -> int:
+    value = parse_java_integer(raw)
+    if value is None:
+        raise HeaderError(name, f"expected an integer, got {raw[:40]!r}")
     if not bounds[0] <= value <= bounds[1]:
-        raise HeaderError(key, f"{value} is out of range [{bounds[0]}, {bounds[1]}]")
+        raise HeaderError(name, f"{value} is out of range [{bounds[0]}, {bounds[1]}]")
     return value
 
 
@@ -77,13 +81,7 @@ def _int(fields: Mapping[str, str], key: str, name: str, bounds: tuple[int, int]
         if default is None:
             raise HeaderError(name, "missing")
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise HeaderError(name, f"expected an integer, got {raw[:40]!r}") from None
-    if not bounds[0] <= value <= bounds[1]:
-        raise HeaderError(name, f"{value} is out of range [{bounds[0]}, {bounds[1]}]")
-    return value
+    return _checked(raw, name, bounds)
 
 
 def parse_send_header(fields: Mapping[str, str]) -> SendHeader:
@@ -100,12 +98,12 @@ def parse_send_header(fields: Mapping[str, str]) -> SendHeader:
     return SendHeader(
         topic=topic,
         producer_group=fields.get("a", ""),
-        queue_id=_int(fields, "e", "queueId", (0, _INT32[1])),
-        sys_flag=_int(fields, "f", "sysFlag", _INT32, 0),
-        born_timestamp=_int(fields, "g", "bornTimestamp", _INT64, 0),
-        flag=_int(fields, "h", "flag", _INT32, 0),
+        queue_id=_int(fields, "e", "queueId", (0, INT32[1])),
+        sys_flag=_int(fields, "f", "sysFlag", INT32, 0),
+        born_timestamp=_int(fields, "g", "bornTimestamp", INT64, 0),
+        flag=_int(fields, "h", "flag", INT32, 0),
         properties=properties,
-        reconsume_times=_int(fields, "j", "reconsumeTimes", _INT32, 0),
+        reconsume_times=_int(fields, "j", "reconsumeTimes", INT32, 0),
     )
 
 

@@ -31,6 +31,7 @@ from triomq.broker.codes import RequestCode, ResponseCode
 from triomq.broker.config import BrokerConfig
 from triomq.broker.index_dispatch import index_keys
 from triomq.broker.index_service import IndexService
+from triomq.protocol.header_fields import INT32, INT64, HeaderFields
 from triomq.protocol.message import RecordError, decode
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection, RpcServer
@@ -40,8 +41,6 @@ __all__ = ["UNIQUE_KEY_QUERY", "QueryService"]
 
 #: RocketMQ's ``MixAll.UNIQUE_MSG_QUERY_FLAG``: the key is a message's UNIQ_KEY.
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
-_INT64 = (-(2**63), 2**63 - 1)
-_INT32 = (-(2**31), 2**31 - 1)
 
 
 class _BadField(Exception):
@@ -50,22 +49,12 @@ class _BadField(Exception):
 
 
 def _text(request: RemotingCommand, what: str, key: str) -> str:
-    value = request.ext_fields.get(key, "")
-    if not value:
-        raise _BadField(f"{what}: header field {key!r}: missing")
-    return value
+    return HeaderFields(request.ext_fields, what, error=_BadField).string(key)
 
 
 def _integer(request: RemotingCommand, what: str, key: str,
-             bounds: tuple[int, int] = _INT64) -> int:
-    raw = _text(request, what, key)
-    digits = raw[1:] if raw[:1] == "-" else raw
-    if not (digits.isascii() and digits.isdigit()) or len(digits) > 19:
-        raise _BadField(f"{what}: header field {key!r}: expected an integer, got {raw[:40]!r}")
-    value = int(raw)
-    if not bounds[0] <= value <= bounds[1]:
-        raise _BadField(f"{what}: header field {key!r}: {value} is out of range")
-    return value
+             bounds: tuple[int, int] = INT64) -> int:
+    return HeaderFields(request.ext_fields, what, error=_BadField).integer(key, bounds)
 
 
 def _handler(what: str, answer: Callable[[RemotingCommand, str], Awaitable[RemotingCommand]]
@@ -102,7 +91,7 @@ class QueryService:
 
     def _queue(self, request: RemotingCommand, what: str) -> tuple[str, int]:
         return (_text(request, what, "topic"),
-                _integer(request, what, "queueId", (0, _INT32[1])))
+                _integer(request, what, "queueId", (0, INT32[1])))
 
     async def search_offset(self, request: RemotingCommand, what: str) -> RemotingCommand:
         topic, queue_id = self._queue(request, what)
@@ -142,7 +131,7 @@ class QueryService:
     async def query_message(self, request: RemotingCommand, what: str) -> RemotingCommand:
         topic = _text(request, what, "topic")
         key = _text(request, what, "key")
-        max_num = _integer(request, what, "maxNum", _INT32)
+        max_num = _integer(request, what, "maxNum", INT32)
         begin = _integer(request, what, "beginTimestamp")
         end = _integer(request, what, "endTimestamp")
         if request.ext_fields.get(UNIQUE_KEY_QUERY) == "true":

@@ -44,7 +44,7 @@ from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
 from triomq.broker.topic_table import TopicRefused, TopicTable
 from triomq.clock import now_ms
-from triomq.controller.wire import Header, WireError
+from triomq.protocol.header_fields import HeaderFieldError, HeaderFields
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import PERM_READ, PERM_WRITE, TopicConfig, dumps
 from triomq.rpc import RpcClient, RpcConnection, RpcServer
@@ -108,13 +108,13 @@ class TopicService:
             self._saved = data
 
     def _change(self, what: str, request: RemotingCommand,
-                apply: Callable[[Header], bool]) -> RemotingCommand:
+                apply: Callable[[HeaderFields], bool]) -> RemotingCommand:
         """Run a topic change: a bad header is INVALID_PARAMETER, a refused change its
         code; a change is saved and registered."""
         try:
-            if apply(Header(request.ext_fields, what)):
+            if apply(HeaderFields(request.ext_fields, what)):
                 self.changed()
-        except WireError as exc:
+        except HeaderFieldError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
         except TopicRefused as exc:
             return RemotingCommand.response(exc.code, remark=exc.remark)
@@ -124,7 +124,7 @@ class TopicService:
                                       ) -> RemotingCommand:
         default = self.config.default_topic_queue_nums
 
-        def update(header: Header) -> bool:
+        def update(header: HeaderFields) -> bool:
             perm = header.optional_integer("perm")
             return self.table.update(TopicConfig(
                 header.string("topic"),
@@ -149,10 +149,10 @@ class TopicService:
     async def get_topic_config(self, request: RemotingCommand, peer: RpcConnection
                                ) -> RemotingCommand:
         try:
-            header = Header(request.ext_fields, "GET_TOPIC_CONFIG")
+            header = HeaderFields(request.ext_fields, "GET_TOPIC_CONFIG")
             topic = header.string("topic")
             header.boolean("lo")  # only checked: no topic here has a static mapping
-        except WireError as exc:
+        except HeaderFieldError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
         config = self.table.get(topic)
         if config is None:

@@ -27,7 +27,6 @@ from triomq.controller.config import BLACK_LIST, from_properties, to_properties
 from triomq.controller.results import SyncStateData
 from triomq.controller.wire import (
     ControllerMetadata,
-    Header,
     ReplicaInfo,
     WireError,
     decode_replica_info,
@@ -44,6 +43,7 @@ from triomq.controller.wire import (
     read_metadata,
 )
 from triomq.errors import ConfigError
+from triomq.protocol.header_fields import HeaderFields
 from triomq.protocol.java_properties import PropertiesError, dump_properties, load_properties
 from triomq.protocol.remoting import RemotingCommand
 
@@ -271,22 +271,22 @@ class Reply:
 # -- remoting frames --------------------------------------------------------------
 
 
-def _get_next_broker_id(header: Header, body: bytes) -> GetNextBrokerId:
+def _get_next_broker_id(header: HeaderFields, body: bytes) -> GetNextBrokerId:
     return GetNextBrokerId(header.string("clusterName"), header.string("brokerName"))
 
 
-def _apply_broker_id(header: Header, body: bytes) -> ApplyBrokerId:
+def _apply_broker_id(header: HeaderFields, body: bytes) -> ApplyBrokerId:
     return ApplyBrokerId(header.string("clusterName"), header.string("brokerName"),
                          header.integer("appliedBrokerId"), header.string("brokerAddress"),
                          header.string("registerCheckCode"))
 
 
-def _register_broker(header: Header, body: bytes) -> RegisterBroker:
+def _register_broker(header: HeaderFields, body: bytes) -> RegisterBroker:
     return RegisterBroker(header.string("clusterName"), header.string("brokerName"),
                           header.integer("brokerId"), header.string("brokerAddress"))
 
 
-def _heartbeat(header: Header, body: bytes) -> BrokerHeartbeat:
+def _heartbeat(header: HeaderFields, body: bytes) -> BrokerHeartbeat:
     return BrokerHeartbeat(
         header.string("clusterName"), header.string("brokerName"), header.integer("brokerId"),
         header.string("brokerAddr"), epoch=header.integer("epoch"),
@@ -295,24 +295,24 @@ def _heartbeat(header: Header, body: bytes) -> BrokerHeartbeat:
         heartbeat_timeout_ms=header.optional_integer("heartbeatTimeoutMills"))
 
 
-def _alter_sync_state_set(header: Header, body: bytes) -> AlterSyncStateSet:
+def _alter_sync_state_set(header: HeaderFields, body: bytes) -> AlterSyncStateSet:
     return AlterSyncStateSet(
         header.string("brokerName"), header.integer("masterBrokerId"),
         header.integer("masterEpoch"), header.integer("syncStateSetEpoch"),
         header.id_set("newSyncStateSet") or frozenset())
 
 
-def _elect_master(header: Header, body: bytes) -> ElectMaster:
+def _elect_master(header: HeaderFields, body: bytes) -> ElectMaster:
     broker_name = header.string("brokerName")  # the key a refusal names first
     return ElectMaster(header.string("clusterName"), broker_name,
                        header.optional_integer("brokerId"), header.boolean("designateElect"))
 
 
-def _get_replica_info(header: Header, body: bytes) -> GetReplicaInfo:
+def _get_replica_info(header: HeaderFields, body: bytes) -> GetReplicaInfo:
     return GetReplicaInfo(header.string("brokerName"))
 
 
-def _get_sync_state_data(header: Header, body: bytes) -> GetSyncStateData:
+def _get_sync_state_data(header: HeaderFields, body: bytes) -> GetSyncStateData:
     # mqadmin sends the names as a JSON list in the body.
     try:
         names = json.loads(body.decode()) if body else []
@@ -324,14 +324,14 @@ def _get_sync_state_data(header: Header, body: bytes) -> GetSyncStateData:
     return GetSyncStateData(tuple(sorted(set(names))))
 
 
-def _clean_broker_data(header: Header, body: bytes) -> CleanBrokerData:
+def _clean_broker_data(header: HeaderFields, body: bytes) -> CleanBrokerData:
     return CleanBrokerData(header.fields.get("clusterName") or None,
                            header.string("brokerName"),
                            header.id_set("brokerControllerIdsToClean"),
                            header.boolean("isCleanLivingBroker"))
 
 
-def _update_controller_config(header: Header, body: bytes) -> ControllerRequest:
+def _update_controller_config(header: HeaderFields, body: bytes) -> ControllerRequest:
     try:
         properties = load_properties(body)
         if BLACK_LIST & set(properties):
@@ -343,7 +343,7 @@ def _update_controller_config(header: Header, body: bytes) -> ControllerRequest:
         raise WireError(f"{header.where}: {exc}") from None
 
 
-_DECODERS: dict[int, Callable[[Header, bytes], ControllerRequest]] = {
+_DECODERS: dict[int, Callable[[HeaderFields, bytes], ControllerRequest]] = {
     RequestCode.GET_NEXT_BROKER_ID: _get_next_broker_id,
     RequestCode.APPLY_BROKER_ID: _apply_broker_id,
     RequestCode.REGISTER_BROKER: _register_broker,
@@ -369,7 +369,8 @@ def decode_request(command: RemotingCommand) -> ControllerRequest:
     """
     name = RequestCode(command.code).name
     try:
-        return _DECODERS[command.code](Header(command.ext_fields, name), command.body)
+        return _DECODERS[command.code](HeaderFields(command.ext_fields, name, error=WireError),
+                                       command.body)
     except WireError as exc:
         return Malformed(name, str(exc))
 

@@ -67,13 +67,13 @@ from triomq.controller import _json
 from triomq.controller.group import BrokerGroup
 from triomq.controller.results import Replica, SyncStateData
 from triomq.errors import TriomqError
+from triomq.protocol.header_fields import HeaderFields
 
 __all__ = [
     "OPEN_END",
     "BrokerEpochCache",
     "ControllerMetadata",
     "EpochRange",
-    "Header",
     "ReplicaInfo",
     "WireError",
     "decode_epoch_cache",
@@ -102,64 +102,6 @@ class WireError(TriomqError, ValueError):
 def join_ids(ids: Iterable[int]) -> str:
     """Broker ids as a header value: ``"1;2;3"``."""
     return ";".join(str(i) for i in sorted(ids))
-
-
-class Header:
-    """Typed access to a request's ``extFields``; errors name the request and the key."""
-
-    def __init__(self, fields: Mapping[str, str], where: str) -> None:
-        self.fields = fields
-        self.where = where
-
-    def _fail(self, key: str, message: str) -> WireError:
-        return WireError(f"{self.where}: header field {key!r}: {message}")
-
-    def string(self, key: str) -> str:
-        """A required, non-empty string."""
-        value = self.fields.get(key, "")
-        if not value:
-            raise self._fail(key, "missing")
-        return value
-
-    def integer(self, key: str) -> int:
-        """A required non-negative integer."""
-        value = self.optional_integer(key)
-        if value is None:
-            raise self._fail(key, "missing")
-        return value
-
-    def optional_integer(self, key: str) -> int | None:
-        """A non-negative integer, or ``None`` when absent or empty."""
-        raw = self.fields.get(key, "")
-        if raw == "":
-            return None
-        if not raw.isascii() or not raw.isdigit() or len(raw) > 19:
-            raise self._fail(key, f"expected a non-negative integer, got {raw[:40]!r}")
-        value = int(raw)
-        if value > _json.MAX_INT:
-            raise self._fail(key, f"out of range: {raw[:40]}")
-        return value
-
-    def boolean(self, key: str, default: bool = False) -> bool:
-        """``"true"`` or ``"false"`` (``default`` when absent)."""
-        raw = self.fields.get(key, "")
-        if raw == "":
-            return default
-        if raw not in ("true", "false"):
-            raise self._fail(key, f"expected 'true' or 'false', got {raw[:40]!r}")
-        return raw == "true"
-
-    def id_set(self, key: str) -> frozenset[int] | None:
-        """Broker ids joined by ``;``, or ``None`` when absent or empty."""
-        raw = self.fields.get(key, "")
-        if raw == "":
-            return None
-        ids = []
-        for part in raw.split(";"):
-            if not part.isascii() or not part.isdigit() or len(part) > 18:
-                raise self._fail(key, f"expected broker ids joined by ';', got {raw[:40]!r}")
-            ids.append(int(part))
-        return frozenset(ids)
 
 
 def load_body(data: bytes, where: str) -> _json.FieldReader:
@@ -433,7 +375,7 @@ def encode_elect_body(cluster_name: str, info: ReplicaInfo) -> bytes:
 def read_elect_answer(fields: Mapping[str, str], body: bytes) -> ReplicaInfo:
     """An ELECT_MASTER answer (``elect_fields`` and ``encode_elect_body``) read back."""
     where = "ELECT_MASTER response"
-    header = Header(fields, where)
+    header = HeaderFields(fields, where, error=WireError)
     reader = load_body(body, where)
     reader.expect_keys({"brokerMemberGroup", "syncStateSet"},
                        optional={"brokerAddrs", "brokerName", "cluster"})

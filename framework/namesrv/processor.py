@@ -58,11 +58,12 @@ from collections.abc import Callable, Hashable
 
 import attrs
 
-from triomq.controller.wire import Header, WireError
+from triomq.controller.wire import WireError
 from triomq.namesrv.config import NamesrvConfig
 from triomq.namesrv.config_properties import Facts, UpdateRefused, namesrv_properties, updated
 from triomq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfig, encode_kv_table
 from triomq.namesrv.route_info import BrokerRegistration, RouteInfo, RouteRefused
+from triomq.protocol.header_fields import HeaderFields
 from triomq.protocol.java_properties import PropertiesError, dump_properties, load_properties
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.response_codes import ResponseCode
@@ -187,7 +188,7 @@ class NameServerCore:
 
     def _register(self, request: RemotingCommand, connection: Hashable,
                   now: int) -> RemotingCommand:
-        header = Header(request.ext_fields, "REGISTER_BROKER")
+        header = HeaderFields(request.ext_fields, "REGISTER_BROKER", error=WireError)
         crc = header.optional_integer("bodyCrc32") or 0
         if crc and crc != zlib.crc32(request.body) & 0x7FFFFFFF:
             return RemotingCommand.response(
@@ -216,14 +217,15 @@ class NameServerCore:
 
     def _unregister(self, request: RemotingCommand, connection: Hashable,
                     now: int) -> RemotingCommand:
-        header = Header(request.ext_fields, "UNREGISTER_BROKER")
+        header = HeaderFields(request.ext_fields, "UNREGISTER_BROKER", error=WireError)
         self.route.unregister(header.string("clusterName"), header.string("brokerAddr"),
                               header.string("brokerName"), header.integer("brokerId"))
         return RemotingCommand.response()
 
     def _route(self, request: RemotingCommand, connection: Hashable,
                now: int) -> RemotingCommand:
-        topic = Header(request.ext_fields, "GET_ROUTEINFO_BY_TOPIC").string("topic")
+        topic = HeaderFields(request.ext_fields, "GET_ROUTEINFO_BY_TOPIC",
+                             error=WireError).string("topic")
         body = self.route.route_body(topic)
         if body is None:
             return RemotingCommand.response(
@@ -243,13 +245,13 @@ class NameServerCore:
 
     def _heartbeat(self, request: RemotingCommand, connection: Hashable,
                    now: int) -> RemotingCommand:
-        header = Header(request.ext_fields, "BROKER_HEARTBEAT")
+        header = HeaderFields(request.ext_fields, "BROKER_HEARTBEAT", error=WireError)
         self.route.heartbeat(header.string("clusterName"), header.string("brokerAddr"), now)
         return RemotingCommand.response()
 
     def _query_data_version(self, request: RemotingCommand, connection: Hashable,
                             now: int) -> RemotingCommand:
-        header = Header(request.ext_fields, "QUERY_DATA_VERSION")
+        header = HeaderFields(request.ext_fields, "QUERY_DATA_VERSION", error=WireError)
         cluster, address = header.string("clusterName"), header.string("brokerAddr")
         asked = DataVersion.from_json(loads(request.body, "QUERY_DATA_VERSION body"),
                                       "QUERY_DATA_VERSION body")
@@ -349,14 +351,14 @@ class NameServerCore:
 
     def _delete_topic(self, request: RemotingCommand, connection: Hashable,
                       now: int) -> RemotingCommand:
-        header = Header(request.ext_fields, "DELETE_TOPIC_IN_NAMESRV")
+        header = HeaderFields(request.ext_fields, "DELETE_TOPIC_IN_NAMESRV", error=WireError)
         self.route.delete_topic(header.string("topic"),
                                 request.ext_fields.get("clusterName") or None)
         return RemotingCommand.response()
 
     def _member_group(self, request: RemotingCommand, connection: Hashable,
                       now: int) -> RemotingCommand:
-        header = Header(request.ext_fields, "GET_BROKER_MEMBER_GROUP")
+        header = HeaderFields(request.ext_fields, "GET_BROKER_MEMBER_GROUP", error=WireError)
         group = self.route.member_group(header.string("clusterName"),
                                         header.string("brokerName"))
         return RemotingCommand.response(body=group.encode())

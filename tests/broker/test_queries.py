@@ -175,7 +175,7 @@ async def test_offsets_by_timestamp_and_the_earliest_store_time(tmp_path) -> Non
             (search, "SEARCH_OFFSET_BY_TIMESTAMP", {"topic": "orders", "queueId": "1"},
              "header field 'timestamp': missing"),
             (earliest, "GET_EARLIEST_MSG_STORETIME", {"topic": "orders", "queueId": "-1"},
-             "header field 'queueId': -1 is out of range"),
+             "header field 'queueId': expected a non-negative integer, got '-1'"),
             (RequestCode.QUERY_MESSAGE, "QUERY_MESSAGE", {"topic": "orders", "key": "k"},
              "header field 'maxNum': missing"),
         ]:

@@ -25,7 +25,6 @@ from triomq.controller.wire import (
     BrokerEpochCache,
     ControllerMetadata,
     EpochRange,
-    Header,
     ReplicaInfo,
     WireError,
     decode_epoch_cache,
@@ -36,7 +35,6 @@ from triomq.controller.wire import (
     encode_epoch_cache,
     encode_replica_info,
     encode_sync_state_data,
-    join_ids,
     metadata_fields,
     read_elect_answer,
     read_metadata,
@@ -160,30 +158,6 @@ def test_replica_info_with_one_bad_field(info, key, value):
         decode_replica_info(json.dumps(obj).encode())
     except WireError as exc:
         assert "replica info" in str(exc)
-
-
-@given(st.dictionaries(st.sampled_from(["a", "b", "c"]), st.text(max_size=25)))
-def test_header_reads_typed_values_or_names_the_field(fields):
-    header = Header(fields, "REQ")
-    for read in (header.integer, header.optional_integer, header.boolean, header.id_set,
-                 header.string):
-        for key in ("a", "b", "c"):
-            try:
-                read(key)
-            except WireError as exc:
-                assert f"REQ: header field {key!r}" in str(exc)
-
-
-def test_header_values():
-    header = Header({"n": "42", "ids": join_ids({3, 1}), "t": "true", "bad": "-1"}, "REQ")
-    assert (header.integer("n"), header.id_set("ids"), header.boolean("t")) == (
-        42, frozenset({1, 3}), True)
-    assert header.optional_integer("missing") is None
-    assert header.boolean("missing", True) is True
-    with pytest.raises(WireError, match="'bad': expected a non-negative integer"):
-        header.integer("bad")
-    with pytest.raises(WireError, match="'missing': missing"):
-        header.string("missing")
 
 
 def test_state_machine_applies_events_and_ignores_other_entries():
