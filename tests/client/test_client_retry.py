@@ -7,6 +7,7 @@ broker that delays the retry copies (their ``DELAY`` level) delivers them later.
 
 from __future__ import annotations
 
+import trio
 from client_cluster import Groups, open_groups
 from test_client_push_consumer import FAST, until
 
@@ -209,3 +210,24 @@ async def test_a_message_the_broker_does_not_take_back_is_retried_here(
         # Called again here, the same record, its count one higher.
         assert [(m.topic, m.commit_log_offset, m.reconsume_times) for m in calls] == [
             ("orders", calls[0].commit_log_offset, 0), ("orders", calls[0].commit_log_offset, 1)]
+
+
+async def test_a_call_past_consume_timeout_is_sent_back(tmp_path, autojump_clock) -> None:
+    async with retry_groups(tmp_path) as groups:
+        await groups.create_topic("orders", queues=1)
+        app = await groups.client()
+        await send(groups, b"slow")
+        calls: list[MessageExt] = []
+
+        async def stuck_once(messages: list[MessageExt]) -> ConsumeConcurrentlyStatus:
+            calls.extend(messages)
+            if len(calls) == 1:
+                await trio.sleep_forever()
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+        # consume_timeout is in minutes, as RocketMQ's: 0.5 s.
+        made = consumer(groups, MessageListenerConcurrently(stuck_once),
+                        consume_timeout=0.5 / 60)
+        async with made.start(app.connect):
+            await until(lambda: len(calls) >= 2, timeout=60)
+        assert [(m.topic, m.reconsume_times) for m in calls] == [("orders", 0), ("orders", 1)]
