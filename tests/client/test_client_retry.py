@@ -130,8 +130,8 @@ async def test_the_default_maximum_is_16_retries(tmp_path, autojump_clock) -> No
         dead = DeadLetters(groups)
         made = consumer(groups, MessageListenerConcurrently(always_fails))
         async with made.start(app.connect), dead.reader.start(app.connect):
-            # Delays up to level 18 (2 h) on a broker that delays: mock time runs ahead.
-            await until(lambda: dead.messages, timeout=20_000)
+            # Levels 3 to 18 (4.8 h in all) on a broker that delays: mock time runs ahead.
+            await until(lambda: dead.messages, timeout=30_000)
         assert tries == list(range(17))
         (letter,) = dead.messages
         assert (letter.reconsume_times, letter.properties["ORIGIN_MESSAGE_ID"]) == (
