@@ -206,6 +206,15 @@ class ClientService:
         return (self.config.auto_create_subscription_group
                 and len(self.groups) < self.config.auto_create_subscription_group_limit)
 
+    def find_group(self, group: str) -> SubscriptionGroupConfig | None:
+        """``group``'s config, created with the defaults when a consumer may create one
+        (RocketMQ's ``findSubscriptionGroupConfig``)."""
+        config, created = self.groups.find(group, auto_create=self.may_create_group(),
+                                           now=now_ms())
+        if created:
+            self._dirty.set()
+        return config
+
     def _configure_groups(self, heartbeat: HeartbeatData) -> None:
         now = now_ms()
         for consumer in heartbeat.consumers:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from triomq.broker.clients import ClientService, load_subscription_groups
-from triomq.broker.components import BrokerComponent, Component, ComponentHost
+from triomq.broker.components import BrokerComponent, Component, ComponentHost, Scope
 from triomq.broker.config import BrokerConfig
 from triomq.broker.confirm_checkpoint import ConfirmOffsetCheckpoint
 from triomq.broker.consume_stats_service import ConsumeStatsService
@@ -53,6 +53,7 @@ from triomq.broker.put_checks import host_port
 from triomq.broker.queries import QueryService
 from triomq.broker.replicas_manager import BrokerRole, ReplicasManager, check_replica_address
 from triomq.broker.runtime_info import RuntimeInfoService
+from triomq.broker.send_back_service import SendBackService
 from triomq.broker.topic_table import TopicTable
 from triomq.broker.topics import TopicService, load_topics
 from triomq.clock import now_ms
@@ -304,6 +305,10 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     queries = QueryService(log, broker.index, config)
     clients.record_at = queries.record_bytes
     runtime_info = RuntimeInfoService(broker, root)
+    send_backs = SendBackService(
+        find_group=clients.find_group, topics=topics, record_at=queries.record_bytes,
+        bridge=LocalEscapeBridge(processor.put_own), broker=view,
+        broker_ip=processor.store_host[0])
     parts = [
         Component("role", role_changed=broker.role_changed),
         Component("flush", start=[broker.flush.run]),
@@ -326,6 +331,7 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         Component("offsets", register=offsets.register, soon=[
             offsets.persist_loop, functools.partial(offsets.copy_from_master, node.rpc)]),
         Component("consume-stats", register=stats.register),
+        Component("send-back", scope=Scope.MASTER_TERM, register=send_backs.register),
     ]
     if broker.namesrv is not None:
         parts.append(Component("namesrv-registration", start=[broker.namesrv.run]))

@@ -27,8 +27,8 @@ rules, the others drive them:
 - ``push_consumer``: ``PushConsumer``; ``lite_pull_consumer``:
   ``LitePullConsumer``; both on ``consumer_base`` (membership, rebalancing,
   pulling, locks) and ``offset_store``, which drive the pure ``allocate``,
-  ``pull``, ``process_queue``, ``consume_from``, ``subscription``, ``wire``
-  and ``listener``.
+  ``pull``, ``process_queue``, ``consume_from``, ``subscription``, ``wire``,
+  ``listener`` and ``consume_retry``.
 - ``instance``: routes and connections a client shares; ``codes`` and
   ``errors``.
 """
@@ -36,10 +36,12 @@ rules, the others drive them:
 from triomq.client.consume_from import ConsumeFromWhere
 from triomq.client.errors import BrokerError, ClientError, NoRouteError
 from triomq.client.listener import (
+    ConsumeConcurrentlyContext,
     ConsumeConcurrentlyStatus,
     ConsumeOrderlyStatus,
     MessageListenerConcurrently,
     MessageListenerOrderly,
+    consume_concurrently_context,
 )
 from triomq.client.lite_pull_consumer import LitePullConsumer
 from triomq.client.message import (
@@ -57,6 +59,7 @@ from triomq.client.push_consumer import PushConsumer
 __all__ = [
     "BrokerError",
     "ClientError",
+    "ConsumeConcurrentlyContext",
     "ConsumeConcurrentlyStatus",
     "ConsumeFromWhere",
     "ConsumeOrderlyStatus",
@@ -73,4 +76,5 @@ __all__ = [
     "PushConsumer",
     "SendResult",
     "SendStatus",
+    "consume_concurrently_context",
 ]

@@ -27,6 +27,7 @@ class ClientRequestCode(enum.IntEnum):
     GET_MIN_OFFSET = 31
     HEART_BEAT = 34
     UNREGISTER_CLIENT = 35
+    CONSUMER_SEND_MSG_BACK = 36
     GET_CONSUMER_LIST_BY_GROUP = 38
     #: Broker to client (oneway): the group's members changed, rebalance now.
     NOTIFY_CONSUMER_IDS_CHANGED = 40

@@ -5,8 +5,9 @@ stored message again: the broker that stores it passes the request on to
 the client (header ``consumerGroup``, ``clientId``, ``msgId`` and the
 broker's ``brokerName``) with the stored record as the body. As RocketMQ's
 Java push consumer does, the consumer of the group decodes the record,
-calls its listener once with it, touches no offset, and answers with the
-body fastjson writes for the result::
+calls its listener once with it (a record of the group's retry topic under
+its first topic, a concurrent listener with its call's context), touches
+no offset, and answers with the body fastjson writes for the result::
 
     {"autoCommit":true,"consumeResult":"CR_SUCCESS","order":false,"spentTimeMills":3}
 
@@ -35,11 +36,14 @@ import attrs
 import trio
 
 from triomq.client.codes import ClientResponseCode as Code
+from triomq.client.consume_retry import reset_retry_topic
 from triomq.client.listener import (
+    ConsumeConcurrentlyContext,
     ConsumeConcurrentlyStatus,
     ConsumeOrderlyStatus,
     MessageListener,
     MessageListenerOrderly,
+    listener_context,
 )
 from triomq.client.message import MessageDecodeError, decode_messages
 from triomq.client.running_info import group_not_here
@@ -130,11 +134,13 @@ async def consume_directly(group: str, listener: MessageListener,
         # The Java client fails to decode anything but one record, and answers so.
         return RemotingCommand.response(
             Code.SYSTEM_ERROR, remark=f"the body holds {len(messages)} messages, not one")
+    messages = [reset_retry_topic(messages[0], group)]
     order = isinstance(listener, MessageListenerOrderly)
     remark = None
     began = trio.current_time()
     try:
-        status = await listener.consume(messages)
+        with listener_context(ConsumeConcurrentlyContext(messages[0].message_queue)):
+            status = await listener.consume(messages)
     except Exception as exc:
         log.warning("listener of %s raised on %s, consumed directly", group,
                     messages[0].msg_id, exc_info=True)

@@ -11,23 +11,34 @@ consumer runs it:
   order, while the consumer holds the queue's lock on its broker; answers
   ``SUCCESS`` or ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` (the same messages
   again after ``suspend_current_queue_time``).
+
+A concurrent listener reads its call's ``ConsumeConcurrentlyContext`` with
+``consume_concurrently_context()`` (RocketMQ passes it as an argument): its
+``delay_level_when_next_consume`` is the delay level the failed messages
+go back with (0: the broker's, ``3 + reconsume_times``; -1: straight to the
+dead-letter queue).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import attrs
 
-from triomq.client.message import MessageExt
+from triomq.client.message import MessageExt, MessageQueue
 
 __all__ = [
+    "ConsumeConcurrentlyContext",
     "ConsumeConcurrentlyStatus",
     "ConsumeOrderlyStatus",
     "MessageListener",
     "MessageListenerConcurrently",
     "MessageListenerOrderly",
+    "consume_concurrently_context",
+    "listener_context",
 ]
 
 
@@ -52,3 +63,30 @@ class MessageListenerOrderly:
 
 
 MessageListener = MessageListenerConcurrently | MessageListenerOrderly
+
+
+@attrs.define
+class ConsumeConcurrentlyContext:
+    """One concurrent listener call's context (RocketMQ's ``ConsumeConcurrentlyContext``)."""
+
+    message_queue: MessageQueue
+    #: The delay level failed messages go back with (0: the broker's; -1: the DLQ).
+    delay_level_when_next_consume: int = 0
+
+
+_context: ContextVar[ConsumeConcurrentlyContext] = ContextVar("consume_concurrently_context")
+
+
+def consume_concurrently_context() -> ConsumeConcurrentlyContext:
+    """The context of the concurrent listener call running now (``LookupError`` outside one)."""
+    return _context.get()
+
+
+@contextmanager
+def listener_context(context: ConsumeConcurrentlyContext) -> Iterator[None]:
+    """Run a listener call with ``context`` as its ``consume_concurrently_context()``."""
+    token = _context.set(context)
+    try:
+        yield
+    finally:
+        _context.reset(token)

@@ -7,7 +7,9 @@ After RocketMQ's quickstart and ``mqadmin``:
 - ``triomq_add_admin_commands``: ``triomq admin consumer-progress``
   (``progress``), ``query-msg-by-id`` and ``query-msg-by-key`` (``query``),
   ``broker-status`` (``broker_status``, served by the broker's
-  GET_BROKER_RUNTIME_INFO, ``triomq.broker.runtime_info``).
+  GET_BROKER_RUNTIME_INFO, ``triomq.broker.runtime_info``),
+  ``dead-letters`` and ``resend-dead-letter`` (``dead_letters``: a group's
+  ``%DLQ%<group>``).
 
 Each command runs in a node of its own (``session``); messages and send
 results are shown by the pure ``message_text``. The kernel's ``triomq``
@@ -21,6 +23,7 @@ import argparse
 from triomq.hookspecs import hookimpl
 from triomq.plugins.client_cli.broker_status import add_broker_status_command
 from triomq.plugins.client_cli.consume import add_consume_command
+from triomq.plugins.client_cli.dead_letters import add_dead_letter_commands
 from triomq.plugins.client_cli.produce import add_produce_command
 from triomq.plugins.client_cli.progress import add_consumer_progress_command
 from triomq.plugins.client_cli.query import add_query_commands
@@ -37,3 +40,4 @@ def triomq_add_admin_commands(commands: argparse._SubParsersAction) -> None:
     add_consumer_progress_command(commands)
     add_query_commands(commands)
     add_broker_status_command(commands)
+    add_dead_letter_commands(commands)

@@ -102,6 +102,28 @@ async def test_a_push_consumer_gets_every_message_once_and_stores_its_offsets(
     assert {r.offset_msg_id for r in sent} == {m["offsetMsgId"] for m in got}
 
 
+async def test_a_message_answered_reconsume_later_comes_back_from_the_retry_topic(
+        cluster: CompatCluster) -> None:
+    sent = await cluster.send(3, prefix="r")
+    java = java_client(cluster.cluster)
+    async with java.running("push", group="java-retry", mode="concurrent",
+                            fail_once="true") as consumer:
+        # Each message twice: failed first, then from %RETRY%java-retry, whatever its delay.
+        await consumer.until(lambda: len(consumer.messages) >= 6)
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for line in consumer.messages:
+        by_id.setdefault(line["msgId"], []).append(line)
+    assert set(by_id) == {r.msg_id for r in sent}
+    for result in sent:
+        first, again = by_id[result.msg_id][:2]
+        assert (first["reconsumeTimes"], first["retryTopic"]) == (0, None)
+        # The client shows the retried copy under its first topic, as sent.
+        assert (again["topic"], again["reconsumeTimes"], again["retryTopic"],
+                again["originMessageId"], again["body"]) == (
+            TOPIC, 1, TOPIC, result.offset_msg_id, first["body"])
+        assert again["offsetMsgId"] != result.offset_msg_id
+
+
 @pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])
 async def test_an_orderly_consumer_locks_its_queues_and_keeps_queue_order(
         cluster: CompatCluster, profile: str) -> None:

@@ -42,6 +42,7 @@ import org.apache.rocketmq.tools.command.MQAdminStartup;
  * send           --namesrv A --topic T --group G --count N --modes sync,async,oneway,batch,ordered
  *                [--body-bytes B]
  * push           --namesrv A --topic T --group G --mode concurrent|orderly [--expression E]
+ *                [--fail-once true: RECONSUME_LATER for a message seen the first time]
  * lite-subscribe --namesrv A --topic T --group G --count N [--expression E]
  * lite-assign    --namesrv A --topic T --group G --count N
  * failover       --namesrv A --topic T --group G
@@ -210,7 +211,9 @@ public final class Main {
                 "keys", m.getKeys(), "properties", properties,
                 "bornTimestamp", m.getBornTimestamp(), "storeTimestamp", m.getStoreTimestamp(),
                 "bornHost", String.valueOf(m.getBornHost()), "storeHost", String.valueOf(m.getStoreHost()),
-                "reconsumeTimes", m.getReconsumeTimes(), "thread", Thread.currentThread().getName());
+                "reconsumeTimes", m.getReconsumeTimes(), "thread", Thread.currentThread().getName(),
+                "retryTopic", m.getProperty("RETRY_TOPIC"),
+                "originMessageId", m.getProperty("ORIGIN_MESSAGE_ID"));
     }
 
     /** Blocks until stdin closes: the test's way of saying stop. */
@@ -236,11 +239,15 @@ public final class Main {
                 return ConsumeOrderlyStatus.SUCCESS;
             });
         } else {
+            boolean failOnce = "true".equals(args.get("fail-once"));
             consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+                boolean retry = false;
                 for (MessageExt m : messages) {
                     Json.print(consumed(m));
+                    retry |= failOnce && m.getReconsumeTimes() == 0;
                 }
-                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+                return retry ? ConsumeConcurrentlyStatus.RECONSUME_LATER
+                        : ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
             });
         }
         consumer.start();
