@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from triomq.broker.clients import ClientService, load_subscription_groups
-from triomq.broker.components import BrokerComponent, Component, ComponentHost
+from triomq.broker.components import BrokerComponent, Component, ComponentHost, Scope
 from triomq.broker.config import BrokerConfig
 from triomq.broker.confirm_checkpoint import ConfirmOffsetCheckpoint
 from triomq.broker.consume_stats_service import ConsumeStatsService
@@ -55,6 +55,7 @@ from triomq.broker.replicas_manager import BrokerRole, ReplicasManager, check_re
 from triomq.broker.runtime_info import RuntimeInfoService
 from triomq.broker.topic_table import TopicTable
 from triomq.broker.topics import TopicService, load_topics
+from triomq.broker.transaction_service import TransactionService
 from triomq.clock import now_ms
 from triomq.errors import ConfigError, PluginError
 from triomq.ha.checkpoint import EpochCheckpointFile
@@ -163,6 +164,8 @@ class Broker:
         self.pulls: PullService | None = None
         #: The controller-mode driver, when ``enable_controller_mode`` is set.
         self.controller_mode: ControllerMode | None = None
+        #: END_TRANSACTION and the transaction check (set when the service starts).
+        self.transactions: TransactionService | None = None
         #: The components the broker runs (set when the service starts).
         self.components: ComponentHost | None = None
         #: The name-server registration, when ``namesrv_addr`` names any.
@@ -304,6 +307,9 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     queries = QueryService(log, broker.index, config)
     clients.record_at = queries.record_bytes
     runtime_info = RuntimeInfoService(broker, root)
+    transactions = broker.transactions = TransactionService(
+        config=config, broker=view, bridge=LocalEscapeBridge(processor.put_own),
+        offsets=offsets, producer_connection=clients.table.producer_connection)
     parts = [
         Component("role", role_changed=broker.role_changed),
         Component("flush", start=[broker.flush.run]),
@@ -326,6 +332,8 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         Component("offsets", register=offsets.register, soon=[
             offsets.persist_loop, functools.partial(offsets.copy_from_master, node.rpc)]),
         Component("consume-stats", register=stats.register),
+        Component("transactions", scope=Scope.MASTER_TERM, register=transactions.register,
+                  soon=[transactions.check_loop], role_changed=transactions.role_changed),
     ]
     if broker.namesrv is not None:
         parts.append(Component("namesrv-registration", start=[broker.namesrv.run]))
