@@ -57,7 +57,7 @@ from triomq.broker.transaction_check import (
     op_progress,
     plan_round,
 )
-from triomq.clock import now_ms
+from triomq.clock import wall_ms
 from triomq.controller.wire import WireError
 from triomq.protocol.message import MessageRecord, RecordError
 from triomq.protocol.remoting import RemotingCommand
@@ -149,7 +149,7 @@ class TransactionService:
         self.catch_up()
         decision = end_transaction(
             header, self._record_at(header.commit_log_offset), ended=self.ledger.ended,
-            now_ms=now_ms(), transaction_time_out=self.settings.transaction_time_out)
+            now_ms=wall_ms(), transaction_time_out=self.settings.transaction_time_out)
         if decision is None or isinstance(decision, RemotingCommand):
             if decision is not None:
                 log.info("END_TRANSACTION from %s refused: %s", peer.peer, decision.remark)
@@ -193,7 +193,7 @@ class TransactionService:
         self.catch_up()
         start = self._progress(HALF_TOPIC)
         plan = plan_round(self._queue_records(HALF_TOPIC, start, MAX_SCAN), self.ledger.ended,
-                          self.settings, start=start, now_ms=now_ms())
+                          self.settings, start=start, now_ms=wall_ms())
         progress = plan.stop
         for action in plan.actions:
             if isinstance(action, (Renew, Discard)):

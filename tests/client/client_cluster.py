@@ -36,14 +36,14 @@ class Groups:
                                                         "local": f"inproc://{name}"}}}
         return data
 
-    async def start_broker(self, name: str, group: str) -> Node:
+    async def start_broker(self, name: str, group: str, **settings: Any) -> Node:
         listen = (f"inproc://{name}" if self.cluster.transport == "inproc"
                   else f"tcp://127.0.0.1:{free_tcp_port()}")
         data = self._base(name, "broker", listen)
         data["store"] = {"path": str(self.cluster.root / name)}
         data["broker"] = {"broker_name": group, "broker_id": 0, "master_epoch": 1,
                           "ha_listen_port": 0, "flush_policy": "none",
-                          "namesrv_addr": self.namesrv}
+                          "namesrv_addr": self.namesrv, **settings}
         self.groups[name] = group
         return await self.cluster.start(name, from_mapping(NodeConfig, data))
 
@@ -83,15 +83,16 @@ class Groups:
 
 @asynccontextmanager
 async def open_groups(root: Path, transport: str = "inproc", *, groups: int = 1,
-                      namesrvs: int = 1) -> AsyncIterator[Groups]:
-    """Name servers and ``groups`` broker groups (nodes ``a``, ``b``...), all started."""
+                      namesrvs: int = 1, **settings: Any) -> AsyncIterator[Groups]:
+    """Name servers and ``groups`` broker groups (nodes ``a``, ``b``...), all started
+    (``settings``: more of their ``[broker]`` keys)."""
     async with open_cluster(root, transport=transport, controllers=0, brokers=0,
                             namesrvs=namesrvs) as cluster:
         await cluster.start_namesrvs()
         harness = Groups(cluster)
         for n in range(groups):
             letter = "abcdefgh"[n]
-            await harness.start_broker(letter, f"broker-{letter}")
+            await harness.start_broker(letter, f"broker-{letter}", **settings)
         yield harness
 
 
