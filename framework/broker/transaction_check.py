@@ -124,10 +124,13 @@ def _copy(half: MessageRecord, topic: str, properties: Mapping[str, str]) -> Esc
                           reconsume_times=half.reconsume_times)
 
 
-def _renewed(half: MessageRecord, times: int) -> EscapedMessage:
-    return _copy(half, HALF_TOPIC, {
-        **half.properties, PROPERTY_TRANSACTION_CHECK_TIMES: str(times),
-        PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET: str(transaction_key(half))})
+def _renewed(half: MessageRecord, times: int | None) -> EscapedMessage:
+    """The half message put again: its check count ``times`` (None: as it is)."""
+    properties = {**half.properties,
+                  PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET: str(transaction_key(half))}
+    if times is not None:
+        properties[PROPERTY_TRANSACTION_CHECK_TIMES] = str(times)
+    return _copy(half, HALF_TOPIC, properties)
 
 
 def plan_round(entries: Sequence[HalfEntry], ended: Mapping[int, str], settings: CheckSettings,
@@ -159,7 +162,7 @@ def _open_half(queue_offset: int, half: MessageRecord, settings: CheckSettings,
     age = now_ms - half.born_timestamp
     immunity = immunity_time(half, settings.transaction_time_out)
     if immunity is not None and 0 <= age < immunity:
-        return Renew(queue_offset, _renewed(half, times), check=False, group=group)
+        return Renew(queue_offset, _renewed(half, None), check=False, group=group)
     if 0 <= age < settings.transaction_time_out:
         return None  # newly arrived: the ones behind are younger still
     # A born time ahead of the broker's clock is checked at once, as RocketMQ does.
