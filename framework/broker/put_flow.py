@@ -16,6 +16,9 @@ does what it returns:
 2. ``Append``: the records, with the store's fields set (store host and
    time, the ``CLUSTER`` property, a ``UNIQ_KEY`` made here when a single
    message has none, laid out as a client's, as RocketMQ 5's broker does);
+   a single message with ``TRAN_MSG`` is stored as a half message
+   (``triomq.broker.transaction``; NO_PERMISSION with
+   ``reject_transaction_message``);
 3. ``WaitFlushed`` (unless the flush policy is ``"none"``) and then
    ``WaitReplicated`` (``allAckInSyncStateSet`` or ``minInSyncReplicas``,
    the HA ``sync_replication`` rule), both within ``sync_flush_timeout``
