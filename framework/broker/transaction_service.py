@@ -147,27 +147,30 @@ class TransactionService:
         except WireError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
         self.catch_up()
+        # This term's ledger, even if the term ends while the puts wait.
+        ledger = self.ledger
         decision = end_transaction(
-            header, self._record_at(header.commit_log_offset), ended=self.ledger.ended,
+            header, self._record_at(header.commit_log_offset), ended=ledger.ended,
             now_ms=wall_ms(), transaction_time_out=self.settings.transaction_time_out)
         if decision is None or isinstance(decision, RemotingCommand):
             if decision is not None:
                 log.info("END_TRANSACTION from %s refused: %s", peer.peer, decision.remark)
             return decision
-        return await self._end(decision)
+        return await self._end(decision, ledger)
 
-    async def _end(self, decision: Commit | Rollback) -> RemotingCommand:
+    async def _end(self, decision: Commit | Rollback, ledger: TransactionLedger
+                   ) -> RemotingCommand:
         commit = isinstance(decision, Commit)
-        self.ledger.begin(decision.key, "commit" if commit else "rollback")
+        ledger.begin(decision.key, "commit" if commit else "rollback")
         if isinstance(decision, Commit):
             result = await self.bridge.put_message(decision.real)
             if not result.stored:
-                self.ledger.abandon(decision.key)
+                ledger.abandon(decision.key)
                 return _answer(result)
         op = await self.bridge.put_message(decision.op)
         if not op.stored:
             if not commit:
-                self.ledger.abandon(decision.key)
+                ledger.abandon(decision.key)
                 return _answer(op)
             # The real message is stored: this term will not end it again; a later
             # master may check it once more.

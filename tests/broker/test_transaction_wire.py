@@ -169,3 +169,34 @@ async def test_only_a_master_ends_transactions(tmp_path) -> None:
         answer, _ = await call(stream, END_TRANSACTION, 1, fields)
         assert answer["code"] == SLAVE_NOT_AVAILABLE
         assert "not master" in answer["remark"]
+
+
+async def test_a_restarted_master_knows_what_ended_and_where_its_check_was(tmp_path) -> None:
+    cluster = Cluster("tcp", tmp_path)
+    # No producer is connected: each round counts a check in a copy and moves on.
+    extra = "transaction_check_interval = 100\ntransaction_time_out = 1"
+    half_topic, group = "RMQ_SYS_TRANS_HALF_TOPIC", "CID_SYS_RMQ_TRANS"
+    async with cluster.broker("a", extra=extra) as a, await open_stream(a) as stream:
+        half, _ = await call(stream, SEND_MESSAGE_V2, 1,
+                             send_fields(half_properties(1), 4), b"paid")
+        await wait_until(lambda: (a.offsets.table.query(group, half_topic, 0) or 0) >= 1)
+        progress = a.offsets.table.query(group, half_topic, 0)
+    async with cluster.broker("a", extra=extra) as a, await open_stream(a) as stream:
+        # The check's progress came back from consumerOffset.json.
+        assert a.offsets.table.query(group, half_topic, 0) >= progress
+        answer, _ = await call(stream, END_TRANSACTION, 2, end_fields(half, 8))
+        assert answer["code"] == SUCCESS, answer.get("remark")
+        # A check's copy of it is the same transaction: already ended.
+        copy = next(r for r in a.log.iter_records() if r.topic == half_topic
+                    and r.properties.get("TRAN_PREPARED_QUEUE_OFFSET") == "0")
+        answer, _ = await call(stream, END_TRANSACTION, 3, end_fields(
+            half, 12, tranStateTableOffset=str(copy.queue_offset),
+            commitLogOffset=str(copy.physical_offset), fromTransactionCheck="true"))
+        assert answer["code"] == ILLEGAL_OPERATION, answer.get("remark")
+        assert [m["body"] for m in await pull_orders(stream, 4)] == [b"paid"]
+    async with cluster.broker("a", extra=extra) as a, await open_stream(a) as stream:
+        # A new term reads the op records again.
+        answer, _ = await call(stream, END_TRANSACTION, 5, end_fields(half, 8))
+        assert answer["code"] == ILLEGAL_OPERATION
+        assert "already ended (ended)" in answer["remark"]
+        assert [m["body"] for m in await pull_orders(stream, 6)] == [b"paid"]
