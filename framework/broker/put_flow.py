@@ -243,6 +243,7 @@ class PutFlow:
             born_timestamp=message.born_timestamp or wall_ms,
             born_host=message.born_host or settings.store_host, store_timestamp=wall_ms,
             store_host=settings.store_host, reconsume_times=message.reconsume_times,
+            prepared_transaction_offset=message.prepared_transaction_offset,
             properties=self._properties(message.properties, wall_ms, new_id)),),  # type: ignore[arg-type]
             batch=False)
 

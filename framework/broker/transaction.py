@@ -64,6 +64,7 @@ __all__ = [
     "TransactionLedger",
     "end_transaction",
     "half_message",
+    "is_commit",
     "is_prepared",
     "op_message",
     "op_offsets",
@@ -154,7 +155,12 @@ def real_message(half: MessageRecord, sys_flag: int) -> EscapedMessage:
         body=half.body, properties=properties, flag=half.flag,
         sys_flag=reset_transaction(half.sys_flag, sys_flag),
         born_timestamp=half.born_timestamp, born_host=half.born_host,
-        reconsume_times=half.reconsume_times)
+        reconsume_times=half.reconsume_times, prepared_transaction_offset=half.physical_offset)
+
+
+def is_commit(record: MessageRecord) -> bool:
+    """Whether ``record`` is a committed transactional message (sysFlag COMMIT)."""
+    return record.sys_flag & TRANSACTION_MASK == TRANSACTION_COMMIT
 
 
 def op_message(half_queue_offset: int) -> EscapedMessage:
@@ -287,6 +293,9 @@ class TransactionLedger:
     records are in the log every replica holds), then kept current: a
     request marks its key ``begin`` before its puts, so two requests for one
     transaction cannot both end it, and ``abandon`` when nothing was stored.
+    A commit whose op record an earlier master did not store is found by its
+    committed message (``read_commit``): a new term reads the log's
+    committed messages from the oldest open transaction's half message on.
     """
 
     def __init__(self) -> None:
@@ -295,12 +304,18 @@ class TransactionLedger:
         self.ended: dict[int, str] = {}
         #: The op queue offset to read next.
         self.op_read = 0
+        #: Whether the committed messages of the open transactions were read.
+        self.commits_read = False
 
     def read_op(self, op_queue_offset: int, keys: Iterable[int]) -> None:
         """The op record at ``op_queue_offset`` ended the transactions ``keys``."""
         for key in keys:
             self.ended.setdefault(key, "ended")
         self.op_read = max(self.op_read, op_queue_offset + 1)
+
+    def read_commit(self, half: MessageRecord) -> None:
+        """A committed message in the log names ``half`` as its half message."""
+        self.ended.setdefault(transaction_key(half), "commit")
 
     def begin(self, key: int, how: str) -> None:
         self.ended[key] = how

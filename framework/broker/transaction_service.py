@@ -18,7 +18,10 @@ escape bridge:
   counted and tried again next round, as in RocketMQ). Its progress is
   group ``CID_SYS_RMQ_TRANS``'s consumer offsets.
 
-Each master term rebuilds its ledger from the op queue's first record.
+Each master term rebuilds its ledger from the op queue's first record, and
+from the committed messages of the transactions still open (a commit whose
+op record was not stored before a failover), read from the oldest one's
+half message on.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from triomq.broker.transaction import (
     Rollback,
     TransactionLedger,
     end_transaction,
+    is_commit,
     op_offsets,
     parse_end_transaction,
     transaction_key,
@@ -128,6 +132,34 @@ class TransactionService:
             for op in ops:
                 named = op_offsets(op.record) if op.record is not None else []
                 ledger.read_op(op.queue_offset, [self._key_of(offset) for offset in named])
+        if not ledger.commits_read:
+            self._read_commits(ledger)
+
+    def _read_commits(self, ledger: TransactionLedger) -> None:
+        """A new term's ledger: the committed messages of the transactions the op
+        records leave open, read from the oldest one's half message on (once a term)."""
+        ledger.commits_read = True
+        log_ = self.broker.log
+        first: int | None = None
+        offset, end = self._progress(HALF_TOPIC), log_.queue_max_offset(HALF_TOPIC, 0)
+        while offset < end:
+            halves = self._queue_records(HALF_TOPIC, offset, MAX_SCAN)
+            if not halves:
+                break
+            for half in halves:
+                key = transaction_key(half.record) if half.record is not None else None
+                if key is not None and key not in ledger.ended:
+                    origin = log_.queue_entries(HALF_TOPIC, 0, key, 1)
+                    at = origin[0].physical_offset if origin else half.record.physical_offset
+                    first = at if first is None else min(first, at)
+            offset = halves[-1].queue_offset + 1
+        if first is None:
+            return
+        for record in log_.iter_records(first, log_.max_offset):
+            if is_commit(record):
+                half_record = self._record_at(record.prepared_transaction_offset)
+                if half_record is not None and half_record.topic == HALF_TOPIC:
+                    ledger.read_commit(half_record)
 
     def _key_of(self, half_queue_offset: int) -> int:
         halves = self._queue_records(HALF_TOPIC, half_queue_offset, 1)

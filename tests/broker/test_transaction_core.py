@@ -82,6 +82,7 @@ def test_commit_restores_the_real_message_then_writes_the_op_record() -> None:
     assert (real.topic, real.queue_id, real.body, real.sys_flag) == ("orders", 3, b"paid", 8 | 2)
     assert real.properties == {"PGROUP": "tx", "UNIQ_KEY": "ID1", "__transactionId__": "ID1"}
     assert real.born_timestamp == NOW - 60_000
+    assert real.prepared_transaction_offset == 4096  # the half message's commit-log offset
     op = decision.op
     assert (op.topic, op.queue_id, op.body, op.properties) == (OP_HALF_TOPIC, 0, b"7,",
                                                                {"TAGS": "d"})
@@ -128,6 +129,9 @@ def test_a_copy_ends_the_transaction_of_the_half_message_it_copies() -> None:
     ledger = TransactionLedger()
     ledger.read_op(0, [7])
     assert ledger.ended == {7: "ended"} and ledger.op_read == 1
+    ledger.read_commit(stored_half(20, properties={**sent().properties,
+                                                   "TRAN_PREPARED_QUEUE_OFFSET": "9"}))
+    assert ledger.ended[9] == "commit"
     ledger.begin(8, "rollback")
     ledger.abandon(8)
     assert 8 not in ledger.ended

@@ -17,6 +17,8 @@ from broker_nodes import Cluster, wait_until
 from test_pull_wire import PULL_MESSAGE, call, decode_messages
 from test_send_wire import properties
 
+from triomq.broker.transaction import real_message
+
 SEND_MESSAGE_V2, END_TRANSACTION = 310, 37
 SUCCESS, SYSTEM_ERROR, NO_PERMISSION, SLAVE_NOT_AVAILABLE = 0, 1, 16, 11
 INVALID_PARAMETER, PULL_NOT_FOUND, ILLEGAL_OPERATION = 29, 19, 604
@@ -200,3 +202,23 @@ async def test_a_restarted_master_knows_what_ended_and_where_its_check_was(tmp_p
         assert answer["code"] == ILLEGAL_OPERATION
         assert "already ended (ended)" in answer["remark"]
         assert [m["body"] for m in await pull_orders(stream, 6)] == [b"paid"]
+
+
+async def test_a_commit_whose_op_record_was_lost_is_not_committed_again(tmp_path) -> None:
+    cluster = Cluster("tcp", tmp_path)
+    async with cluster.broker("a") as a, await open_stream(a) as stream:
+        half, _ = await call(stream, SEND_MESSAGE_V2, 1,
+                             send_fields(half_properties(1), 4), b"paid")
+        stored = next(r for r in a.log.iter_records() if r.topic == "RMQ_SYS_TRANS_HALF_TOPIC")
+        # The commit's message was stored, its op record not: the master went away
+        # between the two puts.
+        put = await a.processor.put_own(real_message(stored, 8))
+        assert put.code == SUCCESS
+        committed = next(r for r in a.log.iter_records() if r.topic == "orders")
+        assert committed.prepared_transaction_offset == stored.physical_offset
+    async with cluster.broker("a") as a, await open_stream(a) as stream:
+        for opaque, how in ((2, 8), (3, 12)):
+            answer, _ = await call(stream, END_TRANSACTION, opaque, end_fields(half, how))
+            assert answer["code"] == ILLEGAL_OPERATION
+            assert "already ended (commit)" in answer["remark"]
+        assert [m["body"] for m in await pull_orders(stream, 4)] == [b"paid"]
