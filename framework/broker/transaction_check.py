@@ -20,8 +20,10 @@ in queue order:
 - ``Renew`` without ``check``: younger than its own immunity time: put
   again so the scan moves on past it (RocketMQ's immunity copy).
 
-The scan stops at a half message too young to check (or stored after the
-round began): the ones behind it are younger. ``CheckRound.stop`` is where
+The scan stops at a half message too young to check: the ones behind it
+are younger. (RocketMQ also stops at one stored after the round began;
+here a round plans over the entries read before it, and another master's
+store times are of another clock.) ``CheckRound.stop`` is where
 the progress goes once every action is done; a driver whose put failed
 stops at that entry instead. The op queue's progress (same group, on
 ``RMQ_SYS_TRANS_OP_HALF_TOPIC``) moves past the op records that only name
@@ -142,8 +144,6 @@ def plan_round(entries: Sequence[HalfEntry], ended: Mapping[int, str], settings:
         half = entry.record
         if half is None or transaction_key(half) in ended:
             actions.append(Skip(entry.queue_offset))
-        elif half.store_timestamp > now_ms:
-            break
         else:
             action = _open_half(entry.queue_offset, half, settings, now_ms)
             if action is None:

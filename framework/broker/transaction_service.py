@@ -46,27 +46,23 @@ from triomq.broker.transaction import (
     Rollback,
     TransactionLedger,
     end_transaction,
-    is_commit,
     op_offsets,
     parse_end_transaction,
-    transaction_key,
 )
 from triomq.broker.transaction_check import (
     MAX_SCAN,
     CheckSettings,
     Discard,
-    HalfEntry,
     Renew,
     check_request,
     op_progress,
     plan_round,
 )
+from triomq.broker.transaction_reads import TransactionReads
 from triomq.clock import wall_ms
 from triomq.controller.wire import WireError
-from triomq.protocol.message import MessageRecord, RecordError
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection, RpcError, RpcServer
-from triomq.store import StoreError
 
 __all__ = ["TransactionService"]
 
@@ -93,6 +89,7 @@ class TransactionService:
             transaction_check_max=config.transaction_check_max,
             transaction_check_interval=config.transaction_check_interval)
         self.ledger = TransactionLedger()
+        self.reads = TransactionReads(broker.log)
         #: Check requests written so far (tests and stats read it).
         self.checks_sent = 0
 
@@ -103,68 +100,6 @@ class TransactionService:
         # A new term reads the op records from the first: another master may have
         # ended transactions since this one last was.
         self.ledger = TransactionLedger()
-
-    # -- reading the log ------------------------------------------------------------
-
-    def _record_at(self, offset: int) -> MessageRecord | None:
-        log_ = self.broker.log
-        if not log_.min_offset <= offset < log_.max_offset:
-            return None
-        try:
-            return log_.read_record(offset)
-        except (StoreError, RecordError, ValueError):
-            return None
-
-    def _queue_records(self, topic: str, start: int, count: int) -> list[HalfEntry]:
-        log_ = self.broker.log
-        entries = log_.queue_entries(topic, 0, start, count)
-        return [HalfEntry(e.queue_offset, self._record_at(e.physical_offset)) for e in entries]
-
-    def catch_up(self) -> None:
-        """Read the op records the ledger has not read yet."""
-        log_ = self.broker.log
-        ledger = self.ledger
-        ledger.op_read = max(ledger.op_read, log_.queue_min_offset(OP_HALF_TOPIC, 0))
-        while ledger.op_read < log_.queue_max_offset(OP_HALF_TOPIC, 0):
-            ops = self._queue_records(OP_HALF_TOPIC, ledger.op_read, MAX_SCAN)
-            if not ops:
-                break
-            for op in ops:
-                named = op_offsets(op.record) if op.record is not None else []
-                ledger.read_op(op.queue_offset, [self._key_of(offset) for offset in named])
-        if not ledger.commits_read:
-            self._read_commits(ledger)
-
-    def _read_commits(self, ledger: TransactionLedger) -> None:
-        """A new term's ledger: the committed messages of the transactions the op
-        records leave open, read from the oldest one's half message on (once a term)."""
-        ledger.commits_read = True
-        log_ = self.broker.log
-        first: int | None = None
-        offset, end = self._progress(HALF_TOPIC), log_.queue_max_offset(HALF_TOPIC, 0)
-        while offset < end:
-            halves = self._queue_records(HALF_TOPIC, offset, MAX_SCAN)
-            if not halves:
-                break
-            for half in halves:
-                key = transaction_key(half.record) if half.record is not None else None
-                if key is not None and key not in ledger.ended:
-                    origin = log_.queue_entries(HALF_TOPIC, 0, key, 1)
-                    at = origin[0].physical_offset if origin else half.record.physical_offset
-                    first = at if first is None else min(first, at)
-            offset = halves[-1].queue_offset + 1
-        if first is None:
-            return
-        for record in log_.iter_records(first, log_.max_offset):
-            if is_commit(record):
-                half_record = self._record_at(record.prepared_transaction_offset)
-                if half_record is not None and half_record.topic == HALF_TOPIC:
-                    ledger.read_commit(half_record)
-
-    def _key_of(self, half_queue_offset: int) -> int:
-        halves = self._queue_records(HALF_TOPIC, half_queue_offset, 1)
-        record = halves[0].record if halves else None
-        return transaction_key(record) if record is not None else half_queue_offset
 
     # -- END_TRANSACTION -------------------------------------------------------------
 
@@ -178,11 +113,11 @@ class TransactionService:
             header = parse_end_transaction(request.ext_fields)
         except WireError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
-        self.catch_up()
+        self.reads.catch_up(self.ledger, self._progress(HALF_TOPIC))
         # This term's ledger, even if the term ends while the puts wait.
         ledger = self.ledger
         decision = end_transaction(
-            header, self._record_at(header.commit_log_offset), ended=ledger.ended,
+            header, self.reads.record_at(header.commit_log_offset), ended=ledger.ended,
             now_ms=wall_ms(), transaction_time_out=self.settings.transaction_time_out)
         if decision is None or isinstance(decision, RemotingCommand):
             if decision is not None:
@@ -225,9 +160,9 @@ class TransactionService:
 
     async def check_once(self) -> None:
         """One round: check, renew or discard the open half messages due."""
-        self.catch_up()
         start = self._progress(HALF_TOPIC)
-        plan = plan_round(self._queue_records(HALF_TOPIC, start, MAX_SCAN), self.ledger.ended,
+        self.reads.catch_up(self.ledger, start)
+        plan = plan_round(self.reads.queue_records(HALF_TOPIC, start, MAX_SCAN), self.ledger.ended,
                           self.settings, start=start, now_ms=wall_ms())
         progress = plan.stop
         for action in plan.actions:
@@ -250,7 +185,7 @@ class TransactionService:
         if progress != start:
             self.offsets.commit(TRANSACTION_GROUP, HALF_TOPIC, 0, progress)
         op_start = self._progress(OP_HALF_TOPIC)
-        ops = self._queue_records(OP_HALF_TOPIC, op_start, MAX_SCAN)
+        ops = self.reads.queue_records(OP_HALF_TOPIC, op_start, MAX_SCAN)
         op_done = op_progress(op_start, [op_offsets(op.record) if op.record else []
                                          for op in ops], progress)
         if op_done != op_start:
@@ -261,7 +196,7 @@ class TransactionService:
             _, physical = parse_offset_msg_id(renewed.msg_id or "")
         except HeaderError:
             return
-        copy = self._record_at(physical)
+        copy = self.reads.record_at(physical)
         connection = self.producer_connection(group)
         if copy is None or not isinstance(connection, RpcConnection):
             log.info("no producer of group %s connected: its transaction is checked later",
