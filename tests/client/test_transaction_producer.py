@@ -107,9 +107,10 @@ async def test_a_committed_transaction_is_consumed_once_a_rolled_back_one_never(
         assert listener.checked == []
 
 
+@pytest.mark.parametrize("transport", ["inproc", "tcp"])
 async def test_an_unknown_transaction_is_checked_then_ended_by_the_checker(
-        tmp_path, autojump_clock) -> None:
-    async with open_groups(tmp_path, **QUICK_CHECKS) as groups:
+        tmp_path, transport) -> None:
+    async with open_groups(tmp_path, transport, **QUICK_CHECKS) as groups:
         await groups.create_topic("orders", queues=1)
         app = await groups.client("app")
         listener = Listener(check_answer=COMMIT)
@@ -127,9 +128,11 @@ async def test_an_unknown_transaction_is_checked_then_ended_by_the_checker(
         assert checked.properties["TRANSACTION_CHECK_TIMES"] == "1"
 
 
+@pytest.mark.parametrize("transport", ["inproc", "tcp"])
 async def test_a_transaction_still_unknown_after_the_max_checks_is_discarded(
-        tmp_path, autojump_clock) -> None:
-    async with open_groups(tmp_path, transaction_check_max=3, **QUICK_CHECKS) as groups:
+        tmp_path, transport) -> None:
+    async with open_groups(tmp_path, transport, transaction_check_max=3,
+                           **QUICK_CHECKS) as groups:
         await groups.create_topic("orders", queues=1)
         app = await groups.client("app")
         listener = Listener(check_answer=UNKNOW)
