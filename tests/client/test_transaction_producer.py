@@ -126,6 +126,8 @@ async def test_an_unknown_transaction_is_checked_then_ended_by_the_checker(
         assert (checked.topic, checked.queue_id, checked.body) == ("orders", 0, b"later")
         assert checked.msg_id == result.transaction_id
         assert checked.properties["TRANSACTION_CHECK_TIMES"] == "1"
+        transactions = broker_of(groups.cluster.node("a")).transactions
+        assert transactions is not None and transactions.checks_sent >= 1
 
 
 @pytest.mark.parametrize("transport", ["inproc", "tcp"])
