@@ -13,7 +13,9 @@ request does with the half message at ``commitLogOffset``:
 
 - commit (8): ``Commit``, the real message (topic and queue restored,
   sysFlag COMMIT, ``TRAN_MSG``, ``REAL_TOPIC`` and ``REAL_QID`` cleared, as
-  RocketMQ 5's ``EndTransactionProcessor`` does), then the op record;
+  RocketMQ 5's ``EndTransactionProcessor`` does, its
+  ``preparedTransactionOffset`` the half message's commit-log offset), then
+  the op record;
 - rollback (12): ``Rollback``, the op record only;
 - unknown (0): nothing (the check service asks the producer later).
 

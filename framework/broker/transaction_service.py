@@ -139,8 +139,8 @@ class TransactionService:
             if not commit:
                 ledger.abandon(decision.key)
                 return _answer(op)
-            # The real message is stored: this term will not end it again; a later
-            # master may check it once more.
+            # The real message is stored: this term will not end it again, and a later
+            # one finds the committed message (TransactionReads.catch_up).
             log.warning("the op record of committed transaction %d was not stored: %s",
                         decision.key, op.remark)
         return _answer(result if commit else op)
