@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import trio
-from client_cluster import open_groups
+from client_cluster import open_groups, start_replicated_topic
 
 from triomq.broker.service import broker_of
 from triomq.broker.transaction import (
@@ -21,7 +21,9 @@ from triomq.client import (
     TransactionProducer,
 )
 from triomq.client.consume_from import ConsumeFromWhere
+from triomq.client.errors import NoRouteError
 from triomq.client.lite_pull_consumer import LitePullConsumer
+from triomq.testing.cluster import open_cluster
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
 ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
@@ -153,3 +155,41 @@ async def test_a_transaction_still_unknown_after_the_max_checks_is_discarded(
         await wait_for(lambda: broker.offsets.table.query(TRANSACTION_GROUP, HALF_TOPIC, 0)
                        == broker.log.queue_max_offset(HALF_TOPIC, 0))
         assert queue_size(groups, "orders") == 0
+
+
+async def test_a_new_master_checks_an_open_transaction_and_commits_it_once(tmp_path) -> None:
+    broker = {"all_ack_in_sync_state_set": True, **QUICK_CHECKS}
+    async with open_cluster(tmp_path, namesrvs=1, broker=broker) as cluster:
+        app, master = await start_replicated_topic(cluster, "orders", app="client", queues=1)
+        listener = Listener(check_answer=UNKNOW)
+        producer = TransactionProducer("tx", list(cluster.namesrv_addresses.values()),
+                                       transaction_listener=listener,
+                                       poll_name_server_interval=0.2,
+                                       heartbeat_broker_interval=0.2)
+        async with producer.start(app.connect):
+            with trio.fail_after(20):
+                while True:
+                    try:
+                        result = await producer.send_message_in_transaction(
+                            Message("orders", b"across"))
+                        break
+                    except NoRouteError:  # the master has not registered the topic yet
+                        await trio.sleep(0.05)
+            await wait_for(lambda: listener.checked)  # the old master checked it
+            epoch = cluster.broker(master).replicas.master_epoch
+            await cluster.kill(master)
+            new_master = await cluster.wait_master(epoch_above=epoch)
+            listener.check_answer = COMMIT
+            log = cluster.broker(new_master).log
+
+            def committed() -> list:
+                return [r for r in log.iter_records() if r.topic == "orders"]
+
+            await wait_for(lambda: committed(), timeout=30)
+            # Once the new master's check has passed every copy, nothing is left open.
+            offsets = cluster.broker(new_master).offsets
+            assert offsets is not None
+            await wait_for(lambda: offsets.table.query(TRANSACTION_GROUP, HALF_TOPIC, 0)
+                           == log.queue_max_offset(HALF_TOPIC, 0), timeout=30)
+        assert [r.body for r in committed()] == [b"across"]
+        assert committed()[0].properties["UNIQ_KEY"] == result.transaction_id
