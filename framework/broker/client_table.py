@@ -165,6 +165,13 @@ class ClientTable:
         channels = self._producers.get(group)
         return None if channels is None else list(channels.values())
 
+    def producer_connection(self, group: str) -> Hashable | None:
+        """The connection of ``group``'s producer heard from last (None: none connected)."""
+        channels = self._producers.get(group)
+        if not channels:
+            return None
+        return max(channels.items(), key=lambda item: item[1].last_update)[0]
+
     def groups_subscribing(self, topic: str) -> set[str]:
         """The groups whose connected consumers subscribe to ``topic``."""
         return {group for group, info in self._consumers.items()

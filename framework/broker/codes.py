@@ -41,7 +41,11 @@ class RequestCode(enum.IntEnum):
     HEART_BEAT = 34
     UNREGISTER_CLIENT = 35
     CONSUMER_SEND_MSG_BACK = 36
+    #: A producer's end of a transaction (oneway): commit, roll back or unknown.
+    END_TRANSACTION = 37
     GET_CONSUMER_LIST_BY_GROUP = 38
+    #: Broker to producer (oneway): how did this half message's transaction end?
+    CHECK_TRANSACTION_STATE = 39
     NOTIFY_CONSUMER_IDS_CHANGED = 40
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42

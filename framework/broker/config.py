@@ -304,6 +304,19 @@ class BrokerConfig:
     consumer_offset_update_version_step: int = setting(
         500, doc="Offset commits between two steps of consumerOffset.json's dataVersion "
                  "(RocketMQ's consumerOffsetUpdateVersionStep).", check=positive)
+    reject_transaction_message: bool = setting(
+        False, doc="Refuse half messages (TRAN_MSG) with NO_PERMISSION (RocketMQ's "
+                   "rejectTransactionMessage).")
+    transaction_time_out: int = setting(
+        6000, doc="ms after its birth before a half message with no end is checked with its "
+                  "producer; a message's CHECK_IMMUNITY_TIME_IN_SECONDS may ask for longer "
+                  "(RocketMQ's transactionTimeOut).", check=positive)
+    transaction_check_max: int = setting(
+        15, doc="Checks of a half message before it is discarded into "
+                "TRANS_CHECK_MAX_TIME_TOPIC (RocketMQ's transactionCheckMax).", check=positive)
+    transaction_check_interval: int = setting(
+        30000, doc="ms between two scans of the half messages for the ones to check "
+                   "(RocketMQ's transactionCheckInterval).", check=positive)
 
     def __attrs_post_init__(self) -> None:
         if self.enable_controller_mode and not self.controller_addresses:

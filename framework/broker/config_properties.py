@@ -77,6 +77,10 @@ ROCKETMQ_NAMES: Mapping[str, str] = {
     "max_filter_message_size": "maxFilterMessageSize",
     "flush_consumer_offset_interval": "flushConsumerOffsetInterval",
     "consumer_offset_update_version_step": "consumerOffsetUpdateVersionStep",
+    "reject_transaction_message": "rejectTransactionMessage",
+    "transaction_time_out": "transactionTimeOut",
+    "transaction_check_max": "transactionCheckMax",
+    "transaction_check_interval": "transactionCheckInterval",
 }
 
 #: ``[broker]`` keys without a RocketMQ name, or given from ``Facts`` instead.

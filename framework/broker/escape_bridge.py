@@ -47,6 +47,8 @@ class EscapedMessage:
     born_timestamp: int = 0
     born_host: tuple[str, int] | None = None
     reconsume_times: int = 0
+    #: A committed transactional message's half message (its commit-log offset).
+    prepared_transaction_offset: int = 0
 
 
 @attrs.frozen

@@ -104,6 +104,8 @@ class PutSettings:
     store_host: tuple[str, int]
     #: A commit-log segment's size: no record may be larger.
     segment_size: int
+    #: Refuse half messages (rejectTransactionMessage).
+    reject_transaction_message: bool = False
 
 
 @attrs.frozen

@@ -16,6 +16,9 @@ does what it returns:
 2. ``Append``: the records, with the store's fields set (store host and
    time, the ``CLUSTER`` property, a ``UNIQ_KEY`` made here when a single
    message has none, laid out as a client's, as RocketMQ 5's broker does);
+   a single message with ``TRAN_MSG`` is stored as a half message
+   (``triomq.broker.transaction``; NO_PERMISSION with
+   ``reject_transaction_message``);
 3. ``WaitFlushed`` (unless the flush policy is ``"none"``) and then
    ``WaitReplicated`` (``allAckInSyncStateSet`` or ``minInSyncReplicas``,
    the HA ``sync_replication`` rule), both within ``sync_flush_timeout``
@@ -39,6 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
+from triomq.broker import transaction
 from triomq.broker.batch import BatchError
 from triomq.broker.codes import SEND_V2_FIELDS, RequestCode, ResponseCode
 from triomq.broker.escape_bridge import EscapedMessage
@@ -211,13 +215,17 @@ class PutFlow:
         too_large = inflates_too_large(settings, header.sys_flag, body)
         if too_large is not None:
             return _illegal(too_large)
-        return Append((MessageRecord(
+        record = MessageRecord(
             topic=header.topic, body=body, queue_id=header.queue_id, flag=header.flag,
             sys_flag=header.sys_flag, born_timestamp=header.born_timestamp,
             born_host=born_host, store_timestamp=wall_ms, store_host=settings.store_host,
             reconsume_times=header.reconsume_times,
-            properties=self._properties(header.properties, wall_ms, new_id)),),  # type: ignore[arg-type]
-            batch=False)
+            properties=self._properties(header.properties, wall_ms, new_id))  # type: ignore[arg-type]
+        if transaction.is_prepared(record.properties, record.reconsume_times):
+            if settings.reject_transaction_message:
+                return Reply(transaction.reject_response(settings.store_host[0]))
+            record = transaction.half_message(record)
+        return Append((record,), batch=False)
 
     def start_own(self, message: EscapedMessage, broker: BrokerState, *, wall_ms: int,
                   new_id: Callable[[int], str]) -> PutAction:
@@ -235,6 +243,7 @@ class PutFlow:
             born_timestamp=message.born_timestamp or wall_ms,
             born_host=message.born_host or settings.store_host, store_timestamp=wall_ms,
             store_host=settings.store_host, reconsume_times=message.reconsume_times,
+            prepared_transaction_offset=message.prepared_transaction_offset,
             properties=self._properties(message.properties, wall_ms, new_id)),),  # type: ignore[arg-type]
             batch=False)
 

@@ -56,6 +56,7 @@ from triomq.broker.runtime_info import RuntimeInfoService
 from triomq.broker.send_back_service import SendBackService
 from triomq.broker.topic_table import TopicTable
 from triomq.broker.topics import TopicService, load_topics
+from triomq.broker.transaction_service import TransactionService
 from triomq.clock import now_ms
 from triomq.errors import ConfigError, PluginError
 from triomq.ha.checkpoint import EpochCheckpointFile
@@ -164,6 +165,8 @@ class Broker:
         self.pulls: PullService | None = None
         #: The controller-mode driver, when ``enable_controller_mode`` is set.
         self.controller_mode: ControllerMode | None = None
+        #: END_TRANSACTION and the transaction check (set when the service starts).
+        self.transactions: TransactionService | None = None
         #: The components the broker runs (set when the service starts).
         self.components: ComponentHost | None = None
         #: The name-server registration, when ``namesrv_addr`` names any.
@@ -309,6 +312,9 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         find_group=clients.find_group, topics=topics, record_at=queries.record_bytes,
         bridge=LocalEscapeBridge(processor.put_own), broker=view,
         broker_ip=processor.store_host[0])
+    transactions = broker.transactions = TransactionService(
+        config=config, broker=view, bridge=LocalEscapeBridge(processor.put_own),
+        offsets=offsets, producer_connection=clients.table.producer_connection)
     parts = [
         Component("role", role_changed=broker.role_changed),
         Component("flush", start=[broker.flush.run]),
@@ -332,6 +338,8 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
             offsets.persist_loop, functools.partial(offsets.copy_from_master, node.rpc)]),
         Component("consume-stats", register=stats.register),
         Component("send-back", scope=Scope.MASTER_TERM, register=send_backs.register),
+        Component("transactions", scope=Scope.MASTER_TERM, register=transactions.register,
+                  soon=[transactions.check_loop], role_changed=transactions.role_changed),
     ]
     if broker.namesrv is not None:
         parts.append(Component("namesrv-registration", start=[broker.namesrv.run]))

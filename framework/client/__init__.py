@@ -23,7 +23,8 @@ rules, the others drive them:
 - ``message``: ``Message``, ``MessageExt``, ``MessageQueue``, ``SendResult``,
   pulled bodies and batch bodies (pure); ``unique_id``: ``UNIQ_KEY`` (pure).
 - ``producer``: ``Producer``, on ``publish`` (publish info, queue selection,
-  retry rules; pure).
+  retry rules; pure); ``transaction_producer``: ``TransactionProducer``
+  (RocketMQ's transactional messages), on ``transaction`` (pure).
 - ``push_consumer``: ``PushConsumer``; ``lite_pull_consumer``:
   ``LitePullConsumer``; both on ``consumer_base`` (membership, rebalancing,
   pulling, locks) and ``offset_store``, which drive the pure ``allocate``,
@@ -55,6 +56,12 @@ from triomq.client.message import (
 from triomq.client.producer import Producer
 from triomq.client.pull import PullThresholds
 from triomq.client.push_consumer import PushConsumer
+from triomq.client.transaction import (
+    LocalTransactionState,
+    TransactionListener,
+    TransactionSendResult,
+)
+from triomq.client.transaction_producer import TransactionProducer
 
 __all__ = [
     "BrokerError",
@@ -64,6 +71,7 @@ __all__ = [
     "ConsumeFromWhere",
     "ConsumeOrderlyStatus",
     "LitePullConsumer",
+    "LocalTransactionState",
     "Message",
     "MessageDecodeError",
     "MessageExt",
@@ -76,5 +84,8 @@ __all__ = [
     "PushConsumer",
     "SendResult",
     "SendStatus",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
     "consume_concurrently_context",
 ]

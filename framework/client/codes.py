@@ -28,7 +28,11 @@ class ClientRequestCode(enum.IntEnum):
     HEART_BEAT = 34
     UNREGISTER_CLIENT = 35
     CONSUMER_SEND_MSG_BACK = 36
+    #: A transaction's end, oneway (the producer's own, or its answer to a check).
+    END_TRANSACTION = 37
     GET_CONSUMER_LIST_BY_GROUP = 38
+    #: Broker to client (oneway): how did this half message's transaction end?
+    CHECK_TRANSACTION_STATE = 39
     #: Broker to client (oneway): the group's members changed, rebalance now.
     NOTIFY_CONSUMER_IDS_CHANGED = 40
     LOCK_BATCH_MQ = 41

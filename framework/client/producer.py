@@ -70,7 +70,7 @@ from triomq.client.send_flow import Attempt, FetchRoute, SendFlow, Sent, Wait
 from triomq.protocol.message import properties_to_bytes
 from triomq.protocol.remoting import ROCKETMQ_VERSION
 from triomq.protocol.unique_id import UniqueIdGenerator
-from triomq.rpc import Connect, RpcError, open_rpc_client
+from triomq.rpc import Connect, Handler, RpcError, open_rpc_client
 
 __all__ = ["Producer"]
 
@@ -122,7 +122,8 @@ class Producer:
         """Run the producer until the block ends (then wait for ``send_async`` sends)."""
         if self._instance is not None:
             raise ClientError("the producer is already started")
-        async with open_rpc_client(connect, version=ROCKETMQ_VERSION) as rpc, \
+        async with open_rpc_client(connect, handlers=self._handlers(),
+                                   version=ROCKETMQ_VERSION) as rpc, \
                 trio.open_nursery() as nursery:
             self._instance = ClientInstance(rpc, self.namesrv_addr, self.client_id,
                                             timeout=self.send_msg_timeout)
@@ -140,6 +141,10 @@ class Producer:
                 refresh.cancel()
                 self._nursery = None
         self._instance = None
+
+    def _handlers(self) -> dict[int, Handler] | None:
+        """What the producer answers of the requests brokers send it: none."""
+        return None
 
     @property
     def instance(self) -> ClientInstance:

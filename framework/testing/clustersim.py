@@ -29,6 +29,9 @@ nothing), consumer-broker links cut, controller log compaction (snapshots
 of the replicas-info state, installed on lagging followers), clock skew,
 and whether unclean election is enabled. The name servers' and the
 consumers' counts and faults come from random streams of their own.
+``Simulation(seed, transactions=N)`` adds a transactional producer
+(``clustersim_transactions``, a stream of its own too; its seeds replay
+with ``python -m triomq.testing.clustersim_transactions``).
 
 Invariants, checked throughout (a ``Violation`` names the seed's replay command; those
 on the committed state and the logs are ``clustersim_invariants``):
@@ -57,6 +60,9 @@ on the committed state and the logs are ``clustersim_invariants``):
   broker's confirm offset; one pull stream delivers a queue in increasing
   offsets; an offset a consumer commits never passes a message of its stream
   its listener has not consumed (at-least-once);
+- with transactions (``clustersim_transactions``): a transaction resolves
+  exactly once: no master's log holds two commits of one, or a commit of
+  one its producer rolled back;
 - liveness: once faults heal and every node is up, a master exists and a put
   (the producer's, through the name servers' route) completes within
   ``HEAL_LIMIT_MS`` of virtual time, then every name server routes that
@@ -64,7 +70,9 @@ on the committed state and the logs are ``clustersim_invariants``):
   the consumer group has consumed every acked message within
   ``CONSUME_HEAL_LIMIT_MS`` (duplicates allowed; not those an unclean
   election may have lost, nor those acked after it at queue offsets the
-  history it replaced served consumers: the stored offsets may count them).
+  history it replaced served consumers: the stored offsets may count them),
+  and with transactions, every acknowledged one has ended (rolled back,
+  committed or discarded) within ``TX_HEAL_LIMIT_MS``.
 
 Replay one seed: ``python -m triomq.testing.clustersim --seeds 1 --start SEED``.
 The test suite runs 120 seeds (about 30 s); a longer run, e.g. ``python -m
@@ -129,6 +137,7 @@ from triomq.testing.clustersim_parts import (
     PutResponse,
 )
 from triomq.testing.clustersim_producer import MAX_SENDS, PRODUCER, SimProducer, send_header
+from triomq.testing.clustersim_transactions import TX_HEAL_LIMIT_MS, TX_PRODUCER, SimTxProducer
 from triomq.testing.seeds import SimSummary
 
 STEP_MS = 10
@@ -151,11 +160,15 @@ class SeedResult:
     possibly_lost: int = 0
     consumed: int = 0
     duplicates: int = 0
+    #: Transactions begun, and the checks their producer answered.
+    transactions: int = 0
+    checked: int = 0
+    module: str = "triomq.testing.clustersim"
 
     @property
     def replay(self) -> str:
         """The command that replays this seed."""
-        return f"python -m triomq.testing.clustersim --seeds 1 --start {self.seed}"
+        return f"python -m {self.module} --seeds 1 --start {self.seed}"
 
 
 class Simulation(Invariants):
@@ -168,7 +181,8 @@ class Simulation(Invariants):
 
     def __init__(self, seed: int, *, replicas: int | None = None, unclean: bool | None = None,
                  chaos: bool = True, broker_settings: BrokerSettings | None = None,
-                 namesrvs: int | None = None, consumers: int | None = None) -> None:
+                 namesrvs: int | None = None, consumers: int | None = None,
+                 transactions: int = 0) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         rng = self.rng
@@ -203,6 +217,11 @@ class Simulation(Invariants):
         self.namesrv_names = tuple(namesrv_name(i) for i in range(1, count + 1))
         self.p_crash_namesrv = ns_rng.choice([0.0, 0.002, 0.004])
         self.p_partition_namesrv = ns_rng.choice([0.0, 0.003])
+        # The transactional producer draws from a stream of its own too.
+        self.tx = (SimTxProducer(self, random.Random(f"tx-{seed}"), transactions)
+                   if transactions else None)
+        if self.tx is not None:
+            self.replay_module = "triomq.testing.clustersim_transactions"
         self.brokers: dict[str, SimBroker] = {}
         for index in range(1, self.replicas + 1):
             self.brokers[f"b{index}"] = SimBroker(f"b{index}", self,
@@ -245,6 +264,8 @@ class Simulation(Invariants):
             if self.now - sent > 1_500:  # a put of ``put`` with no answer: given up
                 del self.outstanding[rid]
         self.producer.step()
+        if self.tx is not None:
+            self.tx.step(self.producing and self.now < CHAOS_MS)
         if (not self.producing or len(self.producer.sends) >= MAX_SENDS
                 or self.rng.random() >= self.p_put):
             return
@@ -383,7 +404,9 @@ class Simulation(Invariants):
                 elif name.startswith("c") and not self.controllers[int(name[1:])].up:
                     self.controllers[int(name[1:])].start()
         for src, dst, payload in self.network.due(self.now):
-            if dst == PRODUCER:
+            if dst == TX_PRODUCER and self.tx is not None:
+                self.tx.receive(src, payload)
+            elif dst == PRODUCER:
                 if isinstance(payload, PutResponse):
                     self._on_put_response(src, payload)
                 elif isinstance(payload, NamesrvResponse):
@@ -408,6 +431,8 @@ class Simulation(Invariants):
         if self.now % (STEP_MS * 10) == 0:
             self.check_prefixes()
             self.check_holders()
+        if self.tx is not None and self.now % 1000 == 0:
+            self.tx.check_logs()
 
     def run_for(self, ms: int) -> None:
         """Step for ``ms`` of virtual time."""
@@ -448,6 +473,10 @@ class Simulation(Invariants):
             if self.group.consumers:
                 self.run_until(lambda: not self.group.unconsumed(), CONSUME_HEAL_LIMIT_MS,
                                "every acknowledged message consumed")
+            if self.tx is not None:
+                self.run_until(self.tx.all_ended, TX_HEAL_LIMIT_MS,
+                               "every acknowledged transaction ended")
+                self.tx.check_logs()
             self.check_prefixes()
             self.check_holders()
         except Violation as violation:
@@ -458,7 +487,9 @@ class Simulation(Invariants):
         return SeedResult(seed=self.seed, ok=ok, violation=violation, now_ms=self.now,
                           acked=len(self.acked), elections=len(self.elections),
                           possibly_lost=self.possibly_lost, consumed=len(self.group.deliveries),
-                          duplicates=self.group.duplicates)
+                          duplicates=self.group.duplicates,
+                          transactions=len(self.tx.transactions) if self.tx else 0,
+                          checked=self.tx.checked if self.tx else 0, module=self.replay_module)
 
 
 def run_seed(seed: int) -> SeedResult:

@@ -5,7 +5,8 @@ controller calls follow the leader with ``triomq.controller.leader_calls``,
 as ``framework/broker/controller_mode.py`` pumps them over trio; the
 name-server registration is ``clustersim_namesrv.SimRegistration``, the
 pulls and consumer offsets ``clustersim_pulls.SimConsumeSide``, the puts
-the broker's put core (``clustersim_puts.SimPuts``). The HA
+the broker's put core (``clustersim_puts.SimPuts``), END_TRANSACTION and
+the check ``clustersim_transactions.SimBrokerTransactions``. The HA
 terms run the real HA state machines (``MasterConnection`` /
 ``SlaveConnection`` per HA stream, ``SyncStateTracker`` and
 ``SyncReplication`` on the master) over the simulation's streams.
@@ -55,6 +56,7 @@ from triomq.testing.clustersim_parts import (
 )
 from triomq.testing.clustersim_pulls import ConsumerRequest, ConsumerResponse, SimConsumeSide
 from triomq.testing.clustersim_puts import SimPuts
+from triomq.testing.clustersim_transactions import EndRequest, SimBrokerTransactions
 
 if TYPE_CHECKING:
     from triomq.testing.clustersim import Simulation
@@ -80,6 +82,8 @@ class SimBroker:
         self.topics.update(TopicConfig(TOPIC, TOPIC_QUEUES, TOPIC_QUEUES), self.now_ms())
         self.consume = SimConsumeSide(self)
         self.puts = SimPuts(self)
+        #: END_TRANSACTION and the check, when the simulation runs transactions.
+        self.transactions = SimBrokerTransactions(self) if sim.tx is not None else None
         self.up = False
         self.start()
 
@@ -97,6 +101,8 @@ class SimBroker:
         self.max_epoch_seen = -1
         self.registration = SimRegistration(self, self.sim.namesrv_names)
         self.consume.start()
+        if self.transactions is not None:
+            self.transactions.reset()
         settings = self.settings
         controllers = tuple(controller_name(i) for i in sorted(self.sim.controller_ids))
         self.calls = LeaderCalls(controllers, timeout=settings.client_timeout,
@@ -151,6 +157,8 @@ class SimBroker:
             self._slave_step(term)
         self._refuse_streams()
         self.consume.step()
+        if self.transactions is not None:
+            self.transactions.step()
 
     def receive(self, src: str, payload: object) -> None:
         """A datagram arrived."""
@@ -169,6 +177,8 @@ class SimBroker:
             self.consume.receive(src, payload)
         elif isinstance(payload, ConsumerResponse):
             self.consume.answered(payload)
+        elif isinstance(payload, EndRequest) and self.transactions is not None:
+            self.transactions.receive_end(payload)
         self.tasks.run()
 
     # -- the controller-mode flow's pump -------------------------------------------------
@@ -276,6 +286,8 @@ class SimBroker:
         self.max_epoch_seen = term.epoch
         self.registration.role_taken(term, self.topics)
         self.consume.role_changed()
+        if self.transactions is not None:
+            self.transactions.reset()
         self.sim.on_role(self, term)
 
     def _end_term(self) -> None:

@@ -49,6 +49,8 @@ class Invariants:
     brokers: dict[str, SimBroker]
 
     def __init__(self) -> None:
+        #: The module whose ``--seeds 1 --start SEED`` replays this run.
+        self.replay_module = "triomq.testing.clustersim"
         self.acked: list[AckedMessage] = []
         self.writers: dict[int, str] = {}  # master epoch -> the broker that completed puts
         self.relaxed_before = 0  # messages acked in an epoch before this are not checked
@@ -69,7 +71,7 @@ class Invariants:
     def violation(self, what: str) -> None:
         """Raise a ``Violation`` naming the seed and the replay command."""
         raise Violation(f"seed {self.seed} at {self.now} ms: {what} (replay: python -m "
-                        f"triomq.testing.clustersim --seeds 1 --start {self.seed})")
+                        f"{self.replay_module} --seeds 1 --start {self.seed})")
 
     def on_applied(self, controller: SimController, index: int, event: Event,
                    before: BrokerGroup | None, changed: bool) -> None:

@@ -12,7 +12,8 @@ and a slave alike. ``EpochFile`` is the epoch checkpoint, saved atomically.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import struct
+from collections.abc import Callable, Iterator, Sequence
 
 import attrs
 
@@ -31,13 +32,14 @@ from triomq.ha.role_change import (
     TruncateTornTail,
 )
 from triomq.ha.slave import SlaveConnection
+from triomq.protocol import message
 from triomq.protocol.commitlog_layout import (
     CQ_ENTRY_SIZE,
     index_records,
     pack_records,
     unpack_cq_entry,
 )
-from triomq.protocol.message import MessageRecord
+from triomq.protocol.message import MessageRecord, RecordError
 from triomq.protocol.remoting import RemotingCommand
 from triomq.store import QueueEntry, ScratchAppend, ScratchRead, read_into_by_read
 from triomq.testing.clustersim_net import Stream
@@ -123,6 +125,26 @@ class MemLog(ScratchAppend, ScratchRead):
 
     def read_into(self, offset: int, buffer: bytearray | memoryview) -> int:
         return read_into_by_read(self.read, offset, buffer)
+
+    def read_record(self, offset: int) -> MessageRecord:
+        """The record starting at ``offset`` (``RecordError`` if none does)."""
+        size = int.from_bytes(self.data[offset:offset + 4], "big", signed=True)
+        if size <= 0:
+            raise RecordError(offset, "no record starts here")
+        return message.decode(bytes(self.data[offset:offset + size]), base_offset=offset)[0]
+
+    def iter_records(self, start: int | None = None, end: int | None = None
+                     ) -> Iterator[MessageRecord]:
+        """The records from ``start`` (a record boundary) to ``end``, blanks skipped."""
+        pos = start or 0
+        stop = len(self.data) if end is None else end
+        while pos + 8 <= stop:
+            size, magic = struct.unpack_from(">iI", self.data, pos)
+            if size <= 0 or pos + size > stop:
+                return
+            if magic != message.BLANK_MAGIC:
+                yield self.read_record(pos)
+            pos += size
 
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         if offset != len(self.data):

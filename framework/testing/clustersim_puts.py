@@ -9,14 +9,18 @@ append (``MemLog``; a crash may tear it), the flush (``MemLog`` flushes
 synchronously) and the wait for the replicas, which the master term's
 ``SyncReplication`` completes (``triomq.ha.master_term``). A put completed
 with PUT_OK is reported to the invariants (``Simulation.on_acked``) before
-it is answered. The topics live in memory and survive crashes, so a topic
-a put creates needs no saving.
+it is answered. The broker's own puts (``put_own``: the transactions')
+run the same core from ``start_own`` and are answered to a callback. The
+topics live in memory and survive crashes, so a topic a put creates needs
+no saving.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from triomq.broker.escape_bridge import EscapedMessage, EscapeResult
 from triomq.broker.put_checks import BrokerState, PutSettings, host_port
 from triomq.broker.put_flow import (
     Append,
@@ -55,6 +59,8 @@ class SimPuts:
             store_host=host_port(broker.name), segment_size=broker.log.segment_size)
         # Fixed inputs: a seed replays the same ids.
         self.unique_ids = UniqueIdGenerator("127.0.0.1", 1, sum(broker.name.encode()))
+        #: The broker's own puts under way: request id -> what hears how each ended.
+        self._own: dict[int, Callable[[EscapeResult], None]] = {}
 
     def _state(self, term: Term) -> BrokerState:
         master = term.master_term
@@ -70,6 +76,17 @@ class SimPuts:
         action = flow.start(put.command, src, self._state(broker.term), broker.topics,
                             wall_ms=broker.now_ms(), new_id=self.unique_ids.next_id)
         self._pump(src, put.id, flow, action)
+
+    def put_own(self, message: EscapedMessage, done: Callable[[EscapeResult], None]) -> None:
+        """A message the broker writes itself (the local escape bridge's put); ``done``
+        hears how it ended, unless the broker crashes first."""
+        broker = self.broker
+        rid = broker.sim.next_request_id()
+        self._own[rid] = done
+        flow = PutFlow(self.settings, now=broker.now_ms() / 1000)
+        action = flow.start_own(message, self._state(broker.term), wall_ms=broker.now_ms(),
+                                new_id=self.unique_ids.next_id)
+        self._pump(broker.name, rid, flow, action)
 
     def _pump(self, src: str, rid: int, flow: PutFlow, action: PutAction) -> None:
         """Carry out the put's actions until it waits for the replicas or is answered."""
@@ -117,6 +134,10 @@ class SimPuts:
             self._send(src, PutResponse(rid, flow.replicated(outcome.status).response))
 
     def _send(self, dst: str, response: PutResponse) -> None:
+        done = self._own.pop(response.id, None)
+        if done is not None:
+            done(EscapeResult.of_response(response.command))
+            return
         broker = self.broker
         broker.sim.network.send(broker.name, dst, response, broker.sim.now)
 

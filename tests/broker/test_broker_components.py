@@ -129,8 +129,9 @@ async def test_the_broker_runs_its_own_parts_as_components(tmp_path, mock_clock)
         assert names[:3] == ["role", "flush", "replicas"]
         assert {"sends", "pulls", "offsets", "clients", "topics"} <= set(names)
         assert all(isinstance(c, BrokerComponent) for c in a.components.components)
-        # A master alone takes consumers' failed messages back.
-        assert [c.name for c in a.components.scoped(Scope.MASTER_TERM)] == ["send-back"]
+        # A master alone takes consumers' failed messages back and checks transactions.
+        assert [c.name for c in a.components.scoped(Scope.MASTER_TERM)] == [
+            "send-back", "transactions"]
 
 
 class Scoped:

@@ -38,14 +38,14 @@ class Groups:
                                                         "local": f"inproc://{name}"}}}
         return data
 
-    async def start_broker(self, name: str, group: str) -> Node:
+    async def start_broker(self, name: str, group: str, **settings: Any) -> Node:
         listen = (f"inproc://{name}" if self.cluster.transport == "inproc"
                   else f"tcp://127.0.0.1:{free_tcp_port()}")
         data = self._base(name, "broker", listen)
         data["store"] = {"path": str(self.cluster.root / name)}
         data["broker"] = {"broker_name": group, "broker_id": 0, "master_epoch": 1,
                           "ha_listen_port": 0, "flush_policy": "none",
-                          "namesrv_addr": self.namesrv, **self.broker}
+                          "namesrv_addr": self.namesrv, **self.broker, **settings}
         self.groups[name] = group
         return await self.cluster.start(name, from_mapping(NodeConfig, data))
 
@@ -85,14 +85,15 @@ class Groups:
 
 @asynccontextmanager
 async def open_groups(root: Path, transport: str = "inproc", *, groups: int = 1,
-                      namesrvs: int = 1, broker: Mapping[str, Any] | None = None
-                      ) -> AsyncIterator[Groups]:
+                      namesrvs: int = 1, broker: Mapping[str, Any] | None = None,
+                      **settings: Any) -> AsyncIterator[Groups]:
     """Name servers and ``groups`` broker groups (nodes ``a``, ``b``...), all started,
-    their brokers with the ``broker`` settings."""
+    their brokers (and those started later) with the ``broker`` settings and
+    ``settings`` (more of their ``[broker]`` keys)."""
     async with open_cluster(root, transport=transport, controllers=0, brokers=0,
                             namesrvs=namesrvs) as cluster:
         await cluster.start_namesrvs()
-        harness = Groups(cluster, broker)
+        harness = Groups(cluster, {**(broker or {}), **settings})
         for n in range(groups):
             letter = "abcdefgh"[n]
             await harness.start_broker(letter, f"broker-{letter}")

@@ -77,10 +77,11 @@ class CompatCluster:
 
 
 @asynccontextmanager
-async def open_compat_cluster(root: Path) -> AsyncIterator[CompatCluster]:
-    """The cluster, started, with ``TOPIC`` routed to its master."""
+async def open_compat_cluster(root: Path, **broker: object) -> AsyncIterator[CompatCluster]:
+    """The cluster, started, with ``TOPIC`` routed to its master (``broker``: more of the
+    replicas' ``[broker]`` keys)."""
     async with open_cluster(root, transport="tcp", namesrvs=1,
-                            broker={"all_ack_in_sync_state_set": True}) as cluster:
+                            broker={"all_ack_in_sync_state_set": True, **broker}) as cluster:
         await cluster.start_namesrvs()
         await cluster.start_controllers()
         await cluster.start_brokers()

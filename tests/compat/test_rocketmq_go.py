@@ -24,9 +24,10 @@ import pytest
 from triomq.testing.cluster import BROKER_NAME
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compat_cluster import CompatCluster, failover
+from compat_cluster import CompatCluster, failover, open_compat_cluster
 from scenario_clients import (
     QUEUES,
+    TOPIC,
     assert_stored_as_answered,
     go_client,
     offsets_become,
@@ -91,3 +92,23 @@ async def test_the_producer_follows_the_new_master_after_a_sigkill_losing_nothin
         tmp_path: Path, refused_requests: None) -> None:
     # The Go client learns the new master at its next route poll: every 30 s, fixed.
     await failover(tmp_path, go_client)
+
+
+async def test_a_transaction_producer_commits_rolls_back_and_answers_checks(
+        tmp_path, refused_requests: None) -> None:
+    # Checks every 500 ms of half messages a second old.
+    async with open_compat_cluster(tmp_path, transaction_check_interval=500,
+                                   transaction_time_out=1000) as cluster:
+        lines = await go_client(cluster.cluster).run("transaction", group="go-tx", count=9)
+        sent = {line["i"]: line for line in lines if "state" in line}
+        assert [sent[i]["state"] for i in range(9)] == \
+            ["COMMIT_MESSAGE", "ROLLBACK_MESSAGE", "UNKNOW"] * 3
+        assert all(line["sendStatus"] == "SEND_OK" for line in sent.values())
+        checks = [line for line in lines if "checked" in line]
+        assert {line["checked"] for line in checks} == {"2", "5", "8"}
+        assert all(line["topic"] == TOPIC for line in checks)
+        got = await cluster.read_all(6)
+        assert {m.msg_id for m in got} == {sent[i]["msgId"] for i in (0, 2, 3, 5, 6, 8)}
+        log = cluster.cluster.broker(cluster.master).log
+        assert sorted(int(r.properties["seq"]) for r in log.iter_records()
+                      if r.topic == TOPIC) == [0, 2, 3, 5, 6, 8]

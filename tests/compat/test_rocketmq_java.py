@@ -1,10 +1,11 @@
 """RocketMQ's own Java client, run unchanged against a triomq cluster.
 
-``DefaultMQProducer``, ``DefaultMQPushConsumer`` and ``DefaultLitePullConsumer``
-of RocketMQ 5.3.3 and 4.9.8, and 5.3.3's mqadmin, run as JVMs against a name
-server, three controllers and a group of three replicas in controller mode over
-TCP (``conftest.py``, ``scenario_clients.py``); what they print is held against
-what was sent, and against what triomq's own client and the brokers see.
+``DefaultMQProducer``, ``TransactionMQProducer``, ``DefaultMQPushConsumer`` and
+``DefaultLitePullConsumer`` of RocketMQ 5.3.3 and 4.9.8, and 5.3.3's mqadmin, run as
+JVMs against a name server, three controllers and a group of three replicas in
+controller mode over TCP (``conftest.py``, ``scenario_clients.py``); what they print
+is held against what was sent, and against what triomq's own client and the brokers
+see.
 
 Skipped, with the reason, without ``java`` or ``mvn`` on PATH or where Maven
 could not fetch the jars; with both but the module not built (``make
@@ -25,7 +26,7 @@ import pytest
 from triomq.testing.cluster import BROKER_NAME
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compat_cluster import CompatCluster, failover, read_until
+from compat_cluster import CompatCluster, failover, open_compat_cluster, read_until
 from scenario_clients import (
     QUEUES,
     TOPIC,
@@ -318,3 +319,30 @@ async def test_mqadmin_commands_print_what_the_cluster_holds(cluster: CompatClus
     assert (broker, status_) == (BROKER_NAME, "SEND_OK") and int(queue) in range(QUEUES)
     (stored_,) = [m for m in await cluster.read_all(9) if m.msg_id == msg_id]
     assert stored_.body == b"from mqadmin"
+
+
+@pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])
+async def test_a_transaction_producer_commits_rolls_back_and_answers_checks(
+        tmp_path, refused_requests: None, profile: str) -> None:
+    # Checks every 500 ms of half messages a second old.
+    async with open_compat_cluster(tmp_path, transaction_check_interval=500,
+                                   transaction_time_out=1000) as cluster:
+        java = java_client(cluster.cluster, profile)
+        lines = await java.run("transaction", group="java-tx", count=9)
+        sent = {line["i"]: line for line in lines if "state" in line}
+        assert [sent[i]["state"] for i in range(9)] == \
+            ["COMMIT_MESSAGE", "ROLLBACK_MESSAGE", "UNKNOW"] * 3
+        assert all(line["sendStatus"] == "SEND_OK" for line in sent.values())
+        checks = [line for line in lines if "checked" in line]
+        # Only the unknown ones are checked, in their real topic.
+        assert {line["checked"] for line in checks} == {"2", "5", "8"}
+        assert all(line["topic"] == TOPIC for line in checks)
+        assert checks[0]["checkTimes"] == "1"
+        got = await cluster.read_all(6)
+        assert sorted(int(m.properties["seq"]) for m in got) == [0, 2, 3, 5, 6, 8]
+        assert {m.msg_id for m in got} == {sent[i]["msgId"] for i in (0, 2, 3, 5, 6, 8)}
+        assert not any("TRAN_MSG" in m.properties for m in got)
+        # The rolled-back ones stay out of the topic, and each committed one is in once.
+        log = cluster.cluster.broker(cluster.master).log
+        assert sorted(int(r.properties["seq"]) for r in log.iter_records()
+                      if r.topic == TOPIC) == [0, 2, 3, 5, 6, 8]

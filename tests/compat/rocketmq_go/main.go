@@ -4,6 +4,7 @@
 //	send     -namesrv A -topic T -group G -count N -modes sync,async,oneway,batch
 //	push     -namesrv A -topic T -group G [-expression E]
 //	failover -namesrv A -topic T -group G
+//	transaction -namesrv A -topic T -group G -count N
 //
 // push and failover run until their stdin closes; then they shut the client down
 // (a consumer storing its offsets) and exit 0.
@@ -73,6 +74,8 @@ func main() {
 		err = push(o)
 	case "failover":
 		err = failover(o)
+	case "transaction":
+		err = transaction(o)
 	default:
 		err = fmt.Errorf("no sub-command %q", os.Args[1])
 	}
@@ -258,4 +261,66 @@ func failover(o options) error {
 	}
 	emit(map[string]any{"stopped": true, "sends": sends, "failed": failed})
 	return nil
+}
+
+// txListener commits message i (i % 3 == 0), rolls it back (1) or leaves it unknown
+// (2); a check of an unknown one commits it.
+type txListener struct{ checked chan string }
+
+func (l *txListener) ExecuteLocalTransaction(m *primitive.Message) primitive.LocalTransactionState {
+	i, _ := strconv.Atoi(m.GetProperty("seq"))
+	switch i % 3 {
+	case 0:
+		return primitive.CommitMessageState
+	case 1:
+		return primitive.RollbackMessageState
+	}
+	return primitive.UnknowState
+}
+
+func (l *txListener) CheckLocalTransaction(m *primitive.MessageExt) primitive.LocalTransactionState {
+	emit(map[string]any{"checked": m.GetProperty("seq"), "msgId": m.MsgId, "topic": m.Topic,
+		"checkTimes": m.GetProperty("TRANSACTION_CHECK_TIMES")})
+	l.checked <- m.GetProperty("seq")
+	return primitive.CommitMessageState
+}
+
+// transaction sends count messages in transactions, prints each result, then waits
+// until every unknown one was checked.
+func transaction(o options) error {
+	listener := &txListener{checked: make(chan string, 1000)}
+	p, err := rocketmq.NewTransactionProducer(listener, producer.WithNameServer([]string{o.namesrv}),
+		producer.WithGroupName(o.group), producer.WithRetry(2),
+		producer.WithSendMsgTimeout(3*time.Second))
+	if err != nil {
+		return err
+	}
+	if err := p.Start(); err != nil {
+		return err
+	}
+	states := map[primitive.LocalTransactionState]string{primitive.CommitMessageState: "COMMIT_MESSAGE",
+		primitive.RollbackMessageState: "ROLLBACK_MESSAGE", primitive.UnknowState: "UNKNOW"}
+	for i := 0; i < o.count; i++ {
+		r, err := p.SendMessageInTransaction(context.Background(), message(o.topic, "transaction", i))
+		if err != nil {
+			return err
+		}
+		line := result("transaction", i, r.SendResult)
+		line["state"] = states[r.State]
+		emit(line)
+	}
+	unknown := map[string]bool{}
+	for i := 2; i < o.count; i += 3 {
+		unknown[strconv.Itoa(i)] = true
+	}
+	deadline := time.After(120 * time.Second)
+	for len(unknown) > 0 {
+		select {
+		case seq := <-listener.checked:
+			delete(unknown, seq)
+		case <-deadline:
+			return fmt.Errorf("unknown transactions never checked: %v", unknown)
+		}
+	}
+	return p.Shutdown()
 }

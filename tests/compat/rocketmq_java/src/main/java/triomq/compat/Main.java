@@ -25,6 +25,10 @@ import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
+import org.apache.rocketmq.client.producer.TransactionSendResult;
 import org.apache.rocketmq.client.producer.SendCallback;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
@@ -46,6 +50,7 @@ import org.apache.rocketmq.tools.command.MQAdminStartup;
  * lite-subscribe --namesrv A --topic T --group G --count N [--expression E]
  * lite-assign    --namesrv A --topic T --group G --count N
  * failover       --namesrv A --topic T --group G
+ * transaction    --namesrv A --topic T --group G --count N
  * mqadmin        (a command a line on stdin, its arguments separated by tabs)
  * </pre>
  * The consumers and failover run until their stdin closes; then they shut down (storing
@@ -70,9 +75,11 @@ public final class Main {
             case "lite-subscribe": liteSubscribe(args); break;
             case "lite-assign": liteAssign(args); break;
             case "failover": failover(args); break;
+            case "transaction": transaction(args); break;
             case "mqadmin": mqadmin(); break;
             default:
-                System.err.println("usage: send|push|lite-subscribe|lite-assign|failover|mqadmin");
+                System.err.println(
+                        "usage: send|push|lite-subscribe|lite-assign|failover|transaction|mqadmin");
                 System.exit(2);
         }
         exiting = true;
@@ -124,6 +131,54 @@ public final class Main {
         } catch (Exception e) {
             return "undecodable: " + e;
         }
+    }
+
+    /**
+     * TransactionMQProducer: message i commits (i % 3 == 0), rolls back (1) or is left
+     * unknown (2) by its local transaction; the broker's check of an unknown one commits it.
+     * Prints each send's result, then each check, and exits once every unknown one was
+     * checked.
+     */
+    private static void transaction(Map<String, String> args) throws Exception {
+        String topic = args.get("topic");
+        int count = Integer.parseInt(args.get("count"));
+        CountDownLatch checked = new CountDownLatch(count / 3);
+        TransactionMQProducer producer = new TransactionMQProducer(args.get("group"));
+        producer.setNamesrvAddr(args.get("namesrv"));
+        producer.setPollNameServerInterval(1000);
+        producer.setHeartbeatBrokerInterval(1000);
+        producer.setTransactionListener(new TransactionListener() {
+            @Override
+            public LocalTransactionState executeLocalTransaction(Message message, Object arg) {
+                switch ((Integer) arg % 3) {
+                    case 0: return LocalTransactionState.COMMIT_MESSAGE;
+                    case 1: return LocalTransactionState.ROLLBACK_MESSAGE;
+                    default: return LocalTransactionState.UNKNOW;
+                }
+            }
+
+            @Override
+            public LocalTransactionState checkLocalTransaction(MessageExt message) {
+                Json.print(Json.of("checked", message.getProperty("seq"), "msgId",
+                        message.getMsgId(), "topic", message.getTopic(),
+                        "checkTimes", message.getProperty("TRANSACTION_CHECK_TIMES")));
+                checked.countDown();
+                return LocalTransactionState.COMMIT_MESSAGE;
+            }
+        });
+        producer.start();
+        for (int i = 0; i < count; i++) {
+            TransactionSendResult sent = producer.sendMessageInTransaction(
+                    message(topic, "transaction", i), i);
+            Map<String, Object> printed = result("transaction", i, sent);
+            printed.put("state", sent.getLocalTransactionState().name());
+            printed.put("transactionId", sent.getTransactionId());
+            Json.print(printed);
+        }
+        if (!checked.await(WAIT_MS, TimeUnit.MILLISECONDS)) {
+            throw new IllegalStateException("unknown transactions never checked");
+        }
+        producer.shutdown();
     }
 
     private static void send(Map<String, String> args) throws Exception {
