@@ -104,6 +104,8 @@ class PutSettings:
     store_host: tuple[str, int]
     #: A commit-log segment's size: no record may be larger.
     segment_size: int
+    #: How many levels ``message_delay_level`` has: a higher ``DELAY`` is the highest.
+    max_delay_level: int = 18
 
 
 @attrs.frozen

@@ -13,6 +13,9 @@ does what it returns:
    way is a ``TopicCreated``: the driver saves the table), the producer
    group, the SyncStateSet; a compressed body's inflated size; a batch's
    every message. Any refusal is the ``Reply``, and nothing is stored;
+   then where it is stored (``triomq.broker.schedule_put``: a delayed
+   message waits under ``SCHEDULE_TOPIC_XXXX``; a bad ``DELAY``, a timer
+   message or a delayed batch is refused);
 2. ``Append``: the records, with the store's fields set (store host and
    time, the ``CLUSTER`` property, a ``UNIQ_KEY`` made here when a single
    message has none, laid out as a client's, as RocketMQ 5's broker does);
@@ -55,6 +58,7 @@ from triomq.broker.put_checks import (
     host_port,
     inflates_too_large,
 )
+from triomq.broker.schedule_put import check_batch, route_put
 from triomq.broker.topic_table import TopicTable
 from triomq.ha.sync_replication import ReplicationStatus
 from triomq.protocol.message import (
@@ -207,16 +211,21 @@ class PutFlow:
                 records = batch_records(settings, header, body, born_host, wall_ms)
             except BatchError as exc:
                 return _illegal(str(exc))
-            return Append(tuple(records), batch=True)
+            refusal = check_batch(r.properties for r in records)
+            return Reply(refusal) if refusal is not None else Append(tuple(records), batch=True)
         too_large = inflates_too_large(settings, header.sys_flag, body)
         if too_large is not None:
             return _illegal(too_large)
+        routed = route_put(header.topic, header.queue_id, header.properties, header.sys_flag,
+                           max_delay_level=settings.max_delay_level)
+        if isinstance(routed, RemotingCommand):
+            return Reply(routed)
         return Append((MessageRecord(
-            topic=header.topic, body=body, queue_id=header.queue_id, flag=header.flag,
+            topic=routed.topic, body=body, queue_id=routed.queue_id, flag=header.flag,
             sys_flag=header.sys_flag, born_timestamp=header.born_timestamp,
             born_host=born_host, store_timestamp=wall_ms, store_host=settings.store_host,
             reconsume_times=header.reconsume_times,
-            properties=self._properties(header.properties, wall_ms, new_id)),),  # type: ignore[arg-type]
+            properties=self._properties(routed.properties, wall_ms, new_id)),),  # type: ignore[arg-type]
             batch=False)
 
     def start_own(self, message: EscapedMessage, broker: BrokerState, *, wall_ms: int,
@@ -229,13 +238,17 @@ class PutFlow:
                    or check_in_sync(settings, broker))
         if refusal is not None:
             return Reply(refusal)
+        routed = route_put(message.topic, message.queue_id, message.properties,
+                           message.sys_flag, max_delay_level=settings.max_delay_level)
+        if isinstance(routed, RemotingCommand):
+            return Reply(routed)
         return Append((MessageRecord(
-            topic=message.topic, body=message.body, queue_id=message.queue_id,
+            topic=routed.topic, body=message.body, queue_id=routed.queue_id,
             flag=message.flag, sys_flag=message.sys_flag,
             born_timestamp=message.born_timestamp or wall_ms,
             born_host=message.born_host or settings.store_host, store_timestamp=wall_ms,
             store_host=settings.store_host, reconsume_times=message.reconsume_times,
-            properties=self._properties(message.properties, wall_ms, new_id)),),  # type: ignore[arg-type]
+            properties=self._properties(routed.properties, wall_ms, new_id)),),  # type: ignore[arg-type]
             batch=False)
 
     def _properties(self, properties: Mapping[str, str], wall_ms: int,

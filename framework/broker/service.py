@@ -356,7 +356,9 @@ async def broker_service(node: Node, *,
     except ValueError as exc:
         raise ConfigError(str(exc), "listen") from None
     factory = node.plugins.log_store("commitlog", node.config.store.scheme)
-    log: CommitLog = await trio.to_thread.run_sync(factory, root, node.config.store.options)
+    # The store makes SCHEDULE_TOPIC_XXXX's entries by the broker's delay levels.
+    options = {**node.config.store.options, "message_delay_level": config.message_delay_level}
+    log: CommitLog = await trio.to_thread.run_sync(factory, root, options)
     table = await trio.to_thread.run_sync(load_topics, root, config,
                                           now_ms())
     try:
