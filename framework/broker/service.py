@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from triomq.broker.clients import ClientService, load_subscription_groups
-from triomq.broker.components import BrokerComponent, Component, ComponentHost
+from triomq.broker.components import BrokerComponent, Component, ComponentHost, Scope
 from triomq.broker.config import BrokerConfig
 from triomq.broker.confirm_checkpoint import ConfirmOffsetCheckpoint
 from triomq.broker.consume_stats_service import ConsumeStatsService
@@ -53,6 +53,7 @@ from triomq.broker.put_checks import host_port
 from triomq.broker.queries import QueryService
 from triomq.broker.replicas_manager import BrokerRole, ReplicasManager, check_replica_address
 from triomq.broker.runtime_info import RuntimeInfoService
+from triomq.broker.schedule_service import ScheduleMessageService, load_delay_offsets
 from triomq.broker.topic_table import TopicTable
 from triomq.broker.topics import TopicService, load_topics
 from triomq.clock import now_ms
@@ -163,6 +164,8 @@ class Broker:
         self.pulls: PullService | None = None
         #: The controller-mode driver, when ``enable_controller_mode`` is set.
         self.controller_mode: ControllerMode | None = None
+        #: Delayed messages' delivery and offsets (set when the service starts).
+        self.schedule: ScheduleMessageService | None = None
         #: The components the broker runs (set when the service starts).
         self.components: ComponentHost | None = None
         #: The name-server registration, when ``namesrv_addr`` names any.
@@ -277,6 +280,8 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     clients = broker.clients = ClientService(root, config, groups, topics, broker=view)
     offsets_table = await trio.to_thread.run_sync(
         load_offsets, root, config.consumer_offset_update_version_step)
+    delay_offsets = await trio.to_thread.run_sync(
+        load_delay_offsets, root, config.delay_offset_update_version_step)
     window = memory_window(config)
 
     def group_known(group: str) -> bool:
@@ -304,6 +309,9 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     queries = QueryService(log, broker.index, config)
     clients.record_at = queries.record_bytes
     runtime_info = RuntimeInfoService(broker, root)
+    schedule = broker.schedule = ScheduleMessageService(
+        root, config, delay_offsets, log=log, broker=view,
+        bridge=LocalEscapeBridge(processor.put_own))
     parts = [
         Component("role", role_changed=broker.role_changed),
         Component("flush", start=[broker.flush.run]),
@@ -326,6 +334,9 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         Component("offsets", register=offsets.register, soon=[
             offsets.persist_loop, functools.partial(offsets.copy_from_master, node.rpc)]),
         Component("consume-stats", register=stats.register),
+        Component("delay-offsets", register=schedule.register, soon=[
+            schedule.persist_loop, functools.partial(schedule.copy_from_master, node.rpc)]),
+        Component("schedule", scope=Scope.MASTER_TERM, soon=[schedule.deliver]),
     ]
     if broker.namesrv is not None:
         parts.append(Component("namesrv-registration", start=[broker.namesrv.run]))
