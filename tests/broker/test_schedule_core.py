@@ -11,6 +11,7 @@ from triomq.broker.schedule import (
     BATCH,
     RETRY_MAX_MS,
     RETRY_MIN_MS,
+    SCAN_INTERVAL_MS,
     Deliver,
     LevelDelivery,
     ReadEntries,
@@ -185,3 +186,21 @@ def test_a_slave_adopts_its_masters_table_whole() -> None:
     assert slave.adopt_master(master)
     assert slave.offsets() == {1: 7} and slave.data_version == master.data_version
     assert not slave.adopt_master(master)
+
+
+@pytest.mark.parametrize("delay", [50, 300, 5000, 3_600_000])
+def test_a_message_stored_after_a_look_is_delivered_at_most_a_scan_interval_late(
+        delay: int) -> None:
+    """The level looks again at most ``idle_ms(delay)`` later, and waits for an entry
+    it sees until exactly its delivery time."""
+    flow = LevelDelivery(1, delay, 0)
+    (read,) = flow.start(0)
+    (wait,) = flow.entries_read([], 0, 0, 0)
+    assert isinstance(read, ReadEntries) and isinstance(wait, WakeAt)
+    stored_at = 1  # just after the look found nothing
+    assert flow.woke(wait.at_ms) == [ReadEntries(0, 0, BATCH)]
+    due = stored_at + delay
+    (next_step,) = flow.entries_read([(0, 0, 100, due)], 0, 1, wait.at_ms)
+    delivered_at = wait.at_ms if isinstance(next_step, ReadRecord) else next_step.at_ms
+    assert isinstance(next_step, ReadRecord | WakeAt)
+    assert due <= delivered_at <= max(due, stored_at + SCAN_INTERVAL_MS)
