@@ -20,9 +20,11 @@ CREATE_TOPIC = 17
 class Groups:
     """Broker groups ``broker-a``, ``broker-b``... each one master, registering with ``n1``."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, broker: dict[str, Any] | None = None) -> None:
         self.cluster = cluster
         self.groups: dict[str, str] = {}  # node name -> broker group
+        #: More ``[broker]`` settings for every broker.
+        self.broker = broker or {}
 
     @property
     def namesrv(self) -> list[str]:
@@ -43,7 +45,7 @@ class Groups:
         data["store"] = {"path": str(self.cluster.root / name)}
         data["broker"] = {"broker_name": group, "broker_id": 0, "master_epoch": 1,
                           "ha_listen_port": 0, "flush_policy": "none",
-                          "namesrv_addr": self.namesrv}
+                          "namesrv_addr": self.namesrv, **self.broker}
         self.groups[name] = group
         return await self.cluster.start(name, from_mapping(NodeConfig, data))
 
@@ -83,12 +85,14 @@ class Groups:
 
 @asynccontextmanager
 async def open_groups(root: Path, transport: str = "inproc", *, groups: int = 1,
-                      namesrvs: int = 1) -> AsyncIterator[Groups]:
-    """Name servers and ``groups`` broker groups (nodes ``a``, ``b``...), all started."""
+                      namesrvs: int = 1, broker: dict[str, Any] | None = None
+                      ) -> AsyncIterator[Groups]:
+    """Name servers and ``groups`` broker groups (nodes ``a``, ``b``...), all started
+    (``broker``: more ``[broker]`` settings)."""
     async with open_cluster(root, transport=transport, controllers=0, brokers=0,
                             namesrvs=namesrvs) as cluster:
         await cluster.start_namesrvs()
-        harness = Groups(cluster)
+        harness = Groups(cluster, broker)
         for n in range(groups):
             letter = "abcdefgh"[n]
             await harness.start_broker(letter, f"broker-{letter}")
