@@ -77,6 +77,9 @@ ROCKETMQ_NAMES: Mapping[str, str] = {
     "max_filter_message_size": "maxFilterMessageSize",
     "flush_consumer_offset_interval": "flushConsumerOffsetInterval",
     "consumer_offset_update_version_step": "consumerOffsetUpdateVersionStep",
+    "message_delay_level": "messageDelayLevel",
+    "flush_delay_offset_interval": "flushDelayOffsetInterval",
+    "delay_offset_update_version_step": "delayOffsetUpdateVersionStep",
 }
 
 #: ``[broker]`` keys without a RocketMQ name, or given from ``Facts`` instead.

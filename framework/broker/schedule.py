@@ -13,7 +13,8 @@ cluster simulation's broker over virtual time) feeds it the wall clock
   ``entries_read``;
 - ``ReadRecord``: read the record an entry names, then ``record_read``;
 - ``Deliver``: put ``message`` through the escape bridge, then
-  ``put_done`` with whether it was stored;
+  ``put_done`` with whether it succeeded (PUT_OK: stored, flushed and
+  replicated as the master's policy asks);
 - ``StoreOffset``: the level's offset moved (the driver records it);
 - ``WakeAt``: call ``woke`` at wall time ``at_ms``.
 
@@ -23,8 +24,11 @@ as due now, as RocketMQ's ``correctDeliverTimestamp``) is delivered to its
 ``REAL_TOPIC`` / ``REAL_QID`` with ``DELAY`` and the timer properties
 cleared (``REAL_TOPIC`` and ``REAL_QID`` stay, as RocketMQ's
 ``messageTimeUp`` leaves them). The offset moves past a message only once
-it is stored; a put that is refused is retried after a back-off (doubling
-from ``RETRY_MIN_MS`` to ``RETRY_MAX_MS``), never skipped. A message that
+its put succeeded, as RocketMQ's ``syncDeliver`` (a put that timed out
+waiting for the slaves may be on this master only, which a failover may
+cut: the offset, copied by the slaves, must not pass it); any other
+outcome is retried after a back-off (doubling from ``RETRY_MIN_MS`` to
+``RETRY_MAX_MS``), never skipped: at least once. A message that
 cannot be delivered at all (no ``REAL_TOPIC``, a ``REAL_QID`` that is not a
 queue id, a transaction's half topic, a record no longer in the log) is
 skipped with a ``Skipped`` saying why, as RocketMQ skips it.
@@ -205,10 +209,9 @@ class LevelDelivery:
         self._message = message
         return [Deliver(message)]
 
-    def put_done(self, stored: bool, now_ms: int) -> list[ScheduleAction]:
-        """The delivery's put ended: ``stored`` on a master's log (even past a flush or
-        replication timeout), or refused."""
-        if not stored:
+    def put_done(self, ok: bool, now_ms: int) -> list[ScheduleAction]:
+        """The delivery's put ended: ``ok`` (PUT_OK), or anything else."""
+        if not ok:
             wait, self._retry_ms = self._retry_ms, min(2 * self._retry_ms, RETRY_MAX_MS)
             return [WakeAt(now_ms + wait)]
         self._message = None

@@ -107,11 +107,11 @@ class ScheduleMessageService:
                 actions.extend(flow.record_read(self._read_record(action), wall_ms()))
             elif isinstance(action, Deliver):
                 result = await self.bridge.put_message(action.message)
-                if not result.stored:
-                    log.info("delivery of delayed message %d of level %d to %s refused "
+                if not result.ok:
+                    log.info("delivery of delayed message %d of level %d to %s failed "
                              "(%d %s); retrying", flow.offset, flow.level,
                              action.message.topic, result.code, result.remark)
-                actions.extend(flow.put_done(result.stored, wall_ms()))
+                actions.extend(flow.put_done(result.ok, wall_ms()))
             elif isinstance(action, WakeAt):
                 await trio.sleep(max(0, action.at_ms - wall_ms()) / 1000)
                 actions.extend(flow.woke(wall_ms()))

@@ -61,8 +61,12 @@ on the committed state and the logs are ``clustersim_invariants``):
   (the producer's, through the name servers' route) completes within
   ``HEAL_LIMIT_MS`` of virtual time, then every name server routes that
   master as id 0 within ``NAMESRV_HEAL_LIMIT_MS``, and
-  the consumer group has consumed every acked message within
-  ``CONSUME_HEAL_LIMIT_MS`` (duplicates allowed; not those an unclean
+  every delayed message acked before healing (a run's producer sends some with
+  ``Simulation.delayed``; the brokers' masters deliver them with the
+  broker's schedule core, ``clustersim_schedule``) has been delivered to
+  its topic (an acked put of a record with its ``UNIQ_KEY``) within
+  ``DELIVER_HEAL_LIMIT_MS``, and the consumer group has consumed every
+  acked message within ``CONSUME_HEAL_LIMIT_MS`` (duplicates allowed; not those an unclean
   election may have lost, nor those acked after it at queue offsets the
   history it replaced served consumers: the stored offsets may count them).
 
@@ -136,6 +140,9 @@ CHAOS_MS = 10_000
 HEAL_LIMIT_MS = 15_000
 #: After the put that follows healing: every name server routes the master as id 0.
 NAMESRV_HEAL_LIMIT_MS = 5_000
+#: Then every acked delayed message is delivered: the longest level the producer
+#: uses (5 s) and a failover's worth.
+DELIVER_HEAL_LIMIT_MS = 20_000
 
 
 @attrs.frozen
@@ -151,6 +158,11 @@ class SeedResult:
     possibly_lost: int = 0
     consumed: int = 0
     duplicates: int = 0
+    #: Of ``acked``: delayed messages stored to wait (each delivery is acked too).
+    delayed: int = 0
+    #: The distinct messages of the topic acked (a delayed message delivered again by a
+    #: new master is acked twice).
+    topic_messages: int = 0
 
     @property
     def replay(self) -> str:
@@ -168,7 +180,8 @@ class Simulation(Invariants):
 
     def __init__(self, seed: int, *, replicas: int | None = None, unclean: bool | None = None,
                  chaos: bool = True, broker_settings: BrokerSettings | None = None,
-                 namesrvs: int | None = None, consumers: int | None = None) -> None:
+                 namesrvs: int | None = None, consumers: int | None = None,
+                 delayed: bool | None = None) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         rng = self.rng
@@ -203,6 +216,9 @@ class Simulation(Invariants):
         self.namesrv_names = tuple(namesrv_name(i) for i in range(1, count + 1))
         self.p_crash_namesrv = ns_rng.choice([0.0, 0.002, 0.004])
         self.p_partition_namesrv = ns_rng.choice([0.0, 0.003])
+        # Delayed messages, too, from a stream of their own (a chaos run's choice).
+        self.delayed = (delayed if delayed is not None
+                        else chaos and random.Random(f"delayed-{seed}").random() < 0.5)
         self.brokers: dict[str, SimBroker] = {}
         for index in range(1, self.replicas + 1):
             self.brokers[f"b{index}"] = SimBroker(f"b{index}", self,
@@ -445,6 +461,9 @@ class Simulation(Invariants):
                            "a completed put after healing")
             self.run_until(self.namesrvs_route_master, NAMESRV_HEAL_LIMIT_MS,
                            "every name server routing the master as id 0")
+            self.run_until(lambda: not self.undelivered(acked_by=healed),
+                           DELIVER_HEAL_LIMIT_MS,
+                           "every delayed message acknowledged before healing delivered")
             if self.group.consumers:
                 self.run_until(lambda: not self.group.unconsumed(), CONSUME_HEAL_LIMIT_MS,
                                "every acknowledged message consumed")
@@ -458,7 +477,8 @@ class Simulation(Invariants):
         return SeedResult(seed=self.seed, ok=ok, violation=violation, now_ms=self.now,
                           acked=len(self.acked), elections=len(self.elections),
                           possibly_lost=self.possibly_lost, consumed=len(self.group.deliveries),
-                          duplicates=self.group.duplicates)
+                          duplicates=self.group.duplicates, delayed=self.delayed_acked,
+                          topic_messages=self.topic_messages_acked)
 
 
 def run_seed(seed: int) -> SeedResult:

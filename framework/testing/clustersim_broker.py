@@ -5,7 +5,8 @@ controller calls follow the leader with ``triomq.controller.leader_calls``,
 as ``framework/broker/controller_mode.py`` pumps them over trio; the
 name-server registration is ``clustersim_namesrv.SimRegistration``, the
 pulls and consumer offsets ``clustersim_pulls.SimConsumeSide``, the puts
-the broker's put core (``clustersim_puts.SimPuts``). The HA
+the broker's put core (``clustersim_puts.SimPuts``), the delayed messages'
+delivery the schedule core (``clustersim_schedule.SimSchedule``). The HA
 terms run the real HA state machines (``MasterConnection`` /
 ``SlaveConnection`` per HA stream, ``SyncStateTracker`` and
 ``SyncReplication`` on the master) over the simulation's streams.
@@ -58,6 +59,7 @@ from triomq.testing.clustersim_parts import (
 )
 from triomq.testing.clustersim_pulls import ConsumerRequest, ConsumerResponse, SimConsumeSide
 from triomq.testing.clustersim_puts import SimPuts
+from triomq.testing.clustersim_schedule import SimSchedule
 
 if TYPE_CHECKING:
     from triomq.testing.clustersim import Simulation
@@ -83,6 +85,7 @@ class SimBroker:
         self.topics.update(TopicConfig(TOPIC, TOPIC_QUEUES, TOPIC_QUEUES), self.now_ms())
         self.consume = SimConsumeSide(self)
         self.puts = SimPuts(self)
+        self.schedule = SimSchedule(self)
         self.up = False
         self.start()
 
@@ -147,6 +150,7 @@ class SimBroker:
         self._drain()
         self.registration.poll()
         self.tasks.run()
+        self.schedule.step()
         term = self.term
         if term.master_term is not None:
             self._master_step(term, term.master_term)
@@ -264,7 +268,8 @@ class SimBroker:
             now_ms=self.now_ms(), config=self.settings.master)
         self.term = term
         term.tasks = [self.tasks.spawn(self._check_loop(term.master_term)),
-                      self.tasks.spawn(self._report_loop(term, term.master_term))]
+                      self.tasks.spawn(self._report_loop(term, term.master_term)),
+                      *self.schedule.start(term)]
         self._took_role(term)
 
     def change_to_slave(self, master: str, epoch: int) -> None:

@@ -10,13 +10,17 @@ synchronously) and the wait for the replicas, which the master term's
 ``SyncReplication`` completes (``triomq.ha.master_term``). A put completed
 with PUT_OK is reported to the invariants (``Simulation.on_acked``) before
 it is answered. The topics live in memory and survive crashes, so a topic
-a put creates needs no saving.
+a put creates needs no saving. The broker's own puts (the escape bridge's:
+``put_own``, the delayed messages' delivery) run the same core's
+``start_own`` and answer a callback.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from triomq.broker.escape_bridge import EscapedMessage
 from triomq.broker.put_checks import BrokerState, PutSettings, host_port
 from triomq.broker.put_flow import (
     Append,
@@ -28,6 +32,7 @@ from triomq.broker.put_flow import (
     WaitReplicated,
 )
 from triomq.ha.sync_replication import PutResult, ReplicationStatus
+from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.unique_id import UniqueIdGenerator
 from triomq.testing.clustersim_parts import CLUSTER, GROUP, PutRequest, PutResponse, Term
 
@@ -69,9 +74,21 @@ class SimPuts:
         flow = PutFlow(self.settings, now=broker.now_ms() / 1000)
         action = flow.start(put.command, src, self._state(broker.term), broker.topics,
                             wall_ms=broker.now_ms(), new_id=self.unique_ids.next_id)
-        self._pump(src, put.id, flow, action)
+        self._pump(lambda response: self._send(src, PutResponse(put.id, response)), flow,
+                   action)
 
-    def _pump(self, src: str, rid: int, flow: PutFlow, action: PutAction) -> None:
+    def put_own(self, message: EscapedMessage, reply: Callable[[RemotingCommand], None]
+                ) -> None:
+        """A message the broker writes itself (``LocalEscapeBridge``'s put): ``reply``
+        hears the put's answer."""
+        broker = self.broker
+        flow = PutFlow(self.settings, now=broker.now_ms() / 1000)
+        action = flow.start_own(message, self._state(broker.term), wall_ms=broker.now_ms(),
+                                new_id=self.unique_ids.next_id)
+        self._pump(reply, flow, action)
+
+    def _pump(self, reply: Callable[[RemotingCommand], None], flow: PutFlow,
+              action: PutAction) -> None:
         """Carry out the put's actions until it waits for the replicas or is answered."""
         broker = self.broker
         term, log = broker.term, broker.log
@@ -98,23 +115,23 @@ class SimPuts:
                 if failed is not None:
                     action = flow.replicated(failed)
                     continue
-                term.waiters[waiter] = (src, rid, flow, stored)
+                term.waiters[waiter] = (reply, flow, stored)
                 broker.update_puts(term)
                 return
-        self._send(src, PutResponse(rid, action.response))
+        reply(action.response)
 
     def answer(self, term: Term, results: list[PutResult]) -> None:
         """The replication waits that ended: PUT_OK ones to the invariants, then all
         answered."""
         broker = self.broker
         for outcome in results:
-            src, rid, flow, stored = term.waiters.pop(outcome.waiter)
+            reply, flow, stored = term.waiters.pop(outcome.waiter)
             if outcome.status is ReplicationStatus.PUT_OK:
                 assert term.master_term is not None
                 members = term.master_term.tracker.effective_sync_state_set
                 for offset, record in stored:
                     broker.sim.on_acked(broker, term, offset, record, members)
-            self._send(src, PutResponse(rid, flow.replicated(outcome.status).response))
+            reply(flow.replicated(outcome.status).response)
 
     def _send(self, dst: str, response: PutResponse) -> None:
         broker = self.broker
@@ -123,5 +140,5 @@ class SimPuts:
     def abandon(self, term: Term, waiters: list[object]) -> None:
         """The term ended: its waiting puts hear that this broker is no longer master."""
         for waiter in waiters:
-            src, rid, flow, _ = term.waiters.pop(waiter)
-            self._send(src, PutResponse(rid, flow.replicated(None).response))
+            reply, flow, _ = term.waiters.pop(waiter)
+            reply(flow.replicated(None).response)
