@@ -6,7 +6,9 @@ thread: it runs the store's recovery) and the topic table
 broker's components (``built_in_components``, then the plugins'; see
 ``triomq.broker.components``), each started, then its handlers registered: the
 flush service, the ``ReplicasManager``, the puts, topics, clients, pulls,
-offsets, ..., the name-server registration (``broker.namesrv_addr``: at
+offsets, the delayed messages (their offsets always, their delivery in
+each master term: ``triomq.broker.schedule_service``), ..., the
+name-server registration (``broker.namesrv_addr``: at
 once, on every role and topic change, and periodically); then take the static role
 (``broker_id`` 0: master of ``master_epoch``; otherwise slave of
 ``ha_master_address``), or, with
@@ -15,8 +17,11 @@ once, on every role and topic change, and periodically); then take the static ro
 the commit log is closed (flushed) in a thread.
 
 The store root is ``broker.store_path_root_dir``, else the node's
-``store.path``. The HA address is ``broker.ha_listen_address``, else
-derived from the node's ``listen`` address (``ha_listen_address``).
+``store.path``. The commit log's store is opened with the node's
+``store.options`` and ``message_delay_level`` (the schedule topic's
+consume-queue entries carry delivery times by it). The HA address is
+``broker.ha_listen_address``, else derived from the node's ``listen``
+address (``ha_listen_address``).
 
 Hosts and tests reach a node's running broker with ``broker_of(node)``.
 """

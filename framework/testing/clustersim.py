@@ -86,7 +86,8 @@ broker's put core, controller-mode flow, leader-following calls, master
 term, reconnect backoff and name-server registration; the name server's
 core), but the HA address is the broker's
 name, the store flushes synchronously, the topics never change (so slaves
-copy nothing from their master), name-server requests are datagrams on a
+copy nothing from their master; nor the delay offsets: a new master
+delivers the delayed messages from its own, at least once), name-server requests are datagrams on a
 connection that carries no bytes itself (see ``clustersim_namesrv`` for
 when a name server hears it close), so are consumers' requests, the
 consumer group's members are the consumers running, and seeds replay only against the same
