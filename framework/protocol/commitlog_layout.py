@@ -13,6 +13,11 @@ blank (``totalSize = remaining``, ``magic = BLANK_MAGIC``) and the record
 starts the next segment. Bytes after the last record of a segment are
 zero, so a zero ``totalSize`` marks the end of the data.
 
+A consume-queue entry's tags code is its record's ``TAGS`` hash, but for a
+``SCHEDULE_TOPIC_XXXX`` record its delivery time
+(``triomq.protocol.delay_levels``): ``pack_records`` and ``index_records``
+take the delay levels and set it, whichever packer (C or Python) ran.
+
 Everything a read-only reader needs (naming, placement, walking records
 over a buffer such as an ``mmap`` of a segment, consume-queue entries) is
 here so that readers outside the store plugins share one definition.
@@ -73,10 +78,10 @@ DEFAULT_CQ_ENTRIES_PER_FILE = 300_000
 _TOTAL_MAGIC = struct.Struct(">iI")
 _I32 = struct.Struct(">i")
 _CQ_ENTRY = struct.Struct(">qiq")
-#: RocketMQ's default ``messageDelayLevel``, in ms per level.
-DEFAULT_DELAY_LEVELS = parse_delay_levels(DEFAULT_MESSAGE_DELAY_LEVEL)
 _PHYS = struct.Struct(">q")
 _PHYS_AT = 28  # physicalOffset's position in a record
+#: RocketMQ's default ``messageDelayLevel``, in ms per level.
+DEFAULT_DELAY_LEVELS = parse_delay_levels(DEFAULT_MESSAGE_DELAY_LEVEL)
 
 
 class SegmentNameError(TriomqError, ValueError):
