@@ -7,11 +7,18 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 
 import trio
 from broker_nodes import Cluster, caught_up, wait_until
-from test_pull_wire import PULL_MESSAGE, call, decode_messages
-from test_send_wire import SEND_MESSAGE_V2, properties
+from test_pull_wire import PULL_MESSAGE, call, decode_messages, receive_exactly
+from test_send_wire import (
+    SEND_MESSAGE,
+    SEND_MESSAGE_V2,
+    go_frame,
+    go_send_header,
+    properties,
+)
 
 from triomq.broker.service import Broker
 from triomq.protocol.delay_levels import SCHEDULE_TOPIC
@@ -143,3 +150,22 @@ async def test_the_delay_offsets_are_written_read_back_after_a_restart_and_copie
         # In order: once the new one is delivered, the old ones were not again.
         await wait_until(lambda: len(delivered(a)) >= 3)
         assert [r.body for r in delivered(a)] == [b"m0", b"m1", b"m2"]
+
+
+async def test_a_go_clients_send_message_with_a_delay_waits_in_the_schedule_topic(
+        tmp_path) -> None:
+    """SEND_MESSAGE (10) as RocketMQ's Go client frames it, every header field spelt out."""
+    cluster = Cluster("tcp", tmp_path)
+    async with cluster.broker("a", extra=LEVELS) as a:
+        stream = await connect(a)
+        async with stream:
+            await stream.send_all(go_frame(SEND_MESSAGE, 1, go_send_header(
+                1, "DELAY\x012\x02TAGS\x01go\x02"), b"from go"))
+            (length,) = struct.unpack(">i", await receive_exactly(stream, 4))
+            rest = await receive_exactly(stream, length)
+            header = json.loads(rest[4:4 + (struct.unpack_from(">I", rest)[0] & 0xFFFFFF)])
+            assert header["code"] == 0, header.get("remark")
+        (waiting,) = list(a.log.iter_records())
+        assert (waiting.topic, waiting.queue_id) == (SCHEDULE_TOPIC, 1)
+        assert waiting.properties["REAL_TOPIC"] == "orders"
+        await wait_until(lambda: [r.body for r in delivered(a)] == [b"from go"])
