@@ -4,7 +4,10 @@
 Store plugins provide factories through the ``triomq_log_store`` hook, keyed
 by ``(kind, scheme)`` with ``kind`` in ``STORE_KINDS``. A factory takes
 ``(directory, options)``, runs the store's recovery and returns an open
-store. All store methods are blocking; trio code calls them with
+store. A broker passes its commit log's factory ``message_delay_level``
+too (``triomq.protocol.delay_levels``: the consume-queue entries of
+``SCHEDULE_TOPIC_XXXX`` carry delivery times by it). All store methods
+are blocking; trio code calls them with
 ``trio.to_thread.run_sync`` when they may block on the disk (opening,
 ``flush``, ``sync``, ``truncate``, LMDB writes), or directly for the cheap
 in-memory-mapped operations (mmap ``append``/``read``).

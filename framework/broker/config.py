@@ -23,6 +23,7 @@ import attrs
 from triomq.errors import ConfigError
 from triomq.ha.master_driver import HAMasterConfig
 from triomq.ha.slave_driver import HASlaveConfig
+from triomq.protocol.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 from triomq.settings import non_negative, one_of, port, positive, setting
 from triomq.store import FLUSH_POLICIES
 
@@ -66,6 +67,14 @@ def _at_least_one(value: int) -> str | None:
 
 def _at_least_two(value: int) -> str | None:
     return None if value >= 2 else "must be >= 2"
+
+
+def _delay_levels(value: str) -> str | None:
+    try:
+        parse_delay_levels(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def _percent(value: int) -> str | None:
@@ -317,6 +326,19 @@ class BrokerConfig:
     transaction_check_interval: int = setting(
         30000, doc="ms between two scans of the half messages for the ones to check "
                    "(RocketMQ's transactionCheckInterval).", check=positive)
+    message_delay_level: str = setting(
+        DEFAULT_MESSAGE_DELAY_LEVEL,
+        doc="The delay of each level of delayed messages (a put's DELAY property), level 1 "
+            "first, space-separated, each a number and a unit of ms, s, m, h or d; a level "
+            "past the last is the last (RocketMQ's messageDelayLevel).",
+        check=_delay_levels)
+    flush_delay_offset_interval: int = setting(
+        10_000, doc="ms between writes of config/delayOffset.json, where each delay level's "
+                    "delivery has reached; it is written on stop too (RocketMQ's "
+                    "flushDelayOffsetInterval).", check=positive)
+    delay_offset_update_version_step: int = setting(
+        200, doc="Delivery offset moves between two steps of delayOffset.json's dataVersion "
+                 "(RocketMQ's delayOffsetUpdateVersionStep).", check=positive)
 
     def __attrs_post_init__(self) -> None:
         if self.enable_controller_mode and not self.controller_addresses:
@@ -329,6 +351,11 @@ class BrokerConfig:
             raise ConfigError(
                 f"must be >= ha_reconnect_min ({self.ha_reconnect_min}), "
                 f"got {self.ha_reconnect_max}", "ha_reconnect_max")
+
+    @property
+    def delay_levels(self) -> tuple[int, ...]:
+        """``message_delay_level``'s delays in ms, level 1 first."""
+        return parse_delay_levels(self.message_delay_level)
 
     @property
     def is_master(self) -> bool:

@@ -81,6 +81,9 @@ ROCKETMQ_NAMES: Mapping[str, str] = {
     "transaction_time_out": "transactionTimeOut",
     "transaction_check_max": "transactionCheckMax",
     "transaction_check_interval": "transactionCheckInterval",
+    "message_delay_level": "messageDelayLevel",
+    "flush_delay_offset_interval": "flushDelayOffsetInterval",
+    "delay_offset_update_version_step": "delayOffsetUpdateVersionStep",
 }
 
 #: ``[broker]`` keys without a RocketMQ name, or given from ``Facts`` instead.

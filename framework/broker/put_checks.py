@@ -106,6 +106,8 @@ class PutSettings:
     segment_size: int
     #: Refuse half messages (rejectTransactionMessage).
     reject_transaction_message: bool = False
+    #: How many levels ``message_delay_level`` has: a higher ``DELAY`` is the highest.
+    max_delay_level: int = 18
 
 
 @attrs.frozen

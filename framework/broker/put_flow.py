@@ -13,6 +13,9 @@ does what it returns:
    way is a ``TopicCreated``: the driver saves the table), the producer
    group, the SyncStateSet; a compressed body's inflated size; a batch's
    every message. Any refusal is the ``Reply``, and nothing is stored;
+   then where it is stored (``triomq.broker.schedule_put``: a delayed
+   message waits under ``SCHEDULE_TOPIC_XXXX``; a bad ``DELAY``, a timer
+   message or a delayed batch is refused);
 2. ``Append``: the records, with the store's fields set (store host and
    time, the ``CLUSTER`` property, a ``UNIQ_KEY`` made here when a single
    message has none, laid out as a client's, as RocketMQ 5's broker does);
@@ -59,6 +62,7 @@ from triomq.broker.put_checks import (
     host_port,
     inflates_too_large,
 )
+from triomq.broker.schedule_put import check_batch, route_put
 from triomq.broker.topic_table import TopicTable
 from triomq.ha.sync_replication import ReplicationStatus
 from triomq.protocol.message import (
@@ -211,7 +215,8 @@ class PutFlow:
                 records = batch_records(settings, header, body, born_host, wall_ms)
             except BatchError as exc:
                 return _illegal(str(exc))
-            return Append(tuple(records), batch=True)
+            refusal = check_batch(r.properties for r in records)
+            return Reply(refusal) if refusal is not None else Append(tuple(records), batch=True)
         too_large = inflates_too_large(settings, header.sys_flag, body)
         if too_large is not None:
             return _illegal(too_large)
@@ -221,11 +226,18 @@ class PutFlow:
             born_host=born_host, store_timestamp=wall_ms, store_host=settings.store_host,
             reconsume_times=header.reconsume_times,
             properties=self._properties(header.properties, wall_ms, new_id))  # type: ignore[arg-type]
+        routed = route_put(record.topic, record.queue_id, record.properties, record.sys_flag,
+                           max_delay_level=settings.max_delay_level)
+        if isinstance(routed, RemotingCommand):
+            return Reply(routed)
         if transaction.is_prepared(record.properties, record.reconsume_times):
             if settings.reject_transaction_message:
                 return Reply(transaction.reject_response(settings.store_host[0]))
-            record = transaction.half_message(record)
-        return Append((record,), batch=False)
+            # A half message is not delayed; its DELAY rides along to the commit's put.
+            return Append((transaction.half_message(record),), batch=False)
+        return Append((attrs.evolve(
+            record, topic=routed.topic, queue_id=routed.queue_id,
+            properties=routed.properties),), batch=False)  # type: ignore[arg-type]
 
     def start_own(self, message: EscapedMessage, broker: BrokerState, *, wall_ms: int,
                   new_id: Callable[[int], str]) -> PutAction:
@@ -237,14 +249,18 @@ class PutFlow:
                    or check_in_sync(settings, broker))
         if refusal is not None:
             return Reply(refusal)
+        routed = route_put(message.topic, message.queue_id, message.properties,
+                           message.sys_flag, max_delay_level=settings.max_delay_level)
+        if isinstance(routed, RemotingCommand):
+            return Reply(routed)
         return Append((MessageRecord(
-            topic=message.topic, body=message.body, queue_id=message.queue_id,
+            topic=routed.topic, body=message.body, queue_id=routed.queue_id,
             flag=message.flag, sys_flag=message.sys_flag,
             born_timestamp=message.born_timestamp or wall_ms,
             born_host=message.born_host or settings.store_host, store_timestamp=wall_ms,
             store_host=settings.store_host, reconsume_times=message.reconsume_times,
             prepared_transaction_offset=message.prepared_transaction_offset,
-            properties=self._properties(message.properties, wall_ms, new_id)),),  # type: ignore[arg-type]
+            properties=self._properties(routed.properties, wall_ms, new_id)),),  # type: ignore[arg-type]
             batch=False)
 
     def _properties(self, properties: Mapping[str, str], wall_ms: int,

@@ -6,7 +6,9 @@ thread: it runs the store's recovery) and the topic table
 broker's components (``built_in_components``, then the plugins'; see
 ``triomq.broker.components``), each started, then its handlers registered: the
 flush service, the ``ReplicasManager``, the puts, topics, clients, pulls,
-offsets, ..., the name-server registration (``broker.namesrv_addr``: at
+offsets, the delayed messages (their offsets always, their delivery in
+each master term: ``triomq.broker.schedule_service``), ..., the
+name-server registration (``broker.namesrv_addr``: at
 once, on every role and topic change, and periodically); then take the static role
 (``broker_id`` 0: master of ``master_epoch``; otherwise slave of
 ``ha_master_address``), or, with
@@ -15,8 +17,11 @@ once, on every role and topic change, and periodically); then take the static ro
 the commit log is closed (flushed) in a thread.
 
 The store root is ``broker.store_path_root_dir``, else the node's
-``store.path``. The HA address is ``broker.ha_listen_address``, else
-derived from the node's ``listen`` address (``ha_listen_address``).
+``store.path``. The commit log's store is opened with the node's
+``store.options`` and ``message_delay_level`` (the schedule topic's
+consume-queue entries carry delivery times by it). The HA address is
+``broker.ha_listen_address``, else derived from the node's ``listen``
+address (``ha_listen_address``).
 
 Hosts and tests reach a node's running broker with ``broker_of(node)``.
 """
@@ -53,6 +58,7 @@ from triomq.broker.put_checks import host_port
 from triomq.broker.queries import QueryService
 from triomq.broker.replicas_manager import BrokerRole, ReplicasManager, check_replica_address
 from triomq.broker.runtime_info import RuntimeInfoService
+from triomq.broker.schedule_service import ScheduleMessageService, load_delay_offsets
 from triomq.broker.send_back_service import SendBackService
 from triomq.broker.topic_table import TopicTable
 from triomq.broker.topics import TopicService, load_topics
@@ -167,6 +173,8 @@ class Broker:
         self.controller_mode: ControllerMode | None = None
         #: END_TRANSACTION and the transaction check (set when the service starts).
         self.transactions: TransactionService | None = None
+        #: Delayed messages' delivery and offsets (set when the service starts).
+        self.schedule: ScheduleMessageService | None = None
         #: The components the broker runs (set when the service starts).
         self.components: ComponentHost | None = None
         #: The name-server registration, when ``namesrv_addr`` names any.
@@ -281,6 +289,8 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     clients = broker.clients = ClientService(root, config, groups, topics, broker=view)
     offsets_table = await trio.to_thread.run_sync(
         load_offsets, root, config.consumer_offset_update_version_step)
+    delay_offsets = await trio.to_thread.run_sync(
+        load_delay_offsets, root, config.delay_offset_update_version_step)
     window = memory_window(config)
 
     def group_known(group: str) -> bool:
@@ -315,6 +325,9 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     transactions = broker.transactions = TransactionService(
         config=config, broker=view, bridge=LocalEscapeBridge(processor.put_own),
         offsets=offsets, producer_connection=clients.table.producer_connection)
+    schedule = broker.schedule = ScheduleMessageService(
+        root, config, delay_offsets, log=log, broker=view,
+        bridge=LocalEscapeBridge(processor.put_own))
     parts = [
         Component("role", role_changed=broker.role_changed),
         Component("flush", start=[broker.flush.run]),
@@ -340,6 +353,9 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         Component("send-back", scope=Scope.MASTER_TERM, register=send_backs.register),
         Component("transactions", scope=Scope.MASTER_TERM, register=transactions.register,
                   soon=[transactions.check_loop], role_changed=transactions.role_changed),
+        Component("delay-offsets", register=schedule.register, soon=[
+            schedule.persist_loop, functools.partial(schedule.copy_from_master, node.rpc)]),
+        Component("schedule", scope=Scope.MASTER_TERM, soon=[schedule.deliver]),
     ]
     if broker.namesrv is not None:
         parts.append(Component("namesrv-registration", start=[broker.namesrv.run]))
@@ -370,7 +386,9 @@ async def broker_service(node: Node, *,
     except ValueError as exc:
         raise ConfigError(str(exc), "listen") from None
     factory = node.plugins.log_store("commitlog", node.config.store.scheme)
-    log: CommitLog = await trio.to_thread.run_sync(factory, root, node.config.store.options)
+    # The store makes SCHEDULE_TOPIC_XXXX's entries by the broker's delay levels.
+    options = {**node.config.store.options, "message_delay_level": config.message_delay_level}
+    log: CommitLog = await trio.to_thread.run_sync(factory, root, options)
     table = await trio.to_thread.run_sync(load_topics, root, config,
                                           now_ms())
     try:

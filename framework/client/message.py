@@ -78,9 +78,11 @@ class Message:
 
     ``properties`` are the user's own; a name RocketMQ reserves (``TAGS``,
     ``KEYS``, ``DELAY``, ``WAIT``) is set through the matching field.
-    ``delay_time_level`` (1..18: 1s 5s 10s 30s 1m ... 2h) is sent as
-    RocketMQ's ``DELAY`` property; triomq's brokers do not hold delayed
-    messages back yet, they store them as any other.
+    ``delay_time_level`` is sent as RocketMQ's ``DELAY`` property: the
+    broker holds the message back for that level's delay (its
+    ``message_delay_level``, by default 1..18: 1s 5s 10s 30s 1m ... 2h; a
+    higher level is the highest) and then delivers it to ``topic``; 0 sends
+    it at once.
     """
 
     topic: str

@@ -13,6 +13,11 @@ blank (``totalSize = remaining``, ``magic = BLANK_MAGIC``) and the record
 starts the next segment. Bytes after the last record of a segment are
 zero, so a zero ``totalSize`` marks the end of the data.
 
+A consume-queue entry's tags code is its record's ``TAGS`` hash, but for a
+``SCHEDULE_TOPIC_XXXX`` record its delivery time
+(``triomq.protocol.delay_levels``): ``pack_records`` and ``index_records``
+take the delay levels and set it, whichever packer (C or Python) ran.
+
 Everything a read-only reader needs (naming, placement, walking records
 over a buffer such as an ``mmap`` of a segment, consume-queue entries) is
 here so that readers outside the store plugins share one definition.
@@ -28,6 +33,12 @@ from typing import Any
 import attrs
 
 from triomq.errors import TriomqError
+from triomq.protocol.delay_levels import (
+    DEFAULT_MESSAGE_DELAY_LEVEL,
+    SCHEDULE_TOPIC,
+    cq_tags_code,
+    parse_delay_levels,
+)
 from triomq.protocol.extensions import optional_extension
 from triomq.protocol.message import (
     BLANK_MAGIC,
@@ -39,6 +50,7 @@ from triomq.protocol.message import (
     MessageRecord,
     RecordError,
     check,
+    decode,
     encode_placed,
     pack_ip,
     properties_from_bytes,
@@ -68,6 +80,8 @@ _I32 = struct.Struct(">i")
 _CQ_ENTRY = struct.Struct(">qiq")
 _PHYS = struct.Struct(">q")
 _PHYS_AT = 28  # physicalOffset's position in a record
+#: RocketMQ's default ``messageDelayLevel``, in ms per level.
+DEFAULT_DELAY_LEVELS = parse_delay_levels(DEFAULT_MESSAGE_DELAY_LEVEL)
 
 
 class SegmentNameError(TriomqError, ValueError):
@@ -328,23 +342,43 @@ _tags_code_cached = functools.lru_cache(maxsize=4096)(tags_code)
 
 def pack_records(records: Sequence[MessageRecord], base_offset: int, segment_size: int,
                  next_queue_offset: Callable[[str, int], int], *,
-                 result_type: type[tuple] | None = None) -> PackedBatch:
+                 result_type: type[tuple] | None = None,
+                 delay_levels: Sequence[int] = DEFAULT_DELAY_LEVELS) -> PackedBatch:
     """Encode ``records`` for appending at ``base_offset``, with blanks where needed.
 
     Each record gets its physical offset and the next queue offset of its
     (topic, queueId) (``next_queue_offset`` is asked once per queue).
     ``result_type`` (a tuple subclass such as a ``NamedTuple`` of four
-    fields) also builds ``PackedBatch.results``. Raises ``ValueError`` for a
-    record larger than a segment, ``RecordError`` for one that cannot be
-    encoded.
+    fields) also builds ``PackedBatch.results``. A schedule-topic record's
+    entry carries its delivery time by ``delay_levels`` (the delays in ms,
+    ``triomq.protocol.delay_levels``). Raises ``ValueError`` for a record
+    larger than a segment, ``RecordError`` for one that cannot be encoded.
     """
+    packed = None
     if _speedups is not None:
-        packed = _speedups.pack_records(records, base_offset, segment_size, next_queue_offset,
-                                        pack_ip, MessageRecord, result_type)
-        if packed is not None:
-            return PackedBatch(*packed)
-    return pack_records_py(records, base_offset, segment_size, next_queue_offset,
-                           result_type=result_type)
+        raw = _speedups.pack_records(records, base_offset, segment_size, next_queue_offset,
+                                     pack_ip, MessageRecord, result_type)
+        if raw is not None:
+            packed = PackedBatch(*raw)
+    if packed is None:
+        packed = pack_records_py(records, base_offset, segment_size, next_queue_offset,
+                                 result_type=result_type)
+    for key, (_, entries) in packed.queue_runs.items():
+        if key[0] == SCHEDULE_TOPIC:
+            _set_deliver_times(entries, [r for r in records if (r.topic, r.queue_id) == key],
+                               delay_levels)
+    return packed
+
+
+def _set_deliver_times(entries: bytearray, records: Sequence[MessageRecord],
+                       delay_levels: Sequence[int]) -> None:
+    """Put the schedule-topic ``records``' delivery times in their packed ``entries``
+    (in the same order) as their tags codes; both packers leave the tags hash there."""
+    for i, r in enumerate(records):
+        pos = i * CQ_ENTRY_SIZE
+        phys, size, code = _CQ_ENTRY.unpack_from(entries, pos)
+        _CQ_ENTRY.pack_into(entries, pos, phys, size, cq_tags_code(
+            r.topic, r.properties, r.store_timestamp, delay_levels, code))
 
 
 def pack_records_py(records: Sequence[MessageRecord], base_offset: int, segment_size: int,
@@ -402,7 +436,8 @@ def _move_to_next_segment(buf: bytearray, at: int, phys: int, size: int, segment
 QueueRun = tuple[str, int, int, bytes]
 
 
-def index_records(buf: bytes | bytearray | memoryview, base_offset: int, segment_size: int
+def index_records(buf: bytes | bytearray | memoryview, base_offset: int, segment_size: int,
+                  *, delay_levels: Sequence[int] = DEFAULT_DELAY_LEVELS
                   ) -> tuple[int, str, list[QueueRun]] | None:
     """Check replicated log bytes and collect the consume-queue entries they need.
 
@@ -413,12 +448,33 @@ def index_records(buf: bytes | bytearray | memoryview, base_offset: int, segment
     runs)``: the end of the last whole record or blank, why the walk
     stopped there (``"end"``, ``"torn"`` or ``"zero"`` as in ``LogScan``)
     and the entries as runs of consecutive queue offsets per queue, in
-    order. Returns ``None`` for a bad record: the caller then runs the full
-    checks, which name the problem.
+    order (a schedule-topic entry's tags code by ``delay_levels``, as
+    ``pack_records``'). Returns ``None`` for a bad record: the caller then
+    runs the full checks, which name the problem.
     """
     if _speedups is not None:
-        return _speedups.index_records(buf, base_offset, segment_size)
-    return index_records_py(buf, base_offset, segment_size)
+        index = _speedups.index_records(buf, base_offset, segment_size)
+    else:
+        index = index_records_py(buf, base_offset, segment_size)
+    if index is None or not any(run[0] == SCHEDULE_TOPIC for run in index[2]):
+        return index
+    return index[0], index[1], [
+        run if run[0] != SCHEDULE_TOPIC else _with_deliver_times(run, buf, base_offset,
+                                                                 delay_levels)
+        for run in index[2]]
+
+
+def _with_deliver_times(run: QueueRun, buf: bytes | bytearray | memoryview, base_offset: int,
+                        delay_levels: Sequence[int]) -> QueueRun:
+    """A schedule-topic run with its records' delivery times as tags codes."""
+    entries = bytearray(run[3])
+    for pos in range(0, len(entries), CQ_ENTRY_SIZE):
+        phys, size, code = _CQ_ENTRY.unpack_from(entries, pos)
+        record = decode(buf, phys - base_offset, base_offset=base_offset,
+                        verify_crc=False)[0]
+        _CQ_ENTRY.pack_into(entries, pos, phys, size, cq_tags_code(
+            record.topic, record.properties, record.store_timestamp, delay_levels, code))
+    return run[0], run[1], run[2], bytes(entries)
 
 
 def index_records_py(buf: bytes | bytearray | memoryview, base_offset: int,

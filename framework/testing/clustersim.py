@@ -67,8 +67,12 @@ on the committed state and the logs are ``clustersim_invariants``):
   (the producer's, through the name servers' route) completes within
   ``HEAL_LIMIT_MS`` of virtual time, then every name server routes that
   master as id 0 within ``NAMESRV_HEAL_LIMIT_MS``, and
-  the consumer group has consumed every acked message within
-  ``CONSUME_HEAL_LIMIT_MS`` (duplicates allowed; not those an unclean
+  every delayed message acked before healing (a run's producer sends some with
+  ``Simulation.delayed``; the brokers' masters deliver them with the
+  broker's schedule core, ``clustersim_schedule``) has been delivered to
+  its topic (an acked put of a record with its ``UNIQ_KEY``) within
+  ``DELIVER_HEAL_LIMIT_MS``, and the consumer group has consumed every
+  acked message within ``CONSUME_HEAL_LIMIT_MS`` (duplicates allowed; not those an unclean
   election may have lost, nor those acked after it at queue offsets the
   history it replaced served consumers: the stored offsets may count them),
   and with transactions, every acknowledged one has ended (rolled back,
@@ -90,7 +94,8 @@ broker's put core, controller-mode flow, leader-following calls, master
 term, reconnect backoff and name-server registration; the name server's
 core), but the HA address is the broker's
 name, the store flushes synchronously, the topics never change (so slaves
-copy nothing from their master), name-server requests are datagrams on a
+copy nothing from their master; nor the delay offsets: a new master
+delivers the delayed messages from its own, at least once), name-server requests are datagrams on a
 connection that carries no bytes itself (see ``clustersim_namesrv`` for
 when a name server hears it close), so are consumers' requests, the
 consumer group's members are the consumers running, and seeds replay only against the same
@@ -145,6 +150,9 @@ CHAOS_MS = 10_000
 HEAL_LIMIT_MS = 15_000
 #: After the put that follows healing: every name server routes the master as id 0.
 NAMESRV_HEAL_LIMIT_MS = 5_000
+#: Then every acked delayed message is delivered: the longest level the producer
+#: uses (5 s) and a failover's worth.
+DELIVER_HEAL_LIMIT_MS = 20_000
 
 
 @attrs.frozen
@@ -163,6 +171,11 @@ class SeedResult:
     #: Transactions begun, and the checks their producer answered.
     transactions: int = 0
     checked: int = 0
+    #: Of ``acked``: delayed messages stored to wait (each delivery is acked too).
+    delayed: int = 0
+    #: The distinct messages of the topic acked (a delayed message delivered again by a
+    #: new master is acked twice).
+    topic_messages: int = 0
     module: str = "triomq.testing.clustersim"
 
     @property
@@ -182,7 +195,7 @@ class Simulation(Invariants):
     def __init__(self, seed: int, *, replicas: int | None = None, unclean: bool | None = None,
                  chaos: bool = True, broker_settings: BrokerSettings | None = None,
                  namesrvs: int | None = None, consumers: int | None = None,
-                 transactions: int = 0) -> None:
+                 transactions: int = 0, delayed: bool | None = None) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         rng = self.rng
@@ -222,6 +235,9 @@ class Simulation(Invariants):
                    if transactions else None)
         if self.tx is not None:
             self.replay_module = "triomq.testing.clustersim_transactions"
+        # Delayed messages, too, from a stream of their own (a chaos run's choice).
+        self.delayed = (delayed if delayed is not None
+                        else chaos and random.Random(f"delayed-{seed}").random() < 0.5)
         self.brokers: dict[str, SimBroker] = {}
         for index in range(1, self.replicas + 1):
             self.brokers[f"b{index}"] = SimBroker(f"b{index}", self,
@@ -470,6 +486,9 @@ class Simulation(Invariants):
                            "a completed put after healing")
             self.run_until(self.namesrvs_route_master, NAMESRV_HEAL_LIMIT_MS,
                            "every name server routing the master as id 0")
+            self.run_until(lambda: not self.undelivered(acked_by=healed),
+                           DELIVER_HEAL_LIMIT_MS,
+                           "every delayed message acknowledged before healing delivered")
             if self.group.consumers:
                 self.run_until(lambda: not self.group.unconsumed(), CONSUME_HEAL_LIMIT_MS,
                                "every acknowledged message consumed")
@@ -489,7 +508,8 @@ class Simulation(Invariants):
                           possibly_lost=self.possibly_lost, consumed=len(self.group.deliveries),
                           duplicates=self.group.duplicates,
                           transactions=len(self.tx.transactions) if self.tx else 0,
-                          checked=self.tx.checked if self.tx else 0, module=self.replay_module)
+                          checked=self.tx.checked if self.tx else 0, module=self.replay_module,
+                          delayed=self.delayed_acked, topic_messages=self.topic_messages_acked)
 
 
 def run_seed(seed: int) -> SeedResult:

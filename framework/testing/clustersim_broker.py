@@ -6,7 +6,8 @@ as ``framework/broker/controller_mode.py`` pumps them over trio; the
 name-server registration is ``clustersim_namesrv.SimRegistration``, the
 pulls and consumer offsets ``clustersim_pulls.SimConsumeSide``, the puts
 the broker's put core (``clustersim_puts.SimPuts``), END_TRANSACTION and
-the check ``clustersim_transactions.SimBrokerTransactions``. The HA
+the check ``clustersim_transactions.SimBrokerTransactions``, the delayed
+messages' delivery the schedule core (``clustersim_schedule.SimSchedule``). The HA
 terms run the real HA state machines (``MasterConnection`` /
 ``SlaveConnection`` per HA stream, ``SyncStateTracker`` and
 ``SyncReplication`` on the master) over the simulation's streams.
@@ -56,6 +57,7 @@ from triomq.testing.clustersim_parts import (
 )
 from triomq.testing.clustersim_pulls import ConsumerRequest, ConsumerResponse, SimConsumeSide
 from triomq.testing.clustersim_puts import SimPuts
+from triomq.testing.clustersim_schedule import SimSchedule
 from triomq.testing.clustersim_transactions import EndRequest, SimBrokerTransactions
 
 if TYPE_CHECKING:
@@ -84,6 +86,7 @@ class SimBroker:
         self.puts = SimPuts(self)
         #: END_TRANSACTION and the check, when the simulation runs transactions.
         self.transactions = SimBrokerTransactions(self) if sim.tx is not None else None
+        self.schedule = SimSchedule(self)
         self.up = False
         self.start()
 
@@ -150,6 +153,7 @@ class SimBroker:
         self._drain()
         self.registration.poll()
         self.tasks.run()
+        self.schedule.step()
         term = self.term
         if term.master_term is not None:
             self._master_step(term, term.master_term)
@@ -267,7 +271,8 @@ class SimBroker:
             now_ms=self.now_ms(), config=self.settings.master)
         self.term = term
         term.tasks = [self.tasks.spawn(self._check_loop(term.master_term)),
-                      self.tasks.spawn(self._report_loop(term, term.master_term))]
+                      self.tasks.spawn(self._report_loop(term, term.master_term)),
+                      *self.schedule.start(term)]
         self._took_role(term)
 
     def change_to_slave(self, master: str, epoch: int) -> None:

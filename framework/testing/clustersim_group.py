@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from triomq.broker.pull import PullAnswer, PullHeader
 from triomq.client.message import MessageExt
 from triomq.protocol import message
+from triomq.protocol.delay_levels import SCHEDULE_TOPIC
 from triomq.testing.clustersim_consumer import (
     ConsumerSettings,
     HeldQueue,
@@ -79,7 +80,7 @@ class ConsumerGroup:
         self.deliveries: dict[bytes, int] = {}
         #: (epoch of the broker, queue id) -> the end of what it served to consumers.
         self.served: dict[tuple[int, int], int] = {}
-        self._acked: dict[bytes, tuple[int, int, bytes]] = {}
+        self._acked: dict[bytes, tuple[int, int, bytes] | None] = {}
         #: Broker -> when (virtual ms) a pull it answered last brought messages.
         self.found_at: dict[str, int] = {}
 
@@ -170,15 +171,19 @@ class ConsumerGroup:
                     if q == queue_id and epoch < self.sim.relaxed_before), default=0)
 
     def _acked_messages(self) -> list[tuple[int, int, bytes]]:
-        """(queue id, queue offset, body) of the acked messages the invariants check."""
+        """(queue id, queue offset, body) of the acked messages of the topic the
+        invariants check (a delayed message waiting in ``SCHEDULE_TOPIC_XXXX`` is
+        consumed once delivered: its delivery is an acked message of the topic)."""
         out = []
         for acked in self.sim.checked_acked():
             found = self._acked.get(acked.record)
             if found is None:
                 record = message.decode(acked.record, 0)[0]
-                found = self._acked[acked.record] = (record.queue_id, record.queue_offset,
-                                                     record.body)
-            out.append(found)
+                found = self._acked[acked.record] = (
+                    None if record.topic == SCHEDULE_TOPIC
+                    else (record.queue_id, record.queue_offset, record.body))
+            if found is not None:
+                out.append(found)
         return out
 
     def unconsumed(self) -> list[bytes]:

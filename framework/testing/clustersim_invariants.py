@@ -21,6 +21,8 @@ import attrs
 from triomq.controller import ElectMasterEvent
 from triomq.controller.events import Event
 from triomq.controller.group import BrokerGroup
+from triomq.protocol.delay_levels import SCHEDULE_TOPIC
+from triomq.protocol.message import PROPERTY_UNIQ_KEY, MessageRecord, decode
 from triomq.testing.clustersim_broker import GROUP, SimBroker
 from triomq.testing.clustersim_controller import SimController
 from triomq.testing.clustersim_parts import Term
@@ -38,6 +40,8 @@ class AckedMessage:
     record: bytes
     epoch: int
     broker: str
+    #: When it was acked (virtual ms).
+    at: int = 0
 
 
 class Invariants:
@@ -65,6 +69,7 @@ class Invariants:
         self.committed_events: list[Event] = []
         #: Master epoch -> the broker the controllers committed as its master.
         self.epoch_masters: dict[int, str] = {}
+        self._decoded: dict[bytes, MessageRecord] = {}
 
     # -- hooks called by the nodes ----------------------------------------------------
 
@@ -130,7 +135,7 @@ class Invariants:
             self.violation(f"{broker.name} acked over {sorted(members)} while the "
                            f"SyncStateSet committed in epoch {term.epoch} is "
                            f"{sorted(committed)}")
-        message = AckedMessage(offset, record, term.epoch, broker.name)
+        message = AckedMessage(offset, record, term.epoch, broker.name, self.now)
         self.acked.append(message)
         for name in sorted(members):
             holder = self.brokers.get(name)
@@ -139,6 +144,37 @@ class Invariants:
         self.check_holders()
 
     # -- invariants -----------------------------------------------------------------
+
+    @property
+    def delayed_acked(self) -> int:
+        """How many acked messages are delayed ones stored to wait."""
+        return sum(1 for acked in self.acked if self._record(acked).topic == SCHEDULE_TOPIC)
+
+    @property
+    def topic_messages_acked(self) -> int:
+        """How many distinct messages (bodies) of the topic were acked."""
+        return len({record.body for record in map(self._record, self.acked)
+                    if record.topic != SCHEDULE_TOPIC})
+
+    def _record(self, acked: AckedMessage) -> MessageRecord:
+        record = self._decoded.get(acked.record)
+        if record is None:
+            record = self._decoded[acked.record] = decode(acked.record)[0]
+        return record
+
+    def undelivered(self, acked_by: int) -> list[str]:
+        """The ``UNIQ_KEY`` of every delayed message acked by ``acked_by`` (virtual ms;
+        checked, as ``checked_acked``) no acked put delivered to its topic yet."""
+        waiting, delivered = [], set()
+        for acked in self.checked_acked():
+            record = self._record(acked)
+            key = record.properties.get(PROPERTY_UNIQ_KEY, "")
+            if record.topic == SCHEDULE_TOPIC:
+                if acked.at <= acked_by:
+                    waiting.append(key)
+            else:
+                delivered.add(key)
+        return [key for key in waiting if key not in delivered]
 
     def checked_acked(self, max_epoch: int | None = None) -> list[AckedMessage]:
         """The acked messages the invariants check (not those an unclean election exposed)."""

@@ -275,9 +275,10 @@ class Term:
         # Master side.
         self.master_term: MasterTerm | None = None
         self.conns: dict[int, tuple[Stream, MasterConnection]] = {}
-        #: Pending puts: waiter -> (producer, request id, its flow, (offset, record bytes)
+        #: Pending puts: waiter -> (where its answer goes, its flow, (offset, record bytes)
         #: per record stored).
-        self.waiters: dict[object, tuple[str, int, PutFlow, list[tuple[int, bytes]]]] = {}
+        self.waiters: dict[object, tuple[Callable[[RemotingCommand], None], PutFlow,
+                                         list[tuple[int, bytes]]]] = {}
         # Slave side.
         self.stream: Stream | None = None
         self.conn: SlaveConnection | None = None

@@ -8,6 +8,8 @@ attempts on the routed master (SEND_MESSAGE_V2, answered by the brokers'
 put core), retries on a refusal, route refreshes after no answer or a
 stale master, and the pauses that wait out a failover, all within
 ``send_msg_timeout``. At most ``MAX_SENDS`` sends are under way at once.
+In a run with delayed messages (``Simulation.delayed``), one message in
+four carries a ``DELAY`` level (``delay_level``).
 """
 
 from __future__ import annotations
@@ -58,12 +60,19 @@ class _Send:
     wake: float | None = None
 
 
-def send_header(unique_id: str, now_ms: int) -> dict[str, str]:
+def send_header(unique_id: str, now_ms: int, delay_level: int = 0) -> dict[str, str]:
     """A ``SendMessageRequestHeaderV2`` as the producer sends it (queue and broker name
-    set per attempt), with its message id."""
+    set per attempt), with its message id (and its ``DELAY``, when delayed)."""
+    delay = f"DELAY\x01{delay_level}\x02" if delay_level else ""
     return {"a": PRODUCER_GROUP, "b": TOPIC, "c": AUTO_CREATE_TOPIC, "d": str(TOPIC_QUEUES),
-            "f": "0", "g": str(now_ms), "h": "0", "i": f"UNIQ_KEY\x01{unique_id}\x02",
-            "j": "0"}
+            "f": "0", "g": str(now_ms), "h": "0",
+            "i": f"UNIQ_KEY\x01{unique_id}\x02{delay}", "j": "0"}
+
+
+def delay_level(body_number: int) -> int:
+    """The delay level of the producer's message ``body_number`` when the run sends
+    delayed ones: one in four, at levels 1 and 2 (1 s and 5 s) in turn."""
+    return 0 if body_number % 4 != 1 else 1 + body_number // 4 % 2
 
 
 class SimProducer:
@@ -92,7 +101,8 @@ class SimProducer:
         flow = SendFlow(TOPIC, unique_id, self.info, self.selector, now=sim.now / 1000,
                         send_msg_timeout=SEND_MSG_TIMEOUT,
                         retry_times_when_send_failed=RETRY_TIMES_WHEN_SEND_FAILED)
-        send = _Send(flow, send_header(unique_id, sim.now), body)
+        level = delay_level(body_number) if sim.delayed else 0
+        send = _Send(flow, send_header(unique_id, sim.now, level), body)
         self.sends.append(send)
         self._do(send, flow.start(sim.now / 1000))
 

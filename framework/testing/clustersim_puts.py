@@ -9,10 +9,10 @@ append (``MemLog``; a crash may tear it), the flush (``MemLog`` flushes
 synchronously) and the wait for the replicas, which the master term's
 ``SyncReplication`` completes (``triomq.ha.master_term``). A put completed
 with PUT_OK is reported to the invariants (``Simulation.on_acked``) before
-it is answered. The broker's own puts (``put_own``: the transactions')
-run the same core from ``start_own`` and are answered to a callback. The
-topics live in memory and survive crashes, so a topic a put creates needs
-no saving.
+it is answered. The topics live in memory and survive crashes, so a topic
+a put creates needs no saving. The broker's own puts (the escape bridge's:
+``put_own``, the delayed messages' delivery and the transactions') run the
+same core's ``start_own`` and answer a callback.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from triomq.broker.put_flow import (
     WaitReplicated,
 )
 from triomq.ha.sync_replication import PutResult, ReplicationStatus
+from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.unique_id import UniqueIdGenerator
 from triomq.testing.clustersim_parts import CLUSTER, GROUP, PutRequest, PutResponse, Term
 
@@ -59,8 +60,6 @@ class SimPuts:
             store_host=host_port(broker.name), segment_size=broker.log.segment_size)
         # Fixed inputs: a seed replays the same ids.
         self.unique_ids = UniqueIdGenerator("127.0.0.1", 1, sum(broker.name.encode()))
-        #: The broker's own puts under way: request id -> what hears how each ended.
-        self._own: dict[int, Callable[[EscapeResult], None]] = {}
 
     def _state(self, term: Term) -> BrokerState:
         master = term.master_term
@@ -75,20 +74,20 @@ class SimPuts:
         flow = PutFlow(self.settings, now=broker.now_ms() / 1000)
         action = flow.start(put.command, src, self._state(broker.term), broker.topics,
                             wall_ms=broker.now_ms(), new_id=self.unique_ids.next_id)
-        self._pump(src, put.id, flow, action)
+        self._pump(lambda response: self._send(src, PutResponse(put.id, response)), flow,
+                   action)
 
     def put_own(self, message: EscapedMessage, done: Callable[[EscapeResult], None]) -> None:
-        """A message the broker writes itself (the local escape bridge's put); ``done``
-        hears how it ended, unless the broker crashes first."""
+        """A message the broker writes itself (the local escape bridge's put): ``done``
+        hears how it ended, as ``LocalEscapeBridge.put_message`` answers."""
         broker = self.broker
-        rid = broker.sim.next_request_id()
-        self._own[rid] = done
         flow = PutFlow(self.settings, now=broker.now_ms() / 1000)
         action = flow.start_own(message, self._state(broker.term), wall_ms=broker.now_ms(),
                                 new_id=self.unique_ids.next_id)
-        self._pump(broker.name, rid, flow, action)
+        self._pump(lambda response: done(EscapeResult.of_response(response)), flow, action)
 
-    def _pump(self, src: str, rid: int, flow: PutFlow, action: PutAction) -> None:
+    def _pump(self, reply: Callable[[RemotingCommand], None], flow: PutFlow,
+              action: PutAction) -> None:
         """Carry out the put's actions until it waits for the replicas or is answered."""
         broker = self.broker
         term, log = broker.term, broker.log
@@ -115,34 +114,30 @@ class SimPuts:
                 if failed is not None:
                     action = flow.replicated(failed)
                     continue
-                term.waiters[waiter] = (src, rid, flow, stored)
+                term.waiters[waiter] = (reply, flow, stored)
                 broker.update_puts(term)
                 return
-        self._send(src, PutResponse(rid, action.response))
+        reply(action.response)
 
     def answer(self, term: Term, results: list[PutResult]) -> None:
         """The replication waits that ended: PUT_OK ones to the invariants, then all
         answered."""
         broker = self.broker
         for outcome in results:
-            src, rid, flow, stored = term.waiters.pop(outcome.waiter)
+            reply, flow, stored = term.waiters.pop(outcome.waiter)
             if outcome.status is ReplicationStatus.PUT_OK:
                 assert term.master_term is not None
                 members = term.master_term.tracker.effective_sync_state_set
                 for offset, record in stored:
                     broker.sim.on_acked(broker, term, offset, record, members)
-            self._send(src, PutResponse(rid, flow.replicated(outcome.status).response))
+            reply(flow.replicated(outcome.status).response)
 
     def _send(self, dst: str, response: PutResponse) -> None:
-        done = self._own.pop(response.id, None)
-        if done is not None:
-            done(EscapeResult.of_response(response.command))
-            return
         broker = self.broker
         broker.sim.network.send(broker.name, dst, response, broker.sim.now)
 
     def abandon(self, term: Term, waiters: list[object]) -> None:
         """The term ended: its waiting puts hear that this broker is no longer master."""
         for waiter in waiters:
-            src, rid, flow, _ = term.waiters.pop(waiter)
-            self._send(src, PutResponse(rid, flow.replicated(None).response))
+            reply, flow, _ = term.waiters.pop(waiter)
+            reply(flow.replicated(None).response)

@@ -36,9 +36,9 @@ from triomq.protocol.message import PROPERTY_UNIQ_KEY, MessageRecord
 
 __all__ = ["BridgeTarget", "EscapeBridgeConformance"]
 
-#: The topic the suite puts to: a secondary-message service's own, as the
-#: broker's services use them.
-TOPIC = "SCHEDULE_TOPIC_XXXX"
+#: The topic the suite puts to: one no client sends to and no broker service reads
+#: (a secondary-message service's own topic would be read by that service).
+TOPIC = "TRIOMQ_ESCAPE_BRIDGE_SUITE"
 
 
 class BridgeTarget(Protocol):
@@ -64,7 +64,7 @@ class BridgeTarget(Protocol):
 
 def message(body: bytes, queue_id: int = 0, **properties: str) -> EscapedMessage:
     return EscapedMessage(topic=TOPIC, queue_id=queue_id, body=body,
-                          properties={"DELAY": "3", **properties})
+                          properties={"WAIT": "false", **properties})
 
 
 class EscapeBridgeConformance:

@@ -23,7 +23,13 @@ and ``entrylog_model_test(TestMyEntryLog)`` return test cases to assign to a
 
 ``options`` (a class attribute) is merged into what the suite passes the
 factory; the commit-log suite always passes ``segment_size``
-(``SEGMENT_SIZE``, small so that blanks and segment crossings happen).
+(``SEGMENT_SIZE``, small so that blanks and segment crossings happen), and
+``recover_options`` when it reopens a log to check that recovery rebuilds
+its consume queues as the appends made them (options that make the
+factory rebuild them from the log, such as the mmap store's
+``{"full_recovery": True}``; none for a store that keeps them with the log
+in one transaction). A factory takes ``message_delay_level``: the
+``SCHEDULE_TOPIC_XXXX`` entries' tags codes are delivery times by it.
 Run with ``pytest``; each test uses ``tmp_path`` and reopens the store to
 check persistence.
 

@@ -13,9 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+import attrs
 import pytest
 
 from triomq.protocol.commitlog_layout import BLANK_MAGIC, segment_start, tags_code
+from triomq.protocol.delay_levels import SCHEDULE_TOPIC
 from triomq.protocol.message import MessageRecord, encode
 from triomq.store import CommitLog, OffsetMismatch, OffsetOutOfRange, StoreCorruption, StoreError
 from triomq.testing.store_suite_base import SEGMENT_SIZE, _StoreSuite, make_record, same_message
@@ -25,6 +27,9 @@ class CommitLogSuite(_StoreSuite):
     """Conformance tests of a ``CommitLog`` factory (set ``factory``)."""
 
     defaults: ClassVar[Mapping[str, Any]] = {"segment_size": SEGMENT_SIZE}
+    #: Options that make the factory rebuild its consume queues from the log when it
+    #: opens (none for a store that keeps them with the log in one transaction).
+    recover_options: ClassVar[Mapping[str, Any]] = {}
 
     def fill(self, log: CommitLog, n: int, *, queues: int = 3, body_size: int = 120
              ) -> list[MessageRecord]:
@@ -436,3 +441,37 @@ class CommitLogSuite(_StoreSuite):
         with self.opened(tmp_path) as log:
             assert log.min_offset == kept
             assert len(list(log.iter_records())) > 0
+
+    def test_schedule_topic_entries_carry_delivery_times(self, tmp_path: Path) -> None:
+        """A ``SCHEDULE_TOPIC_XXXX`` entry's tags code is its store time plus its level's
+        delay (``message_delay_level``; a level past the last is the last), on the
+        master's append, a slave's replicated append and a recovered log alike."""
+        levels = {"message_delay_level": "100ms 2s 1m"}
+
+        def delayed(i: int, delay: str | None, tags: str | None = "tagA") -> MessageRecord:
+            r = make_record(i, topic=SCHEDULE_TOPIC, queue_id=0, tags=tags)
+            props = dict(r.properties) if delay is None else {**r.properties, "DELAY": delay}
+            return attrs.evolve(r, properties=props)
+
+        cases = [("1", 100), ("2", 2000), ("3", 60_000), ("9", 60_000), (None, None),
+                 ("0", None), ("x", None), ("-1", None)]
+        records = [delayed(i, delay) for i, (delay, _) in enumerate(cases)]
+        expected = [2_000_000 + 10 * i + wait if wait is not None else tags_code("tagA")
+                    for i, (_, wait) in enumerate(cases)]
+        with self.opened(tmp_path / "m", **levels) as master, \
+                self.opened(tmp_path / "s", **levels) as slave:
+            master.append_batch(records[:4])
+            for r in records[4:]:
+                master.append(r)
+            master.append(make_record(99, topic="t", tags=None))
+            codes = [e.tags_code for e in master.queue_entries(SCHEDULE_TOPIC, 0, 0, 20)]
+            assert codes == expected
+            assert master.queue_entries("t", 0, 0, 1)[0].tags_code == 0
+            data = master.read(0, master.max_offset)
+            for pos in range(0, len(data), 333):
+                slave.append_raw(pos, data[pos:pos + 333])
+            assert (slave.queue_entries(SCHEDULE_TOPIC, 0, 0, 20)
+                    == master.queue_entries(SCHEDULE_TOPIC, 0, 0, 20))
+        with self.opened(tmp_path / "m", **levels, **self.recover_options) as recovered:
+            assert [e.tags_code for e in recovered.queue_entries(SCHEDULE_TOPIC, 0, 0, 20)
+                    ] == expected

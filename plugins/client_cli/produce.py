@@ -3,6 +3,7 @@
 ::
 
     triomq produce -n 127.0.0.1:9876 -t TopicTest --count 10 --tags TagA --keys "order-{i}"
+    triomq produce -n 127.0.0.1:9876 -t TopicTest --delay-level 3    # delivered 10 s later
 
 Each message is sent with ``triomq.client.Producer`` (one at a time, routed
 by the name servers, retried within ``--timeout`` through a failover)
@@ -10,6 +11,8 @@ and its ``SendResult`` printed as the quickstart prints it: status, msgId,
 offsetMsgId, queue and queue offset. Above ``SUMMARY_ABOVE`` messages (or
 with ``--summary``) one summary replaces the per-message lines. ``{i}`` in
 ``--body``, ``--keys`` and ``--tags`` is the message's index (0, 1, ...).
+``--delay-level N`` sends delayed messages (RocketMQ's ``DELAY``
+property: the broker delivers them once level N's delay has passed).
 
 Exit 0 when every send was answered, 1 when any failed (each failure is
 printed with its reason, in ``--json`` too), 2 when nothing could be sent
@@ -64,6 +67,10 @@ def add_produce_command(subparsers: argparse._SubParsersAction) -> None:
                    help="body size in bytes: the body text repeated and cut to it")
     p.add_argument("--tags", help="the messages' tag")
     p.add_argument("--keys", help="the messages' keys, separated by spaces")
+    p.add_argument("--delay-level", type=int, default=0, metavar="N",
+                   help="delay level (1..18 with the broker's default message_delay_level: "
+                        "1s 5s 10s 30s 1m ... 2h): the broker delivers the messages once "
+                        "its delay has passed (default 0: at once)")
     p.add_argument("-p", "--producer-group", default="triomq-cli-producer",
                    help="producer group (default triomq-cli-producer)")
     p.add_argument("--summary", action="store_true",
@@ -86,8 +93,8 @@ def _with_index(value: str | None, index: int) -> str | None:
 
 async def produce(args: argparse.Namespace, node: Node, out: TextIO) -> int:
     """Send ``args.count`` messages and print their results; the exit code."""
-    if args.count < 0 or (args.size is not None and args.size < 0):
-        raise CommandError("--count and --size cannot be negative")
+    if args.count < 0 or (args.size is not None and args.size < 0) or args.delay_level < 0:
+        raise CommandError("--count, --size and --delay-level cannot be negative")
     summary_only = args.summary or args.count > SUMMARY_ABOVE
     producer = Producer(args.producer_group, namesrv_addresses(args),
                         send_msg_timeout=args.timeout)
@@ -108,7 +115,8 @@ async def produce(args: argparse.Namespace, node: Node, out: TextIO) -> int:
         for index in range(args.count):
             message = Message(args.topic, message_body(args.body, index, args.size),
                               tags=_with_index(args.tags, index),
-                              keys=_with_index(args.keys, index))
+                              keys=_with_index(args.keys, index),
+                              delay_time_level=args.delay_level)
             try:
                 result = await producer.send(message)
             except (RpcError, ClientError) as exc:

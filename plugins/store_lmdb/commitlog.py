@@ -29,6 +29,11 @@ from triomq.protocol.commitlog_layout import (
     segment_start,
     tags_code,
 )
+from triomq.protocol.delay_levels import (
+    DEFAULT_MESSAGE_DELAY_LEVEL,
+    cq_tags_code,
+    parse_delay_levels,
+)
 from triomq.protocol.message import MessageRecord, RecordError, decode, store_timestamp_at
 from triomq.store import (
     AppendResult,
@@ -94,8 +99,13 @@ class LmdbCommitLog(ScratchAppend, ScratchRead):
     """
 
     def __init__(self, directory: str, *, segment_size: int = DEFAULT_SEGMENT_SIZE,
-                 **options: Any) -> None:
+                 message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL, **options: Any) -> None:
         self.directory = directory
+        try:
+            #: The delays of ``SCHEDULE_TOPIC_XXXX``'s levels, for its entries' tags codes.
+            self.delay_levels = parse_delay_levels(message_delay_level)
+        except ValueError as exc:
+            raise StoreError(f"message_delay_level: {exc}") from None
         self._env = Env(directory, ("log", "cq", "queues", "state"), **options)
         self._log = self._env.db("log")
         self._cq = self._env.db("cq")
@@ -123,7 +133,7 @@ class LmdbCommitLog(ScratchAppend, ScratchRead):
     @classmethod
     def open(cls, directory: str, options: Mapping[str, Any]) -> LmdbCommitLog:
         """The ``triomq_log_store`` factory."""
-        used = ("segment_size", "map_size", "sync")
+        used = ("segment_size", "map_size", "sync", "message_delay_level")
         return cls(directory, **store_options(options, OPTION_KEYS, used, "lmdb"))
 
     @property
@@ -151,13 +161,15 @@ class LmdbCommitLog(ScratchAppend, ScratchRead):
             txn.put(_U64.pack(at), view[done:done + n], db=self._log)
             done += n
 
-    def _index(self, txn, queues: dict, topic: str, queue_id: int, queue_offset: int,
-               phys: int, size: int, tags: str | None, store_ts: int) -> None:
+    def _index(self, txn, queues: dict, r: MessageRecord, queue_offset: int,
+               phys: int, size: int) -> None:
+        topic, queue_id, store_ts = r.topic, r.queue_id, r.store_timestamp
         if "\x00" in topic:
             raise StoreError(f"topic {topic!r} contains a NUL character")
         qkey = _qkey(topic, queue_id)
-        txn.put(qkey + _U64.pack(queue_offset),
-                _CQ.pack(phys, size, _tags_code(tags), store_ts), db=self._cq)
+        code = cq_tags_code(topic, r.properties, store_ts, self.delay_levels, _tags_code(r.tags))
+        txn.put(qkey + _U64.pack(queue_offset), _CQ.pack(phys, size, code, store_ts),
+                db=self._cq)
         rng = queues.get((topic, queue_id))
         if rng is None or (rng[0] == rng[1] and queue_offset != rng[1]):
             # A new queue, or an empty one a replica joins mid-stream.
@@ -187,8 +199,7 @@ class LmdbCommitLog(ScratchAppend, ScratchRead):
         def write(txn):
             self._put_bytes(txn, base, buf)
             for r, (phys, size, qoff) in zip(records, placed, strict=True):
-                self._index(txn, queues, r.topic, r.queue_id, qoff, phys, size, r.tags,
-                            r.store_timestamp)
+                self._index(txn, queues, r, qoff, phys, size)
             txn.put(b"dispatched", _U64.pack(end), db=self._state)
 
         self._env.write(write)
@@ -239,8 +250,7 @@ class LmdbCommitLog(ScratchAppend, ScratchRead):
         def write(txn):
             self._put_bytes(txn, offset, data)
             for span, r in records:
-                self._index(txn, queues, r.topic, r.queue_id, r.queue_offset, span.offset,
-                            span.size, r.tags, r.store_timestamp)
+                self._index(txn, queues, r, r.queue_offset, span.offset, span.size)
             txn.put(b"dispatched", _U64.pack(scan.end), db=self._state)
 
         self._env.write(write)

@@ -66,4 +66,4 @@ class Env:
 
 
 #: Every option a store of this plugin takes (each kind uses some of them).
-OPTION_KEYS = ("segment_size", "map_size", "sync")
+OPTION_KEYS = ("segment_size", "map_size", "sync", "message_delay_level")

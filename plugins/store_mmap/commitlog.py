@@ -28,7 +28,7 @@ from typing import Any
 from triomq.plugins.store_mmap.checkpoint import Checkpoint
 from triomq.plugins.store_mmap.consume_queue import ConsumeQueue, queue_dir
 from triomq.plugins.store_mmap.mapping_pool import MappingPool, default_limit
-from triomq.plugins.store_mmap.recovery import Recovery, cached_tags_code
+from triomq.plugins.store_mmap.recovery import Recovery, record_tags_code
 from triomq.plugins.store_mmap.replicated import check_replicated
 from triomq.plugins.store_mmap.segments import (
     OPTION_KEYS,
@@ -50,6 +50,7 @@ from triomq.protocol.commitlog_layout import (
     scan_log,
     segment_start,
 )
+from triomq.protocol.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 from triomq.protocol.message import (
     MessageRecord,
     RecordError,
@@ -93,8 +94,14 @@ class MmapCommitLog(Recovery):
                  cq_entries_per_file: int = DEFAULT_CQ_ENTRIES_PER_FILE,
                  checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL,
                  full_recovery: bool = False,
-                 max_open_consume_queue_files: int | None = None) -> None:
+                 max_open_consume_queue_files: int | None = None,
+                 message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL) -> None:
         self.root = root
+        try:
+            #: The delays of ``SCHEDULE_TOPIC_XXXX``'s levels, for its entries' tags codes.
+            self.delay_levels = parse_delay_levels(message_delay_level)
+        except ValueError as exc:
+            raise StoreError(f"message_delay_level: {exc}") from None
         if segment_size is not None and segment_size < 4096:
             raise StoreError(f"segment_size {segment_size} is below 4096 bytes")
         if max_open_consume_queue_files is None:
@@ -137,7 +144,7 @@ class MmapCommitLog(Recovery):
     def open(cls, directory: str, options: Mapping[str, Any]) -> MmapCommitLog:
         """The ``triomq_log_store`` factory."""
         used = ("segment_size", "cq_entries_per_file", "checkpoint_interval", "full_recovery",
-                "max_open_consume_queue_files")
+                "max_open_consume_queue_files", "message_delay_level")
         return cls(directory, **store_options(options, OPTION_KEYS, used, "mmap"))
 
     # ------------------------------------------------------------------ offsets
@@ -197,7 +204,7 @@ class MmapCommitLog(Recovery):
         try:
             batch = pack_records(records, base, self.segment_size,
                                  lambda t, q: self._queue(t, q).max_offset,
-                                 result_type=AppendResult)
+                                 result_type=AppendResult, delay_levels=self.delay_levels)
         except ValueError as exc:
             raise StoreError(str(exc)) from None
         # Everything that can run short (queue files, mappings, blocks) first:
@@ -248,10 +255,11 @@ class MmapCommitLog(Recovery):
         seg = self._log.find(start)
         if seg is not None and end <= seg.end:
             with memoryview(seg.mm) as view, view[start - seg.start:end - seg.start] as part:
-                index = index_records(part, start, self.segment_size)
+                index = index_records(part, start, self.segment_size,
+                                      delay_levels=self.delay_levels)
         else:  # the bytes to check span two segments
             index = index_records(self._log.read(start, end - start), start,
-                                  self.segment_size)
+                                  self.segment_size, delay_levels=self.delay_levels)
         self.cq_files.hold()
         try:
             queues = None if index is None or index[1] == "zero" else self._queues_of(index[2])
@@ -303,7 +311,7 @@ class MmapCommitLog(Recovery):
             self._queue(r.topic, r.queue_id).reserve(r.queue_offset, 1)
         for span, r in records:
             self._queue(r.topic, r.queue_id).put(r.queue_offset, span.offset, span.size,
-                                                 cached_tags_code(r.tags))
+                                                 record_tags_code(r, self.delay_levels))
         self._write_pos = end
         self._dispatched = scan.end
         return self._write_pos

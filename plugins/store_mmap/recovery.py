@@ -27,15 +27,24 @@ from triomq.protocol.commitlog_layout import (
     tags_code,
     unpack_cq_entry,
 )
-from triomq.protocol.message import RecordError, decode
+from triomq.protocol.delay_levels import cq_tags_code
+from triomq.protocol.message import MessageRecord, RecordError, decode
 from triomq.store import StoreCorruption
 
 #: A record's tags code, kept for the tags seen most (appends and recovery alike).
 cached_tags_code = functools.lru_cache(maxsize=4096)(tags_code)
 
 
+def record_tags_code(record: MessageRecord, delay_levels: tuple[int, ...]) -> int:
+    """``record``'s consume-queue tags code (a schedule-topic record's: its delivery time)."""
+    return cq_tags_code(record.topic, record.properties, record.store_timestamp, delay_levels,
+                        cached_tags_code(record.tags))
+
+
 class Recovery:
     """The opening and recovery steps of ``MmapCommitLog`` (whose state they use)."""
+
+    delay_levels: tuple[int, ...]
 
     def _load_queues(self) -> None:
         if not os.path.isdir(self._cq_root):
@@ -127,7 +136,8 @@ class Recovery:
         # Released explicitly: a view left alive (say, in a traceback) would keep
         # the segment's mmap from closing.
         with memoryview(seg.mm) as view, view[pos:stop] as part:
-            index = index_records(part, seg.start + pos, self.segment_size)
+            index = index_records(part, seg.start + pos, self.segment_size,
+                                  delay_levels=self.delay_levels)
         if index is None or index[1] == "torn" or not runs_fit(index[2], self._queue_bounds):
             return None
         end, _, runs = index
@@ -145,7 +155,8 @@ class Recovery:
         record, _ = decode(buf, pos, base_offset=base, verify_crc=False)
         cq = self._queue(record.topic, record.queue_id)
         check_queue_offset(record, base + pos, cq.min_offset, cq.max_offset)
-        cq.put(record.queue_offset, base + pos, size, cached_tags_code(record.tags))
+        cq.put(record.queue_offset, base + pos, size,
+               record_tags_code(record, self.delay_levels))
 
     def _repair_queue_tail(self, key: tuple[str, int], cq: ConsumeQueue, end: int) -> None:
         """Drop queue entries that point at something other than their record.

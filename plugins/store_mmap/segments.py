@@ -491,4 +491,4 @@ class SegmentQueue:
 
 #: Every option a store of this plugin takes (each kind uses some of them).
 OPTION_KEYS = ("segment_size", "cq_entries_per_file", "checkpoint_interval", "full_recovery",
-               "max_open_consume_queue_files")
+               "max_open_consume_queue_files", "message_delay_level")

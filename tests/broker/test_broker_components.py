@@ -129,9 +129,10 @@ async def test_the_broker_runs_its_own_parts_as_components(tmp_path, mock_clock)
         assert names[:3] == ["role", "flush", "replicas"]
         assert {"sends", "pulls", "offsets", "clients", "topics"} <= set(names)
         assert all(isinstance(c, BrokerComponent) for c in a.components.components)
-        # A master alone takes consumers' failed messages back and checks transactions.
+        # While master: consumers' failed messages taken back, transactions checked,
+        # delayed messages delivered.
         assert [c.name for c in a.components.scoped(Scope.MASTER_TERM)] == [
-            "send-back", "transactions"]
+            "send-back", "transactions", "schedule"]
 
 
 class Scoped:

@@ -9,6 +9,7 @@ one-line error and its exit code) runs ``triomq`` as a subprocess.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import signal
@@ -195,6 +196,26 @@ async def test_consume_json_lines_and_a_tag_filter(groups) -> None:
     messages = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and [m["tags"] for m in messages] == ["TagA", "TagA"]
     assert {m["topic"] for m in messages} == {TOPIC}
+
+
+async def test_produce_with_a_delay_level_is_consumed_after_its_delay(groups) -> None:
+    app = await groups.client("app")
+    ns = namesrv(groups)
+    code, out = await call(produce, app, "produce", "-n", ns, "-t", TOPIC, "--delay-level",
+                           "1", "--body", "later", "--json")
+    assert code == 0 and json.loads(out)["sent"] == 1
+    log = broker_of(groups.cluster.node("a")).log
+    (waiting,) = [r for r in log.iter_records() if r.topic == "SCHEDULE_TOPIC_XXXX"]
+    code, out = await call(consume, app, "consume", "-n", ns, "-t", TOPIC, "-g", "delay-group",
+                           "--from-beginning", "--count", "1", "--json")
+    (message,) = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and base64.b64decode(message["body"]) == b"later"
+    # Level 1 of the default message_delay_level: one second.
+    (stored,) = [r for r in log.iter_records() if r.topic == TOPIC]
+    assert stored.store_timestamp >= waiting.store_timestamp + 1000
+    assert "DELAY" not in stored.properties
+    with pytest.raises(CommandError, match="--delay-level"):
+        await call(produce, app, "produce", "-n", ns, "-t", TOPIC, "--delay-level", "-1")
 
 
 async def test_produce_json_and_a_summary_for_many(groups) -> None:

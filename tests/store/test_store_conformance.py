@@ -9,6 +9,7 @@ from triomq.testing.store_suite import CommitLogSuite, EntryLogSuite, MetaStoreS
 class TestMmapCommitLog(CommitLogSuite):
     factory = staticmethod(MmapCommitLog.open)
     options = {"cq_entries_per_file": 16}
+    recover_options = {"full_recovery": True}
 
 
 class TestLmdbCommitLog(CommitLogSuite):

@@ -1,0 +1,100 @@
+"""A simulated master's delayed messages: the broker's schedule core pumped over virtual time.
+
+While a broker is master, one task per delay level runs
+``triomq.broker.schedule.LevelDelivery``, as
+``triomq.broker.schedule_service`` runs it over trio: it reads
+``SCHEDULE_TOPIC_XXXX``'s queue of its level up to the confirm offset (the
+consume queues ``MemLog`` makes from its records, their tags codes the
+delivery times by RocketMQ's default ``messageDelayLevel``), waits on the
+broker's clock and puts each due message through the broker's own put
+(``SimPuts.put_own``, the local escape bridge's), its offset moving only
+past what a PUT_OK stored. The tasks end with the master term.
+
+The offsets survive a crash (``delayOffset.json``) but a slave does not
+copy its master's: a new master delivers from its own, at least once
+(messages its predecessor delivered may come twice; none is lost).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from triomq.broker.delay_offsets import DelayOffsetTable
+from triomq.broker.escape_bridge import EscapedMessage, EscapeResult
+from triomq.broker.pull_lookup import confirmed_queue_max
+from triomq.broker.schedule import (
+    Deliver,
+    LevelDelivery,
+    ReadEntries,
+    ReadRecord,
+    ScheduleAction,
+    Skipped,
+    StoreOffset,
+    WakeAt,
+)
+from triomq.protocol.commitlog_layout import DEFAULT_DELAY_LEVELS
+from triomq.protocol.delay_levels import SCHEDULE_TOPIC
+from triomq.protocol.message import decode
+from triomq.testing.clustersim_net import TaskGen, wait_for
+from triomq.testing.clustersim_parts import Term
+
+if TYPE_CHECKING:
+    from triomq.testing.clustersim_broker import SimBroker
+
+
+class SimSchedule:
+    """The delayed messages of one simulated broker."""
+
+    def __init__(self, broker: SimBroker) -> None:
+        self.broker = broker
+        #: Kept across crashes, as ``config/delayOffset.json``.
+        self.offsets = DelayOffsetTable()
+        #: The deliveries' puts, made by ``step`` (a put may crash the broker, which
+        #: must not happen inside one of its tasks).
+        self._puts: list[tuple[EscapedMessage, Callable[[EscapeResult], None]]] = []
+
+    def step(self) -> None:
+        """Make the puts the tasks asked for."""
+        puts, self._puts = self._puts, []
+        for message, reply in puts:
+            if self.broker.up:
+                self.broker.puts.put_own(message, reply)
+
+    def start(self, term: Term) -> list[int]:
+        """The master term began: its tasks, one per level."""
+        return [self.broker.tasks.spawn(self._deliver(term, LevelDelivery(
+                    level, delay, self.offsets.offset(level))))
+                for level, delay in enumerate(DEFAULT_DELAY_LEVELS, 1)]
+
+    def _deliver(self, term: Term, flow: LevelDelivery) -> TaskGen:
+        broker = self.broker
+        actions: deque[ScheduleAction] = deque(flow.start(broker.now_ms()))
+        while actions:
+            action = actions.popleft()
+            if isinstance(action, StoreOffset):
+                self.offsets.update(action.level, action.offset, broker.now_ms())
+            elif isinstance(action, Skipped):
+                broker.sim.violation(f"{broker.name}: delayed message {action.queue_offset} "
+                                     f"of level {flow.level} skipped: {action.reason}")
+            elif isinstance(action, ReadEntries):
+                log = broker.log
+                queue_max = confirmed_queue_max(log, SCHEDULE_TOPIC, action.queue_id,
+                                                term.confirmed(log.max_offset))
+                count = min(action.max_count, queue_max - action.start)
+                entries = (log.queue_entries(SCHEDULE_TOPIC, action.queue_id, action.start,
+                                             count) if count > 0 else [])
+                actions.extend(flow.entries_read(entries, 0, queue_max, broker.now_ms()))
+            elif isinstance(action, ReadRecord):
+                record = decode(broker.log.read(action.physical_offset, action.size))[0]
+                actions.extend(flow.record_read(record, broker.now_ms()))
+            elif isinstance(action, Deliver):
+                answers: list[EscapeResult] = []
+                self._puts.append((action.message, answers.append))
+                yield from wait_for(lambda got=answers: bool(got))
+                ok = answers[0].ok
+                actions.extend(flow.put_done(ok, broker.now_ms()))
+            elif isinstance(action, WakeAt):
+                yield from wait_for(lambda at=action.at_ms: broker.now_ms() >= at)
+                actions.extend(flow.woke(broker.now_ms()))
