@@ -18,8 +18,10 @@ from triomq.protocol.message import decode
 
 CONSUMER_SEND_MSG_BACK, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 36, 200
 SUCCESS, SYSTEM_ERROR, SUBSCRIPTION_GROUP_NOT_EXIST, INVALID_PARAMETER = 0, 1, 26, 29
-#: The brokers' settings for retries (a short message_delay_level goes here).
-RETRY_EXTRA = ""
+#: The brokers' settings for retries: every delay level short, so that a retry is
+#: delivered from SCHEDULE_TOPIC_XXXX within a test's time.
+LEVELS = " ".join(f"{10 * level}ms" for level in range(1, 19))
+RETRY_EXTRA = f'message_delay_level = "{LEVELS}"'
 
 
 def send_back_header(offset: int, *, delay_level: int = 0, max_times: int = 16,
@@ -76,7 +78,8 @@ async def test_a_failed_message_goes_to_the_retry_topic_then_the_dlq(tmp_path) -
             assert (retried.body, retried.reconsume_times, props["RETRY_TOPIC"],
                     props["ORIGIN_MESSAGE_ID"], props["TAGS"]) == (
                 b"paid", 1, "orders", first_id, "t")
-            assert props["DELAY"] == "3"
+            # It waited out delay level 3 in SCHEDULE_TOPIC_XXXX, then came to the retry topic.
+            assert (props["REAL_TOPIC"], "DELAY" in props) == ("%RETRY%cg", False)
 
             # Its retry fails too, with the consumer's maximum of 1: a dead letter.
             header, _ = await call(stream, CONSUMER_SEND_MSG_BACK, 4,

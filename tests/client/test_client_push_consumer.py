@@ -160,7 +160,9 @@ async def test_offsets_are_committed_and_resumed_after_a_restart(tmp_path, autoj
 
 async def test_reconsume_later_delivers_again_with_the_count_one_higher(
         tmp_path, autojump_clock) -> None:
-    async with open_groups(tmp_path) as groups:
+    # Short delay levels: each retry waits out its level in SCHEDULE_TOPIC_XXXX.
+    levels = " ".join(f"{10 * level}ms" for level in range(1, 19))
+    async with open_groups(tmp_path, message_delay_level=levels) as groups:
         await groups.create_topic("orders", queues=1)
         app = await groups.client()
         await produce(groups, "orders", 3)

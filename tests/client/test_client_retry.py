@@ -25,7 +25,8 @@ from triomq.client import (
 )
 
 #: The brokers' settings for every test here (the retry delays' levels belong here).
-BROKER_SETTINGS: dict[str, object] = {}
+BROKER_SETTINGS: dict[str, object] = {
+    "message_delay_level": " ".join(f"{10 * level}ms" for level in range(1, 19))}
 
 
 def retry_groups(tmp_path, transport: str = "inproc"):
