@@ -9,20 +9,21 @@ three replicas, each a ``python -m triomq.cli`` process, with the group
 fsync and ``all_ack_in_sync_state_set = true``; 1 KiB bodies, 8 queues.
 
 - **delayed messages due at once**: the group is started once (its topics
-  created, one plain message stored and replicated) and stopped; then
+  created, a plain and a real delayed send stored, delivered and
+  replicated) and stopped; then
   ``--count`` delayed messages are written into each replica's store
   offline, each through the broker's own put core (``PutFlow.start`` on a
   hand-built SEND_MESSAGE_V2 with ``DELAY``: the same rewrite a send gets,
   to ``SCHEDULE_TOPIC_XXXX`` with ``REAL_TOPIC``/``REAL_QID``) with a store
   time three hours back, so that every delivery time (the schedule queue's
   tags code) is past; the same records in the same order on the three
-  replicas, as replication would have left them. Their levels go round
+  replicas, as replication would have left them; the first is checked
+  against the real delayed send's record. Their levels go round
   the first ``--levels`` of the default ``messageDelayLevel``. The group
   is then started again: the master's schedule service finds them all
   due. The rate is the messages delivered (the real topic's queues'
   GET_MAX_OFFSET, polled) between the first poll that sees one and the
-  last one, over that time; the brokers' CPU per delivered message
-  beside it;
+  last one, over that time;
 - **plain sends**, in the same processes afterwards: ``triomq.client``'s
   ``Producer``, one task at a time and 64 in flight, for ``--seconds``
   each (``messaging.py``'s loads);
@@ -33,6 +34,9 @@ fsync and ``all_ack_in_sync_state_set = true``; 1 KiB bodies, 8 queues.
 - **retries**: 64 tasks each sending CONSUMER_SEND_MSG_BACK for a message
   the plain sends stored, for ``--seconds`` (each one a put into the
   schedule topic at the retry's delay level).
+
+Each row also gives the three brokers' CPU per message, and the CPU seconds
+per second of the master and of this process (the clients).
 
 Not built in triomq, so no row: timer messages (a put with
 ``TIMER_DELIVER_MS`` is refused, as RocketMQ's with ``timerWheelEnable``
@@ -109,8 +113,8 @@ NOT_BUILT = ("timer messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC): not built in 
 
 def delayed_send(i: int, levels: int, born_ms: int, ids: UniqueIdGenerator
                  ) -> RemotingCommand:
-    """The ``i``-th producer's SEND_MESSAGE_V2 of a delayed 1 KiB message, as a client
-    frames it (``SendMessageRequestHeaderV2``'s one-letter keys)."""
+    """The ``i``-th delayed send: a SEND_MESSAGE_V2 of 1 KiB as ``Producer`` frames it
+    (``SendMessageRequestHeaderV2``'s one-letter keys), its level ``1 + i % levels``."""
     properties = {PROPERTY_DELAY: str(1 + i % levels), PROPERTY_UNIQ_KEY: ids.next_id(born_ms)}
     return RemotingCommand.request(SEND_MESSAGE_V2, {
         "a": "bench-producer", "b": TOPIC, "c": "TBW102", "d": "4", "e": str(i % QUEUES),
@@ -214,9 +218,9 @@ async def stored_in(node, master: str, topic: str) -> int:
     return total
 
 
-async def prepare(args: argparse.Namespace, root: Path) -> tuple[str, list[str], int]:
-    """Start the group, create the topics, store one message; stop it. Its addresses
-    and what the topic holds."""
+async def prepare(root: Path) -> tuple[str, list[str], int]:
+    """Start the group, create the topics, store a plain and a delayed send, stop it once
+    the slaves hold everything; its addresses and what the topic holds."""
     with Processes(root) as processes:
         namesrv, brokers = messaging.start_triomq(processes, root)
         async with open_node(client_config()) as node:
@@ -370,7 +374,7 @@ async def retries(node, processes: Processes, master: str, seconds: float,
 
 
 async def run(args: argparse.Namespace, root: Path) -> dict[str, float]:
-    namesrv, brokers, base = await prepare(args, root)
+    namesrv, brokers, base = await prepare(root)
     print(f"the group stopped; filling three stores with {args.count:,} delayed messages",
           file=sys.stderr, flush=True)
     results = {"fill_seconds": fill_stores(root, brokers[0], args.count, args.levels)}
