@@ -11,6 +11,9 @@ before; so does the broker here, one rule for all three:
   new one written atomically;
 - ``Changes``: a table's changes, written by one loop as they come (in a
   thread: a write fsyncs), and once more on the way out;
+- ``write_every``: a table that counts its changes (``Revised``: offsets
+  moving all the time), written by one loop every period when it moved, and
+  once more on the way out;
 - ``copy_from_master``: a slave's loop asking its master for a table every
   ``slave_synchronize_period`` (RocketMQ's ``SlaveSynchronize``), handing
   what it gets to the table's own rule for adopting it.
@@ -22,7 +25,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import trio
 
@@ -32,7 +35,7 @@ from triomq.durable_files import replace_atomically
 from triomq.protocol.route import RouteDataError
 from triomq.rpc import RpcClient, RpcError
 
-__all__ = ["Changes", "copy_from_master", "load", "save"]
+__all__ = ["Changes", "Revised", "copy_from_master", "load", "save", "write_every"]
 
 log = logging.getLogger("triomq.broker")
 
@@ -84,6 +87,37 @@ class Changes:
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(write)
+
+
+class Revised(Protocol):
+    """A table whose ``revision`` moves with every change."""
+
+    @property
+    def revision(self) -> int: ...
+
+    def encode(self) -> bytes: ...
+
+
+async def write_every(period_ms: int, root: str, name: str, table: Revised,
+                      written: int) -> None:
+    """Until cancelled, every ``period_ms``, write ``table`` to ``<root>/<name>`` (in a
+    thread: it fsyncs) when its revision moved past the one written (``written`` at
+    first); once more when cancelled, so that the last change is written."""
+
+    async def write() -> None:
+        nonlocal written
+        revision = table.revision
+        if revision != written:
+            await trio.to_thread.run_sync(save, root, name, table.encode())
+            written = revision
+
+    try:
+        while True:
+            await trio.sleep(period_ms / 1000)
+            await write()
+    finally:
+        with trio.CancelScope(shield=True):
+            await write()
 
 
 async def copy_from_master(*, what: str, code: int, decode: Callable[[bytes], T],

@@ -37,8 +37,6 @@ import logging
 import os
 from collections.abc import Callable
 
-import trio
-
 from triomq.broker import config_files
 from triomq.broker.codes import RequestCode, ResponseCode
 from triomq.broker.components import ComponentView
@@ -96,7 +94,7 @@ class ConsumerOffsetService:
         self.memory_window = memory_window
         self.group_known = group_known
         self.group_exists = group_exists
-        self._saved = table.revision
+        self._revision_on_disk = table.revision
 
     def register(self, server: RpcServer) -> None:
         server.register(RequestCode.QUERY_CONSUMER_OFFSET, self.query_consumer_offset,
@@ -172,20 +170,8 @@ class ConsumerOffsetService:
     async def persist_loop(self) -> None:
         """Write the table every ``flush_consumer_offset_interval`` when it changed (in a
         thread: it fsyncs); on the way out, write what changed last."""
-        try:
-            while True:
-                await trio.sleep(self.config.flush_consumer_offset_interval / 1000)
-                await self._save()
-        finally:
-            with trio.CancelScope(shield=True):
-                await self._save()
-
-    async def _save(self) -> None:
-        revision = self.table.revision
-        if revision != self._saved:
-            await trio.to_thread.run_sync(config_files.save, self.root, OFFSETS_FILE,
-                                       self.table.encode())
-            self._saved = revision
+        await config_files.write_every(self.config.flush_consumer_offset_interval, self.root,
+                                       OFFSETS_FILE, self.table, self._revision_on_disk)
 
     async def copy_from_master(self, rpc: RpcClient) -> None:
         """A slave's loop: take the master's offsets every ``slave_synchronize_period``."""

@@ -75,7 +75,7 @@ class ScheduleMessageService:
         self.log = log
         self.broker = broker
         self.bridge = bridge
-        self._saved = table.revision
+        self._revision_on_disk = table.revision
 
     def register(self, server: RpcServer) -> None:
         server.register(RequestCode.GET_ALL_DELAY_OFFSET, self.get_all_delay_offset,
@@ -135,20 +135,8 @@ class ScheduleMessageService:
     async def persist_loop(self) -> None:
         """Write the table every ``flush_delay_offset_interval`` when it moved (in a
         thread: it fsyncs); on the way out, write what moved last."""
-        try:
-            while True:
-                await trio.sleep(self.config.flush_delay_offset_interval / 1000)
-                await self._save()
-        finally:
-            with trio.CancelScope(shield=True):
-                await self._save()
-
-    async def _save(self) -> None:
-        revision = self.table.revision
-        if revision != self._saved:
-            await trio.to_thread.run_sync(config_files.save, self.root, DELAY_OFFSETS_FILE,
-                                          self.table.encode())
-            self._saved = revision
+        await config_files.write_every(self.config.flush_delay_offset_interval, self.root,
+                                       DELAY_OFFSETS_FILE, self.table, self._revision_on_disk)
 
     async def copy_from_master(self, rpc: RpcClient) -> None:
         """A slave's loop: take the master's offsets every ``slave_synchronize_period``."""
