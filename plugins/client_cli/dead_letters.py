@@ -38,11 +38,10 @@ from triomq.client.producer import Producer
 from triomq.client.pull import PullError, PullStatus, pull_header, read_pull_response
 from triomq.client.subscription import SubscriptionData
 from triomq.plugins.client_cli.message_text import (
-    message_json,
-    message_line,
     send_result_json,
     send_result_line,
 )
+from triomq.plugins.client_cli.query import show_messages
 from triomq.plugins.client_cli.session import (
     CommandError,
     add_common_options,
@@ -145,17 +144,7 @@ async def read_dead_letters(instance: ClientInstance, group: str, max_num: int
 async def dead_letters(args: argparse.Namespace, node: Node, out: TextIO) -> int:
     """Print the group's dead letters; the exit code."""
     found = await read_dead_letters(client_instance(node, args), args.group, args.max_num)
-    nothing = f"group {args.group} has no dead letter"
-    if args.json:
-        document = {"messages": [message_json(m) for m in found]}
-        print(json.dumps(document if found else {**document, "error": nothing}, indent=2),
-              file=out)
-    else:
-        for message in found:
-            print(message_line(message, args.width, stored=True), file=out)
-        if not found:
-            print(f"error: {nothing}", file=out)
-    return 0 if found else 1
+    return show_messages(args, found, out, f"group {args.group} has no dead letter")
 
 
 def resent_message(letter: MessageExt) -> Message:

@@ -159,7 +159,7 @@ async def query_by_id(args: argparse.Namespace, node: Node, out: TextIO) -> int:
                               unique=True)
     if not found:
         found = await _view(instance, args.msg_id)
-    return _show(args, found, out, f"no message with id {args.msg_id}")
+    return show_messages(args, found, out, f"no message with id {args.msg_id}")
 
 
 async def query_by_key(args: argparse.Namespace, node: Node, out: TextIO) -> int:
@@ -167,11 +167,13 @@ async def query_by_key(args: argparse.Namespace, node: Node, out: TextIO) -> int
     found = await _by_key(client_instance(node, args), args.topic, args.key,
                           max_num=args.max_num, begin=args.begin_timestamp,
                           end=args.end_timestamp)
-    return _show(args, found, out, f"no message of topic {args.topic} with key {args.key}")
+    return show_messages(args, found, out, f"no message of topic {args.topic} with key {args.key}")
 
 
-def _show(args: argparse.Namespace, found: list[MessageExt], out: TextIO,
-          nothing: str) -> int:
+def show_messages(args: argparse.Namespace, found: list[MessageExt], out: TextIO,
+                  nothing: str) -> int:
+    """Print ``found`` (``--json``: one document; ``nothing`` its error when empty);
+    the exit code: 1 when nothing was found."""
     if args.json:
         document = {"messages": [message_json(m) for m in found]}
         print(json.dumps(document if found else {**document, "error": nothing}, indent=2),
