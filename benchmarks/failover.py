@@ -63,7 +63,7 @@ import triomq.plugins.broker
 import triomq.plugins.controller_dledger
 import triomq.plugins.namesrv
 from triomq.broker.client import Producer, SendError
-from triomq.broker.codes import RequestCode as BrokerCode
+from triomq.broker.core.codes import RequestCode as BrokerCode
 from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
 from triomq.namesrv.processor import NameServerCode
 from triomq.plugin_manager import PluginManager

@@ -75,7 +75,7 @@ import trio
 
 import triomq.plugins.broker
 from triomq.broker.client import Producer
-from triomq.broker.index_dispatch import SPEEDUPS as KEY_INDEX_SPEEDUPS
+from triomq.broker.index.core.index_dispatch import SPEEDUPS as KEY_INDEX_SPEEDUPS
 from triomq.broker.service import broker_of
 from triomq.config import NodeConfig, from_mapping
 from triomq.plugin_manager import PluginManager

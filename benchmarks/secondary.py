@@ -73,12 +73,12 @@ from messaging import (
     until,
 )
 
-from triomq.broker import config_files
 from triomq.broker.config import BrokerConfig
-from triomq.broker.put_checks import BrokerState, PutSettings, host_port
-from triomq.broker.put_flow import Append, PutFlow
-from triomq.broker.topic_table import TopicTable
-from triomq.broker.topics import TOPICS_FILE
+from triomq.broker.metadata import config_files
+from triomq.broker.metadata.core.topic_table import TopicTable
+from triomq.broker.metadata.topics import TOPICS_FILE
+from triomq.broker.send.core.put_checks import BrokerState, PutSettings, host_port
+from triomq.broker.send.core.put_flow import Append, PutFlow
 from triomq.client.message import Message
 from triomq.client.producer import Producer
 from triomq.client.transaction import LocalTransactionState

@@ -28,7 +28,7 @@ from unittest import mock
 
 import trio
 
-from triomq.broker.topic_table import TopicTable
+from triomq.broker.metadata.core.topic_table import TopicTable
 from triomq.config import NodeConfig
 from triomq.plugins.store_mmap import MmapCommitLog
 from triomq.protocol.message import MessageRecord

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import argparse
 
     from triomq.broker.components import BrokerComponent, ComponentView
-    from triomq.broker.escape_bridge import EscapeBridge
+    from triomq.broker.core.escape_bridge import EscapeBridge
     from triomq.plugin_manager import PluginManager
     from triomq.runtime import Node
     from triomq.transport import Transport
@@ -61,7 +61,7 @@ StoreFactory = Callable[[str, Mapping[str, Any]], Any]
 Service = Callable[..., Awaitable[None]]
 
 #: A factory building an escape bridge for a broker node; called while the
-#: node's broker runs (``triomq.broker.escape_bridge``).
+#: node's broker runs (``triomq.broker.core.escape_bridge``).
 EscapeBridgeFactory = Callable[["Node"], "EscapeBridge"]
 
 
@@ -113,7 +113,7 @@ def triomq_escape_bridge() -> Mapping[str, EscapeBridgeFactory]:
     its own commit log; the secondary-message services hand their output to
     an escape bridge, which puts it on a master (local or remote). The
     factory takes the broker's node and returns a
-    ``triomq.broker.escape_bridge.EscapeBridge``; the broker plugin provides
+    ``triomq.broker.core.escape_bridge.EscapeBridge``; the broker plugin provides
     ``"local"`` (a put through this broker's own put flow, for a master).
     ``triomq.testing.escape_bridge_suite`` states what a bridge must do.
     """

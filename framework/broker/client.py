@@ -20,8 +20,8 @@ from collections.abc import Mapping
 
 import attrs
 
-from triomq.broker.codes import RequestCode, ResponseCode
-from triomq.broker.headers import SendHeader, encode_send_header, parse_offset_msg_id
+from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.broker.core.headers import SendHeader, encode_send_header, parse_offset_msg_id
 from triomq.errors import TriomqError
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import DEFAULT_TIMEOUT, RpcClient

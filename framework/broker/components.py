@@ -31,7 +31,7 @@ from typing import Protocol, runtime_checkable
 
 import trio
 
-from triomq.broker.role import BrokerRole
+from triomq.broker.core.role import BrokerRole
 from triomq.errors import PluginError
 from triomq.rpc import RpcServer
 from triomq.store import CommitLog

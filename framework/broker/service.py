@@ -7,13 +7,13 @@ broker's components (``built_in_components``, then the plugins'; see
 ``triomq.broker.components``), each started, then its handlers registered: the
 flush service, the ``ReplicasManager``, the puts, topics, clients, pulls,
 offsets, the delayed messages (their offsets always, their delivery in
-each master term: ``triomq.broker.schedule_service``), ..., the
+each master term: ``triomq.broker.secondary.schedule_service``), ..., the
 name-server registration (``broker.namesrv_addr``: at
 once, on every role and topic change, and periodically); then take the static role
 (``broker_id`` 0: master of ``master_epoch``; otherwise slave of
 ``ha_master_address``), or, with
 ``enable_controller_mode``, let the controllers assign the id and the role
-(``triomq.broker.controller_mode``). Stop: the terms are cancelled and
+(``triomq.broker.replication.controller_mode``). Stop: the terms are cancelled and
 the commit log is closed (flushed) in a thread.
 
 The store root is ``broker.store_path_root_dir``, else the node's
@@ -34,35 +34,42 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from triomq.broker.clients import ClientService, load_subscription_groups
+from triomq.broker.admin.consume_stats_service import ConsumeStatsService
+from triomq.broker.admin.runtime_info import RuntimeInfoService
 from triomq.broker.components import BrokerComponent, Component, ComponentHost, Scope
 from triomq.broker.config import BrokerConfig
-from triomq.broker.confirm_checkpoint import ConfirmOffsetCheckpoint
-from triomq.broker.consume_stats_service import ConsumeStatsService
-from triomq.broker.controller_mode import ControllerMode
-from triomq.broker.escape_bridge import LocalEscapeBridge
-from triomq.broker.group_names import register_group_checks
-from triomq.broker.index_service import IndexService
-from triomq.broker.locks import QueueLockService
-from triomq.broker.namesrv_client import NamesrvClient, rpc_address
-from triomq.broker.namesrv_registration import BrokerRegistrationInfo, RegistrationFlow
-from triomq.broker.offset_service import ConsumerOffsetService, load_offsets
-from triomq.broker.processor import BrokerProcessor
-from triomq.broker.pull_service import (
+from triomq.broker.consume.clients import ClientService, load_subscription_groups
+from triomq.broker.consume.group_names import register_group_checks
+from triomq.broker.consume.locks import QueueLockService
+from triomq.broker.consume.offset_service import ConsumerOffsetService, load_offsets
+from triomq.broker.consume.pull_service import (
     PullService,
     memory_window,
     pull_limits,
     registered_subscription,
 )
-from triomq.broker.put_checks import host_port
-from triomq.broker.queries import QueryService
-from triomq.broker.replicas_manager import BrokerRole, ReplicasManager, check_replica_address
-from triomq.broker.runtime_info import RuntimeInfoService
-from triomq.broker.schedule_service import ScheduleMessageService, load_delay_offsets
-from triomq.broker.send_back_service import SendBackService
-from triomq.broker.topic_table import TopicTable
-from triomq.broker.topics import TopicService, load_topics
-from triomq.broker.transaction_service import TransactionService
+from triomq.broker.core.escape_bridge import LocalEscapeBridge
+from triomq.broker.index.index_service import IndexService
+from triomq.broker.index.queries import QueryService
+from triomq.broker.metadata.core.topic_table import TopicTable
+from triomq.broker.metadata.topics import TopicService, load_topics
+from triomq.broker.registration.core.namesrv_registration import (
+    BrokerRegistrationInfo,
+    RegistrationFlow,
+)
+from triomq.broker.registration.namesrv_client import NamesrvClient, rpc_address
+from triomq.broker.replication.confirm_checkpoint import ConfirmOffsetCheckpoint
+from triomq.broker.replication.controller_mode import ControllerMode
+from triomq.broker.replication.replicas_manager import (
+    BrokerRole,
+    ReplicasManager,
+    check_replica_address,
+)
+from triomq.broker.secondary.schedule_service import ScheduleMessageService, load_delay_offsets
+from triomq.broker.secondary.send_back_service import SendBackService
+from triomq.broker.secondary.transaction_service import TransactionService
+from triomq.broker.send.core.put_checks import host_port
+from triomq.broker.send.processor import BrokerProcessor
 from triomq.clock import now_ms
 from triomq.errors import ConfigError, PluginError
 from triomq.ha.checkpoint import EpochCheckpointFile

@@ -2,8 +2,8 @@
  * log carry and their hashes (key_hashes), and the put of hashed keys into an
  * index file (put_index_entries).
  * Both run without the GIL: the index service calls them in a worker thread.
- * They mirror triomq.broker.index_dispatch.key_hashes_py and
- * triomq.broker.index_file.IndexFile.put_hashed_py (the references; tests
+ * They mirror triomq.broker.index.core.index_dispatch.key_hashes_py and
+ * triomq.broker.index.core.index_file.IndexFile.put_hashed_py (the references; tests
  * compare the two). key_hashes returns None for anything unusual (a bad
  * record, invalid UTF-8, a property without its separator) and the caller
  * runs the Python version, which raises the precise error. */

@@ -31,7 +31,7 @@ from typing import Any
 import attrs
 import trio
 
-from triomq.broker.replicas_manager import BrokerRole
+from triomq.broker.replication.replicas_manager import BrokerRole
 from triomq.broker.service import Broker, broker_of
 from triomq.config import NodeConfig
 from triomq.plugin_manager import PluginManager

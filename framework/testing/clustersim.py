@@ -112,7 +112,7 @@ from typing import Any
 
 import attrs
 
-from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.controller.requests import UpdateControllerConfig
 from triomq.controller.service_core import Elected
 from triomq.controller.wire import ReplicaInfo

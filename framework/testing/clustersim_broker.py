@@ -1,8 +1,8 @@
 """A simulated broker replica in controller mode: a pump of the real flows over virtual time.
 
-The controller-mode flow is ``triomq.broker.controller_flow`` and the
+The controller-mode flow is ``triomq.broker.replication.core.controller_flow`` and the
 controller calls follow the leader with ``triomq.controller.leader_calls``,
-as ``framework/broker/controller_mode.py`` pumps them over trio; the
+as ``framework/broker/replication/controller_mode.py`` pumps them over trio; the
 name-server registration is ``clustersim_namesrv.SimRegistration``, the
 pulls and consumer offsets ``clustersim_pulls.SimConsumeSide``, the puts
 the broker's put core (``clustersim_puts.SimPuts``), END_TRANSACTION and
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from triomq.broker import controller_flow as flow
-from triomq.broker.identity import BrokerIdentity
-from triomq.broker.role import BrokerRole
-from triomq.broker.topic_table import TopicTable
+from triomq.broker.core.identity import BrokerIdentity
+from triomq.broker.core.role import BrokerRole
+from triomq.broker.metadata.core.topic_table import TopicTable
+from triomq.broker.replication.core import controller_flow as flow
 from triomq.controller import ResponseCode
 from triomq.controller.leader_calls import GiveUp, LeaderCalls, Pause
 from triomq.controller.requests import BrokerHeartbeat

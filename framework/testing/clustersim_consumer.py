@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.client.allocate import rebalance
 from triomq.client.consume_from import ConsumeFromWhere
 from triomq.client.message import MessageDecodeError, MessageExt, MessageQueue

@@ -36,7 +36,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from triomq.broker.pull import PullAnswer, PullHeader
+from triomq.broker.consume.core.pull import PullAnswer, PullHeader
 from triomq.client.message import MessageExt
 from triomq.protocol import message
 from triomq.protocol.delay_levels import SCHEDULE_TOPIC

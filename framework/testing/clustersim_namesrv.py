@@ -9,7 +9,7 @@ restart starts from an empty route table.
 ``namesrv_chaos`` is their faults: crashes, and links cut to the brokers.
 
 ``SimRegistration`` is a broker's side: it pumps the broker's own
-``RegistrationFlow`` (as ``framework/broker/namesrv_client.py`` does) and
+``RegistrationFlow`` (as ``framework/broker/registration/namesrv_client.py`` does) and
 registers as the broker service does: a master as id 0 with its master epoch
 as the DataVersion's state version (``TopicTable.bump``), a slave with its
 own id.
@@ -35,14 +35,14 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from triomq.broker.namesrv_registration import (
+from triomq.broker.metadata.core.topic_table import TopicTable
+from triomq.broker.registration.core.namesrv_registration import (
     BrokerRegistrationInfo,
     Heartbeat,
     Register,
     RegistrationFlow,
     request_for,
 )
-from triomq.broker.topic_table import TopicTable
 from triomq.namesrv.processor import NameServerCore
 from triomq.namesrv.route_info import RouteInfo
 from triomq.protocol.remoting import RemotingCommand

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import attrs
 
-from triomq.broker.put_flow import PutFlow
+from triomq.broker.send.core.put_flow import PutFlow
 from triomq.ha.epoch import EpochCache, EpochStore
 from triomq.ha.master import MasterConnection
 from triomq.ha.master_term import HAMasterConfig, MasterTerm

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.client.errors import NoRouteError
 from triomq.client.publish import QueueSelector, TopicPublishInfo, publish_info
 from triomq.client.send_flow import (

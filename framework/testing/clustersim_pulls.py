@@ -2,18 +2,18 @@
 
 A pump of the broker's pure rules over the simulated log (``MemLog``, whose
 consume queues the store's indexing rule derives from its records), as
-``framework/broker/pull_service.py`` and ``offset_service.py`` pump them
+``framework/broker/consume/pull_service.py`` and ``offset_service.py`` pump them
 over trio:
 
 - PULL_MESSAGE (and LITE_PULL_MESSAGE): the broker's pull flow,
-  ``triomq.broker.pull_flow.BrokerPullFlow``, as the trio broker runs it
+  ``triomq.broker.consume.core.pull_flow.BrokerPullFlow``, as the trio broker runs it
   (with the group's ``slave_read_enable`` and memory window, so a pull far
   behind is pointed at a slave in some seeds; every consumer group known,
   none registered by heartbeat); its held pulls are woken every step, as
   their queues may have grown and their time may have run out, and when the
   broker's role changes;
 - QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET / GET_ALL_CONSUMER_OFFSET:
-  ``triomq.broker.consumer_offsets``;
+  ``triomq.broker.consume.core.consumer_offsets``;
 - the table is written to its file (``saved``, which survives a crash)
   every ``flush_consumer_offset_interval``, and a crash loses what changed
   since; every ``slave_synchronize_period`` a slave asks its master for the
@@ -31,17 +31,15 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from triomq.broker.codes import RequestCode, ResponseCode
-from triomq.broker.consumer_offsets import (
+from triomq.broker.consume.core.consumer_offsets import (
     ConsumerOffsetTable,
     OffsetHeader,
     answer_query,
     parse_offset_header,
     update_refusal,
 )
-from triomq.broker.headers import HeaderError
-from triomq.broker.pull import PullLimits
-from triomq.broker.pull_flow import (
+from triomq.broker.consume.core.pull import PullLimits
+from triomq.broker.consume.core.pull_flow import (
     Answer,
     BrokerPullFlow,
     BrokerPullSettings,
@@ -51,7 +49,9 @@ from triomq.broker.pull_flow import (
     PullRole,
     Refuse,
 )
-from triomq.broker.subscription import Subscription
+from triomq.broker.consume.core.subscription import Subscription
+from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.broker.core.headers import HeaderError
 from triomq.protocol.route import RouteDataError, TopicConfig
 from triomq.testing.clustersim_parts import GROUP
 

@@ -1,7 +1,7 @@
 """A simulated broker's puts: the broker's own put core pumped over virtual time.
 
 Every put a producer sends (a SEND_MESSAGE_V2 request) runs
-``triomq.broker.put_flow.PutFlow``, as the broker's processor runs it over
+``triomq.broker.send.core.put_flow.PutFlow``, as the broker's processor runs it over
 trio: the same checks in the same order (a slave, a SyncStateSet smaller
 than ``min_in_sync_replicas``... refuse before anything is stored), the
 same records and the same answers. The pump carries out what it asks: the
@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from triomq.broker.escape_bridge import EscapedMessage, EscapeResult
-from triomq.broker.put_checks import BrokerState, PutSettings, host_port
-from triomq.broker.put_flow import (
+from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
+from triomq.broker.send.core.put_checks import BrokerState, PutSettings, host_port
+from triomq.broker.send.core.put_flow import (
     Append,
     PutAction,
     PutFlow,

@@ -1,8 +1,8 @@
 """A simulated master's delayed messages: the broker's schedule core pumped over virtual time.
 
 While a broker is master, one task per delay level runs
-``triomq.broker.schedule.LevelDelivery``, as
-``triomq.broker.schedule_service`` runs it over trio: it reads
+``triomq.broker.secondary.core.schedule.LevelDelivery``, as
+``triomq.broker.secondary.schedule_service`` runs it over trio: it reads
 ``SCHEDULE_TOPIC_XXXX``'s queue of its level up to the confirm offset (the
 consume queues ``MemLog`` makes from its records, their tags codes the
 delivery times by RocketMQ's default ``messageDelayLevel``), waits on the
@@ -21,10 +21,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from triomq.broker.delay_offsets import DelayOffsetTable
-from triomq.broker.escape_bridge import EscapedMessage, EscapeResult
-from triomq.broker.pull_lookup import confirmed_queue_max
-from triomq.broker.schedule import (
+from triomq.broker.consume.core.pull_lookup import confirmed_queue_max
+from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
+from triomq.broker.secondary.core.delay_offsets import DelayOffsetTable
+from triomq.broker.secondary.core.schedule import (
     Deliver,
     LevelDelivery,
     ReadEntries,

@@ -13,7 +13,7 @@ CHECK_TRANSACTION_STATE with ``check_end_fields``, deciding then what it
 had left unknown, and never changing a decision.
 
 A broker (``SimBrokerTransactions``) serves END_TRANSACTION as
-``triomq.broker.transaction_service`` does: the log read through
+``triomq.broker.secondary.transaction_service`` does: the log read through
 ``TransactionReads``, the decision ``end_transaction`` with the term's
 ``TransactionLedger``, the puts its put core's own (``SimPuts.put_own``);
 its master term runs a check round every ``transaction_check_interval``
@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from triomq.broker.codes import RequestCode, ResponseCode
-from triomq.broker.escape_bridge import EscapeResult
-from triomq.broker.headers import HeaderError, parse_offset_msg_id
-from triomq.broker.transaction import (
+from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.broker.core.escape_bridge import EscapeResult
+from triomq.broker.core.headers import HeaderError, parse_offset_msg_id
+from triomq.broker.secondary.core.transaction import (
     CHECK_MAX_TIME_TOPIC,
     HALF_TOPIC,
     OP_HALF_TOPIC,
@@ -56,7 +56,7 @@ from triomq.broker.transaction import (
     op_offsets,
     parse_end_transaction,
 )
-from triomq.broker.transaction_check import (
+from triomq.broker.secondary.core.transaction_check import (
     MAX_SCAN,
     CheckAction,
     CheckSettings,
@@ -67,7 +67,7 @@ from triomq.broker.transaction_check import (
     op_progress,
     plan_round,
 )
-from triomq.broker.transaction_reads import TransactionReads
+from triomq.broker.secondary.core.transaction_reads import TransactionReads
 from triomq.client.message import (
     Message,
     MessageDecodeError,

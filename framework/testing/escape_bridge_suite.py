@@ -1,6 +1,6 @@
 """The escape-bridge conformance suite: what every ``triomq_escape_bridge`` bridge must do.
 
-An escape bridge (``triomq.broker.escape_bridge.EscapeBridge``) puts a
+An escape bridge (``triomq.broker.core.escape_bridge.EscapeBridge``) puts a
 broker's own messages on a master. To check one, subclass
 ``EscapeBridgeConformance`` in a test module of your own and provide two
 fixtures, each a ``BridgeTarget``: the bridge and what it needs to check
@@ -31,7 +31,7 @@ from typing import Protocol
 import pytest
 import trio
 
-from triomq.broker.escape_bridge import EscapeBridge, EscapedMessage, EscapeResult
+from triomq.broker.core.escape_bridge import EscapeBridge, EscapedMessage, EscapeResult
 from triomq.protocol.message import PROPERTY_UNIQ_KEY, MessageRecord
 
 __all__ = ["BridgeTarget", "EscapeBridgeConformance"]

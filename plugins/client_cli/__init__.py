@@ -7,7 +7,7 @@ After RocketMQ's quickstart and ``mqadmin``:
 - ``triomq_add_admin_commands``: ``triomq admin consumer-progress``
   (``progress``), ``query-msg-by-id`` and ``query-msg-by-key`` (``query``),
   ``broker-status`` (``broker_status``, served by the broker's
-  GET_BROKER_RUNTIME_INFO, ``triomq.broker.runtime_info``),
+  GET_BROKER_RUNTIME_INFO, ``triomq.broker.admin.runtime_info``),
   ``dead-letters`` and ``resend-dead-letter`` (``dead_letters``: a group's
   ``%DLQ%<group>``).
 

@@ -8,7 +8,7 @@ Asks the broker itself (GET_BROKER_RUNTIME_INFO, RocketMQ's ``mqadmin
 brokerStatus``) and prints its KVTable as ``key : value`` lines sorted by
 key, as mqadmin does, then the master's HA connections as a table (each
 slave's address, acked offset, how far behind it is, whether it is in the
-SyncStateSet). The keys are listed in ``triomq.broker.runtime_info``.
+SyncStateSet). The keys are listed in ``triomq.broker.admin.runtime_info``.
 ``--json`` prints the KVTable as the broker sent it (``{"table": {...}}``).
 """
 

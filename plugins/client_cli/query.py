@@ -27,7 +27,7 @@ import argparse
 import json
 from typing import TextIO
 
-from triomq.broker.headers import HeaderError, parse_offset_msg_id
+from triomq.broker.core.headers import HeaderError, parse_offset_msg_id
 from triomq.cli_address import Unreachable
 from triomq.cli_credentials import add_credential_options
 from triomq.client import BrokerError, MessageDecodeError, MessageExt

@@ -17,7 +17,7 @@ import zlib
 from processes import broker_sections, node_process
 
 from triomq.broker.client import Producer
-from triomq.broker.headers import SendHeader, encode_send_header
+from triomq.broker.core.headers import SendHeader, encode_send_header
 from triomq.config import NodeConfig
 from triomq.protocol.message import COMPRESSED
 from triomq.protocol.route import (

@@ -17,7 +17,7 @@ import trio
 from processes import broker_sections, closed_by_peer, node_process
 
 from triomq.broker.client import Producer
-from triomq.broker.headers import SendHeader, encode_send_header
+from triomq.broker.core.headers import SendHeader, encode_send_header
 from triomq.config import NodeConfig
 from triomq.rpc import RpcConnection, RpcConnectionError
 from triomq.runtime import open_node

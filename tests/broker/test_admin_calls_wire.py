@@ -20,7 +20,7 @@ from test_consume_stats_wire import call, heartbeat
 from test_pull_wire import receive_exactly
 from test_runtime_info_wire import open_stream
 
-from triomq.broker import clients
+from triomq.broker.consume import clients
 
 UPDATE_AND_CREATE_TOPIC, HEART_BEAT, NOTIFY_CONSUMER_IDS_CHANGED = 17, 34, 40
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, DELETE_SUBSCRIPTIONGROUP = 200, 207

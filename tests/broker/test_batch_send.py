@@ -9,8 +9,8 @@ from broker_nodes import Cluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from triomq.broker.codes import RequestCode, ResponseCode
-from triomq.broker.headers import parse_offset_msg_id
+from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.broker.core.headers import parse_offset_msg_id
 
 
 def java_message(body: bytes, properties: bytes = b"", flag: int = 0) -> bytes:

@@ -14,7 +14,7 @@ import trio
 from broker_nodes import Cluster
 
 from triomq.broker.components import BrokerComponent, Component, ComponentView, Scope
-from triomq.broker.role import BrokerRole
+from triomq.broker.core.role import BrokerRole
 from triomq.errors import ServiceCrashed
 from triomq.hookspecs import hookimpl
 from triomq.protocol.remoting import RemotingCommand

@@ -7,7 +7,7 @@ import os
 from broker_nodes import Cluster, caught_up, wait_until
 
 from triomq.broker.client import Producer
-from triomq.broker.confirm_checkpoint import ConfirmOffsetCheckpoint
+from triomq.broker.replication.confirm_checkpoint import ConfirmOffsetCheckpoint
 from triomq.protocol.store_checkpoint import CONFIRM_PHY_OFFSET, FILE_SIZE
 
 SYNC = "all_ack_in_sync_state_set = true\nflush_interval = 20\n"

@@ -14,7 +14,7 @@ import pytest
 import triomq.plugins.broker
 import triomq.plugins.controller_dledger
 from triomq.broker.client import Producer, ServiceNotAvailable
-from triomq.broker.replicas_manager import BrokerRole
+from triomq.broker.replication.replicas_manager import BrokerRole
 from triomq.plugin_manager import PluginManager
 from triomq.testing.cluster import free_tcp_port, open_cluster
 

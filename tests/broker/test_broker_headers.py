@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from triomq.broker.headers import (
+from triomq.broker.core.headers import (
     HeaderError,
     SendHeader,
     encode_send_header,
@@ -14,7 +14,7 @@ from triomq.broker.headers import (
     parse_offset_msg_id,
     parse_send_header,
 )
-from triomq.broker.put_checks import host_port
+from triomq.broker.send.core.put_checks import host_port
 
 _text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)))
 

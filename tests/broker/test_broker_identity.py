@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from triomq.broker.identity import BrokerIdentity
+from triomq.broker.core.identity import BrokerIdentity
 from triomq.errors import ConfigError
 
 identities = st.builds(BrokerIdentity, st.text(), st.text(), st.integers(-1, 2**63 - 1),

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.broker.pull import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, PullAnswer
-from triomq.broker.pull_flow import (
+from triomq.broker.consume.core.pull import (
+    FLAG_COMMIT_OFFSET,
+    FLAG_SUBSCRIPTION,
+    FLAG_SUSPEND,
+    PullAnswer,
+)
+from triomq.broker.consume.core.pull_flow import (
     Answer,
     BrokerPullFlow,
     BrokerPullSettings,
@@ -17,7 +22,7 @@ from triomq.broker.pull_flow import (
     PullRole,
     Refuse,
 )
-from triomq.broker.subscription import Subscription
+from triomq.broker.consume.core.subscription import Subscription
 from triomq.protocol.commitlog_layout import tags_code
 from triomq.protocol.route import PERM_WRITE, TopicConfig
 from triomq.store import QueueEntry

@@ -9,7 +9,7 @@ import trio
 from broker_nodes import Cluster, caught_up, image, wait_until
 
 from triomq.broker.client import Producer
-from triomq.broker.replicas_manager import BrokerRole, ReplicasManager
+from triomq.broker.replication.replicas_manager import BrokerRole, ReplicasManager
 from triomq.broker.service import broker_of
 from triomq.errors import PluginError, ServiceCrashed
 from triomq.ha.checkpoint import CHECKPOINT_FILE, EpochCheckpointFile, load_epoch_checkpoint

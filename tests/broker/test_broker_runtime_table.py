@@ -1,4 +1,5 @@
-"""GET_BROKER_RUNTIME_INFO's table built from plain values (``triomq.broker.runtime_table``)."""
+"""GET_BROKER_RUNTIME_INFO's table built from plain values
+(``triomq.broker.admin.core.runtime_table``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ import json
 import pytest
 from test_consume_stats_core import T0, QueueLog
 
-from triomq.broker.runtime_info import earliest_message_time
-from triomq.broker.runtime_table import (
+from triomq.broker.admin.core.runtime_table import (
     DiskSpace,
     SlaveConnection,
     disk_used_ratio,
@@ -16,6 +16,7 @@ from triomq.broker.runtime_table import (
     runtime_table,
     store_table,
 )
+from triomq.broker.admin.runtime_info import earliest_message_time
 
 COMMON = {"cluster_name": "DefaultCluster", "broker_name": "broker-a", "min_offset": 0,
           "max_offset": 500, "ha_address": "tcp://10.0.0.1:10912", "controller_mode": False}

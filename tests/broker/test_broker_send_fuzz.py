@@ -11,7 +11,7 @@ from broker_nodes import Cluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from triomq.broker.codes import SEND_V2_FIELDS, RequestCode, ResponseCode
+from triomq.broker.core.codes import SEND_V2_FIELDS, RequestCode, ResponseCode
 
 ALLOWED = {ResponseCode.SUCCESS, ResponseCode.MESSAGE_ILLEGAL, ResponseCode.INVALID_PARAMETER,
            ResponseCode.NO_PERMISSION, ResponseCode.TOPIC_NOT_EXIST}

@@ -8,7 +8,7 @@ import trio.testing
 from broker_nodes import Cluster, caught_up, image, wait_until
 
 from triomq.broker.client import FlushSlaveTimeout, Producer, SendError, ServiceNotAvailable
-from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.core.codes import RequestCode, ResponseCode
 
 # A slave is never shrunk out during these tests: only the timeout decides.
 SYNC = """all_ack_in_sync_state_set = true

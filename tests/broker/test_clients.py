@@ -8,7 +8,7 @@ from contextlib import AsyncExitStack
 import trio
 from broker_nodes import Cluster, wait_until
 
-from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.rpc import open_rpc_client
 
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 
-from triomq.broker.client_table import ClientOrigin, ClientTable
-from triomq.broker.connection_bodies import consumer_connection, group_list, producer_connection
-from triomq.broker.consumer_calls import CallRefused, ConsumerCall, consumer_to_call
-from triomq.broker.heartbeat import ConsumerData, HeartbeatData, SubscriptionData
+from triomq.broker.consume.core.client_table import ClientOrigin, ClientTable
+from triomq.broker.consume.core.connection_bodies import (
+    consumer_connection,
+    group_list,
+    producer_connection,
+)
+from triomq.broker.consume.core.consumer_calls import CallRefused, ConsumerCall, consumer_to_call
+from triomq.broker.consume.core.heartbeat import ConsumerData, HeartbeatData, SubscriptionData
 
 
 def beat(client_id: str, *topics: str, group: str = "cg", version: int = 1,

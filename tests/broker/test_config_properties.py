@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from triomq.broker.config import BrokerConfig
-from triomq.broker.config_properties import (
+from triomq.broker.core.config_properties import (
     ROCKETMQ_NAMES,
     TRIOMQ_ONLY,
     Facts,

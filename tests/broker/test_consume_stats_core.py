@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.broker.consume_stats import (
+from triomq.broker.admin.core.consume_stats import (
     StatsRequest,
     consume_stats,
     offset_wrapper,
     parse_stats_header,
     topics_to_collect,
 )
-from triomq.broker.consumer_offsets import ConsumerOffsetTable
-from triomq.broker.headers import HeaderError
-from triomq.broker.minute_counts import MinuteCounts
+from triomq.broker.admin.core.minute_counts import MinuteCounts
+from triomq.broker.consume.core.consumer_offsets import ConsumerOffsetTable
+from triomq.broker.core.headers import HeaderError
 from triomq.protocol.consume_stats import ConsumeStats, OffsetWrapper
 from triomq.protocol.message import MessageRecord, encode
 from triomq.protocol.message_queue import MessageQueue

@@ -7,7 +7,7 @@ import json
 from broker_nodes import Cluster, wait_until
 
 from triomq.broker.client import Producer
-from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.core.codes import RequestCode, ResponseCode
 
 CREATE = {"topic": "orders", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"}
 

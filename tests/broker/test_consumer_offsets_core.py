@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from triomq.broker.consumer_offsets import (
+from triomq.broker.consume.core.consumer_offsets import (
     ConsumerOffsetTable,
     OffsetHeader,
     parse_offset_header,
     query_answer,
 )
-from triomq.broker.headers import HeaderError
+from triomq.broker.core.headers import HeaderError
 from triomq.protocol.route import DataVersion, RouteDataError
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.broker.controller_flow import (
+from triomq.broker.core.identity import BrokerIdentity
+from triomq.broker.core.role import BrokerRole
+from triomq.broker.replication.core.controller_flow import (
     Answer,
     Call,
     ControllerModeFlow,
@@ -18,8 +20,6 @@ from triomq.broker.controller_flow import (
     TakeMaster,
     TakeSlave,
 )
-from triomq.broker.identity import BrokerIdentity
-from triomq.broker.role import BrokerRole
 from triomq.controller.codes import ResponseCode
 from triomq.controller.requests import (
     AlterSyncStateSet,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from broker_nodes import Cluster
 
-from triomq.broker.codes import ResponseCode
-from triomq.broker.escape_bridge import EscapedMessage, EscapeResult
-from triomq.broker.headers import parse_offset_msg_id
+from triomq.broker.core.codes import ResponseCode
+from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
+from triomq.broker.core.headers import parse_offset_msg_id
 from triomq.broker.service import Broker
 from triomq.errors import PluginError
 from triomq.protocol.message import PROPERTY_CLUSTER, MessageRecord

@@ -11,11 +11,12 @@ import trio
 from broker_nodes import Cluster, caught_up, plugins, wait_until
 from test_queries import INDEX, query, records
 
-from triomq.broker import index_dispatch, index_service
 from triomq.broker.client import Producer
-from triomq.broker.codes import ResponseCode
 from triomq.broker.config import BrokerConfig
-from triomq.broker.index_service import IndexService
+from triomq.broker.core.codes import ResponseCode
+from triomq.broker.index import index_service
+from triomq.broker.index.core import index_dispatch
+from triomq.broker.index.index_service import IndexService
 from triomq.protocol.message import MessageRecord
 
 SYNC_ALL = "all_ack_in_sync_state_set = true"

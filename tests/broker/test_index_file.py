@@ -7,8 +7,8 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from triomq.broker.index_dispatch import index_keys, walk
-from triomq.broker.index_file import IndexFile, file_size, java_hash, key_hash
+from triomq.broker.index.core.index_dispatch import index_keys, walk
+from triomq.broker.index.core.index_file import IndexFile, file_size, java_hash, key_hash
 from triomq.protocol.commitlog_layout import blank_header
 from triomq.protocol.message import TRANSACTION_COMMIT, TRANSACTION_ROLLBACK, MessageRecord, encode
 

@@ -6,9 +6,9 @@ import struct
 
 import pytest
 
-from triomq.broker import index_dispatch
-from triomq.broker.index_dispatch import KEY_ENTRY, key_hashes, key_hashes_py
-from triomq.broker.index_file import IndexFile, file_size, key_hash
+from triomq.broker.index.core import index_dispatch
+from triomq.broker.index.core.index_dispatch import KEY_ENTRY, key_hashes, key_hashes_py
+from triomq.broker.index.core.index_file import IndexFile, file_size, key_hash
 from triomq.protocol.message import (
     BLANK_MAGIC,
     TRANSACTION_ROLLBACK,

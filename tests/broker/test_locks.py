@@ -7,8 +7,8 @@ import json
 import trio
 from broker_nodes import Cluster
 
-from triomq.broker.codes import RequestCode, ResponseCode
-from triomq.broker.lock_table import LockTable, MessageQueue
+from triomq.broker.consume.core.lock_table import LockTable, MessageQueue
+from triomq.broker.core.codes import RequestCode, ResponseCode
 
 Q0 = MessageQueue("orders", "broker-a", 0)
 Q1 = MessageQueue("orders", "broker-a", 1)

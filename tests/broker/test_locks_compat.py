@@ -9,7 +9,7 @@ import struct
 import trio
 from broker_nodes import Cluster
 
-from triomq.broker.lock_table import MessageQueue
+from triomq.broker.consume.core.lock_table import MessageQueue
 
 JAVA_HEARTBEAT = (
     b'{"clientID":"192.168.1.5@12345#1700000000000","consumerDataSet":[{"consumeFromWhere":'

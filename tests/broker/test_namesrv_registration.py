@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from triomq.broker.namesrv_registration import (
+from triomq.broker.metadata.core.topic_table import TopicTable
+from triomq.broker.registration.core.namesrv_registration import (
     BrokerRegistrationInfo,
     Heartbeat,
     Register,
@@ -13,7 +14,6 @@ from triomq.broker.namesrv_registration import (
     register_request,
     request_for,
 )
-from triomq.broker.topic_table import TopicTable
 from triomq.namesrv.processor import NameServerCore
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import TopicConfig

@@ -8,7 +8,7 @@ import trio
 from broker_nodes import Cluster, caught_up, wait_until
 
 from triomq.broker.client import Producer
-from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.protocol.message import decode
 
 CREATE = {"topic": "orders", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"}

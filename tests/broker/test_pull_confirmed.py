@@ -9,8 +9,8 @@ from broker_nodes import Cluster, wait_until
 from test_pull import CREATE, SUBSCRIPTION, SUSPEND, pull, records
 
 from triomq.broker.client import FlushSlaveTimeout, Producer
-from triomq.broker.codes import RequestCode, ResponseCode
-from triomq.broker.pull import confirmed_max_offset
+from triomq.broker.consume.core.pull import confirmed_max_offset
+from triomq.broker.core.codes import RequestCode, ResponseCode
 
 # The slave stays in the SyncStateSet however long it is cut off (the master would
 # otherwise shrink it out, and confirm alone what it holds). A put waits 1.5 s for the

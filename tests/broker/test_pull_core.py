@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.broker.headers import HeaderError
-from triomq.broker.pull import (
+from triomq.broker.consume.core.pull import (
     GetMessageStatus,
     GetResult,
     PullAnswer,
@@ -17,9 +16,14 @@ from triomq.broker.pull import (
     get_messages,
     parse_pull_header,
 )
-from triomq.broker.pull_hold import HoldTable
-from triomq.broker.pull_lookup import look_up
-from triomq.broker.subscription import Subscription, SubscriptionRefused, parse_subscription
+from triomq.broker.consume.core.pull_hold import HoldTable
+from triomq.broker.consume.core.pull_lookup import look_up
+from triomq.broker.consume.core.subscription import (
+    Subscription,
+    SubscriptionRefused,
+    parse_subscription,
+)
+from triomq.broker.core.headers import HeaderError
 from triomq.protocol.commitlog_layout import tags_code
 from triomq.protocol.route import PERM_WRITE, TopicConfig
 from triomq.store import QueueEntry

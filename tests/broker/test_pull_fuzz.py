@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from triomq.broker.client import Producer
-from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.core.codes import RequestCode, ResponseCode
 
 ALLOWED = {ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND,
            ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_OFFSET_MOVED,

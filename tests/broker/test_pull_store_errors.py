@@ -11,7 +11,7 @@ from broker_nodes import Cluster, wait_until
 from test_pull import CREATE, SUBSCRIPTION, SUSPEND, pull, records
 
 from triomq.broker.client import Producer
-from triomq.broker.codes import RequestCode, ResponseCode
+from triomq.broker.core.codes import RequestCode, ResponseCode
 
 UNREADABLE = "the store could not be read (EIO); see the broker's log"
 

@@ -10,11 +10,12 @@ import zlib
 import attrs
 import pytest
 
-from triomq.broker.codes import RequestCode, ResponseCode
-from triomq.broker.escape_bridge import EscapedMessage
-from triomq.broker.headers import offset_msg_id
-from triomq.broker.put_checks import BrokerState, PutSettings
-from triomq.broker.put_flow import (
+from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.broker.core.escape_bridge import EscapedMessage
+from triomq.broker.core.headers import offset_msg_id
+from triomq.broker.metadata.core.topic_table import TopicTable
+from triomq.broker.send.core.put_checks import BrokerState, PutSettings
+from triomq.broker.send.core.put_flow import (
     Append,
     PutFlow,
     Reply,
@@ -22,7 +23,6 @@ from triomq.broker.put_flow import (
     WaitFlushed,
     WaitReplicated,
 )
-from triomq.broker.topic_table import TopicTable
 from triomq.ha.sync_replication import ReplicationStatus
 from triomq.protocol.message import RecordError
 from triomq.protocol.remoting import RemotingCommand

@@ -11,9 +11,9 @@ import trio
 from broker_nodes import Cluster, caught_up, wait_until
 
 from triomq.broker.client import Producer
-from triomq.broker.codes import RequestCode, ResponseCode
-from triomq.broker.index_file import java_hash
-from triomq.broker.put_checks import host_port
+from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.broker.index.core.index_file import java_hash
+from triomq.broker.send.core.put_checks import host_port
 from triomq.protocol.message import decode
 
 INDEX = "max_hash_slot_num = 64\nmax_index_num = 16"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.broker.delay_offsets import DelayOffsetTable
-from triomq.broker.schedule import (
+from triomq.broker.secondary.core.delay_offsets import DelayOffsetTable
+from triomq.broker.secondary.core.schedule import (
     BATCH,
     RETRY_MAX_MS,
     RETRY_MIN_MS,

@@ -8,9 +8,9 @@ import struct
 import pytest
 
 from tests.broker.test_put_flow import MASTER, SETTINGS, new_id, request, start
-from triomq.broker.codes import RequestCode, ResponseCode
-from triomq.broker.escape_bridge import EscapedMessage
-from triomq.broker.put_flow import Append, PutFlow, Reply
+from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.broker.core.escape_bridge import EscapedMessage
+from triomq.broker.send.core.put_flow import Append, PutFlow, Reply
 from triomq.protocol.message import TRANSACTION_COMMIT, TRANSACTION_PREPARED, properties_to_bytes
 
 

@@ -1,12 +1,14 @@
-"""CONSUMER_SEND_MSG_BACK's rules (``triomq.broker.send_back``), without an event loop."""
+"""CONSUMER_SEND_MSG_BACK's rules (``triomq.broker.secondary.core.send_back``), without an
+event loop."""
 
 from __future__ import annotations
 
 import attrs
 import pytest
 
-from triomq.broker.headers import HeaderError, offset_msg_id
-from triomq.broker.send_back import (
+from triomq.broker.consume.core.subscription_groups import SubscriptionGroupConfig
+from triomq.broker.core.headers import HeaderError, offset_msg_id
+from triomq.broker.secondary.core.send_back import (
     Refused,
     SendBackHeader,
     dlq_topic_config,
@@ -17,7 +19,6 @@ from triomq.broker.send_back import (
     send_back,
     topic_refusal,
 )
-from triomq.broker.subscription_groups import SubscriptionGroupConfig
 from triomq.protocol.message import MessageRecord
 from triomq.protocol.route import TopicConfig
 

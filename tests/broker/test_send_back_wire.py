@@ -13,7 +13,7 @@ from test_pull_wire import PULL_MESSAGE, UPDATE_AND_CREATE_TOPIC, call
 from test_runtime_info_wire import open_stream
 
 from triomq.broker.client import Producer
-from triomq.broker.headers import offset_msg_id
+from triomq.broker.core.headers import offset_msg_id
 from triomq.protocol.message import decode
 
 CONSUMER_SEND_MSG_BACK, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 36, 200

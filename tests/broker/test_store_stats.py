@@ -1,10 +1,11 @@
-"""The message counters and rates of GET_BROKER_RUNTIME_INFO (``triomq.broker.store_stats``)."""
+"""The message counters and rates of GET_BROKER_RUNTIME_INFO
+(``triomq.broker.admin.core.store_stats``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from triomq.broker.store_stats import RateSamples, StoreStats, java_double, runtime_text
+from triomq.broker.admin.core.store_stats import RateSamples, StoreStats, java_double, runtime_text
 
 BOOT = 1_700_000_000_000
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.broker.subscription_groups import (
+from triomq.broker.consume.core.subscription_groups import (
     AttributeRefused,
     SubscriptionGroupConfig,
     SubscriptionGroupTable,

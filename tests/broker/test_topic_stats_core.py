@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from test_consume_stats_core import T0, QueueLog
 
-from triomq.broker.topic_stats import TopicOffset, TopicStatsTable, topic_stats
+from triomq.broker.admin.core.topic_stats import TopicOffset, TopicStatsTable, topic_stats
 from triomq.protocol.message_queue import MessageQueue
 from triomq.protocol.route import TopicConfig
 

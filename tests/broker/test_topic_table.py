@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from triomq.broker.topic_table import INVALID_PARAMETER, TopicRefused, TopicTable
+from triomq.broker.metadata.core.topic_table import INVALID_PARAMETER, TopicRefused, TopicTable
 from triomq.protocol.route import DataVersion, RouteDataError, TopicConfig
 
 # topics.json as a RocketMQ 5 broker writes it (TopicConfigAndMappingSerializeWrapper).

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import attrs
 
-from triomq.broker.codes import ResponseCode
-from triomq.broker.transaction import (
+from triomq.broker.core.codes import ResponseCode
+from triomq.broker.secondary.core.transaction import (
     CHECK_MAX_TIME_TOPIC,
     HALF_TOPIC,
     OP_HALF_TOPIC,
@@ -19,7 +19,7 @@ from triomq.broker.transaction import (
     op_offsets,
     transaction_key,
 )
-from triomq.broker.transaction_check import (
+from triomq.broker.secondary.core.transaction_check import (
     CheckSettings,
     Discard,
     HalfEntry,

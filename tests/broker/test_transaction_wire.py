@@ -17,7 +17,7 @@ from broker_nodes import Cluster, wait_until
 from test_pull_wire import PULL_MESSAGE, call, decode_messages
 from test_send_wire import properties
 
-from triomq.broker.transaction import real_message
+from triomq.broker.secondary.core.transaction import real_message
 
 SEND_MESSAGE_V2, END_TRANSACTION = 310, 37
 SUCCESS, SYSTEM_ERROR, NO_PERMISSION, SLAVE_NOT_AVAILABLE = 0, 1, 16, 11

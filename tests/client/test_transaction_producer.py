@@ -6,13 +6,13 @@ import pytest
 import trio
 from client_cluster import open_groups, start_replicated_topic
 
-from triomq.broker.service import broker_of
-from triomq.broker.transaction import (
+from triomq.broker.secondary.core.transaction import (
     CHECK_MAX_TIME_TOPIC,
     HALF_TOPIC,
     OP_HALF_TOPIC,
     TRANSACTION_GROUP,
 )
+from triomq.broker.service import broker_of
 from triomq.client import (
     LocalTransactionState,
     Message,

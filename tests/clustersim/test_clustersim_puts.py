@@ -9,7 +9,7 @@ import pathlib
 import attrs
 
 import triomq.testing
-from triomq.broker.codes import ResponseCode
+from triomq.broker.core.codes import ResponseCode
 from triomq.testing.clustersim import Simulation
 from triomq.testing.clustersim_parts import SIM_MASTER, BrokerSettings, PutResponse
 
@@ -69,8 +69,8 @@ def test_a_sync_state_set_too_small_refuses_before_anything_is_stored() -> None:
 
 
 def test_the_simulation_runs_the_cores_never_the_trio_drivers() -> None:
-    drivers = {"triomq.broker.processor", "triomq.broker.pull_service",
-               "triomq.broker.replicas_manager", "triomq.ha.master_driver",
+    drivers = {"triomq.broker.send.processor", "triomq.broker.consume.pull_service",
+               "triomq.broker.replication.replicas_manager", "triomq.ha.master_driver",
                "triomq.client.producer"}
     folder = pathlib.Path(triomq.testing.__file__).parent
     for path in sorted(folder.glob("clustersim*.py")):
@@ -78,7 +78,7 @@ def test_the_simulation_runs_the_cores_never_the_trio_drivers() -> None:
         imported = {node.module for node in ast.walk(tree)
                     if isinstance(node, ast.ImportFrom) and node.module}
         assert not imported & drivers, path.name
-    for module, core in (("clustersim_puts.py", "triomq.broker.put_flow"),
+    for module, core in (("clustersim_puts.py", "triomq.broker.send.core.put_flow"),
                          ("clustersim_parts.py", "triomq.ha.role_change")):
         tree = ast.parse((folder / module).read_text())
         assert any(isinstance(node, ast.ImportFrom) and node.module == core

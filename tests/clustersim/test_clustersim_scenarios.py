@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.broker.codes import ResponseCode as PutCode
+from triomq.broker.core.codes import ResponseCode as PutCode
 from triomq.controller import ElectMasterEvent, ResponseCode
 from triomq.testing.clustersim import Simulation
 from triomq.testing.clustersim_controller import controller_name

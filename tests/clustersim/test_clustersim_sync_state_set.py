@@ -1,16 +1,16 @@
 """Bugs the simulation found in the framework, kept as regression scenarios.
 
 - an expand whose answer is lost stays counted until it is read back
-  (``framework/ha/master_driver.py``, ``framework/broker/controller_mode.py``);
+  (``framework/ha/master_driver.py``, ``framework/broker/replication/controller_mode.py``);
 - the master adopts the SyncStateSet each poll of its own epoch shows;
 - a restarted master confirms nothing its SyncStateSet members lack
-  (``framework/broker/replicas_manager.py``);
+  (``framework/broker/replication/replicas_manager.py``);
 - a master that hears a newer master epoch completes no more puts.
 """
 
 from __future__ import annotations
 
-from triomq.broker.codes import ResponseCode
+from triomq.broker.core.codes import ResponseCode
 from triomq.testing.clustersim import Simulation
 from triomq.testing.clustersim_controller import controller_name
 

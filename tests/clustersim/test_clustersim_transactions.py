@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.broker import transaction
+from triomq.broker.secondary.core import transaction
 from triomq.testing import clustersim_transactions
 from triomq.testing.clustersim_transactions import run_seed, run_seeds
 

@@ -31,11 +31,11 @@ import attrs
 import pytest
 import trio
 
-from triomq.broker.clients import load_subscription_groups
 from triomq.broker.config import BrokerConfig
-from triomq.broker.index_store import IndexStore
-from triomq.broker.offset_service import load_offsets
-from triomq.broker.topics import load_topics
+from triomq.broker.consume.clients import load_subscription_groups
+from triomq.broker.consume.offset_service import load_offsets
+from triomq.broker.index.index_store import IndexStore
+from triomq.broker.metadata.topics import load_topics
 from triomq.client import Message, Producer, SendResult
 from triomq.client.message import decode_messages
 from triomq.config import NodeConfig

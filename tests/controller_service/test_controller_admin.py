@@ -14,7 +14,7 @@ from controller_service_helpers import (
     wait_leader,
 )
 
-from triomq.broker.replicas_manager import BrokerRole
+from triomq.broker.replication.replicas_manager import BrokerRole
 from triomq.cli import build_parser
 from triomq.plugins.controller_dledger.cli import run_admin
 from triomq.testing.cluster import BROKER_NAME

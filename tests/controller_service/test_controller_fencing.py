@@ -18,7 +18,7 @@ from controller_service_helpers import (
 )
 
 from triomq.broker.client import FlushSlaveTimeout
-from triomq.broker.replicas_manager import BrokerRole
+from triomq.broker.replication.replicas_manager import BrokerRole
 from triomq.controller import ResponseCode
 from triomq.controller.client import ControllerClient, ControllerError
 from triomq.plugins.transport_inproc import get_network

@@ -11,7 +11,7 @@ from controller_service_helpers import (
     wait_leader,
 )
 
-from triomq.broker.replicas_manager import BrokerRole
+from triomq.broker.replication.replicas_manager import BrokerRole
 from triomq.controller.client import ControllerClient
 from triomq.ha.master_driver import MasterFenced
 from triomq.plugins.transport_inproc import get_network

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from triomq.broker.config import BrokerConfig
-from triomq.broker.controller_mode import (
+from triomq.broker.replication.controller_mode import (
     IDENTITY_FILE,
     BrokerIdentity,
     load_identity,

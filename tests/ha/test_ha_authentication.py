@@ -14,7 +14,7 @@ import trio
 from test_ha_driver import inline
 from test_ha_port_bounds import Node, inproc, start_master, wait_for
 
-from triomq.broker.replicas_manager import ReplicasManager
+from triomq.broker.replication.replicas_manager import ReplicasManager
 from triomq.clock import wall_ms
 from triomq.ha.master_driver import HAMasterConfig
 from triomq.ha.slave_driver import HASlave, HASlaveConfig

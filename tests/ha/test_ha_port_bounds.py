@@ -20,7 +20,7 @@ import trio
 import trio.testing
 from test_ha_driver import MemoryLog, Replica, inline, make_slave
 
-from triomq.broker.replicas_manager import ReplicasManager
+from triomq.broker.replication.replicas_manager import ReplicasManager
 from triomq.ha.master_driver import HAMaster, HAMasterConfig
 from triomq.plugins.transport_inproc import InprocNetwork, InprocTransport
 from triomq.plugins.transport_tcp.transport import TcpTransport

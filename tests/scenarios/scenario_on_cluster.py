@@ -16,7 +16,7 @@ import trio
 import triomq.plugins.broker
 import triomq.plugins.controller_dledger
 from triomq.broker.client import Producer, SendError
-from triomq.broker.codes import ResponseCode
+from triomq.broker.core.codes import ResponseCode
 from triomq.controller.client import ControllerClient
 from triomq.controller.service import ControllerService, controller_of
 from triomq.controller.service_core import Elected, Output

@@ -8,7 +8,7 @@ scenario also fails on a ``Violation``.
 
 from __future__ import annotations
 
-from triomq.broker.codes import ResponseCode
+from triomq.broker.core.codes import ResponseCode
 from triomq.testing import scenarios as sc
 from triomq.testing.clustersim import Simulation
 from triomq.testing.clustersim_broker import GROUP

@@ -1,0 +1,1 @@
+"""Admin views: runtime info and consume stats."""

@@ -1,0 +1,1 @@
+"""The admin views' tables and counters (sans-I/O)."""

@@ -1,0 +1,1 @@
+"""Consuming: pulls, consumer offsets, heartbeats and consumer groups, queue locks."""

@@ -1,0 +1,2 @@
+"""The consumption rules (sans-I/O): the pull flow, offsets, subscriptions, the client
+table, locks."""

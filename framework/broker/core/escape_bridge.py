@@ -1,0 +1,102 @@
+"""The escape bridge: how a broker's own services put a message on a master.
+
+RocketMQ's secondary messages (scheduled, transactional, retried) are
+written by the broker itself, not by a client. On a master they go into its
+own log; on a slave acting for an absent master (seed 003) they must not,
+and go to a master elsewhere. Those services write only through an
+``EscapeBridge``, so where a message lands is the bridge's business:
+
+- ``LocalEscapeBridge``: a put through this broker's own put flow (the
+  store's checks, the append, then the wait for the flush and the
+  replicas every send waits for), for a master. A broker that is not
+  master refuses with SERVICE_NOT_AVAILABLE, as a send to it is refused.
+
+Bridges come from plugins (hook ``triomq_escape_bridge``, by name; the
+broker plugin provides ``"local"``); ``triomq.testing.escape_bridge_suite``
+states what every bridge must do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
+
+import attrs
+
+from triomq.broker.core.codes import ResponseCode
+from triomq.protocol.remoting import RemotingCommand
+
+__all__ = ["EscapeBridge", "EscapeResult", "EscapedMessage", "LocalEscapeBridge"]
+
+
+@attrs.frozen
+class EscapedMessage:
+    """A message a broker writes itself: what its record holds before it is stored.
+
+    The bridge sets the store's fields (store host and time, the ``CLUSTER``
+    property, a ``UNIQ_KEY`` when the message has none). A zero
+    ``born_timestamp`` is the store time; no ``born_host`` is the store host.
+    """
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: Mapping[str, str] = attrs.field(factory=dict)
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] | None = None
+    reconsume_times: int = 0
+    #: A committed transactional message's half message (its commit-log offset).
+    prepared_transaction_offset: int = 0
+
+
+@attrs.frozen
+class EscapeResult:
+    """How a put through a bridge ended: RocketMQ's response code and remark, and
+    where the message went when it was stored (a flush or replication timeout
+    still stores it)."""
+
+    code: int
+    remark: str | None = None
+    msg_id: str | None = None
+    queue_id: int | None = None
+    queue_offset: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Stored, flushed and replicated as the master's policy asks."""
+        return self.code == ResponseCode.SUCCESS
+
+    @property
+    def stored(self) -> bool:
+        """On a master's log (``ok``, or a timeout after the append)."""
+        return self.msg_id is not None
+
+    @classmethod
+    def of_response(cls, response: RemotingCommand) -> EscapeResult:
+        """The result a put's answer (SEND_MESSAGE_V2's ``extFields``) says."""
+        fields = response.ext_fields
+        queue_id, queue_offset = fields.get("queueId"), fields.get("queueOffset")
+        return cls(code=response.code, remark=response.remark, msg_id=fields.get("msgId"),
+                   queue_id=int(queue_id) if queue_id is not None else None,
+                   queue_offset=int(queue_offset) if queue_offset is not None else None)
+
+
+class EscapeBridge(Protocol):
+    """Puts a broker's own messages on some master."""
+
+    async def put_message(self, message: EscapedMessage) -> EscapeResult:
+        """Put ``message`` on a master; the result says whether and where it was stored.
+        Refusals are results, never exceptions."""
+        ...
+
+
+class LocalEscapeBridge:
+    """A put through this broker's put flow (``BrokerProcessor.put_own``): a master's."""
+
+    def __init__(self, put_own: Callable[[EscapedMessage], Awaitable[RemotingCommand]]) -> None:
+        self._put_own = put_own
+
+    async def put_message(self, message: EscapedMessage) -> EscapeResult:
+        return EscapeResult.of_response(await self._put_own(message))

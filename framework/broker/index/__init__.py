@@ -1,0 +1,1 @@
+"""RocketMQ's ``index/`` files and the queries that read them."""

@@ -1,0 +1,1 @@
+"""The index files' arithmetic (sans-I/O)."""

@@ -1,0 +1,1 @@
+"""The topic table and the broker's JSON config files (``config/*.json``)."""

@@ -1,0 +1,1 @@
+"""The topic table (sans-I/O)."""

@@ -1,0 +1,1 @@
+"""Registration's rules (sans-I/O)."""

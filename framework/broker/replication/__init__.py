@@ -1,0 +1,2 @@
+"""The broker's role: the HA service, role changes, controller mode and the confirm
+offset checkpoint."""

@@ -1,0 +1,2 @@
+"""Secondary messages: delayed messages, retries and dead letters, transactions, as
+master-term components."""

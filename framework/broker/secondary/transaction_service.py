@@ -1,0 +1,220 @@
+"""Transactional messages on a master: END_TRANSACTION and the check (trio driver).
+
+The rules are ``triomq.broker.secondary.core.transaction`` (half messages, what
+END_TRANSACTION does, the ``TransactionLedger``) and
+``triomq.broker.secondary.core.transaction_check`` (the check's rounds); this driver reads
+the log for them and carries out what they say, every put through the
+escape bridge:
+
+- END_TRANSACTION (37, oneway as producers send it; a request that asks
+  for an answer gets one): commit puts the real message and then the op
+  record, rollback the op record; a slave answers SLAVE_NOT_AVAILABLE, as
+  RocketMQ's ``EndTransactionProcessor`` does, and a bad header
+  INVALID_PARAMETER naming the field;
+- the check (``Scope.MASTER_TERM``: it runs while the broker is master and
+  stops with the term): every ``transaction_check_interval`` one round,
+  CHECK_TRANSACTION_STATE (39, oneway) going to the connection of the half
+  message's producer group heard from last (none connected: the check is
+  counted and tried again next round, as in RocketMQ). Its progress is
+  group ``CID_SYS_RMQ_TRANS``'s consumer offsets.
+
+Each master term rebuilds its ledger from the op queue's first record, and
+from the committed messages of the transactions still open (a commit whose
+op record was not stored before a failover), read from the oldest one's
+half message on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from triomq.broker.components import ComponentView
+from triomq.broker.config import BrokerConfig
+from triomq.broker.consume.offset_service import ConsumerOffsetService
+from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.broker.core.escape_bridge import EscapeBridge, EscapeResult
+from triomq.broker.core.headers import HeaderError, parse_offset_msg_id
+from triomq.broker.core.role import BrokerRole
+from triomq.broker.secondary.core.transaction import (
+    HALF_TOPIC,
+    OP_HALF_TOPIC,
+    TRANSACTION_GROUP,
+    Commit,
+    Rollback,
+    TransactionLedger,
+    end_transaction,
+    op_offsets,
+    parse_end_transaction,
+)
+from triomq.broker.secondary.core.transaction_check import (
+    MAX_SCAN,
+    CheckSettings,
+    Discard,
+    Renew,
+    check_request,
+    op_progress,
+    plan_round,
+)
+from triomq.broker.secondary.core.transaction_reads import TransactionReads
+from triomq.clock import wall_ms
+from triomq.protocol.header_fields import HeaderFieldError
+from triomq.protocol.remoting import RemotingCommand
+from triomq.rpc import RpcConnection, RpcError, RpcServer
+
+__all__ = ["TransactionService"]
+
+log = logging.getLogger("triomq.broker")
+
+#: Seconds a check request may take to be written before it is given up.
+CHECK_WRITE_TIMEOUT = 3.0
+
+
+class TransactionService:
+    """END_TRANSACTION and the check rounds of one broker."""
+
+    def __init__(self, *, config: BrokerConfig, broker: ComponentView, bridge: EscapeBridge,
+                 offsets: ConsumerOffsetService,
+                 producer_connection: Callable[[str], object]) -> None:
+        self.config = config
+        self.broker = broker
+        self.bridge = bridge
+        self.offsets = offsets
+        #: The connection of a producer group to send its checks to (None: none).
+        self.producer_connection = producer_connection
+        self.settings = CheckSettings(
+            transaction_time_out=config.transaction_time_out,
+            transaction_check_max=config.transaction_check_max,
+            transaction_check_interval=config.transaction_check_interval)
+        self.ledger = TransactionLedger()
+        self.reads = TransactionReads(broker.log)
+        #: Check requests written so far (tests and stats read it).
+        self.checks_sent = 0
+
+    def register(self, server: RpcServer) -> None:
+        server.register(RequestCode.END_TRANSACTION, self.end_transaction)
+
+    def role_changed(self, role: BrokerRole, master_epoch: int) -> None:
+        # A new term reads the op records from the first: another master may have
+        # ended transactions since this one last was.
+        self.ledger = TransactionLedger()
+
+    # -- END_TRANSACTION -------------------------------------------------------------
+
+    async def end_transaction(self, request: RemotingCommand, peer: RpcConnection
+                              ) -> RemotingCommand | None:
+        if not self.broker.is_master:
+            return RemotingCommand.response(
+                ResponseCode.SLAVE_NOT_AVAILABLE,
+                remark="the broker is not master: END_TRANSACTION is served by the master")
+        try:
+            header = parse_end_transaction(request.ext_fields)
+        except HeaderFieldError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        self.reads.catch_up(self.ledger, self._progress(HALF_TOPIC))
+        # This term's ledger, even if the term ends while the puts wait.
+        ledger = self.ledger
+        decision = end_transaction(
+            header, self.reads.record_at(header.commit_log_offset), ended=ledger.ended,
+            now_ms=wall_ms(), transaction_time_out=self.settings.transaction_time_out)
+        if decision is None or isinstance(decision, RemotingCommand):
+            if decision is not None:
+                log.info("END_TRANSACTION from %s refused: %s", peer.peer, decision.remark)
+            return decision
+        return await self._end(decision, ledger)
+
+    async def _end(self, decision: Commit | Rollback, ledger: TransactionLedger
+                   ) -> RemotingCommand:
+        commit = isinstance(decision, Commit)
+        ledger.begin(decision.key, "commit" if commit else "rollback")
+        if isinstance(decision, Commit):
+            result = await self.bridge.put_message(decision.real)
+            if not result.stored:
+                ledger.abandon(decision.key)
+                return _answer(result)
+        op = await self.bridge.put_message(decision.op)
+        if not op.stored:
+            if not commit:
+                ledger.abandon(decision.key)
+                return _answer(op)
+            # The real message is stored: this term will not end it again, and a later
+            # one finds the committed message (TransactionReads.catch_up).
+            log.warning("the op record of committed transaction %d was not stored: %s",
+                        decision.key, op.remark)
+        return _answer(result if commit else op)
+
+    # -- the check ---------------------------------------------------------------------
+
+    async def check_loop(self) -> None:
+        """One round every ``transaction_check_interval`` until the term ends."""
+        while True:
+            await trio.sleep(self.settings.transaction_check_interval / 1000)
+            await self.check_once()
+
+    def _progress(self, topic: str) -> int:
+        stored = self.offsets.table.query(TRANSACTION_GROUP, topic, 0)
+        first = self.broker.log.queue_min_offset(topic, 0)
+        return first if stored is None else max(stored, first)
+
+    async def check_once(self) -> None:
+        """One round: check, renew or discard the open half messages due."""
+        start = self._progress(HALF_TOPIC)
+        self.reads.catch_up(self.ledger, start)
+        plan = plan_round(self.reads.queue_records(HALF_TOPIC, start, MAX_SCAN), self.ledger.ended,
+                          self.settings, start=start, now_ms=wall_ms())
+        progress = plan.stop
+        for action in plan.actions:
+            if isinstance(action, (Renew, Discard)):
+                result = await self.bridge.put_message(action.message)
+                if not result.stored:
+                    log.warning("transaction check stopped at half message %d: %s",
+                                action.queue_offset, result.remark)
+                    progress = action.queue_offset
+                    break
+                if isinstance(action, Discard):
+                    log.warning("half message %d was checked %d times: discarded into "
+                                "TRANS_CHECK_MAX_TIME_TOPIC", action.queue_offset,
+                                self.settings.transaction_check_max)
+                elif action.check:
+                    await self._send_check(action.group, result)
+        self._commit_progress(start, progress)
+
+    def _commit_progress(self, start: int, progress: int) -> None:
+        if progress != start:
+            self.offsets.commit(TRANSACTION_GROUP, HALF_TOPIC, 0, progress)
+        op_start = self._progress(OP_HALF_TOPIC)
+        ops = self.reads.queue_records(OP_HALF_TOPIC, op_start, MAX_SCAN)
+        op_done = op_progress(op_start, [op_offsets(op.record) if op.record else []
+                                         for op in ops], progress)
+        if op_done != op_start:
+            self.offsets.commit(TRANSACTION_GROUP, OP_HALF_TOPIC, 0, op_done)
+
+    async def _send_check(self, group: str, renewed: EscapeResult) -> None:
+        try:
+            _, physical = parse_offset_msg_id(renewed.msg_id or "")
+        except HeaderError:
+            return
+        copy = self.reads.record_at(physical)
+        connection = self.producer_connection(group)
+        if copy is None or not isinstance(connection, RpcConnection):
+            log.info("no producer of group %s connected: its transaction is checked later",
+                     group)
+            return
+        request = check_request(copy, self.config.broker_name)
+        try:
+            await connection.invoke_oneway(RequestCode.CHECK_TRANSACTION_STATE, request.fields,
+                                           request.body, timeout=CHECK_WRITE_TIMEOUT)
+        except RpcError as exc:
+            log.info("checking a transaction with %s failed: %s", connection.peer, exc)
+            return
+        self.checks_sent += 1
+
+
+def _answer(result: EscapeResult) -> RemotingCommand:
+    """END_TRANSACTION's answer: SUCCESS once stored (a flush or replication timeout
+    included, as RocketMQ's ``sendFinalMessage`` says), else the put's refusal."""
+    if result.stored:
+        return RemotingCommand.response()
+    return RemotingCommand.response(result.code, remark=result.remark)

@@ -1,0 +1,1 @@
+"""The put's rules (sans-I/O): its checks, its flow and RocketMQ's batch body."""
