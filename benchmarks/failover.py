@@ -62,14 +62,14 @@ import trio
 import triomq.plugins.broker
 import triomq.plugins.controller_dledger
 import triomq.plugins.namesrv
-from triomq.broker.client import Producer, SendError
 from triomq.broker.core.codes import RequestCode as BrokerCode
 from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
-from triomq.namesrv.processor import NameServerCode
+from triomq.namesrv.processor import RequestCode
 from triomq.plugin_manager import PluginManager
 from triomq.protocol.route import TopicRouteData, loads
 from triomq.rpc import RpcError
 from triomq.testing.cluster import BROKER_NAME, free_tcp_port, open_cluster
+from triomq.testing.direct_send import DirectProducer, SendError
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = b"x" * 1024
@@ -183,7 +183,7 @@ async def run_size(root: Path, megabytes: int, trials: int
                 info = await wait_for(full_group)
                 victim = by_address[info.master_address]
                 survivors = [b.address for b in brokers if b is not victim]
-                offset = await Producer(rpc, victim.address).send("bench", BODY)
+                offset = await DirectProducer(rpc, victim.address).send("bench", BODY)
                 acked.append(offset.physical_offset)
                 await wait_for(functools.partial(routed_master, rpc, namesrv, victim.address))
                 start = time.perf_counter()
@@ -209,7 +209,7 @@ async def run_size(root: Path, megabytes: int, trials: int
 
 async def routed_master(rpc, namesrv: str, candidates: str | list[str]) -> str | None:
     """The broker the name server routes topic "bench" to as id 0, if one of ``candidates``."""
-    answer = await rpc.invoke(namesrv, NameServerCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "bench"})
+    answer = await rpc.invoke(namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "bench"})
     if answer.code != 0:
         return None
     (group,) = TopicRouteData.decode(answer.body).broker_datas
@@ -246,7 +246,7 @@ def count_lost(pm: PluginManager, root: Path, acked: list[int]) -> int:
 
 async def fill(rpc, master: str, size: int) -> None:
     """Synchronous 64 KiB puts from eight tasks until the log holds ``size`` bytes."""
-    producer = Producer(rpc, master)
+    producer = DirectProducer(rpc, master)
     written = [0]
 
     async def writer() -> None:
@@ -264,7 +264,7 @@ async def first_put(rpc, candidates: list[str]) -> tuple[str, int]:
     while True:
         for address in candidates:
             try:
-                result = await Producer(rpc, address).send("bench", BODY)
+                result = await DirectProducer(rpc, address).send("bench", BODY)
             except (SendError, RpcError):
                 continue
             return address, result.physical_offset
@@ -304,7 +304,7 @@ async def rocketmq_size(root: Path, megabytes: int, trials: int
                 master = await peer.wait_in_sync(controller)
                 victim = peer.by_address(master)
                 survivors = ["tcp://" + b.address for b in peer.brokers if b is not victim]
-                offset = await Producer(rpc, "tcp://" + master).send("bench", BODY)
+                offset = await DirectProducer(rpc, "tcp://" + master).send("bench", BODY)
                 acked.append(offset.physical_offset)
                 await wait_for(functools.partial(rocketmq_routed, rpc, namesrv, [master]))
                 start = time.perf_counter()
@@ -336,7 +336,7 @@ async def rocketmq_size(root: Path, megabytes: int, trials: int
 async def rocketmq_routed(rpc, namesrv: str, candidates: list[str]) -> str | None:
     """The broker RocketMQ's name server routes "bench" to as id 0, if one of ``candidates``
     (read with ``loads``: its name server writes fastjson's bare integer keys)."""
-    answer = await rpc.invoke(namesrv, NameServerCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "bench"})
+    answer = await rpc.invoke(namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "bench"})
     if answer.code != 0:
         return None
     masters = {group["brokerAddrs"].get("0") for group in loads(answer.body)["brokerDatas"]}

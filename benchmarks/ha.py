@@ -42,7 +42,7 @@ real broker nodes (``triomq.open_node``, role ``broker``, mmap store):
   arenas, the first large runs of page cache: with a 16 MiB warm-up the
   first case ran at a third of the same case later in the run).
   ``--rounds`` repeats the cases, in turn.
-- **put latency**: ``--puts`` sequential ``Producer.send`` calls (1 KiB
+- **put latency**: ``--puts`` sequential ``DirectProducer.send`` calls (1 KiB
   body), first to a master alone (``min_in_sync_replicas = 1``: no wait),
   then to a master with one slave and ``all_ack_in_sync_state_set`` (each
   put waits for the slave's ack). Flush policy ``none`` in both, so the
@@ -74,7 +74,6 @@ import attrs
 import trio
 
 import triomq.plugins.broker
-from triomq.broker.client import Producer
 from triomq.broker.index.core.index_dispatch import SPEEDUPS as KEY_INDEX_SPEEDUPS
 from triomq.broker.service import broker_of
 from triomq.config import NodeConfig, from_mapping
@@ -83,6 +82,7 @@ from triomq.protocol import ha as ha_frames
 from triomq.protocol.commitlog_layout import SPEEDUPS
 from triomq.protocol.message import MessageRecord
 from triomq.runtime import open_node
+from triomq.testing.direct_send import DirectProducer
 
 SEGMENT = 256 << 20
 CHUNK = 256 * 1024
@@ -310,7 +310,7 @@ async def put_latencies(pm: PluginManager, root: Path, puts: int, with_slave: bo
                 broker(pm, f"s-{tag}", root, broker_id=1, master=master.ha_address, extra=extra))
             while len(master.replicas.sync_state_set) < 2:
                 await trio.sleep(0.01)
-        producer = Producer(client.rpc, master.node.address)
+        producer = DirectProducer(client.rpc, master.node.address)
         for _ in range(min(200, puts)):  # warm up the connections
             await producer.send("Lat", body)
         latencies = []

@@ -45,11 +45,11 @@ from pathlib import Path
 import trio
 
 import triomq.plugins.broker
-from triomq.broker.client import Producer
 from triomq.broker.service import broker_of
 from triomq.config import NodeConfig, from_mapping
 from triomq.plugin_manager import PluginManager
 from triomq.runtime import open_node
+from triomq.testing.direct_send import DirectProducer
 
 #: The child process: opens the idle connections, says so, and holds them
 #: until its standard input closes.
@@ -120,7 +120,7 @@ async def idle_connections(ha_address: str, count: int):
         await trio.to_thread.run_sync(child.wait)
 
 
-async def timed_puts(producer: Producer, body: bytes, puts: int) -> list[float]:
+async def timed_puts(producer: DirectProducer, body: bytes, puts: int) -> list[float]:
     latencies = []
     for _ in range(puts):
         start = time.perf_counter()
@@ -152,7 +152,7 @@ async def main(args: argparse.Namespace) -> None:
                 await trio.sleep(0.01)
             ha = master.replicas.ha_master
             assert ha is not None
-            producer = Producer(client.rpc, master.node.address)
+            producer = DirectProducer(client.rpc, master.node.address)
             await timed_puts(producer, body, min(200, args.puts))  # warm up
 
             rpc = master.node.rpc_server

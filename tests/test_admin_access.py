@@ -27,13 +27,12 @@ import trustme
 import triomq.plugins.broker
 import triomq.plugins.controller_dledger
 from triomq.admin_access import NO_PERMISSION, AdminAccess, ClientCertificate
-from triomq.broker.client import Producer
 from triomq.cli import build_parser
 from triomq.cli_credentials import Signer
 from triomq.config import NodeConfig, SecurityConfig, TransportConfig, from_mapping
 from triomq.controller import RequestCode as ControllerCode
 from triomq.errors import ConfigError
-from triomq.namesrv.processor import NameServerCode
+from triomq.namesrv.processor import RequestCode
 from triomq.plugin_manager import PluginManager
 from triomq.plugins.controller_dledger.cli import run_admin as controller_admin
 from triomq.plugins.transport_inproc import InprocNetwork, InprocTransport
@@ -42,6 +41,7 @@ from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection, RpcServer
 from triomq.runtime import open_node
 from triomq.testing.cluster import free_tcp_port, open_cluster
+from triomq.testing.direct_send import DirectProducer
 
 ACCESS_KEY, SECRET_KEY = "rocketmq2", "12345678"
 SECURITY = {"admin_access_key": ACCESS_KEY, "admin_secret_key": SECRET_KEY}
@@ -49,7 +49,7 @@ UPDATE_AND_CREATE_TOPIC = 17
 ACCESS_KEY_FIELD = acl.ACCESS_KEY
 #: The node's wall clock in the pure rule's tests, in ms.
 NOW = 1_700_000_000_000
-DELETE = NameServerCode.DELETE_TOPIC_IN_NAMESRV
+DELETE = RequestCode.DELETE_TOPIC_IN_NAMESRV
 
 
 def rocketmq_signature(fields: dict[str, str], body: bytes, secret_key: str) -> str:
@@ -114,9 +114,9 @@ def test_the_rule_by_hand():
     assert access.refusal(delete_request(signed), other, NOW) is None
     # Anything else stays open, and so does a broker's own ELECT_MASTER.
     assert access.refusal(RemotingCommand.request(310, {}), None, NOW) is None
-    assert access.refusal(RemotingCommand.request(ControllerCode.ELECT_MASTER, {
+    assert access.refusal(RemotingCommand.request(ControllerCode.CONTROLLER_ELECT_MASTER, {
         "designateElect": "false"}), None, NOW) is None
-    assert access.refusal(RemotingCommand.request(ControllerCode.ELECT_MASTER, {
+    assert access.refusal(RemotingCommand.request(ControllerCode.CONTROLLER_ELECT_MASTER, {
         "designateElect": "true"}), None, NOW) is not None
     # With nothing configured, everything is open.
     assert AdminAccess().refusal(delete_request(), None, NOW) is None
@@ -207,7 +207,7 @@ async def test_admin_requests_need_the_signature_others_stay_open(temporary_node
         assert "Signature does not match" in refused_remark(
             await invoke("inproc://ns", DELETE, tampered))
         # Non-admin requests need nothing.
-        answer = await invoke("inproc://ns", NameServerCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        answer = await invoke("inproc://ns", RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
         assert answer.code == 0
         # Signed as RocketMQ signs, computed here: accepted, on the same connection.
         connection = await app.rpc.connection("inproc://ns")
@@ -342,7 +342,7 @@ async def test_mutual_tls_admin_certificate_passes_others_still_produce(tmp_path
             open_node(client_config("app", certificates), plugins=pm) as app:
         address = b0.address
         # The application's certificate: producing works, topic changes do not.
-        result = await Producer(app.rpc, address).send("orders", b"hello")
+        result = await DirectProducer(app.rpc, address).send("orders", b"hello")
         assert result.physical_offset == 0
         remark = refused_remark(await app.rpc.invoke(address, UPDATE_AND_CREATE_TOPIC, topic))
         assert "UPDATE_AND_CREATE_TOPIC (17) needs admin access" in remark
@@ -351,7 +351,7 @@ async def test_mutual_tls_admin_certificate_passes_others_still_produce(tmp_path
         answer = await admin.rpc.invoke(address, UPDATE_AND_CREATE_TOPIC, topic)
         assert answer.code == 0, answer.remark
         # And the application's connection still produces.
-        result = await Producer(app.rpc, address).send("audit", b"after")
+        result = await DirectProducer(app.rpc, address).send("audit", b"after")
         assert result.physical_offset > 0
 
 

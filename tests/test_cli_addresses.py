@@ -165,8 +165,8 @@ async def _silent(request: RemotingCommand, peer: RpcConnection) -> None:
 async def test_controller_commands_give_up_at_their_timeout(
         timeout: float, autojump_clock: trio.testing.MockClock) -> None:
     network = InprocNetwork(f"silent-{timeout}", seed=1)
-    server = RpcServer({RequestCode.GET_METADATA_INFO: _silent,
-                        RequestCode.GET_SYNC_STATE_DATA: _silent})
+    server = RpcServer({RequestCode.CONTROLLER_GET_METADATA_INFO: _silent,
+                        RequestCode.CONTROLLER_GET_SYNC_STATE_DATA: _silent})
     args = build_parser(PluginManager.discover()).parse_args([
         "admin", "get-sync-state-set", "--broker-name", "b", "--timeout", str(timeout),
         "--controller", "inproc://silent-1;inproc://silent-2"])

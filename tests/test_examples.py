@@ -15,10 +15,10 @@ import pytest
 import trio
 
 import triomq
-from triomq.broker.client import Producer
 from triomq.broker.service import broker_of
 from triomq.config import NodeConfig
 from triomq.testing.cluster import free_tcp_port
+from triomq.testing.direct_send import DirectProducer
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FILES = sorted(EXAMPLES.rglob("*.toml"))
@@ -158,7 +158,7 @@ async def _put_and_replicate(nodes: list[triomq.Node]) -> None:
     await _wait_until(lambda: any(b.replicas.is_master for b in brokers))
     master = next(n for n, b in zip(nodes, brokers, strict=True) if b.replicas.is_master)
     async with triomq.open_node(NodeConfig(name="app")) as app:
-        sent = await Producer(app.rpc, master.address).send("orders", b"order 1")
+        sent = await DirectProducer(app.rpc, master.address).send("orders", b"order 1")
     end = broker_of(master).log.max_offset
     assert sent.physical_offset < end
     await _wait_until(lambda: all(b.log.max_offset == end for b in brokers))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from triomq.cli_credentials import Signer
 from triomq.config import SecurityConfig
-from triomq.namesrv.processor import NameServerCode
+from triomq.namesrv.processor import RequestCode
 
 ADMIN = {"admin_access_key": "ops", "admin_secret_key": "ops-secret"}
 INNER = {"inner_client_access_key": "cluster", "inner_client_secret_key": "cluster-secret"}
@@ -24,28 +24,28 @@ async def test_admin_and_internal_requests_each_need_their_own_credential(tempor
             temporary_node("stranger") as stranger:
         address = "inproc://ns-guard"
         # A stranger: internal requests refused, admin ones too, the rest open.
-        answer = await stranger.rpc.invoke(address, NameServerCode.UNREGISTER_BROKER,
+        answer = await stranger.rpc.invoke(address, RequestCode.UNREGISTER_BROKER,
                                            UNREGISTER)
         assert answer.code == NO_PERMISSION
         assert answer.remark.startswith("UNREGISTER_BROKER (104) is cluster-internal")
-        answer = await stranger.rpc.invoke(address, NameServerCode.DELETE_TOPIC_IN_NAMESRV,
+        answer = await stranger.rpc.invoke(address, RequestCode.DELETE_TOPIC_IN_NAMESRV,
                                            {"topic": "t"})
         assert answer.code == NO_PERMISSION and "needs admin access" in answer.remark
         answer = await stranger.rpc.invoke(
-            address, NameServerCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+            address, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
         assert answer.code == 0
         # The admin's signature opens admin requests, not internal ones.
         stranger.rpc.sign = Signer("ops", "ops-secret")
-        answer = await stranger.rpc.invoke(address, NameServerCode.DELETE_TOPIC_IN_NAMESRV,
+        answer = await stranger.rpc.invoke(address, RequestCode.DELETE_TOPIC_IN_NAMESRV,
                                            {"topic": "t"})
         assert answer.code == 0, answer.remark
-        answer = await stranger.rpc.invoke(address, NameServerCode.UNREGISTER_BROKER,
+        answer = await stranger.rpc.invoke(address, RequestCode.UNREGISTER_BROKER,
                                            UNREGISTER)
         assert answer.code == NO_PERMISSION and "is not the cluster's" in answer.remark
         # A node with the cluster's secret signs its internal requests itself, and only
         # those: its admin requests still need the admin's credential.
-        answer = await peer.rpc.invoke(address, NameServerCode.UNREGISTER_BROKER, UNREGISTER)
+        answer = await peer.rpc.invoke(address, RequestCode.UNREGISTER_BROKER, UNREGISTER)
         assert answer.code != NO_PERMISSION, answer.remark
-        answer = await peer.rpc.invoke(address, NameServerCode.DELETE_TOPIC_IN_NAMESRV,
+        answer = await peer.rpc.invoke(address, RequestCode.DELETE_TOPIC_IN_NAMESRV,
                                        {"topic": "t"})
         assert answer.code == NO_PERMISSION and "needs admin access" in answer.remark

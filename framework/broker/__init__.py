@@ -23,5 +23,4 @@ and its trio drivers beside them:
 - ``secondary``: delayed messages, retries and dead letters, transactions.
 - ``index``: RocketMQ's ``index/`` files and the message queries.
 - ``admin``: GET_BROKER_RUNTIME_INFO and GET_CONSUME_STATS.
-- ``client.Producer``: a small client that sends messages to a master.
 """

@@ -51,8 +51,8 @@ import attrs
 import trio
 
 from triomq.client.allocate import Rebalance, rebalance
-from triomq.client.codes import ClientRequestCode as Req
-from triomq.client.codes import ClientResponseCode as Code
+from triomq.client.codes import RequestCode as Req
+from triomq.client.codes import ResponseCode as Code
 from triomq.client.consume_from import ConsumeFromWhere
 from triomq.client.direct_consume import not_consumed_here
 from triomq.client.errors import BrokerError, ClientError, NoRouteError

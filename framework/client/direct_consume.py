@@ -35,7 +35,7 @@ import traceback
 import attrs
 import trio
 
-from triomq.client.codes import ClientResponseCode as Code
+from triomq.client.codes import ResponseCode as Code
 from triomq.client.consume_retry import reset_retry_topic
 from triomq.client.listener import (
     ConsumeConcurrentlyContext,

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import trio
 
-from triomq.client.codes import ClientRequestCode, ClientResponseCode
+from triomq.client.codes import RequestCode, ResponseCode
 from triomq.client.errors import BrokerError
 from triomq.client.queue_pull import subscribe_broker
 from triomq.protocol.remoting import RemotingCommand
@@ -84,16 +84,16 @@ class ClientInstance:
         for _ in range(len(self.namesrv_addrs)):
             address = self.namesrv_addrs[self._namesrv % len(self.namesrv_addrs)]
             try:
-                answer = await self.invoke(address, ClientRequestCode.GET_ROUTEINFO_BY_TOPIC,
+                answer = await self.invoke(address, RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                            {"topic": topic})
             except RpcError as exc:
                 log.info("name server %s: %s", address, exc)
                 error = exc
                 self._namesrv += 1
                 continue
-            if answer.code == ClientResponseCode.TOPIC_NOT_EXIST:
+            if answer.code == ResponseCode.TOPIC_NOT_EXIST:
                 return None
-            if answer.code != ClientResponseCode.SUCCESS:
+            if answer.code != ResponseCode.SUCCESS:
                 raise BrokerError(address, answer.code, answer.remark)
             try:
                 route = TopicRouteData.decode(answer.body)
@@ -159,6 +159,6 @@ class ClientInstance:
                       body: bytes = b"", *, timeout: float | None = None) -> RemotingCommand:
         """``invoke``, raising ``BrokerError`` for an answer other than SUCCESS."""
         answer = await self.invoke(address, code, fields, body, timeout=timeout)
-        if answer.code != ClientResponseCode.SUCCESS:
+        if answer.code != ResponseCode.SUCCESS:
             raise BrokerError(address, answer.code, answer.remark)
         return answer

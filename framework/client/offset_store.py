@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from triomq.client.codes import ClientRequestCode as Req
-from triomq.client.codes import ClientResponseCode as Code
+from triomq.client.codes import RequestCode as Req
+from triomq.client.codes import ResponseCode as Code
 from triomq.client.errors import BrokerError, NoRouteError
 from triomq.client.instance import ClientInstance
 from triomq.client.message import MessageQueue

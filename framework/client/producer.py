@@ -45,7 +45,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from triomq.client.codes import ClientRequestCode
+from triomq.client.codes import RequestCode
 from triomq.client.errors import ClientError, NoRouteError
 from triomq.client.instance import (
     ClientInstance,
@@ -198,7 +198,7 @@ class Producer:
         unique_id = self._ids.next_id(now_ms())
         header = self._header(message.topic, message.flag,
                               {**message.wire_properties(), PROPERTY_UNIQ_KEY: unique_id})
-        return await self._send(ClientRequestCode.SEND_MESSAGE_V2, message.topic, header,
+        return await self._send(RequestCode.SEND_MESSAGE_V2, message.topic, header,
                                 message.body, unique_id, queue)
 
     async def send_batch(self, messages: Sequence[Message],
@@ -221,7 +221,7 @@ class Producer:
         props = {} if messages[0].wait_store_msg_ok else {"WAIT": "false"}
         header = self._header(topic, 0, props)
         header["m"] = "true"  # SendMessageRequestHeaderV2.batch
-        return await self._send(ClientRequestCode.SEND_BATCH_MESSAGE, topic, header,
+        return await self._send(RequestCode.SEND_BATCH_MESSAGE, topic, header,
                                 encode_batch(messages, ids), ",".join(ids), queue)
 
     def send_async(self, message: Message,
@@ -259,7 +259,7 @@ class Producer:
                               {**message.wire_properties(), PROPERTY_UNIQ_KEY: unique_id})
         header.update(e=str(queue.queue_id), n=queue.broker_name)
         connection = await self.instance.connection(dial_address(address))
-        await connection.invoke_oneway(ClientRequestCode.SEND_MESSAGE_V2, header, message.body,
+        await connection.invoke_oneway(RequestCode.SEND_MESSAGE_V2, header, message.body,
                                        timeout=self.send_msg_timeout)
 
     def _header(self, topic: str, flag: int, properties: dict[str, str]) -> dict[str, str]:

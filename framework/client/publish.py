@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from triomq.client.codes import ClientResponseCode as Code
+from triomq.client.codes import ResponseCode as Code
 from triomq.client.message import MessageQueue, SendStatus
 from triomq.protocol.route import MASTER_ID, PERM_WRITE, TopicRouteData
 

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from triomq.client.codes import ClientResponseCode as Code
+from triomq.client.codes import ResponseCode as Code
 from triomq.client.codes import code_name
 from triomq.client.message import (
     PROPERTY_MAX_OFFSET,

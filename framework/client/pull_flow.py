@@ -34,7 +34,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from triomq.client.codes import ClientResponseCode as Code
+from triomq.client.codes import ResponseCode as Code
 from triomq.client.consume_from import ConsumeFromWhere, Lookup, start_offset
 from triomq.client.failover_pause import FIRST_PAUSE, LONGEST_PAUSE, next_pause
 from triomq.client.message import MessageDecodeError, MessageQueue

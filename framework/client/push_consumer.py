@@ -66,7 +66,7 @@ from typing import Any
 import attrs
 import trio
 
-from triomq.client.codes import ClientRequestCode as Req
+from triomq.client.codes import RequestCode as Req
 from triomq.client.consume_retry import (
     DELAY_LEVEL_DLQ,
     max_reconsume_times,

@@ -38,7 +38,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from triomq.client.codes import ClientRequestCode
+from triomq.client.codes import RequestCode
 from triomq.client.errors import BrokerError, ClientError, NoRouteError
 from triomq.client.message import (
     PROPERTY_UNIQ_KEY,
@@ -89,7 +89,7 @@ class TransactionProducer(Producer):
         self._heartbeated: set[str] = set()
 
     def _handlers(self) -> dict[int, Handler]:
-        return {ClientRequestCode.CHECK_TRANSACTION_STATE: self._check_transaction_state}
+        return {RequestCode.CHECK_TRANSACTION_STATE: self._check_transaction_state}
 
     @asynccontextmanager
     async def start(self, connect: Connect) -> AsyncIterator[TransactionProducer]:
@@ -114,7 +114,7 @@ class TransactionProducer(Producer):
         body = heartbeat_body(self.client_id, [self.group], [])
         for address in addresses:
             try:
-                await self.instance.checked(address, ClientRequestCode.HEART_BEAT, {}, body)
+                await self.instance.checked(address, RequestCode.HEART_BEAT, {}, body)
             except (RpcError, BrokerError) as exc:
                 self._heartbeated.discard(address)
                 log.info("heartbeat to %s: %s", address, exc)
@@ -144,7 +144,7 @@ class TransactionProducer(Producer):
         header = self._header(half.topic, half.flag,
                               {**half.wire_properties(), PROPERTY_UNIQ_KEY: unique_id})
         header["f"] = str(PREPARED_SYS_FLAG)
-        result = await self._send(ClientRequestCode.SEND_MESSAGE_V2, half.topic, header,
+        result = await self._send(RequestCode.SEND_MESSAGE_V2, half.topic, header,
                                   half.body, unique_id, None)
         state = local_state(result)
         if state is None:
@@ -163,7 +163,7 @@ class TransactionProducer(Producer):
             if address is None:
                 raise NoRouteError(f"no master known for {broker_name}")
             connection = await self.instance.connection(address)
-            await connection.invoke_oneway(ClientRequestCode.END_TRANSACTION, fields,
+            await connection.invoke_oneway(RequestCode.END_TRANSACTION, fields,
                                            timeout=self.send_msg_timeout)
         except (RpcError, ClientError) as exc:
             # The broker asks about the transaction later.
@@ -193,7 +193,7 @@ class TransactionProducer(Producer):
             state = LocalTransactionState.UNKNOW
         try:
             await connection.invoke_oneway(
-                ClientRequestCode.END_TRANSACTION,
+                RequestCode.END_TRANSACTION,
                 check_end_fields(request.ext_fields, message, state, self.group),
                 timeout=self.send_msg_timeout)
         except RpcError as exc:

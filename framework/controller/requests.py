@@ -344,15 +344,15 @@ def _update_controller_config(header: HeaderFields, body: bytes) -> ControllerRe
 
 
 _DECODERS: dict[int, Callable[[HeaderFields, bytes], ControllerRequest]] = {
-    RequestCode.GET_NEXT_BROKER_ID: _get_next_broker_id,
-    RequestCode.APPLY_BROKER_ID: _apply_broker_id,
-    RequestCode.REGISTER_BROKER: _register_broker,
+    RequestCode.CONTROLLER_GET_NEXT_BROKER_ID: _get_next_broker_id,
+    RequestCode.CONTROLLER_APPLY_BROKER_ID: _apply_broker_id,
+    RequestCode.CONTROLLER_REGISTER_BROKER: _register_broker,
     RequestCode.BROKER_HEARTBEAT: _heartbeat,
-    RequestCode.ALTER_SYNC_STATE_SET: _alter_sync_state_set,
-    RequestCode.ELECT_MASTER: _elect_master,
-    RequestCode.GET_REPLICA_INFO: _get_replica_info,
-    RequestCode.GET_METADATA_INFO: lambda header, body: GetMetadata(),
-    RequestCode.GET_SYNC_STATE_DATA: _get_sync_state_data,
+    RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: _alter_sync_state_set,
+    RequestCode.CONTROLLER_ELECT_MASTER: _elect_master,
+    RequestCode.CONTROLLER_GET_REPLICA_INFO: _get_replica_info,
+    RequestCode.CONTROLLER_GET_METADATA_INFO: lambda header, body: GetMetadata(),
+    RequestCode.CONTROLLER_GET_SYNC_STATE_DATA: _get_sync_state_data,
     RequestCode.CLEAN_BROKER_DATA: _clean_broker_data,
     RequestCode.GET_CONTROLLER_CONFIG: lambda header, body: GetControllerConfig(),
     RequestCode.UPDATE_CONTROLLER_CONFIG: _update_controller_config,
@@ -419,16 +419,16 @@ def request_frame(request: ControllerRequest) -> tuple[RequestCode, dict[str, st
     ``decode_request`` reads); ``ValueError`` for ``Malformed``, which only a
     controller makes."""
     if isinstance(request, GetNextBrokerId):
-        return RequestCode.GET_NEXT_BROKER_ID, {
+        return RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, {
             "clusterName": request.cluster_name, "brokerName": request.broker_name}, b""
     if isinstance(request, ApplyBrokerId):
-        return RequestCode.APPLY_BROKER_ID, {
+        return RequestCode.CONTROLLER_APPLY_BROKER_ID, {
             "clusterName": request.cluster_name, "brokerName": request.broker_name,
             "appliedBrokerId": str(request.broker_id),
             "registerCheckCode": request.check_code,
             "brokerAddress": request.broker_address}, b""
     if isinstance(request, RegisterBroker):
-        return RequestCode.REGISTER_BROKER, {
+        return RequestCode.CONTROLLER_REGISTER_BROKER, {
             "clusterName": request.cluster_name, "brokerName": request.broker_name,
             "brokerId": str(request.broker_id), "brokerAddress": request.broker_address}, b""
     if isinstance(request, BrokerHeartbeat):
@@ -442,7 +442,7 @@ def request_frame(request: ControllerRequest) -> tuple[RequestCode, dict[str, st
             fields["heartbeatTimeoutMills"] = str(request.heartbeat_timeout_ms)
         return RequestCode.BROKER_HEARTBEAT, fields, b""
     if isinstance(request, AlterSyncStateSet):
-        return RequestCode.ALTER_SYNC_STATE_SET, {
+        return RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, {
             "brokerName": request.broker_name,
             "masterBrokerId": str(request.master_broker_id),
             "masterEpoch": str(request.master_epoch),
@@ -453,15 +453,15 @@ def request_frame(request: ControllerRequest) -> tuple[RequestCode, dict[str, st
                   "designateElect": _flag(request.designate)}
         if request.broker_id is not None:
             fields["brokerId"] = str(request.broker_id)
-        return RequestCode.ELECT_MASTER, fields, b""
+        return RequestCode.CONTROLLER_ELECT_MASTER, fields, b""
     if isinstance(request, GetReplicaInfo):
-        return RequestCode.GET_REPLICA_INFO, {"brokerName": request.broker_name}, b""
+        return RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": request.broker_name}, b""
     if isinstance(request, GetSyncStateData):
         # mqadmin's way: the names as a JSON list in the body.
-        return RequestCode.GET_SYNC_STATE_DATA, {}, json.dumps(
+        return RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {}, json.dumps(
             sorted(set(request.broker_names))).encode()
     if isinstance(request, GetMetadata):
-        return RequestCode.GET_METADATA_INFO, {}, b""
+        return RequestCode.CONTROLLER_GET_METADATA_INFO, {}, b""
     if isinstance(request, CleanBrokerData):
         fields = {"brokerName": request.broker_name,
                   "isCleanLivingBroker": _flag(request.clean_living_broker)}

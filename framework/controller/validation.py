@@ -168,25 +168,25 @@ _CLUSTER = _rule("clusterName", "cluster_name", _name)
 _GROUP = _rule("brokerName", "broker_name", _name)
 
 _RULES: dict[type, tuple[RequestCode, tuple[_Rule, ...]]] = {
-    GetNextBrokerId: (RequestCode.GET_NEXT_BROKER_ID, (_CLUSTER, _GROUP)),
-    ApplyBrokerId: (RequestCode.APPLY_BROKER_ID, (
+    GetNextBrokerId: (RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, (_CLUSTER, _GROUP)),
+    ApplyBrokerId: (RequestCode.CONTROLLER_APPLY_BROKER_ID, (
         _CLUSTER, _GROUP, _rule("appliedBrokerId", "broker_id", _broker_id, _BAD_ID),
         _rule("brokerAddress", "broker_address", check_address),
         _rule("registerCheckCode", "check_code", _check_code))),
-    RegisterBroker: (RequestCode.REGISTER_BROKER, (
+    RegisterBroker: (RequestCode.CONTROLLER_REGISTER_BROKER, (
         _CLUSTER, _GROUP, _rule("brokerId", "broker_id", _broker_id, _BAD_ID),
         _rule("brokerAddress", "broker_address", check_address))),
     BrokerHeartbeat: (RequestCode.BROKER_HEARTBEAT, (
         _CLUSTER, _GROUP, _rule("brokerId", "broker_id", _broker_id, _BAD_ID),
         _rule("brokerAddr", "broker_address", check_address))),
-    AlterSyncStateSet: (RequestCode.ALTER_SYNC_STATE_SET, (
+    AlterSyncStateSet: (RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, (
         _GROUP, _rule("masterBrokerId", "master_broker_id", _broker_id, _BAD_ID),
         _rule("newSyncStateSet", "new_sync_state_set", _each(_broker_id), _BAD_ID))),
-    ElectMaster: (RequestCode.ELECT_MASTER, (
+    ElectMaster: (RequestCode.CONTROLLER_ELECT_MASTER, (
         _CLUSTER, _GROUP,
         _rule("brokerId", "broker_id", _optional(_broker_id), _BAD_ID))),
-    GetReplicaInfo: (RequestCode.GET_REPLICA_INFO, (_GROUP,)),
-    GetSyncStateData: (RequestCode.GET_SYNC_STATE_DATA, (
+    GetReplicaInfo: (RequestCode.CONTROLLER_GET_REPLICA_INFO, (_GROUP,)),
+    GetSyncStateData: (RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, (
         _rule("", "broker_names", _each(_name), where="body"),)),
     CleanBrokerData: (RequestCode.CLEAN_BROKER_DATA, (
         _rule("clusterName", "cluster_name", _optional(_name)), _GROUP,

@@ -52,7 +52,6 @@ and the connection stays open.
 
 from __future__ import annotations
 
-import enum
 import zlib
 from collections.abc import Callable, Hashable
 
@@ -66,6 +65,7 @@ from triomq.namesrv.route_info import BrokerRegistration, RouteInfo, RouteRefuse
 from triomq.protocol.header_fields import HeaderFields
 from triomq.protocol.java_properties import PropertiesError, dump_properties, load_properties
 from triomq.protocol.remoting import RemotingCommand
+from triomq.protocol.request_codes import RequestCode
 from triomq.protocol.response_codes import ResponseCode
 from triomq.protocol.route import (
     DataVersion,
@@ -75,32 +75,9 @@ from triomq.protocol.route import (
     loads,
 )
 
-__all__ = ["NameServerCode", "NameServerCore", "ResponseCode"]
+__all__ = ["NameServerCore", "RequestCode", "ResponseCode"]
 
 
-class NameServerCode(enum.IntEnum):
-    """Requests a name server serves, and the one it sends (RocketMQ's numbers)."""
-
-    PUT_KV_CONFIG = 100
-    GET_KV_CONFIG = 101
-    DELETE_KV_CONFIG = 102
-    REGISTER_BROKER = 103
-    UNREGISTER_BROKER = 104
-    GET_ROUTEINFO_BY_TOPIC = 105
-    GET_BROKER_CLUSTER_INFO = 106
-    WIPE_WRITE_PERM_OF_BROKER = 205
-    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
-    DELETE_TOPIC_IN_NAMESRV = 216
-    GET_KVLIST_BY_NAMESPACE = 219
-    GET_TOPICS_BY_CLUSTER = 224
-    GET_SYSTEM_TOPIC_LIST_FROM_NS = 304
-    UPDATE_NAMESRV_CONFIG = 318
-    GET_NAMESRV_CONFIG = 319
-    QUERY_DATA_VERSION = 322
-    ADD_WRITE_PERM_OF_BROKER = 327
-    GET_BROKER_MEMBER_GROUP = 901
-    BROKER_HEARTBEAT = 904
-    NOTIFY_MIN_BROKER_ID_CHANGE = 905
 
 
 class NameServerCore:
@@ -121,25 +98,25 @@ class NameServerCore:
         self.facts = facts if facts is not None else Facts()
         self._handlers: dict[int, Callable[[RemotingCommand, Hashable, int],
                                            RemotingCommand]] = {
-            NameServerCode.REGISTER_BROKER: self._register,
-            NameServerCode.UNREGISTER_BROKER: self._unregister,
-            NameServerCode.GET_ROUTEINFO_BY_TOPIC: self._route,
-            NameServerCode.GET_BROKER_CLUSTER_INFO: self._cluster_info,
-            NameServerCode.BROKER_HEARTBEAT: self._heartbeat,
-            NameServerCode.QUERY_DATA_VERSION: self._query_data_version,
-            NameServerCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._topic_list,
-            NameServerCode.DELETE_TOPIC_IN_NAMESRV: self._delete_topic,
-            NameServerCode.GET_BROKER_MEMBER_GROUP: self._member_group,
-            NameServerCode.GET_TOPICS_BY_CLUSTER: self._topics_of_cluster,
-            NameServerCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self._system_topics,
-            NameServerCode.WIPE_WRITE_PERM_OF_BROKER: self._wipe_write_perm,
-            NameServerCode.ADD_WRITE_PERM_OF_BROKER: self._add_write_perm,
-            NameServerCode.PUT_KV_CONFIG: self._put_kv,
-            NameServerCode.GET_KV_CONFIG: self._get_kv,
-            NameServerCode.DELETE_KV_CONFIG: self._delete_kv,
-            NameServerCode.GET_KVLIST_BY_NAMESPACE: self._kv_list,
-            NameServerCode.GET_NAMESRV_CONFIG: self._get_config,
-            NameServerCode.UPDATE_NAMESRV_CONFIG: self._update_config,
+            RequestCode.REGISTER_BROKER: self._register,
+            RequestCode.UNREGISTER_BROKER: self._unregister,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self._route,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self._cluster_info,
+            RequestCode.BROKER_HEARTBEAT: self._heartbeat,
+            RequestCode.QUERY_DATA_VERSION: self._query_data_version,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._topic_list,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self._delete_topic,
+            RequestCode.GET_BROKER_MEMBER_GROUP: self._member_group,
+            RequestCode.GET_TOPICS_BY_CLUSTER: self._topics_of_cluster,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self._system_topics,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self._wipe_write_perm,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self._add_write_perm,
+            RequestCode.PUT_KV_CONFIG: self._put_kv,
+            RequestCode.GET_KV_CONFIG: self._get_kv,
+            RequestCode.DELETE_KV_CONFIG: self._delete_kv,
+            RequestCode.GET_KVLIST_BY_NAMESPACE: self._kv_list,
+            RequestCode.GET_NAMESRV_CONFIG: self._get_config,
+            RequestCode.UPDATE_NAMESRV_CONFIG: self._update_config,
         }
 
     def _apply_route_settings(self) -> None:
@@ -179,7 +156,7 @@ class NameServerCore:
                 fields["offlineBrokerAddr"] = notice.offline_broker_address
             if notice.ha_broker_address is not None:
                 fields["haBrokerAddr"] = notice.ha_broker_address
-            command = RemotingCommand.request(NameServerCode.NOTIFY_MIN_BROKER_ID_CHANGE,
+            command = RemotingCommand.request(RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE,
                                               fields, oneway=True)
             out.extend((address, command) for address in notice.notify)
         return out

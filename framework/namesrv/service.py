@@ -31,7 +31,7 @@ from triomq.durable_files import replace_atomically
 from triomq.errors import PluginError
 from triomq.namesrv.config_properties import Facts
 from triomq.namesrv.kv_config import KVConfig, KVConfigError
-from triomq.namesrv.processor import NameServerCode, NameServerCore
+from triomq.namesrv.processor import NameServerCore, RequestCode
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection, RpcError
 
@@ -63,7 +63,7 @@ def broker_rpc_address(address: str) -> str:
 KV_CONFIG_FILE = "kvConfig.json"
 
 #: The requests that change the KV config, answered once it is saved.
-_KV_WRITES = frozenset({NameServerCode.PUT_KV_CONFIG, NameServerCode.DELETE_KV_CONFIG})
+_KV_WRITES = frozenset({RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG})
 
 
 def _load_kv(path: str | None) -> KVConfig:
@@ -131,15 +131,15 @@ async def namesrv_service(node: Node, task_status: trio.TaskStatus[NameServerCor
             core.route.touch(fields.get("clusterName", ""), fields.get("brokerAddr", ""),
                              now_ms())
 
-        for code in sorted(core.codes - {NameServerCode.BROKER_HEARTBEAT}):
+        for code in sorted(core.codes - {RequestCode.BROKER_HEARTBEAT}):
             if code in _KV_WRITES:
                 node.rpc_server.register(code, handle_kv_write)
             else:
                 node.rpc_server.register(code, handle, inline=True)
         # A controller embedded in this node answers BROKER_HEARTBEAT (904) for
         # itself; the routes still count every heartbeat as a sign of life.
-        node.rpc_server.register_fallback(NameServerCode.BROKER_HEARTBEAT, handle, inline=True)
-        node.rpc_server.observe(NameServerCode.BROKER_HEARTBEAT, heard)
+        node.rpc_server.register_fallback(RequestCode.BROKER_HEARTBEAT, handle, inline=True)
+        node.rpc_server.observe(RequestCode.BROKER_HEARTBEAT, heard)
         node.rpc_server.on_connection_closed.append(closed)
         _cores[node] = core
         task_status.started(core)

@@ -60,7 +60,6 @@ from triomq.client.queue_pull import (
     subscribe_broker,
 )
 from triomq.client.subscription import SubscriptionData
-from triomq.namesrv.processor import NameServerCode
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import RouteDataError, TopicRouteData
 from triomq.testing.clustersim_namesrv import NamesrvRequest, NamesrvResponse, broker_of
@@ -245,7 +244,7 @@ class SimConsumer:
             if stream is None:
                 return
             self.connections[namesrv] = stream
-        command = RemotingCommand.request(NameServerCode.GET_ROUTEINFO_BY_TOPIC,
+        command = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                           {"topic": TOPIC})
         self._send(namesrv, NamesrvRequest(self.sim.next_request_id(), stream.id, command))
 

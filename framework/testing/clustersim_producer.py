@@ -30,7 +30,6 @@ from triomq.client.send_flow import (
     Sent,
     Wait,
 )
-from triomq.namesrv.processor import NameServerCode
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import RouteDataError, TopicRouteData
 from triomq.protocol.topic_rules import AUTO_CREATE_TOPIC
@@ -194,7 +193,7 @@ class SimProducer:
             self.connections[namesrv] = stream
         rid = sim.next_request_id()
         self.fetching = (rid, sim.now + ROUTE_TIMEOUT_MS)
-        command = RemotingCommand.request(NameServerCode.GET_ROUTEINFO_BY_TOPIC,
+        command = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                           {"topic": TOPIC})
         sim.network.send(PRODUCER, namesrv, NamesrvRequest(rid, stream.id, command), sim.now)
 

@@ -32,7 +32,7 @@ from typing import TextIO
 from triomq.cli_address import Unreachable
 from triomq.cli_credentials import add_credential_options
 from triomq.client import BrokerError, ClientError, Message, MessageDecodeError, MessageExt
-from triomq.client.codes import ClientRequestCode
+from triomq.client.codes import RequestCode
 from triomq.client.instance import ClientInstance
 from triomq.client.producer import Producer
 from triomq.client.pull import PullError, PullStatus, pull_header, read_pull_response
@@ -106,7 +106,7 @@ async def _read_queue(instance: ClientInstance, address: str, group: str, queue:
     while len(found) < max_num:
         fields = pull_header(group, queue, offset, min(32, max_num - len(found)), everything,
                              suspend_ms=None, with_subscription=True)
-        answer = await instance.invoke(address, ClientRequestCode.PULL_MESSAGE, fields)
+        answer = await instance.invoke(address, RequestCode.PULL_MESSAGE, fields)
         result = read_pull_response(answer.code, answer.remark, answer.ext_fields,
                                     answer.body, queue, everything)
         found += result.messages

@@ -27,7 +27,7 @@ from triomq.cli_address import Unreachable
 from triomq.cli_credentials import add_credential_options
 from triomq.cli_table import table
 from triomq.client import BrokerError
-from triomq.client.codes import ClientResponseCode
+from triomq.client.codes import ResponseCode
 from triomq.client.instance import ClientInstance, dial_address
 from triomq.plugins.client_cli.session import (
     CommandError,
@@ -89,7 +89,7 @@ async def examine_consume_stats(instance: ClientInstance, group: str, topic: str
         where = f"consume stats of {broker.broker_name} ({address})"
         try:
             answer = await instance.invoke(dial_address(address), GET_CONSUME_STATS, fields)
-            if answer.code != ClientResponseCode.SUCCESS:
+            if answer.code != ResponseCode.SUCCESS:
                 raise BrokerError(address, answer.code, answer.remark)
             merged = merged.merge(ConsumeStats.decode(answer.body))
         except RpcError as exc:

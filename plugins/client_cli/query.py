@@ -31,7 +31,7 @@ from triomq.broker.core.headers import HeaderError, parse_offset_msg_id
 from triomq.cli_address import Unreachable
 from triomq.cli_credentials import add_credential_options
 from triomq.client import BrokerError, MessageDecodeError, MessageExt
-from triomq.client.codes import ClientResponseCode
+from triomq.client.codes import ResponseCode
 from triomq.client.instance import ClientInstance, dial_address
 from triomq.client.message import decode_messages
 from triomq.plugins.client_cli.message_text import message_json, message_line
@@ -110,9 +110,9 @@ async def _by_key(instance: ClientInstance, topic: str, key: str, *, max_num: in
             continue
         try:
             answer = await instance.invoke(address, QUERY_MESSAGE, fields)
-            if answer.code == ClientResponseCode.QUERY_NOT_FOUND:
+            if answer.code == ResponseCode.QUERY_NOT_FOUND:
                 continue
-            if answer.code != ClientResponseCode.SUCCESS:
+            if answer.code != ResponseCode.SUCCESS:
                 raise BrokerError(address, answer.code, answer.remark)
             found += decode_messages(answer.body, name)
         except RpcError as exc:
@@ -142,7 +142,7 @@ async def _view(instance: ClientInstance, msg_id: str) -> list[MessageExt]:
                                        {"offset": str(offset)})
     except RpcError as exc:
         raise Unreachable("broker", {dial_address(address): exc}) from None
-    if answer.code != ClientResponseCode.SUCCESS:
+    if answer.code != ResponseCode.SUCCESS:
         return []  # no record starts at that offset (RocketMQ answers SYSTEM_ERROR)
     try:
         return decode_messages(answer.body, name)

@@ -29,11 +29,10 @@ from triomq import open_node
 from triomq.cli_address import Unreachable, dial_addresses
 from triomq.cli_connection import client_config
 from triomq.cli_credentials import sign_requests
-from triomq.client.codes import ClientRequestCode, ClientResponseCode
+from triomq.client.codes import RequestCode, ResponseCode
 from triomq.client.errors import BrokerError
 from triomq.client.instance import ClientInstance
 from triomq.errors import TriomqError
-from triomq.namesrv.processor import NameServerCode
 from triomq.plugin_manager import PluginManager
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import ClusterInfo, RouteDataError, TopicRouteData
@@ -103,7 +102,7 @@ async def ask_namesrv(instance: ClientInstance, code: int, what: str,
 async def cluster_info(instance: ClientInstance) -> ClusterInfo:
     """The name servers' cluster info (GET_BROKER_CLUSTER_INFO); ``Unreachable`` if
     none answers, ``CommandError`` if the answer does not decode."""
-    answer = await ask_namesrv(instance, NameServerCode.GET_BROKER_CLUSTER_INFO,
+    answer = await ask_namesrv(instance, RequestCode.GET_BROKER_CLUSTER_INFO,
                                "cluster info")
     assert answer is not None
     try:
@@ -115,9 +114,9 @@ async def cluster_info(instance: ClientInstance) -> ClusterInfo:
 async def find_route(instance: ClientInstance, topic: str) -> TopicRouteData | None:
     """``topic``'s route from the name servers (kept by ``instance``), None if none
     knows the topic; ``Unreachable`` if none answers."""
-    answer = await ask_namesrv(instance, ClientRequestCode.GET_ROUTEINFO_BY_TOPIC,
+    answer = await ask_namesrv(instance, RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                f"route of topic {topic!r}", {"topic": topic},
-                               absent=ClientResponseCode.TOPIC_NOT_EXIST)
+                               absent=ResponseCode.TOPIC_NOT_EXIST)
     if answer is None:
         return None
     try:

@@ -150,7 +150,7 @@ async def _find_controllers(rpc: RpcClient, addresses: list[str], deadline: floa
             failures[address] = "not tried: --timeout passed"
             continue
         try:
-            response = await rpc.invoke(address, RequestCode.GET_METADATA_INFO,
+            response = await rpc.invoke(address, RequestCode.CONTROLLER_GET_METADATA_INFO,
                                         timeout=timeout)
         except RpcError as exc:
             failures[address] = exc

@@ -36,7 +36,7 @@ from triomq.cli_connection import client_config
 from triomq.cli_credentials import add_credential_options, sign_requests
 from triomq.cli_table import table as text_table
 from triomq.errors import TriomqError
-from triomq.namesrv.processor import NameServerCode
+from triomq.namesrv.processor import RequestCode
 from triomq.plugin_manager import PluginManager
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import MASTER_ID, ClusterInfo, RouteDataError, TopicRouteData, loads
@@ -127,7 +127,7 @@ class _Admin:
         raise Unreachable("name server", failures)
 
     async def cluster_info(self) -> ClusterInfo:
-        answer = await self.namesrv(NameServerCode.GET_BROKER_CLUSTER_INFO, what="cluster info")
+        answer = await self.namesrv(RequestCode.GET_BROKER_CLUSTER_INFO, what="cluster info")
         return ClusterInfo.decode(answer.body)
 
     async def masters(self, cluster: str) -> list[tuple[str, str]]:
@@ -158,14 +158,14 @@ async def _update_topic(admin: _Admin, args: argparse.Namespace) -> tuple[Any, s
 
 
 async def _topic_list(admin: _Admin, args: argparse.Namespace) -> tuple[Any, str]:
-    answer = await admin.namesrv(NameServerCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+    answer = await admin.namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
                                  what="topic list")
     topics = sorted(loads(answer.body, "topic list").get("topicList", []))
     return {"topicList": topics}, "\n".join(topics)
 
 
 async def _topic_route(admin: _Admin, args: argparse.Namespace) -> tuple[Any, str]:
-    answer = await admin.namesrv(NameServerCode.GET_ROUTEINFO_BY_TOPIC, {"topic": args.topic},
+    answer = await admin.namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": args.topic},
                                  f"route of {args.topic}")
     route = TopicRouteData.decode(answer.body)
     queues = text_table(("brokerName", "readQueueNums", "writeQueueNums", "perm"),
@@ -193,7 +193,7 @@ async def _delete_topic(admin: _Admin, args: argparse.Namespace) -> tuple[Any, s
         await admin.call(dial_address(address), DELETE_TOPIC_IN_BROKER, {"topic": args.topic},
                          f"delete topic {args.topic} on {address}")
     for address in admin.namesrvs:
-        await admin.call(address, NameServerCode.DELETE_TOPIC_IN_NAMESRV,
+        await admin.call(address, RequestCode.DELETE_TOPIC_IN_NAMESRV,
                          {"topic": args.topic, "clusterName": args.cluster},
                          f"delete topic {args.topic} on name server {address}", "name server")
     rows = [(name, address) for name, address in masters]

@@ -20,9 +20,9 @@ import trio
 from processes import NodeProcess, closed_by_peer
 from test_oversize_requests import attack_header
 
-from triomq.broker.client import Producer, ServiceNotAvailable
 from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
 from triomq.testing.cluster import BROKER_NAME, open_cluster
+from triomq.testing.direct_send import DirectProducer, ServiceNotAvailable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chaos"))
 from broker_processes import replica_sections
@@ -60,7 +60,7 @@ async def test_the_header_attack_causes_no_failover_and_loses_nothing(tmp_path) 
                 await replica.start()
             before = await replica_info()
             master = next(r for r in replicas if r.address == before.master_address)
-            producer = Producer(client.rpc, master.address)
+            producer = DirectProducer(client.rpc, master.address)
             with trio.fail_after(60):  # until the master has taken its role
                 while True:
                     try:

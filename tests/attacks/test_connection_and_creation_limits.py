@@ -14,13 +14,13 @@ import json
 import trio
 from processes import broker_sections, closed_by_peer, connect_from, node_process
 
-from triomq.broker.client import Producer, SendError
 from triomq.client.consume_from import ConsumeFromWhere
 from triomq.client.subscription import SubscriptionData
 from triomq.client.wire import ConsumerData, ConsumeType, heartbeat_body
 from triomq.config import NodeConfig
 from triomq.rpc import RpcConnection, RpcConnectionError
 from triomq.runtime import open_node
+from triomq.testing.direct_send import DirectProducer, SendError
 
 SUCCESS, TOPIC_NOT_EXIST, SUBSCRIPTION_GROUP_NOT_EXIST = 0, 17, 26
 PULL_MESSAGE, UPDATE_CONSUMER_OFFSET, UPDATE_AND_CREATE_TOPIC = 11, 15, 17
@@ -89,7 +89,7 @@ async def test_auto_created_topics_and_groups_stop_at_their_limits(tmp_path) -> 
     sections = broker_sections(tmp_path, CREATION_LIMITS)
     async with (node_process("broker", "b", tmp_path, sections) as broker,
                 open_node(NodeConfig(name="client")) as client):
-        producer = Producer(client.rpc, broker.address)
+        producer = DirectProducer(client.rpc, broker.address)
 
         async def topic_count() -> int:
             answer = await client.rpc.invoke(broker.address, GET_ALL_TOPIC_CONFIG)

@@ -16,7 +16,6 @@ import zlib
 
 from processes import broker_sections, node_process
 
-from triomq.broker.client import Producer
 from triomq.broker.core.headers import SendHeader, encode_send_header
 from triomq.config import NodeConfig
 from triomq.protocol.message import COMPRESSED
@@ -28,6 +27,7 @@ from triomq.protocol.route import (
     encode_register_broker_body,
 )
 from triomq.runtime import open_node
+from triomq.testing.direct_send import DirectProducer
 
 MIB = 1024 * 1024
 SEND_MESSAGE_V2 = 310
@@ -50,7 +50,7 @@ async def test_a_compressed_bomb_is_refused_at_send_time(tmp_path) -> None:
     assert len(bomb) < 210_000
     async with (node_process("broker", "b", tmp_path, broker_sections(tmp_path)) as broker,
                 open_node(NodeConfig(name="client")) as client):
-        producer = Producer(client.rpc, broker.address)
+        producer = DirectProducer(client.rpc, broker.address)
         await producer.send("t", b"before")
         memory_before = broker.peak_rss()
         fields = encode_send_header(SendHeader(topic="t", sys_flag=COMPRESSED))

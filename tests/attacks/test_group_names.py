@@ -11,10 +11,10 @@ import json
 
 from processes import broker_sections, node_process
 
-from triomq.broker.client import Producer
 from triomq.broker.core.headers import SendHeader, encode_send_header
 from triomq.config import NodeConfig
 from triomq.runtime import open_node
+from triomq.testing.direct_send import DirectProducer
 
 SUCCESS, INVALID_PARAMETER = 0, 29
 PULL_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET = 11, 14, 15
@@ -36,7 +36,7 @@ def commit(group: str, offset: int) -> dict[str, str]:
 async def test_bad_group_names_are_refused_and_never_written(tmp_path) -> None:
     async with (node_process("broker", "b", tmp_path, broker_sections(tmp_path)) as broker,
                 open_node(NodeConfig(name="client")) as client):
-        await Producer(client.rpc, broker.address).send("t", b"m")
+        await DirectProducer(client.rpc, broker.address).send("t", b"m")
 
         async def ask(code: int, fields: dict[str, str]):
             return await client.rpc.invoke(broker.address, code, fields)

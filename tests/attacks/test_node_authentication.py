@@ -22,8 +22,6 @@ from pathlib import Path
 import trio
 from processes import NodeProcess
 
-from triomq.broker.client import Producer as BrokerProducer
-from triomq.broker.client import SendError, ServiceNotAvailable
 from triomq.client import ConsumeFromWhere, LitePullConsumer, Message, Producer
 from triomq.client.errors import ClientError
 from triomq.clock import wall_ms
@@ -33,6 +31,7 @@ from triomq.protocol.ha import Credential, SlaveHandshake, encode
 from triomq.protocol.route import TopicRouteData
 from triomq.rpc import RpcError
 from triomq.testing.cluster import BROKER_NAME, open_cluster
+from triomq.testing.direct_send import DirectProducer, SendError, ServiceNotAvailable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chaos"))
 from broker_processes import replica_sections, wait_group
@@ -175,7 +174,7 @@ async def test_a_secured_cluster_works_and_refuses_strangers(tmp_path: Path) -> 
 async def test_forged_ha_acks_are_refused_and_the_master_does_not_acknowledge(
         tmp_path: Path) -> None:
     async def test(group: SecuredGroup, client, controllers) -> None:
-        producer = BrokerProducer(client.rpc, group.master.address, timeout=10.0)
+        producer = DirectProducer(client.rpc, group.master.address, timeout=10.0)
         with trio.fail_after(60):  # until the master has taken its role
             while True:
                 try:

@@ -16,11 +16,11 @@ import struct
 import trio
 from processes import broker_sections, closed_by_peer, node_process
 
-from triomq.broker.client import Producer
 from triomq.broker.core.headers import SendHeader, encode_send_header
 from triomq.config import NodeConfig
 from triomq.rpc import RpcConnection, RpcConnectionError
 from triomq.runtime import open_node
+from triomq.testing.direct_send import DirectProducer
 
 SEND_MESSAGE_V2 = 310
 SYSTEM_ERROR = 1
@@ -41,7 +41,7 @@ async def test_a_13_mb_header_is_refused_from_its_length_and_the_broker_keeps_se
     assert 13_000_000 < len(header) < 16 * MIB
     async with (node_process("broker", "b", tmp_path, broker_sections(tmp_path)) as broker,
                 open_node(NodeConfig(name="client")) as client):
-        producer = Producer(client.rpc, broker.address)
+        producer = DirectProducer(client.rpc, broker.address)
         await producer.send("t", b"before")
         memory_before = broker.peak_rss()
 
@@ -88,5 +88,5 @@ async def test_a_header_with_too_many_ext_fields_is_answered_and_the_connection_
         assert answer.remark == (f"request code {SEND_MESSAGE_V2} refused: the header holds "
                                  f"{len(fields)} extFields; the maximum is 1024")
         # The same connection serves the next request; nothing was stored before it.
-        result = await Producer(client.rpc, broker.address).send("t", b"fine")
+        result = await DirectProducer(client.rpc, broker.address).send("t", b"fine")
         assert result.queue_offset == 0

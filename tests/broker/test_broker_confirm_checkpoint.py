@@ -6,9 +6,9 @@ import os
 
 from broker_nodes import Cluster, caught_up, wait_until
 
-from triomq.broker.client import Producer
 from triomq.broker.replication.confirm_checkpoint import ConfirmOffsetCheckpoint
 from triomq.protocol.store_checkpoint import CONFIRM_PHY_OFFSET, FILE_SIZE
+from triomq.testing.direct_send import DirectProducer
 
 SYNC = "all_ack_in_sync_state_set = true\nflush_interval = 20\n"
 
@@ -21,7 +21,7 @@ async def test_every_replica_records_the_confirm_offset(tmp_path):
         cluster.broker("b", broker_id=1, master=a.ha_address, extra=SYNC) as b,
     ):
         await wait_until(lambda: len(a.replicas.sync_state_set) == 2)
-        producer = Producer(client.rpc, a.node.address)
+        producer = DirectProducer(client.rpc, a.node.address)
         for i in range(20):
             await producer.send("t", b"m%d" % i)
         await caught_up(a, b)
@@ -57,7 +57,7 @@ async def test_the_spark_reader_sees_what_the_broker_recorded(tmp_path):
         cluster.client() as client,
         cluster.broker("a", extra=SYNC) as a,
     ):
-        await Producer(client.rpc, a.node.address).send("t", b"only")
+        await DirectProducer(client.rpc, a.node.address).send("t", b"only")
         await wait_until(lambda: StoreFiles(str(tmp_path / "a")).confirm_offset()
                          == a.log.max_offset)
 

@@ -13,10 +13,10 @@ import pytest
 
 import triomq.plugins.broker
 import triomq.plugins.controller_dledger
-from triomq.broker.client import Producer, ServiceNotAvailable
 from triomq.broker.replication.replicas_manager import BrokerRole
 from triomq.plugin_manager import PluginManager
 from triomq.testing.cluster import free_tcp_port, open_cluster
+from triomq.testing.direct_send import DirectProducer, ServiceNotAvailable
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTROLLER = {"raft": {"tick_interval_ms": 20, "fsync": False}}
@@ -41,7 +41,7 @@ async def test_a_slave_refusing_a_put_names_its_own_id(tmp_path):
         await cluster.wait_for(lambda: slave.replicas.role is BrokerRole.SLAVE)
         client = await cluster.start("client")
         with pytest.raises(ServiceNotAvailable) as refused:
-            await Producer(client.rpc, slave.node.address).send("t", b"x")
+            await DirectProducer(client.rpc, slave.node.address).send("t", b"x")
         assert slave.broker_id == slave.controller_mode.broker_id
         assert slave.broker_id >= 1  # the controllers' id, not the config's 0
         assert f"id {slave.broker_id} is slave" in refused.value.remark
@@ -55,7 +55,7 @@ async def test_the_producer_records_when_and_where_a_message_was_born(tmp_path):
         broker = cluster.broker(await cluster.wait_master())
         client = await cluster.start("client")
         before = time.time_ns() // 1_000_000
-        result = await Producer(client.rpc, broker.node.address).send("t", b"born")
+        result = await DirectProducer(client.rpc, broker.node.address).send("t", b"born")
         after = time.time_ns() // 1_000_000
         record = broker.log.read_record(result.physical_offset)
         assert before <= record.born_timestamp <= after

@@ -17,13 +17,13 @@ import sys
 import trio
 from broker_nodes import Cluster, caught_up, image, wait_until
 
-from triomq.broker.client import Producer
 from triomq.ha.checkpoint import CHECKPOINT_FILE, load_epoch_checkpoint
+from triomq.testing.direct_send import DirectProducer
 
 SYNC_ALL = "all_ack_in_sync_state_set = true"
 
 
-async def put(producer: Producer, rng: random.Random, count: int) -> None:
+async def put(producer: DirectProducer, rng: random.Random, count: int) -> None:
     for _ in range(count):
         await producer.send("t", bytes([rng.randrange(256)]) * rng.randint(1, 700))
 
@@ -64,12 +64,12 @@ async def test_slave_killed_right_after_truncation_keeps_no_stale_tail(tmp_path)
             cluster.broker("b", broker_id=1, master=a.ha_address, extra=SYNC_ALL) as b,
         ):
             await wait_until(lambda: len(a.replicas.sync_state_set) == 2)
-            await put(Producer(client.rpc, a.node.address), rng, 10)
+            await put(DirectProducer(client.rpc, a.node.address), rng, 10)
             await caught_up(a, b)
             cut = a.log.max_offset
         # Epoch 2: b alone as master writes a tail nobody else has.
         async with cluster.broker("b", epoch=2) as b:
-            await put(Producer(client.rpc, b.node.address), rng, 24)
+            await put(DirectProducer(client.rpc, b.node.address), rng, 24)
             assert b.log.max_offset > cut + b.log.segment_size
 
         # Epoch 3: a is master; b, a real process, handshakes, truncates and is killed.
@@ -102,7 +102,7 @@ async def test_slave_killed_right_after_truncation_keeps_no_stale_tail(tmp_path)
                 try:
                     await wait_until(lambda: running(process, tmp_path / "b.log")
                                      and len(a.replicas.sync_state_set) == 2, timeout=60)
-                    await put(Producer(client.rpc, a.node.address), rng, 6)
+                    await put(DirectProducer(client.rpc, a.node.address), rng, 6)
                     await wait_until(lambda: acked(a) == [a.log.max_offset])
                 finally:
                     process.terminate()

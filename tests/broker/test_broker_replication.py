@@ -8,13 +8,13 @@ import pytest
 import trio
 from broker_nodes import Cluster, caught_up, image, wait_until
 
-from triomq.broker.client import Producer
 from triomq.broker.replication.replicas_manager import BrokerRole, ReplicasManager
 from triomq.broker.service import broker_of
 from triomq.errors import PluginError, ServiceCrashed
 from triomq.ha.checkpoint import CHECKPOINT_FILE, EpochCheckpointFile, load_epoch_checkpoint
 from triomq.hookspecs import hookimpl
 from triomq.protocol.message import MessageRecord
+from triomq.testing.direct_send import DirectProducer
 
 SYNC_ALL = "all_ack_in_sync_state_set = true"
 
@@ -28,7 +28,7 @@ class RoleRecorder:
         self.changes.append((node.name, role, master_epoch))
 
 
-async def put_synchronously(producer: Producer, rng: random.Random, count: int,
+async def put_synchronously(producer: DirectProducer, rng: random.Random, count: int,
                             master, slaves) -> None:
     """Each put answers SUCCESS only once every slave holds it."""
     await wait_until(lambda: len(master.replicas.sync_state_set) == 1 + len(slaves))
@@ -58,14 +58,16 @@ async def test_three_brokers_across_epochs(cluster):
                 cluster.broker("c", broker_id=2, master=a.ha_address, extra=SYNC_ALL) as c,
             ):
                 assert b.replicas.role is BrokerRole.SLAVE
-                await put_synchronously(Producer(client.rpc, a.node.address), rng, 12, a, [b, c])
+                producer = DirectProducer(client.rpc, a.node.address)
+                await put_synchronously(producer, rng, 12, a, [b, c])
 
                 # Epoch 2: b takes over through the ReplicasManagers.
                 await b.replicas.change_to_master(2)
                 await a.replicas.change_to_slave(b.ha_address, 2)
                 await c.replicas.change_to_slave(b.ha_address, 2)
                 assert (a.replicas.role, b.replicas.role) == (BrokerRole.SLAVE, BrokerRole.MASTER)
-                await put_synchronously(Producer(client.rpc, b.node.address), rng, 12, b, [a, c])
+                producer = DirectProducer(client.rpc, b.node.address)
+                await put_synchronously(producer, rng, 12, b, [a, c])
                 await caught_up(b, a, c)
                 state = a.replicas.state()
                 assert (state.role, state.master_epoch, state.master_ha_address) == (
@@ -81,7 +83,7 @@ async def test_three_brokers_across_epochs(cluster):
             cluster.broker("b", broker_id=1, master=a.ha_address, extra=SYNC_ALL) as b,
             cluster.broker("c", broker_id=2, master=a.ha_address, extra=SYNC_ALL) as c,
         ):
-            await put_synchronously(Producer(client.rpc, a.node.address), rng, 12, a, [b, c])
+            await put_synchronously(DirectProducer(client.rpc, a.node.address), rng, 12, a, [b, c])
             await caught_up(a, b, c)
             assert image(a) == image(b) == image(c)
             assert a.log.max_offset > 2 * a.log.segment_size
@@ -120,10 +122,10 @@ async def test_the_lmdb_store_replicates_too(tmp_path):
         cluster.broker("a", extra=SYNC_ALL) as a,
         cluster.broker("b", broker_id=1, master=a.ha_address, extra=SYNC_ALL) as b,
     ):
-        await put_synchronously(Producer(client.rpc, a.node.address), rng, 20, a, [b])
+        await put_synchronously(DirectProducer(client.rpc, a.node.address), rng, 20, a, [b])
         await b.replicas.change_to_master(2)
         await a.replicas.change_to_slave(b.ha_address, 2)
-        await put_synchronously(Producer(client.rpc, b.node.address), rng, 20, b, [a])
+        await put_synchronously(DirectProducer(client.rpc, b.node.address), rng, 20, b, [a])
         await caught_up(b, a)
         assert image(a) == image(b)
 

@@ -7,8 +7,13 @@ import trio
 import trio.testing
 from broker_nodes import Cluster, caught_up, image, wait_until
 
-from triomq.broker.client import FlushSlaveTimeout, Producer, SendError, ServiceNotAvailable
 from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.testing.direct_send import (
+    DirectProducer,
+    FlushSlaveTimeout,
+    SendError,
+    ServiceNotAvailable,
+)
 
 # A slave is never shrunk out during these tests: only the timeout decides.
 SYNC = """all_ack_in_sync_state_set = true
@@ -28,7 +33,7 @@ async def test_put_waits_for_the_slave_ack_and_times_out_when_partitioned(inproc
         inproc.broker("a", extra=SYNC) as a,
         inproc.broker("b", broker_id=1, master=a.ha_address, extra=SYNC) as b,
     ):
-        producer = Producer(client.rpc, a.node.address)
+        producer = DirectProducer(client.rpc, a.node.address)
         await wait_until(lambda: a.replicas.sync_state_set == {"inproc://a", "inproc://b"})
         first = await producer.send("t", b"replicated")
         assert b.log.max_offset > first.physical_offset
@@ -61,7 +66,7 @@ async def test_put_in_flight_completes_only_once_the_partition_heals(inproc):
         results = []
 
         async def send() -> None:
-            results.append(await Producer(client.rpc, a.node.address).send("t", b"later"))
+            results.append(await DirectProducer(client.rpc, a.node.address).send("t", b"later"))
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(send)
@@ -81,9 +86,9 @@ async def test_slave_refuses_puts_and_answers_offsets(inproc):
         inproc.broker("a") as a,
         inproc.broker("b", broker_id=1, master=a.ha_address) as b,
     ):
-        await Producer(client.rpc, a.node.address).send("t", b"x", queue_id=1)
+        await DirectProducer(client.rpc, a.node.address).send("t", b"x", queue_id=1)
         with pytest.raises(ServiceNotAvailable) as info:
-            await Producer(client.rpc, b.node.address).send("t", b"y")
+            await DirectProducer(client.rpc, b.node.address).send("t", b"y")
         assert "not master" in str(info.value)
         await caught_up(a, b)
         for broker in (a, b):
@@ -108,14 +113,14 @@ async def test_bad_send_headers_are_answered_message_illegal(inproc):
         assert response.code == ResponseCode.MESSAGE_ILLEGAL
         assert "queueId" in response.remark
         with pytest.raises(SendError):
-            await Producer(client.rpc, a.node.address).send("t" * 40000, b"x")
+            await DirectProducer(client.rpc, a.node.address).send("t" * 40000, b"x")
         assert a.log.max_offset == 0
 
 
 async def test_in_sync_replicas_not_enough(inproc):
     async with inproc.client() as client, inproc.broker("a", extra="min_in_sync_replicas = 2") as a:
         with pytest.raises(SendError) as info:
-            await Producer(client.rpc, a.node.address).send("t", b"x")
+            await DirectProducer(client.rpc, a.node.address).send("t", b"x")
         assert info.value.code == ResponseCode.SYSTEM_ERROR
         assert "in-sync replicas not enough" in str(info.value)
         # Refused before it was stored: a retry cannot store it twice.
@@ -132,14 +137,14 @@ async def test_a_role_change_fails_the_puts_in_flight(inproc):
     ):
         await wait_until(lambda: len(a.replicas.sync_state_set) == 2)
         # b holds a byte of epoch 1: with none, b and a would share no epoch.
-        await Producer(client.rpc, a.node.address).send("t", b"shared")
+        await DirectProducer(client.rpc, a.node.address).send("t", b"shared")
         a.node.transport("inproc").network.partition("inproc://b", a.ha_address)
         shared = a.log.max_offset
         failures = []
 
         async def send() -> None:
             with pytest.raises(ServiceNotAvailable) as info:
-                await Producer(client.rpc, a.node.address).send("t", b"orphan")
+                await DirectProducer(client.rpc, a.node.address).send("t", b"orphan")
             failures.append(info.value)
 
         async with trio.open_nursery() as nursery:

@@ -6,8 +6,8 @@ import json
 
 from broker_nodes import Cluster
 
-from triomq.broker.client import Producer, SendError
 from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.testing.direct_send import DirectProducer, SendError
 
 CREATE = {"topic": "orders", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"}
 
@@ -30,7 +30,7 @@ async def test_topics_are_administered_checked_on_send_and_kept(tmp_path) -> Non
         table = json.loads((await client.rpc.invoke(
             address, RequestCode.GET_ALL_TOPIC_CONFIG)).body)
         assert table["topicConfigTable"]["orders"]["writeQueueNums"] == 2
-        producer = Producer(client.rpc, address)
+        producer = DirectProducer(client.rpc, address)
         assert (await producer.send("orders", b"x", queue_id=1)).queue_id == 1
         for topic, queue_id, code in [("orders", 2, ResponseCode.MESSAGE_ILLEGAL),
                                       ("no such", 0, ResponseCode.INVALID_PARAMETER),
@@ -57,7 +57,7 @@ async def test_without_auto_creation_an_unknown_topic_does_not_exist(tmp_path) -
     async with cluster.broker("a", extra="auto_create_topic_enable = false") as a, \
             cluster.client() as client:
         try:
-            await Producer(client.rpc, a.node.address).send("fresh", b"x")
+            await DirectProducer(client.rpc, a.node.address).send("fresh", b"x")
         except SendError as exc:
             assert exc.code == ResponseCode.TOPIC_NOT_EXIST
             assert "apply first" in str(exc)

@@ -18,7 +18,7 @@ from broker_nodes import Cluster
 from test_consume_stats_wire import call, fastjson, heartbeat
 from test_runtime_info_wire import open_stream
 
-from triomq.broker.client import Producer
+from triomq.testing.direct_send import DirectProducer
 
 UPDATE_CONSUMER_OFFSET, UPDATE_AND_CREATE_TOPIC, HEART_BEAT = 15, 17, 34
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 200, 201
@@ -47,7 +47,7 @@ async def test_topic_stats_per_queue_and_the_put_rate(tmp_path, mock_clock) -> N
             header, _ = await call(stream, UPDATE_AND_CREATE_TOPIC, 1, {
                 "topic": "orders", "readQueueNums": "1", "writeQueueNums": "2", "perm": "6"})
             assert header["code"] == SUCCESS
-            producer = Producer(client.rpc, a.node.address)
+            producer = DirectProducer(client.rpc, a.node.address)
             stored = [await producer.send("orders", b"m%d" % n, queue_id=n % 2)
                       for n in range(3)]
             assert [r.queue_offset for r in stored] == [0, 0, 1]

@@ -20,7 +20,7 @@ import trio
 from broker_nodes import Cluster
 from test_pull_wire import decode_messages, receive_exactly
 
-from triomq.broker.client import Producer
+from triomq.testing.direct_send import DirectProducer
 
 GET_CONSUME_STATS, HEART_BEAT, PULL_MESSAGE = 208, 34, 11
 UPDATE_CONSUMER_OFFSET, UPDATE_AND_CREATE_TOPIC, NOTIFY_CONSUMER_IDS_CHANGED = 15, 17, 40
@@ -112,7 +112,7 @@ async def test_consume_stats_after_a_produce_and_a_partial_consume(tmp_path, moc
             header, _ = await call(stream, UPDATE_AND_CREATE_TOPIC, 1, {
                 "topic": "orders", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"})
             assert header["code"] == 0, header
-            producer = Producer(client.rpc, a.node.address)
+            producer = DirectProducer(client.rpc, a.node.address)
             for n in range(7):
                 await producer.send("orders", b"m%d" % n, queue_id=0 if n < 5 else 1)
             header, _ = await call(stream, HEART_BEAT, 2, {}, heartbeat("cg", ["orders"]))

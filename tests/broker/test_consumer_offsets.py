@@ -6,8 +6,8 @@ import json
 
 from broker_nodes import Cluster, wait_until
 
-from triomq.broker.client import Producer
 from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.testing.direct_send import DirectProducer
 
 CREATE = {"topic": "orders", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"}
 
@@ -33,7 +33,7 @@ async def test_offsets_are_committed_queried_and_kept_across_a_restart(tmp_path,
         answer = await call(address, RequestCode.QUERY_CONSUMER_OFFSET, query())
         assert answer.code == ResponseCode.QUERY_NOT_FOUND and "cg" in answer.remark
         # A new group on a queue whose first message is at offset 0 starts there...
-        await Producer(client.rpc, address).send("orders", b"x", queue_id=1)
+        await DirectProducer(client.rpc, address).send("orders", b"x", queue_id=1)
         answer = await call(address, RequestCode.QUERY_CONSUMER_OFFSET, query(1))
         assert (answer.code, answer.ext_fields["offset"]) == (ResponseCode.SUCCESS, "0")
         # ...unless it asks not to be set to zero.

@@ -11,13 +11,13 @@ import trio
 from broker_nodes import Cluster, caught_up, plugins, wait_until
 from test_queries import INDEX, query, records
 
-from triomq.broker.client import Producer
 from triomq.broker.config import BrokerConfig
 from triomq.broker.core.codes import ResponseCode
 from triomq.broker.index import index_service
 from triomq.broker.index.core import index_dispatch
 from triomq.broker.index.index_service import IndexService
 from triomq.protocol.message import MessageRecord
+from triomq.testing.direct_send import DirectProducer
 
 SYNC_ALL = "all_ack_in_sync_state_set = true"
 
@@ -39,7 +39,7 @@ def held_index(monkeypatch) -> trio.Event:
 async def test_a_put_completes_while_the_index_is_behind(tmp_path, held_index) -> None:
     cluster = Cluster("inproc", tmp_path)
     async with cluster.broker("a", extra=INDEX) as a, cluster.client() as client:
-        producer = Producer(client.rpc, a.node.address)
+        producer = DirectProducer(client.rpc, a.node.address)
         sent = [await producer.send("orders", f"m{i}".encode(), keys=f"k{i}")
                 for i in range(3)]
         assert a.index.position <= sent[0].physical_offset  # nothing of it indexed
@@ -60,7 +60,7 @@ async def test_a_slave_acks_a_put_while_its_index_is_behind(tmp_path, held_index
                            extra=f"{INDEX}\n{SYNC_ALL}") as s, \
             cluster.client() as client:
         await wait_until(lambda: len(m.replicas.sync_state_set) == 2)
-        producer = Producer(client.rpc, m.node.address)
+        producer = DirectProducer(client.rpc, m.node.address)
         for i in range(3):  # each put waits for the slave's ack
             await producer.send("orders", f"r{i}".encode(), keys=f"rk{i}")
         await caught_up(m, s)
@@ -74,7 +74,7 @@ async def test_a_slave_acks_a_put_while_its_index_is_behind(tmp_path, held_index
 async def test_the_index_catches_up_from_its_checkpoint_after_a_restart(tmp_path) -> None:
     cluster = Cluster("inproc", tmp_path)
     async with cluster.broker("a", extra=INDEX) as a, cluster.client() as client:
-        producer = Producer(client.rpc, a.node.address)
+        producer = DirectProducer(client.rpc, a.node.address)
         for i in range(4):
             await producer.send("orders", f"old{i}".encode(), keys=f"o{i} all")
         await wait_until(lambda: a.index.caught_up)
@@ -82,7 +82,7 @@ async def test_the_index_catches_up_from_its_checkpoint_after_a_restart(tmp_path
     # index's batch was in).
     async with cluster.broker("a", extra="message_index_enable = false") as a, \
             cluster.client() as client:
-        producer = Producer(client.rpc, a.node.address)
+        producer = DirectProducer(client.rpc, a.node.address)
         for i in range(4):
             await producer.send("orders", f"new{i}".encode(), keys=f"n{i} all")
     async with cluster.broker("a", extra=INDEX) as a, cluster.client() as client:

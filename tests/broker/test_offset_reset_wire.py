@@ -15,7 +15,7 @@ from test_admin_calls_wire import CLIENT_ID, frame, open_consumer, read_frame, r
 from test_consume_stats_wire import call
 from test_runtime_info_wire import open_stream
 
-from triomq.broker.client import Producer
+from triomq.testing.direct_send import DirectProducer
 
 PULL_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET = 11, 14, 15
 UPDATE_AND_CREATE_TOPIC, VIEW_MESSAGE_BY_ID = 17, 33
@@ -57,7 +57,7 @@ async def produce(a, client) -> None:
         header, _ = await call(stream, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, 2, {},
                                b'{"groupName":"cg"}')
         assert header["code"] == SUCCESS
-    producer = Producer(client.rpc, a.node.address)
+    producer = DirectProducer(client.rpc, a.node.address)
     for n in range(7):
         await producer.send("orders", b"m%d" % n, queue_id=0 if n < 5 else 1)
 

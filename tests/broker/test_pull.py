@@ -7,9 +7,9 @@ import json
 import trio
 from broker_nodes import Cluster, caught_up, wait_until
 
-from triomq.broker.client import Producer
 from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.protocol.message import decode
+from triomq.testing.direct_send import DirectProducer
 
 CREATE = {"topic": "orders", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"}
 SUSPEND, SUBSCRIPTION, COMMIT = 0x2, 0x4, 0x1
@@ -39,7 +39,7 @@ async def test_found_records_filtered_by_tag_and_the_commit_flag(tmp_path, autoj
     async with cluster.broker("a") as a, cluster.client() as client:
         call, address = client.rpc.invoke, a.node.address
         await call(address, RequestCode.UPDATE_AND_CREATE_TOPIC, CREATE)
-        producer = Producer(client.rpc, address)
+        producer = DirectProducer(client.rpc, address)
         for i, tag in enumerate(["a", "b", "a", None, "c"]):
             await producer.send("orders", b"m%d" % i, tags=tag)
         answer = await call(address, RequestCode.PULL_MESSAGE, pull(0))
@@ -83,10 +83,10 @@ async def test_a_long_poll_is_answered_when_a_message_arrives(tmp_path, autojump
             await trio.sleep(3)
             assert answers == []
             # Another queue's message wakes nobody.
-            await Producer(client.rpc, address).send("orders", b"other", queue_id=1)
+            await DirectProducer(client.rpc, address).send("orders", b"other", queue_id=1)
             await trio.sleep(1)
             assert answers == [] and len(a.pulls.holds) == 1
-            await Producer(client.rpc, address).send("orders", b"hello", queue_id=0)
+            await DirectProducer(client.rpc, address).send("orders", b"hello", queue_id=0)
         assert trio.current_time() - start < 5
         assert answers[0].code == ResponseCode.SUCCESS
         assert [r.body for r in records(answers[0].body)] == [b"hello"]
@@ -113,7 +113,7 @@ async def times_out_then_goes_away(cluster: Cluster, a) -> None:
     async with cluster.client() as client:
         call, address = client.rpc.invoke, a.node.address
         await call(address, RequestCode.UPDATE_AND_CREATE_TOPIC, CREATE)
-        await Producer(client.rpc, address).send("orders", b"x")
+        await DirectProducer(client.rpc, address).send("orders", b"x")
         start = trio.current_time()
         answer = await call(address, RequestCode.PULL_MESSAGE,
                             pull(1, flags=SUBSCRIPTION | SUSPEND, timeout_ms=7000), timeout=60)
@@ -136,7 +136,7 @@ async def test_bad_pulls_name_what_and_touch_nothing(tmp_path, autojump_clock) -
     async with cluster.broker("a") as a, cluster.client() as client:
         call, address = client.rpc.invoke, a.node.address
         await call(address, RequestCode.UPDATE_AND_CREATE_TOPIC, CREATE)
-        producer = Producer(client.rpc, address)
+        producer = DirectProducer(client.rpc, address)
         for i in range(3):
             await producer.send("orders", b"%d" % i)
         end, table = a.log.max_offset, a.topics.table.encode()
@@ -186,7 +186,7 @@ async def test_a_slave_serves_pulls_and_its_long_polls_wake_on_replication(
         await call(m.node.address, RequestCode.UPDATE_AND_CREATE_TOPIC, CREATE)
         for slave in (s, t):
             slave.topics.table.adopt(m.topics.table.configs(), m.topics.table.data_version)
-        await Producer(client.rpc, m.node.address).send("orders", b"first")
+        await DirectProducer(client.rpc, m.node.address).send("orders", b"first")
         await caught_up(m, s, t)
         # Consumers read as far as the confirm offset, which a slave learns from its
         # master's next frame.
@@ -206,7 +206,7 @@ async def test_a_slave_serves_pulls_and_its_long_polls_wake_on_replication(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(long_poll)
             await wait_until(lambda: len(s.pulls.holds) == 1)
-            await Producer(client.rpc, m.node.address).send("orders", b"second")
+            await DirectProducer(client.rpc, m.node.address).send("orders", b"second")
         assert [r.body for r in records(answers[0].body)] == [b"second"]
         # A slave offset out of range moves nothing.
         answer = await call(s.node.address, RequestCode.PULL_MESSAGE, pull(9))
@@ -231,7 +231,7 @@ async def test_a_push_consumers_pull_filters_by_its_heartbeats_subscription(
     async with cluster.broker("a") as a, cluster.client() as client:
         call, address = client.rpc.invoke, a.node.address
         await call(address, RequestCode.UPDATE_AND_CREATE_TOPIC, CREATE)
-        producer = Producer(client.rpc, address)
+        producer = DirectProducer(client.rpc, address)
         for tag in ["a", "b", "a"]:
             await producer.send("orders", tag.encode(), tags=tag)
         heartbeat = {"clientID": "10.0.0.5@1", "consumerDataSet": [{

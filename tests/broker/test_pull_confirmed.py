@@ -8,9 +8,9 @@ import trio
 from broker_nodes import Cluster, wait_until
 from test_pull import CREATE, SUBSCRIPTION, SUSPEND, pull, records
 
-from triomq.broker.client import FlushSlaveTimeout, Producer
 from triomq.broker.consume.core.pull import confirmed_max_offset
 from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.testing.direct_send import DirectProducer, FlushSlaveTimeout
 
 # The slave stays in the SyncStateSet however long it is cut off (the master would
 # otherwise shrink it out, and confirm alone what it holds). A put waits 1.5 s for the
@@ -57,7 +57,7 @@ async def test_a_record_the_slave_lacks_is_not_pulled_until_it_holds_it(tmp_path
         call, address = client.rpc.invoke, a.node.address
         await call(address, RequestCode.UPDATE_AND_CREATE_TOPIC, CREATE)
         await wait_until(lambda: len(a.replicas.sync_state_set) == 2)
-        producer = Producer(client.rpc, address)
+        producer = DirectProducer(client.rpc, address)
         await producer.send("orders", b"held by both", queue_id=0)
 
         network = a.node.transport("inproc").network

@@ -12,8 +12,8 @@ from broker_nodes import Cluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from triomq.broker.client import Producer
 from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.testing.direct_send import DirectProducer
 
 ALLOWED = {ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND,
            ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_OFFSET_MOVED,
@@ -61,7 +61,7 @@ async def test_every_pull_gets_a_specific_answer_and_no_leak(tmp_path, autojump_
         await client.rpc.invoke(a.node.address, RequestCode.UPDATE_AND_CREATE_TOPIC,
                                 {"topic": "orders", "readQueueNums": "2",
                                  "writeQueueNums": "2", "perm": "6"})
-        producer = Producer(client.rpc, a.node.address)
+        producer = DirectProducer(client.rpc, a.node.address)
         for i in range(5):
             await producer.send("orders", b"%d" % i, tags="ab"[i % 2], queue_id=i % 2)
         end, topics = a.log.max_offset, a.topics.table.encode()

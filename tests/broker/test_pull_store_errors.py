@@ -10,8 +10,8 @@ import trio
 from broker_nodes import Cluster, wait_until
 from test_pull import CREATE, SUBSCRIPTION, SUSPEND, pull, records
 
-from triomq.broker.client import Producer
 from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.testing.direct_send import DirectProducer
 
 UNREADABLE = "the store could not be read (EIO); see the broker's log"
 
@@ -26,7 +26,7 @@ async def test_an_unreadable_store_answers_system_error_at_once_and_after_a_hold
     async with cluster.broker("a") as a, cluster.client() as client:
         call, address = client.rpc.invoke, a.node.address
         await call(address, RequestCode.UPDATE_AND_CREATE_TOPIC, CREATE)
-        producer = Producer(client.rpc, address)
+        producer = DirectProducer(client.rpc, address)
         await producer.send("orders", b"m0", queue_id=0)
         read = a.log.read
         monkeypatch.setattr(a.log, "read", failing_read)

@@ -15,7 +15,7 @@ import zlib
 import trio
 from broker_nodes import Cluster
 
-from triomq.broker.client import Producer
+from triomq.testing.direct_send import DirectProducer
 
 PULL_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET = 11, 14, 15
 GET_ALL_CONSUMER_OFFSET, UPDATE_AND_CREATE_TOPIC = 43, 17
@@ -86,7 +86,7 @@ async def test_a_rocketmq_client_pulls_and_commits_over_tcp(tmp_path) -> None:
     cluster = Cluster("tcp", tmp_path)
     async with cluster.broker("a") as a, cluster.client() as client:
         host, _, port = a.node.address.removeprefix("tcp://").rpartition(":")
-        producer = Producer(client.rpc, a.node.address)
+        producer = DirectProducer(client.rpc, a.node.address)
         for i in range(3):
             await producer.send("orders", b"payload-%d" % i, tags="tagA" if i != 1 else "tagB")
         stream = await trio.open_tcp_stream(host, int(port))
@@ -146,7 +146,7 @@ async def test_a_lite_pull_consumer_pulls_with_its_own_request_code(tmp_path) ->
     cluster = Cluster("tcp", tmp_path)
     async with cluster.broker("a") as a, cluster.client() as client:
         host, _, port = a.node.address.removeprefix("tcp://").rpartition(":")
-        producer = Producer(client.rpc, a.node.address)
+        producer = DirectProducer(client.rpc, a.node.address)
         for i in range(2):
             await producer.send("orders", b"lite-%d" % i)
         stream = await trio.open_tcp_stream(host, int(port))
@@ -165,7 +165,7 @@ async def test_lite_pulls_are_refused_when_the_broker_disables_them(tmp_path) ->
     extra = "lite_pull_message_enable = false"
     async with cluster.broker("a", extra=extra) as a, cluster.client() as client:
         host, _, port = a.node.address.removeprefix("tcp://").rpartition(":")
-        await Producer(client.rpc, a.node.address).send("orders", b"kept")
+        await DirectProducer(client.rpc, a.node.address).send("orders", b"kept")
         stream = await trio.open_tcp_stream(host, int(port))
         async with stream:
             header, body = await call(stream, LITE_PULL_MESSAGE, 1, lite_pull_fields(0))

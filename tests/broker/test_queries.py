@@ -10,11 +10,11 @@ import pytest
 import trio
 from broker_nodes import Cluster, caught_up, wait_until
 
-from triomq.broker.client import Producer
 from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.broker.index.core.index_file import java_hash
 from triomq.broker.send.core.put_checks import host_port
 from triomq.protocol.message import decode
+from triomq.testing.direct_send import DirectProducer
 
 INDEX = "max_hash_slot_num = 64\nmax_index_num = 16"
 FOREVER = {"beginTimestamp": "0", "endTimestamp": str(2**62)}
@@ -37,7 +37,7 @@ async def query(client, address: str, key: str, topic: str = "orders", **extra):
 async def test_messages_are_found_by_key_through_the_index_after_a_restart(tmp_path) -> None:
     cluster = Cluster("inproc", tmp_path)
     async with cluster.broker("a", extra=INDEX) as a, cluster.client() as client:
-        producer = Producer(client.rpc, a.node.address)
+        producer = DirectProducer(client.rpc, a.node.address)
         sent = []
         for i in range(12):  # 24 keys: the 16-entry files roll over
             # The producer sets each message's UNIQ_KEY: its msg_id.
@@ -74,7 +74,7 @@ async def test_messages_are_found_by_key_through_the_index_after_a_restart(tmp_p
 async def test_the_index_file_bytes_are_rocketmqs(tmp_path) -> None:
     cluster = Cluster("inproc", tmp_path)
     async with cluster.broker("a", extra=INDEX) as a, cluster.client() as client:
-        result = await Producer(client.rpc, a.node.address).send("orders", b"x", keys="only")
+        result = await DirectProducer(client.rpc, a.node.address).send("orders", b"x", keys="only")
         await wait_until(lambda: a.index.caught_up)
         offset = result.physical_offset
         stored = a.log.read_record(offset).store_timestamp
@@ -100,7 +100,7 @@ async def test_a_slave_indexes_what_it_replicates(tmp_path, scheme) -> None:
     async with cluster.broker("m", extra=INDEX) as m, \
             cluster.broker("s", broker_id=1, master=m.ha_address, extra=INDEX) as s, \
             cluster.client() as client:
-        producer = Producer(client.rpc, m.node.address)
+        producer = DirectProducer(client.rpc, m.node.address)
         for i in range(5):
             await producer.send("orders", f"r{i}".encode(), keys=f"rk{i}")
         await caught_up(m, s)
@@ -116,7 +116,7 @@ def message_id(ip: str, port: int, offset: int) -> str:
 
 async def test_view_message_by_an_id_built_by_hand(cluster) -> None:
     async with cluster.broker("a") as a, cluster.client() as client:
-        producer = Producer(client.rpc, a.node.address)
+        producer = DirectProducer(client.rpc, a.node.address)
         await producer.send("orders", b"first")
         result = await producer.send("orders", b"second", keys="k")
         offset = a.log.queue_entries("orders", 0, 1, 1)[0].physical_offset
@@ -148,7 +148,7 @@ async def test_view_message_by_an_id_built_by_hand(cluster) -> None:
 async def test_offsets_by_timestamp_and_the_earliest_store_time(tmp_path) -> None:
     cluster = Cluster("inproc", tmp_path)
     async with cluster.broker("a") as a, cluster.client() as client:
-        producer = Producer(client.rpc, a.node.address)
+        producer = DirectProducer(client.rpc, a.node.address)
         stamps = []
         for _ in range(3):
             result = await producer.send("orders", b"x", queue_id=1)
@@ -188,7 +188,7 @@ async def test_indexing_pauses_on_a_file_error_and_catches_up(tmp_path, autojump
     cluster = Cluster("inproc", tmp_path)
     async with cluster.broker("a", extra="max_hash_slot_num = 8\nmax_index_num = 2") as a, \
             cluster.client() as client:
-        producer = Producer(client.rpc, a.node.address)
+        producer = DirectProducer(client.rpc, a.node.address)
         await producer.send("orders", b"one", keys="k1")  # UNIQ_KEY, then k1: two files
         await wait_until(lambda: a.index.caught_up)
         store = a.index.store

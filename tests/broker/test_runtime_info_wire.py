@@ -20,7 +20,7 @@ from broker_nodes import Cluster, caught_up, wait_until
 from test_consume_stats_wire import call, heartbeat
 from test_pull_wire import decode_messages
 
-from triomq.broker.client import Producer
+from triomq.testing.direct_send import DirectProducer
 
 GET_BROKER_CONFIG, GET_BROKER_RUNTIME_INFO, HEART_BEAT = 26, 28, 34
 PULL_MESSAGE, UPDATE_AND_CREATE_TOPIC = 11, 17
@@ -64,7 +64,7 @@ async def test_the_rates_and_totals_clusterlist_reads(tmp_path, mock_clock) -> N
             header, _ = await call(stream, HEART_BEAT, 2, {}, heartbeat("cg", ["orders"]))
             assert header["code"] == 0
             await seconds_pass(mock_clock, 1)
-            producer = Producer(client.rpc, a.node.address)
+            producer = DirectProducer(client.rpc, a.node.address)
             for n in range(7):
                 await producer.send("orders", b"m%d" % n, queue_id=0)
             # A pull that finds three messages, then one at the queue's end (a miss).
@@ -115,7 +115,7 @@ async def test_a_slave_counts_what_it_replicated(tmp_path) -> None:
     cluster = Cluster("tcp", tmp_path)
     async with cluster.broker("a") as master, cluster.client() as client, \
             cluster.broker("b", broker_id=1, master=master.ha_address) as slave:
-        producer = Producer(client.rpc, master.node.address)
+        producer = DirectProducer(client.rpc, master.node.address)
         for n in range(5):
             await producer.send("orders", b"m%d" % n)
         await caught_up(master, slave)

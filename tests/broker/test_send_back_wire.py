@@ -12,9 +12,9 @@ from broker_nodes import Cluster
 from test_pull_wire import PULL_MESSAGE, UPDATE_AND_CREATE_TOPIC, call
 from test_runtime_info_wire import open_stream
 
-from triomq.broker.client import Producer
 from triomq.broker.core.headers import offset_msg_id
 from triomq.protocol.message import decode
+from triomq.testing.direct_send import DirectProducer
 
 CONSUMER_SEND_MSG_BACK, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 36, 200
 SUCCESS, SYSTEM_ERROR, SUBSCRIPTION_GROUP_NOT_EXIST, INVALID_PARAMETER = 0, 1, 26, 29
@@ -58,7 +58,7 @@ async def setup(stream: trio.SocketStream, a, client) -> int:
     header, _ = await call(stream, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, 2, {},
                            b'{"groupName":"cg","retryMaxTimes":16}')
     assert header["code"] == SUCCESS
-    sent = await Producer(client.rpc, a.node.address).send("orders", b"paid", tags="t")
+    sent = await DirectProducer(client.rpc, a.node.address).send("orders", b"paid", tags="t")
     return sent.physical_offset
 
 

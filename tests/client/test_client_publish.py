@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.client.codes import ClientResponseCode as Code
+from triomq.client.codes import ResponseCode as Code
 from triomq.client.message import MessageQueue, SendStatus
 from triomq.client.publish import (
     QueueSelector,

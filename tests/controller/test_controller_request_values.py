@@ -62,19 +62,19 @@ def test_headers_decode_to_their_requests() -> None:
         "epoch": "3", "maxOffset": "10", "confirmOffset": "9", "electionPriority": "0"}))
     assert heartbeat == BrokerHeartbeat("c", "g", 2, "a", epoch=3, max_offset=10,
                                         confirm_offset=9)
-    alter = decode_request(RemotingCommand.request(RequestCode.ALTER_SYNC_STATE_SET, {
+    alter = decode_request(RemotingCommand.request(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, {
         "brokerName": "g", "masterBrokerId": "1", "masterEpoch": "2",
         "syncStateSetEpoch": "3", "newSyncStateSet": "1;2"}))
     assert alter == AlterSyncStateSet("g", 1, 2, 3, {1, 2})
-    elect = decode_request(RemotingCommand.request(RequestCode.ELECT_MASTER, {
+    elect = decode_request(RemotingCommand.request(RequestCode.CONTROLLER_ELECT_MASTER, {
         "clusterName": "c", "brokerName": "g", "designateElect": "true", "brokerId": "4"}))
     assert elect == ElectMaster("c", "g", 4, True)
     # mqadmin's GET_SYNC_STATE_DATA: fastjson's list of names as the body.
-    names = decode_request(RemotingCommand.request(RequestCode.GET_SYNC_STATE_DATA,
+    names = decode_request(RemotingCommand.request(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA,
                                                    body=b'["b","a","b"]'))
     assert names == GetSyncStateData(("a", "b"))
     for body in (b'"a"', b"[1]", b"a;b", b"\xff"):
-        refused = decode_request(RemotingCommand.request(RequestCode.GET_SYNC_STATE_DATA,
+        refused = decode_request(RemotingCommand.request(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA,
                                                          body=body))
         assert isinstance(refused, Malformed) and "JSON list of broker names" in refused.reason
     # mqadmin's UPDATE_CONTROLLER_CONFIG: MixAll.properties2String, RocketMQ's names.
@@ -99,9 +99,9 @@ def test_headers_decode_to_their_requests() -> None:
 
 
 def test_a_missing_key_is_named() -> None:
-    request = decode_request(RemotingCommand.request(RequestCode.ELECT_MASTER, {}))
-    assert request == Malformed("ELECT_MASTER",
-                                "ELECT_MASTER: header field 'brokerName': missing")
+    request = decode_request(RemotingCommand.request(RequestCode.CONTROLLER_ELECT_MASTER, {}))
+    assert request == Malformed("CONTROLLER_ELECT_MASTER",
+                                "CONTROLLER_ELECT_MASTER: header field 'brokerName': missing")
 
 
 INFO = ReplicaInfo("g", 1, "a1", 2, {1, 2}, 3, ((1, "a1"), (2, "a2")))
@@ -156,13 +156,13 @@ def test_a_not_leader_reply_names_the_leader_in_its_header() -> None:
 # -- the client's side: the frames a broker sends, the payloads it reads back -------
 
 FRAMES = [
-    (GetNextBrokerId("c", "g"), RequestCode.GET_NEXT_BROKER_ID,
+    (GetNextBrokerId("c", "g"), RequestCode.CONTROLLER_GET_NEXT_BROKER_ID,
      {"clusterName": "c", "brokerName": "g"}),
     (ApplyBrokerId("c", "g", 2, "10.0.0.2:10911", "10.0.0.2:10911;1700000000000"),
-     RequestCode.APPLY_BROKER_ID,
+     RequestCode.CONTROLLER_APPLY_BROKER_ID,
      {"clusterName": "c", "brokerName": "g", "appliedBrokerId": "2",
       "registerCheckCode": "10.0.0.2:10911;1700000000000", "brokerAddress": "10.0.0.2:10911"}),
-    (RegisterBroker("c", "g", 2, "10.0.0.2:10911"), RequestCode.REGISTER_BROKER,
+    (RegisterBroker("c", "g", 2, "10.0.0.2:10911"), RequestCode.CONTROLLER_REGISTER_BROKER,
      {"clusterName": "c", "brokerName": "g", "brokerId": "2",
       "brokerAddress": "10.0.0.2:10911"}),
     (BrokerHeartbeat("c", "g", 2, "10.0.0.2:10911", epoch=3, max_offset=10, confirm_offset=-1,
@@ -171,14 +171,14 @@ FRAMES = [
      {"clusterName": "c", "brokerName": "g", "brokerId": "2", "brokerAddr": "10.0.0.2:10911",
       "epoch": "3", "maxOffset": "10", "confirmOffset": "0", "electionPriority": "0",
       "heartbeatTimeoutMills": "1000"}),
-    (AlterSyncStateSet("g", 1, 2, 3, {2, 1}), RequestCode.ALTER_SYNC_STATE_SET,
+    (AlterSyncStateSet("g", 1, 2, 3, {2, 1}), RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
      {"brokerName": "g", "masterBrokerId": "1", "masterEpoch": "2", "syncStateSetEpoch": "3",
       "newSyncStateSet": "1;2"}),
-    (ElectMaster("c", "g", 2), RequestCode.ELECT_MASTER,
+    (ElectMaster("c", "g", 2), RequestCode.CONTROLLER_ELECT_MASTER,
      {"clusterName": "c", "brokerName": "g", "brokerId": "2", "designateElect": "false"}),
-    (ElectMaster("c", "g"), RequestCode.ELECT_MASTER,
+    (ElectMaster("c", "g"), RequestCode.CONTROLLER_ELECT_MASTER,
      {"clusterName": "c", "brokerName": "g", "designateElect": "false"}),
-    (GetReplicaInfo("g"), RequestCode.GET_REPLICA_INFO, {"brokerName": "g"}),
+    (GetReplicaInfo("g"), RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "g"}),
     (CleanBrokerData(None, "g", frozenset({3}), True), RequestCode.CLEAN_BROKER_DATA,
      {"brokerName": "g", "brokerControllerIdsToClean": "3", "isCleanLivingBroker": "true"}),
 ]
@@ -198,7 +198,8 @@ def test_a_request_is_written_as_rocketmqs_header_and_read_back(
 
 def test_get_sync_state_data_names_its_groups_in_the_body_as_mqadmin_does() -> None:
     code, fields, body = request_frame(GetSyncStateData(("b", "a", "b")))
-    assert (code, fields, json.loads(body)) == (RequestCode.GET_SYNC_STATE_DATA, {}, ["a", "b"])
+    assert (code, fields, json.loads(body)) == (
+        RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {}, ["a", "b"])
 
 
 def test_answers_are_read_back_as_the_cores_payloads() -> None:

@@ -6,13 +6,13 @@ import trio
 
 import triomq.plugins.broker
 import triomq.plugins.controller_dledger
-from triomq.broker.client import Producer, SendError
 from triomq.broker.service import Broker
 from triomq.controller import BrokerGroup
 from triomq.controller.service import ControllerService, controller_of
 from triomq.plugin_manager import PluginManager
 from triomq.runtime import Node
 from triomq.testing.cluster import BROKER_NAME, Cluster
+from triomq.testing.direct_send import DirectProducer, SendError
 
 
 def controller_plugins() -> PluginManager:
@@ -26,7 +26,7 @@ def controller_plugins() -> PluginManager:
 
 async def put(client: Node, broker: Broker, body: bytes) -> int:
     """Put one message synchronously on ``broker``; its commit-log offset."""
-    result = await Producer(client.rpc, broker.node.address).send("orders", body)
+    result = await DirectProducer(client.rpc, broker.node.address).send("orders", body)
     return result.physical_offset
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import trio
 from controller_service_helpers import wait_full_sync_state_set
 
-from triomq.broker.client import Producer
 from triomq.broker.service import Broker
+from triomq.testing.direct_send import DirectProducer
 
 BROKER = {"message_delay_level": "300ms 3s", "slave_synchronize_period": 50}
 
@@ -24,7 +24,7 @@ async def test_no_due_delayed_message_is_lost_across_a_failover(make_cluster):
         master = await cluster.wait_master()
         await wait_full_sync_state_set(cluster, master)
         old = cluster.broker(master)
-        producer = Producer(client.rpc, old.node.address)
+        producer = DirectProducer(client.rpc, old.node.address)
         soon = [b"soon-%d" % n for n in range(5)]
         later = [b"later-%d" % n for n in range(5)]
         for body in soon:

@@ -17,12 +17,12 @@ from controller_service_helpers import (
     wait_leader,
 )
 
-from triomq.broker.client import FlushSlaveTimeout
 from triomq.broker.replication.replicas_manager import BrokerRole
 from triomq.controller import ResponseCode
 from triomq.controller.client import ControllerClient, ControllerError
 from triomq.plugins.transport_inproc import get_network
 from triomq.testing.cluster import BROKER_NAME
+from triomq.testing.direct_send import FlushSlaveTimeout
 
 
 async def test_master_cut_off_from_the_controllers(make_cluster):

@@ -57,34 +57,34 @@ def count_proposals(service: ControllerService) -> list[bytes]:
 
 
 BAD = [
-    (RequestCode.GET_NEXT_BROKER_ID, {**GOOD, "brokerName": "broker x"},
+    (RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, {**GOOD, "brokerName": "broker x"},
      Code.CONTROLLER_INVALID_REQUEST, "'brokerName' 'broker x'"),
-    (RequestCode.GET_NEXT_BROKER_ID, {**GOOD, "clusterName": "c" * 200},
+    (RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, {**GOOD, "clusterName": "c" * 200},
      Code.CONTROLLER_INVALID_REQUEST, "'clusterName' 'cccc"),
-    (RequestCode.APPLY_BROKER_ID, {**GOOD, "appliedBrokerId": "0", "registerCheckCode": "c",
-                                   "brokerAddress": "10.0.0.1:10911"},
+    (RequestCode.CONTROLLER_APPLY_BROKER_ID,
+     {**GOOD, "appliedBrokerId": "0", "registerCheckCode": "c", "brokerAddress": "10.0.0.1:10911"},
      Code.CONTROLLER_BROKER_ID_INVALID, "'appliedBrokerId' 0"),
-    (RequestCode.APPLY_BROKER_ID, {**GOOD, "appliedBrokerId": "1", "registerCheckCode": "c",
-                                   "brokerAddress": "10.0.0.1:70000"},
+    (RequestCode.CONTROLLER_APPLY_BROKER_ID,
+     {**GOOD, "appliedBrokerId": "1", "registerCheckCode": "c", "brokerAddress": "10.0.0.1:70000"},
      Code.CONTROLLER_INVALID_REQUEST, "'brokerAddress' '10.0.0.1:70000'"),
-    (RequestCode.REGISTER_BROKER, {**GOOD, "brokerId": "1", "brokerAddress": "10.0.0.1"},
+    (RequestCode.CONTROLLER_REGISTER_BROKER, {**GOOD, "brokerId": "1", "brokerAddress": "10.0.0.1"},
      Code.CONTROLLER_INVALID_REQUEST, "'brokerAddress' '10.0.0.1'"),
-    (RequestCode.REGISTER_BROKER, {**GOOD, "brokerId": "0", "brokerAddress": "h:1"},
+    (RequestCode.CONTROLLER_REGISTER_BROKER, {**GOOD, "brokerId": "0", "brokerAddress": "h:1"},
      Code.CONTROLLER_BROKER_ID_INVALID, "'brokerId' 0"),
     (RequestCode.BROKER_HEARTBEAT, {**GOOD, "brokerId": "1", "brokerAddr": "h :1",
                                     "epoch": "0", "maxOffset": "0", "confirmOffset": "0",
                                     "electionPriority": "0"},
      Code.CONTROLLER_INVALID_REQUEST, "'brokerAddr' 'h :1'"),
-    (RequestCode.ALTER_SYNC_STATE_SET, {"brokerName": GROUP, "masterBrokerId": "1",
+    (RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, {"brokerName": GROUP, "masterBrokerId": "1",
                                         "masterEpoch": "1", "syncStateSetEpoch": "1",
                                         "newSyncStateSet": "1;0"},
      Code.CONTROLLER_BROKER_ID_INVALID, "'newSyncStateSet': 0"),
-    (RequestCode.ELECT_MASTER, {**GOOD, "brokerName": "../etc", "designateElect": "true",
+    (RequestCode.CONTROLLER_ELECT_MASTER, {**GOOD, "brokerName": "../etc", "designateElect": "true",
                                 "brokerId": "1"},
      Code.CONTROLLER_INVALID_REQUEST, "'brokerName' '../etc'"),
     (RequestCode.CLEAN_BROKER_DATA, {**GOOD, "brokerControllerIdsToClean": "2;0"},
      Code.CONTROLLER_BROKER_ID_INVALID, "'brokerControllerIdsToClean': 0"),
-    (RequestCode.GET_REPLICA_INFO, {"brokerName": "a\tb"},
+    (RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "a\tb"},
      Code.CONTROLLER_INVALID_REQUEST, "'brokerName' 'a\\tb'"),
 ]
 
@@ -103,9 +103,9 @@ async def test_bad_names_ids_and_addresses_are_refused_and_nothing_is_proposed(t
         assert service.manager.groups == {}
         # The same connection serves a good request afterwards.
         assert await client.rpc.connection(address) is connection and not connection.closed
-        answer = await client.rpc.invoke(address, RequestCode.GET_NEXT_BROKER_ID, GOOD)
+        answer = await client.rpc.invoke(address, RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, GOOD)
         assert answer.code == Code.SUCCESS and b'"nextBrokerId":1' in answer.body
-        answer = await client.rpc.invoke(address, RequestCode.APPLY_BROKER_ID, {
+        answer = await client.rpc.invoke(address, RequestCode.CONTROLLER_APPLY_BROKER_ID, {
             **GOOD, "appliedBrokerId": "1", "registerCheckCode": "10.0.0.1:10911;1",
             "brokerAddress": "10.0.0.1:10911"})
         assert answer.code == Code.SUCCESS, answer.remark
@@ -144,5 +144,5 @@ async def test_every_request_gets_a_specific_answer_and_no_leak(tmp_path, batch)
             assert answer.code in SPECIFIC, (code, fields, answer.code, remark)
             assert "Traceback" not in remark and str(tmp_path) not in remark
             assert ".py" not in remark, remark
-        answer = await client.rpc.invoke(address, RequestCode.GET_METADATA_INFO)
+        answer = await client.rpc.invoke(address, RequestCode.CONTROLLER_GET_METADATA_INFO)
         assert answer.code == Code.SUCCESS

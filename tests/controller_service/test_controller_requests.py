@@ -73,13 +73,13 @@ async def test_bad_requests_are_refused_and_change_nothing(make_cluster):
         error = await refused(client.clean_broker_data(CLUSTER, GROUP, broker_ids=[8]))
         assert error.code == Code.CONTROLLER_INVALID_CLEAN_BROKER_METADATA
         # Malformed headers name the field.
-        response = await node.rpc.invoke(leader_address, RequestCode.REGISTER_BROKER, {
+        response = await node.rpc.invoke(leader_address, RequestCode.CONTROLLER_REGISTER_BROKER, {
             "clusterName": CLUSTER, "brokerName": GROUP, "brokerId": "one",
             "brokerAddress": "inproc://x1"})
         assert response.code == Code.CONTROLLER_INVALID_REQUEST
         assert "brokerId" in response.remark
-        response = await node.rpc.invoke(leader_address, RequestCode.ALTER_SYNC_STATE_SET, {
-            "brokerName": GROUP})
+        response = await node.rpc.invoke(
+            leader_address, RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, {"brokerName": GROUP})
         assert response.code == Code.CONTROLLER_INVALID_REQUEST
         assert "masterBrokerId" in response.remark
 
@@ -96,7 +96,7 @@ async def test_followers_point_at_the_leader(make_cluster):
         await cluster.wait_for(lambda: all(s.raft.leader_address == leader_address
                                            for s in services.values()))
         for name, address in cluster.controller_addresses.items():
-            response = await node.rpc.invoke(address, RequestCode.GET_REPLICA_INFO,
+            response = await node.rpc.invoke(address, RequestCode.CONTROLLER_GET_REPLICA_INFO,
                                              {"brokerName": GROUP})
             if name == leader:
                 assert response.code == Code.CONTROLLER_BROKER_METADATA_NOT_EXIST
@@ -105,7 +105,7 @@ async def test_followers_point_at_the_leader(make_cluster):
                 assert response.ext_fields["leaderAddress"] == leader_address
                 assert response.ext_fields["leaderId"] == str(services[leader].raft.node_id)
             # Metadata comes from any controller.
-            response = await node.rpc.invoke(address, RequestCode.GET_METADATA_INFO)
+            response = await node.rpc.invoke(address, RequestCode.CONTROLLER_GET_METADATA_INFO)
             metadata = read_metadata(response.ext_fields)
             assert (metadata.leader_address, len(metadata.peers)) == (leader_address, 3)
             assert metadata.is_leader == (name == leader)

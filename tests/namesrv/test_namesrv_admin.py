@@ -7,7 +7,7 @@ import json
 import zlib
 
 from triomq.cli import build_parser
-from triomq.namesrv.processor import NameServerCode
+from triomq.namesrv.processor import RequestCode
 from triomq.plugin_manager import PluginManager
 from triomq.plugins.namesrv.cli import run_admin
 
@@ -33,7 +33,7 @@ async def test_topic_list_route_and_cluster_list(temporary_node, autojump_clock)
     async with temporary_node("ns", role="nameserver", listen="inproc://ns") as ns, \
             temporary_node("b0") as b0:
         for broker_id, address in ((0, "10.0.0.1:10911"), (1, "10.0.0.2:10911")):
-            answer = await b0.rpc.invoke("inproc://ns", NameServerCode.REGISTER_BROKER,
+            answer = await b0.rpc.invoke("inproc://ns", RequestCode.REGISTER_BROKER,
                                          register_fields(broker_id, address), BODY)
             assert answer.code == 0, answer.remark
         code, out = await admin(ns, "topic-list", "-n", "inproc://ns")

@@ -12,9 +12,9 @@ import json
 import pytest
 import trio
 
-from triomq.broker.client import Producer
-from triomq.namesrv.processor import NameServerCode
+from triomq.namesrv.processor import RequestCode
 from triomq.testing.cluster import Cluster, open_cluster
+from triomq.testing.direct_send import DirectProducer
 
 TOPIC_FIELDS = {"topic": "orders", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6"}
 
@@ -22,7 +22,7 @@ TOPIC_FIELDS = {"topic": "orders", "readQueueNums": "4", "writeQueueNums": "4", 
 async def route(cluster: Cluster, namesrv: str, topic: str = "orders") -> dict | None:
     client = cluster.node("client")
     answer = await client.rpc.invoke(cluster.namesrv_addresses[namesrv],
-                                     NameServerCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+                                     RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
     return json.loads(answer.body) if answer.code == 0 else None
 
 
@@ -73,7 +73,7 @@ async def test_a_topic_is_routed_to_the_master_and_follows_a_failover(cluster) -
         addrs = (await route(cluster, namesrv))["brokerDatas"][0]["brokerAddrs"]
         assert cluster.node(new_master).address == addrs["0"]
         assert len(addrs) == 2  # the killed master left at once (its connection closed)
-    result = await Producer(cluster.node("client").rpc,
+    result = await DirectProducer(cluster.node("client").rpc,
                             cluster.node(new_master).address).send("orders", b"after")
     assert result.queue_id == 0
 

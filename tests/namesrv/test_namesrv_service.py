@@ -8,7 +8,7 @@ import zlib
 import trio
 
 from triomq.namesrv.config import NamesrvConfig
-from triomq.namesrv.processor import NameServerCode
+from triomq.namesrv.processor import RequestCode
 from triomq.namesrv.service import namesrv_of
 
 BODY = (b'{"topicConfigSerializeWrapper":{"dataVersion":{"counter":1,"stateVersion":0,'
@@ -24,7 +24,7 @@ def registration(broker_id: int, address: str, timeout_ms: int = 3000) -> dict[s
 
 
 async def route_addrs(client, namesrv: str) -> dict[str, str] | None:
-    answer = await client.rpc.invoke(namesrv, NameServerCode.GET_ROUTEINFO_BY_TOPIC,
+    answer = await client.rpc.invoke(namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                      {"topic": "orders"})
     if answer.code == 17:
         return None
@@ -37,7 +37,7 @@ async def test_a_broker_whose_connection_closes_leaves_the_route_at_once(
     async with temporary_node("ns", role="nameserver", listen="inproc://ns") as ns, \
             temporary_node("b0") as b0, temporary_node("b1") as b1:
         for node, broker_id in ((b0, 0), (b1, 1)):
-            answer = await node.rpc.invoke("inproc://ns", NameServerCode.REGISTER_BROKER,
+            answer = await node.rpc.invoke("inproc://ns", RequestCode.REGISTER_BROKER,
                                            registration(broker_id, f"{node.name}:10911"), BODY)
             assert answer.code == 0, answer.remark
         assert await route_addrs(ns, "inproc://ns") == {"0": "b0:10911", "1": "b1:10911"}
@@ -54,17 +54,17 @@ async def test_a_silent_broker_leaves_after_its_timeout(temporary_node, autojump
     async with temporary_node("ns", role="nameserver", listen="inproc://ns",
                               sections={"namesrv": config}) as ns, \
             temporary_node("b0") as b0:
-        await b0.rpc.invoke("inproc://ns", NameServerCode.REGISTER_BROKER,
+        await b0.rpc.invoke("inproc://ns", RequestCode.REGISTER_BROKER,
                             registration(0, "b0:10911", timeout_ms=1000), BODY)
         heartbeat = {"clusterName": "DefaultCluster", "brokerAddr": "b0:10911",
                      "brokerName": "broker-a"}
         for _ in range(5):  # heartbeats keep it for 2.5 s, past its 1 s timeout
             await trio.sleep(0.5)
-            answer = await b0.rpc.invoke("inproc://ns", NameServerCode.BROKER_HEARTBEAT,
+            answer = await b0.rpc.invoke("inproc://ns", RequestCode.BROKER_HEARTBEAT,
                                          heartbeat)
             assert answer.code == 0, answer.remark
         assert await route_addrs(ns, "inproc://ns") == {"0": "b0:10911"}
         await trio.sleep(1.2)  # silent past its timeout and one scan
         assert await route_addrs(ns, "inproc://ns") is None
-        late = await b0.rpc.invoke("inproc://ns", NameServerCode.BROKER_HEARTBEAT, heartbeat)
+        late = await b0.rpc.invoke("inproc://ns", RequestCode.BROKER_HEARTBEAT, heartbeat)
         assert late.code == 1 and "not registered" in (late.remark or "")

@@ -15,7 +15,6 @@ import trio
 
 import triomq.plugins.broker
 import triomq.plugins.controller_dledger
-from triomq.broker.client import Producer, SendError
 from triomq.broker.core.codes import ResponseCode
 from triomq.controller.client import ControllerClient
 from triomq.controller.service import ControllerService, controller_of
@@ -26,6 +25,7 @@ from triomq.rpc import RpcError
 from triomq.runtime import Node
 from triomq.testing import scenarios as sc
 from triomq.testing.cluster import BROKER_NAME, Cluster, open_cluster
+from triomq.testing.direct_send import DirectProducer, SendError
 from triomq.testing.scenario_run import ScenarioRun
 
 #: Timers as fast as the simulation's (ms), so that a scenario takes seconds.
@@ -168,7 +168,7 @@ class ClusterPump:
     async def _put(self, name: str) -> str:
         self._bodies += 1
         body = b"scenario-%d" % self._bodies
-        producer = Producer(self.client.rpc, self.addresses[name], timeout=5.0)
+        producer = DirectProducer(self.client.rpc, self.addresses[name], timeout=5.0)
         try:
             result = await producer.send("orders", body)
         except SendError as error:

@@ -1,14 +1,17 @@
-"""A small producer: send messages to a broker master over any RPC client.
+"""A producer without routes: send messages to one broker's address, for tests.
 
-::
+``triomq.client.Producer`` is the producer: it finds masters through the
+name servers and retries through a failover. Tests and benchmarks that must
+reach one broker whatever its role (a slave's refusal, a master's answer
+under a fault) send with this one instead::
 
     async with triomq.open_node(config) as node:
-        producer = Producer(node.rpc, "tcp://10.0.0.1:10911")
+        producer = DirectProducer(node.rpc, "tcp://10.0.0.1:10911")
         result = await producer.send("orders", b"...", tags="paid", keys="o-1")
         result.physical_offset
 
 A non-success answer raises a ``SendError`` subclass named after the code;
-``FlushSlaveTimeout`` and ``FlushDiskTimeout`` carry the ``SendResult`` of
+``FlushSlaveTimeout`` and ``FlushDiskTimeout`` carry the ``DirectSendResult`` of
 the message the master did store.
 """
 
@@ -27,17 +30,17 @@ from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import DEFAULT_TIMEOUT, RpcClient
 
 __all__ = [
+    "DirectProducer",
+    "DirectSendResult",
     "FlushDiskTimeout",
     "FlushSlaveTimeout",
-    "Producer",
     "SendError",
-    "SendResult",
     "ServiceNotAvailable",
 ]
 
 
 @attrs.frozen
-class SendResult:
+class DirectSendResult:
     """Where a message went: ids, queue and commit-log offsets."""
 
     msg_id: str
@@ -51,7 +54,7 @@ class SendError(TriomqError):
     """The broker answered a send with ``code`` (not SUCCESS); ``remark`` says why."""
 
     def __init__(self, address: str, code: int, remark: str | None,
-                 result: SendResult | None = None) -> None:
+                 result: DirectSendResult | None = None) -> None:
         self.address = address
         self.code = code
         self.remark = remark
@@ -80,7 +83,7 @@ _ERRORS: Mapping[int, type[SendError]] = {
 }
 
 
-class Producer:
+class DirectProducer:
     """Sends messages to the broker at ``address`` with ``rpc`` (e.g. ``node.rpc``)."""
 
     def __init__(self, rpc: RpcClient, address: str, *, group: str = "DEFAULT_PRODUCER",
@@ -92,7 +95,7 @@ class Producer:
 
     async def send(self, topic: str, body: bytes, *, tags: str | None = None,
                    keys: str | None = None, queue_id: int = 0,
-                   properties: Mapping[str, str] | None = None) -> SendResult:
+                   properties: Mapping[str, str] | None = None) -> DirectSendResult:
         """Send one message (SEND_MESSAGE_V2) and return where it was stored.
 
         Raises a ``SendError`` for a non-success answer, and the RPC errors
@@ -121,13 +124,13 @@ class Producer:
         return result
 
 
-def _result(msg_id: str, response: RemotingCommand) -> SendResult | None:
+def _result(msg_id: str, response: RemotingCommand) -> DirectSendResult | None:
     fields = response.ext_fields
     offset_id = fields.get("msgId")
     if offset_id is None:
         return None
     _host, physical_offset = parse_offset_msg_id(offset_id)
-    return SendResult(
+    return DirectSendResult(
         msg_id=msg_id,
         offset_msg_id=offset_id,
         queue_id=int(fields.get("queueId", "0")),
