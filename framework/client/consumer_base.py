@@ -75,7 +75,7 @@ from triomq.client.pull_flow import (
     SendPull,
     Wait,
 )
-from triomq.client.queue_pull import Deliver, OffsetMoved, QueuePull, Skipped
+from triomq.client.queue_pull import Dispatch, OffsetMoved, QueuePull, SkipTo
 from triomq.client.running_info import (
     ProcessQueueInfo,
     consumer_properties,
@@ -595,10 +595,10 @@ class ConsumerBase:
                 log.warning("moved offset of %s not stored: %s", queue, exc)
             if self.states.get(queue) is state:
                 del self.states[queue]
-        elif isinstance(step, Deliver):
+        elif isinstance(step, Dispatch):
             state.arrived.set()
             self._deliver(state, step.messages)
-        elif isinstance(step, Skipped):
+        elif isinstance(step, SkipTo):
             self._skipped_to(state, step.offset)
 
     async def _refresh_routes(self) -> None:

@@ -66,7 +66,7 @@ from triomq.client.publish import (
     TopicPublishInfo,
     publish_info,
 )
-from triomq.client.send_flow import Attempt, FetchRoute, SendFlow, Sent, Wait
+from triomq.client.send_flow import FetchRoute, SendAttempt, SendFlow, Sent, WaitForRetry
 from triomq.protocol.message import properties_to_bytes
 from triomq.protocol.remoting import ROCKETMQ_VERSION
 from triomq.protocol.unique_id import UniqueIdGenerator
@@ -279,7 +279,7 @@ class Producer:
                         queue=queue)
         action = flow.start(trio.current_time())
         while True:
-            if isinstance(action, Attempt):
+            if isinstance(action, SendAttempt):
                 header.update(e=str(action.queue.queue_id), n=action.queue.broker_name)
                 try:
                     answer = await self.instance.invoke(
@@ -297,7 +297,7 @@ class Producer:
                     action = flow.not_routed(exc, trio.current_time())
                 else:
                     action = flow.routed(info, trio.current_time())
-            elif isinstance(action, Wait):
+            elif isinstance(action, WaitForRetry):
                 await trio.sleep_until(action.until)
                 action = flow.timer(trio.current_time())
             elif isinstance(action, Sent):

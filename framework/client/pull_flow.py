@@ -47,10 +47,10 @@ from triomq.client.pull import (
 )
 from triomq.client.queue_pull import (
     ConsumedOffsets,
-    Deliver,
+    Dispatch,
     OffsetMoved,
     QueuePull,
-    Skipped,
+    SkipTo,
     subscribe_broker,
 )
 from triomq.client.subscription import SubscriptionData
@@ -252,7 +252,7 @@ class PullFlow:
 
     def answered(self, code: int, remark: str | None, fields: Mapping[str, str],
                  body: bytes, addresses: Mapping[int, str],
-                 now: float) -> Deliver | Skipped | OffsetMoved | None:
+                 now: float) -> Dispatch | SkipTo | OffsetMoved | None:
         """The broker answered the last ``SendPull``: what the consumer does with it
         (None: nothing; a refusal is handled here, ``last_error`` says what it was).
         ``addresses``: the group's now."""

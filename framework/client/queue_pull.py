@@ -29,7 +29,7 @@ from triomq.client.process_queue import ProcessQueue
 from triomq.client.pull import PullOutcome, PullResult
 from triomq.protocol.route import MASTER_ID
 
-__all__ = ["ConsumedOffsets", "Deliver", "OffsetMoved", "QueuePull", "Skipped",
+__all__ = ["ConsumedOffsets", "Dispatch", "OffsetMoved", "QueuePull", "SkipTo",
            "subscribe_broker"]
 
 
@@ -43,14 +43,14 @@ def subscribe_broker(addresses: Mapping[int, str], broker_id: int = MASTER_ID) -
 
 
 @attrs.frozen
-class Deliver:
+class Dispatch:
     """Pulled messages, now held in the queue's ``ProcessQueue``: hand them to the listener."""
 
     messages: tuple[MessageExt, ...]
 
 
 @attrs.frozen
-class Skipped:
+class SkipTo:
     """Nothing is held and the queue has nothing for us before ``offset``: store it
     (only forward: ``ConsumedOffsets.update(..., increase_only=True)``)."""
 
@@ -81,7 +81,7 @@ class QueuePull:
         on a pull to the master only."""
         return offsets.read(self.queue) if to_master else None
 
-    def answered(self, result: PullResult) -> Deliver | Skipped | OffsetMoved | None:
+    def answered(self, result: PullResult) -> Dispatch | SkipTo | OffsetMoved | None:
         """Apply a pull's result; what the pull loop does with it (None: nothing more).
 
         A queue dropped meanwhile (rebalanced away) keeps its state: its new
@@ -97,9 +97,9 @@ class QueuePull:
         self.next_offset = outcome.next_offset
         if outcome.messages:
             self.process.put(outcome.messages)
-            return Deliver(outcome.messages)
+            return Dispatch(outcome.messages)
         if outcome.correct_offset and not len(self.process):
-            return Skipped(outcome.next_offset)
+            return SkipTo(outcome.next_offset)
         return None
 
 

@@ -46,17 +46,17 @@ from triomq.client.publish import (
 from triomq.protocol.remoting import RemotingCommand
 
 __all__ = [
-    "Attempt",
     "FetchRoute",
     "SendAction",
+    "SendAttempt",
     "SendFailed",
     "SendFlow",
     "Sent",
-    "Wait",
+    "WaitForRetry",
 ]
 
 @attrs.frozen
-class Attempt:
+class SendAttempt:
     """Send to ``queue`` on its master ``address``, waiting ``timeout`` seconds at most;
     then ``answered`` or ``unanswered``."""
 
@@ -71,7 +71,7 @@ class FetchRoute:
 
 
 @attrs.frozen
-class Wait:
+class WaitForRetry:
     """Nothing to do before ``until``; then ``timer``."""
 
     until: float
@@ -91,7 +91,7 @@ class SendFailed:
     error: Exception
 
 
-SendAction = Attempt | FetchRoute | Wait | Sent | SendFailed
+SendAction = SendAttempt | FetchRoute | WaitForRetry | Sent | SendFailed
 
 
 class SendFlow:
@@ -133,7 +133,7 @@ class SendFlow:
         return self._attempt(now)
 
     def answered(self, address: str, answer: RemotingCommand, now: float) -> SendAction:
-        """The broker at ``address`` answered the last ``Attempt``."""
+        """The broker at ``address`` answered the last ``SendAttempt``."""
         target = self._attempted()
         status = send_status(answer.code)
         if status is not None:
@@ -150,7 +150,7 @@ class SendFlow:
         return self._attempt(now)
 
     def unanswered(self, error: Exception, now: float) -> SendAction:
-        """The last ``Attempt`` got no answer (``error``: a timeout, a lost connection)."""
+        """The last ``SendAttempt`` got no answer (``error``: a timeout, a lost connection)."""
         self._failed(error, self._attempted())
         if self._queue is not None:
             return self._end(SendFailed(error))
@@ -178,7 +178,7 @@ class SendFlow:
         return self._pause_then_fetch(now)
 
     def timer(self, now: float) -> SendAction:
-        """A ``Wait`` is over."""
+        """A ``WaitForRetry`` is over."""
         return FetchRoute() if now < self.deadline else self._expired()
 
     # -- steps -------------------------------------------------------------------
@@ -203,7 +203,7 @@ class SendFlow:
             return self._pause_then_fetch(now)
         self._target = target
         self._paused = False
-        return Attempt(target, address, remaining)
+        return SendAttempt(target, address, remaining)
 
     def _refresh(self, now: float) -> SendAction:
         # The first fetch after a failed attempt goes at once: the route may already
@@ -217,7 +217,7 @@ class SendFlow:
         until = min(now + self._pause, self.deadline)
         self._pause = next_pause(self._pause)
         self._paused = True
-        return Wait(until)
+        return WaitForRetry(until)
 
     def _expired(self) -> SendAction:
         if self.last_error is not None:

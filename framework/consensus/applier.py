@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from triomq.consensus.log import Entry, EntryKind, Snapshot
-from triomq.consensus.messages import ResponseCode
+from triomq.consensus.messages import DLedgerCode
 from triomq.consensus.ready import Ready
 from triomq.errors import TriomqError
 
@@ -50,14 +50,14 @@ class StateMachine(Protocol):
 
 
 class ProposalFailed(TriomqError):
-    """A proposal did not commit here: ``code`` (a ``ResponseCode``: TERM_CHANGED,
+    """A proposal did not commit here: ``code`` (a ``DLedgerCode``: TERM_CHANGED,
     WAIT_QUORUM_ACK_TIMEOUT, LEADER_TRANSFERRING, UNEXPECTED_ARGUMENT) and ``message``.
 
     After TERM_CHANGED or WAIT_QUORUM_ACK_TIMEOUT the command may still
     commit later (under a new leader): make commands idempotent or check.
     """
 
-    def __init__(self, code: ResponseCode, message: str) -> None:
+    def __init__(self, code: DLedgerCode, message: str) -> None:
         self.code = code
         self.message = message
         super().__init__(f"{code.name}: {message}")
@@ -122,7 +122,7 @@ class Applier:
         if ready.committed_entries:
             self._apply(ready.committed_entries)
         for result in ready.results:
-            if result.code is ResponseCode.SUCCESS:
+            if result.code is DLedgerCode.SUCCESS:
                 continue  # settled when the entry is applied
             pending = self._proposals.get(result.index)
             if pending is not None and pending[0] == result.term:
@@ -134,7 +134,7 @@ class Applier:
             ticket = self._reads.pop(state.context, None)
             if ticket is None:
                 continue
-            if state.code is ResponseCode.SUCCESS:
+            if state.code is DLedgerCode.SUCCESS:
                 self._confirmed.append((state.index, state.context, ticket))
             else:
                 self._on_read(ticket, False)
@@ -154,7 +154,7 @@ class Applier:
         self.applied_index = snapshot.index
         for index in [i for i in self._proposals if i <= snapshot.index]:
             self._on_proposal(self._proposals.pop(index)[1], None, ProposalFailed(
-                ResponseCode.TERM_CHANGED, f"entry {index} was replaced by a snapshot"))
+                DLedgerCode.TERM_CHANGED, f"entry {index} was replaced by a snapshot"))
 
     def _apply(self, entries: tuple[Entry, ...]) -> None:
         # Once per committed entry on every node: locals, no call per entry
@@ -180,5 +180,5 @@ class Applier:
                 settle(ticket, result, error)
             else:
                 settle(ticket, None, ProposalFailed(
-                    ResponseCode.TERM_CHANGED,
+                    DLedgerCode.TERM_CHANGED,
                     f"entry {index} of term {term} was replaced in term {entry.term}"))

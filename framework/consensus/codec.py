@@ -21,6 +21,7 @@ from typing import Any
 from triomq.consensus.confchange import ConfState
 from triomq.consensus.log import Entry, EntryKind, Snapshot
 from triomq.consensus.messages import (
+    DLedgerCode,
     HeartbeatRequest,
     HeartbeatResponse,
     InstallSnapshotRequest,
@@ -29,7 +30,6 @@ from triomq.consensus.messages import (
     PushRequest,
     PushResponse,
     PushType,
-    ResponseCode,
     TimeoutNow,
     VoteRequest,
     VoteResponse,
@@ -354,7 +354,7 @@ def decode(body: bytes) -> Message:
         )
     elif cls is PushResponse:
         push_type = r.enum(PushType, r.u8("type"), "push type")
-        code = r.enum(ResponseCode, r.u16("code"), "response code")
+        code = r.enum(DLedgerCode, r.u16("code"), "response code")
         index, begin, end, next_term = (r.u64(n) for n in ("index", "begin", "end", "next"))
         message = PushResponse(
             **base,
@@ -369,7 +369,7 @@ def decode(body: bytes) -> Message:
         message = InstallSnapshotRequest(**base, snapshot=_read_snapshot(r))
     elif cls is InstallSnapshotResponse:
         index = r.u64("index")
-        code = r.enum(ResponseCode, r.u16("code"), "response code")
+        code = r.enum(DLedgerCode, r.u16("code"), "response code")
         message = InstallSnapshotResponse(**base, index=index, code=code)
     else:
         message = cls(**base)

@@ -19,6 +19,7 @@ from triomq.consensus.confchange import (
     Configuration,
 )
 from triomq.consensus.messages import (
+    DLedgerCode,
     HeartbeatRequest,
     HeartbeatResponse,
     InstallSnapshotRequest,
@@ -27,7 +28,6 @@ from triomq.consensus.messages import (
     PushRequest,
     PushResponse,
     PushType,
-    ResponseCode,
 )
 from triomq.consensus.ready import (
     Role,
@@ -63,7 +63,7 @@ def merge_acks(messages: list[Message]) -> list[Message]:
 
 def _is_ack(m: Message) -> bool:
     return (
-        type(m) is PushResponse and m.type is PushType.APPEND and m.code is ResponseCode.SUCCESS
+        type(m) is PushResponse and m.type is PushType.APPEND and m.code is DLedgerCode.SUCCESS
     )
 
 
@@ -100,7 +100,7 @@ class EntryHandler:
             self._matched = max(self._matched, index)
 
     def _respond_push(
-        self, m: PushRequest, code: ResponseCode, next_term: int = 0, index: int | None = None
+        self, m: PushRequest, code: DLedgerCode, next_term: int = 0, index: int | None = None
     ) -> None:
         self._send(
             PushResponse(
@@ -136,31 +136,31 @@ class EntryHandler:
         if self._matches(m.index, m.entry_term):
             self._matched = max(self._matched, min(m.index, self.log.last_index))
             next_term = self.log.term_at(m.index + 1) or 0
-            self._respond_push(m, ResponseCode.SUCCESS, next_term)
+            self._respond_push(m, DLedgerCode.SUCCESS, next_term)
         else:
-            self._respond_push(m, ResponseCode.INCONSISTENT_STATE)
+            self._respond_push(m, DLedgerCode.INCONSISTENT_STATE)
 
     def _on_truncate(self, m: PushRequest) -> None:
         index = m.index
         if not self._matches(index, m.entry_term) or index > self.log.last_index:
-            self._respond_push(m, ResponseCode.INCONSISTENT_STATE)
+            self._respond_push(m, DLedgerCode.INCONSISTENT_STATE)
             return
         # Drop the suffix only if it is still the one the leader saw: a stale
         # or duplicated TRUNCATE must not remove entries appended since.
         following = self.log.term_at(index + 1)
         if following is not None and following == m.conflict_term and self._matched <= index:
             if index < self.commit_index:
-                self._respond_push(m, ResponseCode.INCONSISTENT_STATE)
+                self._respond_push(m, DLedgerCode.INCONSISTENT_STATE)
                 return
             self._truncate_after(index)
         self._matched = max(self._matched, index)
-        self._respond_push(m, ResponseCode.SUCCESS)
+        self._respond_push(m, DLedgerCode.SUCCESS)
 
     def _on_append(self, m: PushRequest) -> None:
         if m.index > self.log.last_index + 1:
             # Out of order: wait for the gap to fill (DLedger's writeRequestMap).
             if m.index in self._buffer:
-                self._respond_push(m, ResponseCode.REPEATED_PUSH)
+                self._respond_push(m, DLedgerCode.REPEATED_PUSH)
             elif len(self._buffer) < self.config.max_buffered_pushes:
                 self._buffer[m.index] = (m, self.now)
             return
@@ -189,7 +189,7 @@ class EntryHandler:
             self._extend(entries)
             last = entries[-1].index
             self._matched = max(self._matched, last)
-            self._respond_push(m, ResponseCode.SUCCESS, index=last)
+            self._respond_push(m, DLedgerCode.SUCCESS, index=last)
             return
         prev_term = m.prev_term
         for entry in entries:
@@ -201,12 +201,12 @@ class EntryHandler:
                 if fits:
                     self._append(entry)
             if not fits:
-                self._respond_push(m, ResponseCode.INCONSISTENT_STATE, index=index)
+                self._respond_push(m, DLedgerCode.INCONSISTENT_STATE, index=index)
                 return
             prev_term = entry.term
         last = entries[-1].index
         self._matched = max(self._matched, min(last, self.log.last_index))
-        self._respond_push(m, ResponseCode.SUCCESS, index=last)
+        self._respond_push(m, DLedgerCode.SUCCESS, index=last)
 
     def _check_abnormal_pushes(self) -> None:
         """DLedger's checkAbnormalFuture: settle buffered pushes that cannot proceed."""
@@ -224,7 +224,7 @@ class EntryHandler:
         ]
         if overdue:
             stuck, _ = self._buffer.pop(min(overdue))
-            self._respond_push(stuck, ResponseCode.INCONSISTENT_STATE)
+            self._respond_push(stuck, DLedgerCode.INCONSISTENT_STATE)
 
     def _on_install_snapshot(self, m: InstallSnapshotRequest) -> None:
         if self.role is Role.LEADER:
@@ -234,7 +234,7 @@ class EntryHandler:
         try:
             Configuration.from_conf_state(snapshot.conf_state)
         except ConfChangeError:
-            self._send_snapshot_response(m, ResponseCode.UNEXPECTED_ARGUMENT)
+            self._send_snapshot_response(m, DLedgerCode.UNEXPECTED_ARGUMENT)
             return
         if snapshot.index > self.commit_index:
             self._buffer.clear()
@@ -250,9 +250,9 @@ class EntryHandler:
             self.commit_index = self.applied_index = snapshot.index
             self._restore = snapshot
         self._matched = max(self._matched, snapshot.index)
-        self._send_snapshot_response(m, ResponseCode.SUCCESS)
+        self._send_snapshot_response(m, DLedgerCode.SUCCESS)
 
-    def _send_snapshot_response(self, m: InstallSnapshotRequest, code: ResponseCode) -> None:
+    def _send_snapshot_response(self, m: InstallSnapshotRequest, code: DLedgerCode) -> None:
         self._send(
             InstallSnapshotResponse(
                 src=self.id, dst=m.src, term=self.term, index=m.snapshot.index, code=code

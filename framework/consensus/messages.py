@@ -3,7 +3,7 @@
 Every message names its sender ``src``, its receiver ``dst`` and the
 sender's ``term``. Replication follows DLedger's push protocol: the leader
 sends ``PushRequest`` of type COMPARE, TRUNCATE, APPEND or COMMIT and the
-follower answers ``PushResponse`` with a ``ResponseCode``. The wire
+follower answers ``PushResponse`` with a ``DLedgerCode``. The wire
 encoding (DLedger request codes 51001 VOTE, 51002 HEART_BEAT, 51004 PUSH,
 51005 LEADERSHIP_TRANSFER, 51006 INSTALL_SNAPSHOT) belongs to the driver.
 """
@@ -28,7 +28,7 @@ class PushType(enum.IntEnum):
     COMMIT = 3
 
 
-class ResponseCode(enum.IntEnum):
+class DLedgerCode(enum.IntEnum):
     """DLedger's response codes, for pushes and for proposals."""
 
     SUCCESS = 200
@@ -133,7 +133,7 @@ class PushResponse:
     dst: int
     term: int
     type: PushType
-    code: ResponseCode
+    code: DLedgerCode
     index: int
     begin_index: int
     end_index: int
@@ -158,7 +158,7 @@ class InstallSnapshotResponse:
     dst: int
     term: int
     index: int
-    code: ResponseCode = ResponseCode.SUCCESS
+    code: DLedgerCode = DLedgerCode.SUCCESS
 
 
 @attrs.frozen(kw_only=True)
@@ -286,12 +286,12 @@ def problem(message: object) -> str | None:
         if message.type is PushType.APPEND:
             return _append_problem(message)
     if isinstance(message, PushResponse) and not (
-        isinstance(message.type, PushType) and isinstance(message.code, ResponseCode)
+        isinstance(message.type, PushType) and isinstance(message.code, DLedgerCode)
     ):
         return "PushResponse with an unknown type or code"
     if isinstance(message, InstallSnapshotRequest) and not _valid_snapshot(message.snapshot):
         return "InstallSnapshotRequest without a valid snapshot"
-    if isinstance(message, InstallSnapshotResponse) and not isinstance(message.code, ResponseCode):
+    if isinstance(message, InstallSnapshotResponse) and not isinstance(message.code, DLedgerCode):
         return "InstallSnapshotResponse with an unknown code"
     for name in ("pre_vote", "force", "granted"):
         if type(getattr(message, name, False)) is not bool:

@@ -54,7 +54,7 @@ from triomq.consensus.applier import Applier, ProposalFailed, StateMachine
 from triomq.consensus.confchange import ConfChangeV2
 from triomq.consensus.config import RaftConfig
 from triomq.consensus.durable import DurableState
-from triomq.consensus.messages import HeartbeatRequest, Message, ResponseCode
+from triomq.consensus.messages import DLedgerCode, HeartbeatRequest, Message
 from triomq.consensus.pusher import ProposalRejected
 from triomq.consensus.raft import Raft
 from triomq.consensus.ready import (
@@ -352,7 +352,7 @@ class RaftNode:
             raise TriomqError(f"Raft node {self.node_id} is closed")
 
     def _rejected(self, exc: ProposalRejected) -> TriomqError:
-        if exc.code is ResponseCode.NOT_LEADER:
+        if exc.code is DLedgerCode.NOT_LEADER:
             return NotLeader(self.leader_id, self.leader_address)
         return ProposalFailed(exc.code, str(exc))
 
@@ -472,7 +472,7 @@ class RaftNode:
 
     def _close(self) -> None:
         self._closed = True
-        gone = ProposalFailed(ResponseCode.TERM_CHANGED, "the Raft node closed")
+        gone = ProposalFailed(DLedgerCode.TERM_CHANGED, "the Raft node closed")
         waiters = [*self._queued_waiters, *self._applier.take_all()]
         self._queued, self._queued_waiters = [], []
         for waiter in waiters:

@@ -27,6 +27,7 @@ from triomq.consensus.confchange import (
 )
 from triomq.consensus.log import Entry, EntryKind
 from triomq.consensus.messages import (
+    DLedgerCode,
     HeartbeatRequest,
     HeartbeatResponse,
     InstallSnapshotRequest,
@@ -35,7 +36,6 @@ from triomq.consensus.messages import (
     PushRequest,
     PushResponse,
     PushType,
-    ResponseCode,
     TimeoutNow,
 )
 from triomq.consensus.ready import (
@@ -53,7 +53,7 @@ class ProposalRejected(TriomqError):
     can retry there.
     """
 
-    def __init__(self, code: ResponseCode, reason: str, leader_id: int = 0) -> None:
+    def __init__(self, code: DLedgerCode, reason: str, leader_id: int = 0) -> None:
         self.code = code
         self.leader_id = leader_id
         super().__init__(f"{code.name}: {reason}")
@@ -109,7 +109,7 @@ class EntryPusher:
         """
         self.check_can_propose()
         config = self.configuration
-        code = ResponseCode.UNEXPECTED_ARGUMENT
+        code = DLedgerCode.UNEXPECTED_ARGUMENT
         if self._pending_conf_index > self.commit_index:
             raise ProposalRejected(
                 code, f"conf change at {self._pending_conf_index} is not committed yet"
@@ -129,10 +129,10 @@ class EntryPusher:
     def check_can_propose(self) -> None:
         """Raise ProposalRejected if a proposal made now would be refused."""
         if self.role is not Role.LEADER:
-            raise ProposalRejected(ResponseCode.NOT_LEADER, "not the leader", self.leader_id)
+            raise ProposalRejected(DLedgerCode.NOT_LEADER, "not the leader", self.leader_id)
         if self._transferee:
             raise ProposalRejected(
-                ResponseCode.LEADER_TRANSFERRING,
+                DLedgerCode.LEADER_TRANSFERRING,
                 f"leadership is moving to {self._transferee}",
                 self.id,
             )
@@ -187,7 +187,7 @@ class EntryPusher:
             if at > deadline:
                 break
             del self._pending[index]
-            self._results.append(ProposalResult(index, term, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT))
+            self._results.append(ProposalResult(index, term, DLedgerCode.WAIT_QUORUM_ACK_TIMEOUT))
 
     def _broadcast_heartbeat(self) -> None:
         for peer, progress in self.tracker.peers():
@@ -350,7 +350,7 @@ class EntryPusher:
             self._on_push_response(m.src, progress, m)
         elif isinstance(m, InstallSnapshotResponse) and (
             progress.state is ProgressState.SNAPSHOT
-            and m.code is ResponseCode.SUCCESS
+            and m.code is DLedgerCode.SUCCESS
             and m.index <= self.log.last_index
         ):
             progress.become_append(m.index)
@@ -358,11 +358,11 @@ class EntryPusher:
 
     def _on_push_response(self, peer: int, progress: Progress, m: PushResponse) -> None:
         if m.type is PushType.APPEND:
-            if m.code is ResponseCode.SUCCESS:
+            if m.code is DLedgerCode.SUCCESS:
                 progress.acknowledge(m.index)
                 self._maybe_commit()
                 self._maybe_send_timeout_now(peer)
-            elif m.code is ResponseCode.INCONSISTENT_STATE and progress.state is (
+            elif m.code is DLedgerCode.INCONSISTENT_STATE and progress.state is (
                 ProgressState.APPEND
             ):
                 progress.become_compare()
@@ -370,7 +370,7 @@ class EntryPusher:
             if progress.state is not ProgressState.COMPARE or m.index != progress.compare_index:
                 return  # an answer to an earlier compare
             progress.probe_sent_at = -1
-            if m.code is ResponseCode.SUCCESS:
+            if m.code is DLedgerCode.SUCCESS:
                 if m.index >= m.end_index:
                     progress.become_append(m.index)
                 elif self.log.term_at(m.index + 1) == m.next_term:
@@ -390,7 +390,7 @@ class EntryPusher:
             if progress.state is not ProgressState.TRUNCATE or m.index != progress.compare_index:
                 return
             progress.probe_sent_at = -1
-            if m.code is ResponseCode.SUCCESS:
+            if m.code is DLedgerCode.SUCCESS:
                 progress.become_append(m.index)
             else:
                 progress.become_compare()
@@ -416,7 +416,7 @@ class EntryPusher:
             if index > candidate:
                 break
             term, _ = self._pending.pop(index)
-            self._results.append(ProposalResult(index, term, ResponseCode.SUCCESS))
+            self._results.append(ProposalResult(index, term, DLedgerCode.SUCCESS))
         if candidate >= self.log.configuration_index:
             if not self.configuration.is_voter(self.id):
                 self._step_down_removed()

@@ -57,12 +57,12 @@ from triomq.consensus.log import (
     bootstrap_entries,
 )
 from triomq.consensus.messages import (
+    DLedgerCode,
     HeartbeatRequest,
     HeartbeatResponse,
     InstallSnapshotRequest,
     Message,
     PushRequest,
-    ResponseCode,
     TimeoutNow,
     VoteRequest,
     VoteResponse,
@@ -243,7 +243,7 @@ class Raft(EntryPusher, EntryHandler):
         ProposalRejected (NOT_LEADER) on a follower.
         """
         if self.role is not Role.LEADER:
-            raise ProposalRejected(ResponseCode.NOT_LEADER, "not the leader", self.leader_id)
+            raise ProposalRejected(DLedgerCode.NOT_LEADER, "not the leader", self.leader_id)
         self._early_reads.append(bytes(context))
         self._release_early_reads()
 
@@ -254,12 +254,12 @@ class Raft(EntryPusher, EntryHandler):
         election timeout passes.
         """
         if self.role is not Role.LEADER:
-            raise ProposalRejected(ResponseCode.NOT_LEADER, "not the leader", self.leader_id)
+            raise ProposalRejected(DLedgerCode.NOT_LEADER, "not the leader", self.leader_id)
         if target == self.id:
             return
         if target not in self.tracker.progress or not self.configuration.is_voter(target):
             raise ProposalRejected(
-                ResponseCode.UNEXPECTED_ARGUMENT, f"node {target} is not a voter", self.id
+                DLedgerCode.UNEXPECTED_ARGUMENT, f"node {target} is not a voter", self.id
             )
         self._transferee = target
         self._election_elapsed = 0
@@ -388,7 +388,7 @@ class Raft(EntryPusher, EntryHandler):
         if self.configuration is not before:
             self._config_changed()
 
-    def _fail_pending(self, code: ResponseCode) -> None:
+    def _fail_pending(self, code: DLedgerCode) -> None:
         for index, (term, _) in self._pending.items():
             self._results.append(ProposalResult(index, term, code))
         self._pending.clear()
@@ -397,10 +397,10 @@ class Raft(EntryPusher, EntryHandler):
 
     def _become_follower(self, term: int, leader_id: int) -> None:
         if self.role is Role.LEADER or term > self.term:
-            self._fail_pending(ResponseCode.TERM_CHANGED)
+            self._fail_pending(DLedgerCode.TERM_CHANGED)
         if self.role is Role.LEADER:
             self._read_states.extend(self._reads.fail_all())
-            lost = ResponseCode.TERM_CHANGED
+            lost = DLedgerCode.TERM_CHANGED
             self._read_states.extend(ReadState(c, 0, lost) for c in self._early_reads)
             self._early_reads.clear()
         if term > self.term:

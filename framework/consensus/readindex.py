@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from triomq.consensus.messages import ResponseCode
+from triomq.consensus.messages import DLedgerCode
 from triomq.consensus.quorum import JointConfig, VoteResult
 
 
@@ -28,7 +28,7 @@ class ReadState:
 
     context: bytes
     index: int
-    code: ResponseCode = ResponseCode.SUCCESS
+    code: DLedgerCode = DLedgerCode.SUCCESS
 
 
 @attrs.define
@@ -80,7 +80,7 @@ class ReadQueue:
 
     def fail_all(self) -> list[ReadState]:
         """Leadership is lost: every waiting read fails."""
-        failed = [ReadState(r.context, r.index, ResponseCode.TERM_CHANGED) for r in self._reads]
+        failed = [ReadState(r.context, r.index, DLedgerCode.TERM_CHANGED) for r in self._reads]
         self._reads.clear()
         self._acked.clear()
         return failed

@@ -19,7 +19,7 @@ import attrs
 
 from triomq.consensus.confchange import ConfState
 from triomq.consensus.log import Entry, HardState, Snapshot
-from triomq.consensus.messages import Message, ResponseCode
+from triomq.consensus.messages import DLedgerCode, Message
 from triomq.consensus.readindex import ReadState
 
 
@@ -74,7 +74,7 @@ class ProposalResult(NamedTuple):
 
     index: int
     term: int
-    code: ResponseCode
+    code: DLedgerCode
 
 
 @attrs.frozen

@@ -45,13 +45,13 @@ from triomq.controller.service_core import (
     Applied,
     ControllerCore,
     Leadership,
+    LostLeadership,
     NotCommitted,
     Notify,
     Outcome,
     Propose,
     ReadBarrier,
 )
-from triomq.controller.service_core import NotLeader as LostLeadership
 from triomq.controller.state_machine import ReplicasStateMachine
 from triomq.controller.validation import check_request
 from triomq.controller.wire import ControllerMetadata, encode_replica_info

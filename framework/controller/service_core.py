@@ -87,8 +87,8 @@ __all__ = [
     "ControllerCore",
     "Elected",
     "Leadership",
+    "LostLeadership",
     "NotCommitted",
-    "NotLeader",
     "Notify",
     "Outcome",
     "Output",
@@ -167,7 +167,7 @@ class Applied:
 
 
 @attrs.frozen
-class NotLeader:
+class LostLeadership:
     """The operation failed because this node is not (or no longer) the leader."""
 
 
@@ -178,7 +178,7 @@ class NotCommitted:
     message: str
 
 
-Outcome = Applied | NotLeader | NotCommitted
+Outcome = Applied | LostLeadership | NotCommitted
 
 
 # -- requests in progress ---------------------------------------------------------
@@ -274,7 +274,7 @@ class ControllerCore:
         work = self._waiting.pop(ticket, None)
         if work is None:
             return
-        if isinstance(outcome, NotLeader):
+        if isinstance(outcome, LostLeadership):
             self._finish(work, self._not_leader(work.request_id), refused=True)
         elif work.result is None:
             self._barrier_settled(work, outcome)

@@ -28,7 +28,7 @@ from collections.abc import Hashable, Iterable
 
 import attrs
 
-__all__ = ["Admitted", "HAAdmission", "Refused"]
+__all__ = ["Admitted", "HAAdmission", "RefuseHandshake"]
 
 
 @attrs.frozen
@@ -39,7 +39,7 @@ class Admitted:
 
 
 @attrs.frozen
-class Refused:
+class RefuseHandshake:
     """The handshake is refused: close the connection; ``reason`` says why."""
 
     reason: str
@@ -83,7 +83,7 @@ class HAAdmission:
         self._handshaking[connection] = None
         return Admitted(close)
 
-    def handshaken(self, connection: Hashable, address: str) -> Admitted | Refused:
+    def handshaken(self, connection: Hashable, address: str) -> Admitted | RefuseHandshake:
         """``connection`` introduced itself as the slave ``address``."""
         if connection not in self._handshaking:
             raise ValueError(f"connection {connection!r} is not waiting for a handshake")
@@ -96,7 +96,7 @@ class HAAdmission:
         elif len(self._slaves) >= self.max_connections - 1:
             if address not in self.known:
                 del self._handshaking[connection]
-                return Refused(f"the HA port serves its ha_max_connections "
+                return RefuseHandshake(f"the HA port serves its ha_max_connections "
                                f"({self.max_connections}) and {address!r} is no known "
                                "replica of the group")
             victim = next((c for c, a in self._slaves.items() if a not in self.known), None)

@@ -38,7 +38,7 @@ __all__ = [
     "MasterConnection",
     "MasterLog",
     "MasterOutput",
-    "Send",
+    "SendToSlave",
     "SlaveAcked",
     "SlaveJoined",
     "TransferPlan",
@@ -64,7 +64,7 @@ class MasterLog:
 
 
 @attrs.frozen
-class Send:
+class SendToSlave:
     """Bytes to write to the slave, in order with other sends."""
 
     data: bytes
@@ -87,7 +87,7 @@ class SlaveAcked:
     last_caught_up_time_ms: int
 
 
-MasterOutput = Send | SlaveJoined | SlaveAcked
+MasterOutput = SendToSlave | SlaveJoined | SlaveAcked
 
 
 @attrs.frozen
@@ -180,7 +180,7 @@ class MasterConnection:
         # HANDSHAKE at once; in TRANSFER it waits for the first ack to start.
         self.state = HAConnectionState.TRANSFER
         credential = None if self._credential is None else self._credential.mapping()
-        return [SlaveJoined(frame, credential), Send(encode(reply))]
+        return [SlaveJoined(frame, credential), SendToSlave(encode(reply))]
 
     def _on_ack(self, frame: Ack, log: MasterLog) -> SlaveAcked:
         ack = frame.max_offset

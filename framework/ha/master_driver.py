@@ -21,7 +21,7 @@ from triomq.errors import TriomqError
 from triomq.ha.driver import CONNECTION_ERRORS, ReplicaLog, describe, logger
 from triomq.ha.epoch import EpochCache
 from triomq.ha.errors import HandshakeRefused
-from triomq.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
+from triomq.ha.master import MasterConnection, MasterLog, SendToSlave, SlaveAcked, SlaveJoined
 from triomq.ha.master_term import HAMasterConfig, MasterTerm
 from triomq.ha.streams import send_frames
 from triomq.ha.sync_replication import PutResult, ReplicationStatus
@@ -331,7 +331,7 @@ class HAMaster:
         if not outputs:  # a frame's first bytes only
             return
         for out in outputs:
-            if isinstance(out, Send):
+            if isinstance(out, SendToSlave):
                 outbox.append(out.data)
             elif isinstance(out, SlaveJoined):
                 reason = (admit(out.handshake.address, out.credential) if admit is not None

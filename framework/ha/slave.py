@@ -24,7 +24,7 @@ durably before the next, and only then send the ack that follows them:
   so no byte is ever attributed to the previous epoch after a crash.
 - ``WriteAt``: append ``data`` at ``offset`` (on an empty log this sets the
   log's start, e.g. when syncing from the master's last segment).
-- ``Send``: bytes for the master.
+- ``SendToMaster``: bytes for the master.
 
 ``poll``'s periodic ack reports the max offset after every action emitted
 so far; the driver must not send it while actions are still being applied.
@@ -57,7 +57,7 @@ from triomq.protocol.ha import (
 __all__ = [
     "DEFAULT_ACK_INTERVAL_MS",
     "RecordEpoch",
-    "Send",
+    "SendToMaster",
     "SlaveAction",
     "SlaveConnection",
     "SlaveLog",
@@ -106,13 +106,13 @@ class WriteAt(NamedTuple):
 
 
 @attrs.frozen
-class Send:
+class SendToMaster:
     """Bytes for the master."""
 
     data: bytes
 
 
-SlaveAction = Truncate | RecordEpoch | WriteAt | Send
+SlaveAction = Truncate | RecordEpoch | WriteAt | SendToMaster
 
 
 class SlaveConnection:
@@ -252,7 +252,7 @@ class SlaveConnection:
         if transferred:
             # One ack after the last bytes: it carries the max offset, so it
             # acks every batch before it too (RocketMQ acks once per read).
-            actions.append(Send(encode(Ack(self.max_offset))))
+            actions.append(SendToMaster(encode(Ack(self.max_offset))))
 
     @property
     def body_remaining(self) -> int:
@@ -311,7 +311,7 @@ class SlaveConnection:
         actions: list[SlaveAction] = []
         if point < log.max_offset or self.epochs != log.epochs:
             actions.append(Truncate(point, self.epochs))
-        actions.append(Send(encode(Ack(point))))
+        actions.append(SendToMaster(encode(Ack(point))))
         return actions
 
     def _master_epochs(self, frame: MasterHandshake) -> EpochCache:

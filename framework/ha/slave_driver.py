@@ -29,7 +29,7 @@ from triomq.ha.slave import (
     Truncate,
     WriteAt,
 )
-from triomq.ha.slave import Send as SlaveSend
+from triomq.ha.slave import SendToMaster as SlaveSend
 from triomq.ha.streams import RECEIVE_SIZE, read_nowait, read_scattered
 from triomq.protocol.ha import TRANSFER_HEADER_SIZE, HAConnectionState
 from triomq.store import OffsetMismatch, StoreCorruption

@@ -9,7 +9,7 @@ update config in black list.") a body naming one of its black-listed keys
 
 Here ``namesrv_properties`` gives each ``[namesrv]`` key that has a
 counterpart in ``NamesrvConfig`` under that name (``ROCKETMQ_NAMES``), plus
-``Facts`` of the running node: the listen port and ``kvConfigPath`` (only
+``NamesrvFacts`` of the running node: the listen port and ``kvConfigPath`` (only
 when the KV config is kept on disk). ``broker_not_active_timeout`` has no
 counterpart (RocketMQ's is a constant) and is left out, as are RocketMQ's
 thread-pool settings, which triomq has no equivalent of.
@@ -35,7 +35,7 @@ from triomq.errors import ConfigError, TriomqError
 from triomq.namesrv.config import NamesrvConfig
 from triomq.settings import from_mapping
 
-__all__ = ["BLACK_LIST", "ROCKETMQ_NAMES", "TRIOMQ_ONLY", "Facts", "UpdateRefused",
+__all__ = ["BLACK_LIST", "ROCKETMQ_NAMES", "TRIOMQ_ONLY", "NamesrvFacts", "UpdateRefused",
            "namesrv_properties", "updated"]
 
 #: ``[namesrv]`` keys and RocketMQ's ``NamesrvConfig`` names for them.
@@ -69,7 +69,7 @@ class UpdateRefused(TriomqError):
 
 
 @attrs.frozen
-class Facts:
+class NamesrvFacts:
     """What the running name server decides rather than its file."""
 
     listen_port: int | None = None
@@ -91,7 +91,7 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def namesrv_properties(config: NamesrvConfig, facts: Facts) -> dict[str, str]:
+def namesrv_properties(config: NamesrvConfig, facts: NamesrvFacts) -> dict[str, str]:
     """GET_NAMESRV_CONFIG's properties: RocketMQ name -> value text."""
     values = attrs.asdict(config)
     return {**{name: _text(values[key]) for key, name in ROCKETMQ_NAMES.items()},
@@ -111,7 +111,7 @@ def _typed(name: str, text: str, current: object) -> object:
 
 
 def updated(config: NamesrvConfig, properties: Mapping[str, str],
-            facts: Facts) -> NamesrvConfig:
+            facts: NamesrvFacts) -> NamesrvConfig:
     """``config`` with the properties applied; ``UpdateRefused`` if any cannot be."""
     if BLACK_LIST & set(properties):
         raise UpdateRefused("Can not update config in black list.", black_listed=True)

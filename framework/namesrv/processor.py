@@ -59,7 +59,12 @@ import attrs
 
 from triomq.controller.wire import WireError
 from triomq.namesrv.config import NamesrvConfig
-from triomq.namesrv.config_properties import Facts, UpdateRefused, namesrv_properties, updated
+from triomq.namesrv.config_properties import (
+    NamesrvFacts,
+    UpdateRefused,
+    namesrv_properties,
+    updated,
+)
 from triomq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfig, encode_kv_table
 from triomq.namesrv.route_info import BrokerRegistration, RouteInfo, RouteRefused
 from triomq.protocol.header_fields import HeaderFields
@@ -89,13 +94,13 @@ class NameServerCore:
 
     def __init__(self, route: RouteInfo | None = None, *,
                  config: NamesrvConfig | None = None, kv: KVConfig | None = None,
-                 facts: Facts | None = None) -> None:
+                 facts: NamesrvFacts | None = None) -> None:
         self.config = config if config is not None else NamesrvConfig()
         self.route = route if route is not None else RouteInfo(
             default_broker_timeout_ms=self.config.broker_not_active_timeout)
         self._apply_route_settings()
         self.kv = kv if kv is not None else KVConfig()
-        self.facts = facts if facts is not None else Facts()
+        self.facts = facts if facts is not None else NamesrvFacts()
         self._handlers: dict[int, Callable[[RemotingCommand, Hashable, int],
                                            RemotingCommand]] = {
             RequestCode.REGISTER_BROKER: self._register,

@@ -29,7 +29,7 @@ import trio
 from triomq.clock import now_ms
 from triomq.durable_files import replace_atomically
 from triomq.errors import PluginError
-from triomq.namesrv.config_properties import Facts
+from triomq.namesrv.config_properties import NamesrvFacts
 from triomq.namesrv.kv_config import KVConfig, KVConfigError
 from triomq.namesrv.processor import NameServerCore, RequestCode
 from triomq.protocol.remoting import RemotingCommand
@@ -95,7 +95,7 @@ async def namesrv_service(node: Node, task_status: trio.TaskStatus[NameServerCor
     store = node.config.store.path
     kv_path = os.path.abspath(os.path.join(store, KV_CONFIG_FILE)) if store else None
     core = NameServerCore(config=config, kv=_load_kv(kv_path),
-                          facts=Facts(_listen_port(node.address), kv_path))
+                          facts=NamesrvFacts(_listen_port(node.address), kv_path))
     saved_version = core.kv.version
     save_lock = trio.Lock()
     async with trio.open_nursery() as nursery:

@@ -33,14 +33,14 @@ CONFIRM_PHY_OFFSET = 32
 _LONG = struct.Struct(">q")
 
 
-class CheckpointError(TriomqError, ValueError):
+class StoreCheckpointError(TriomqError, ValueError):
     """The checkpoint bytes are too short for the field asked for."""
 
 
 def read_long(data: bytes | bytearray | memoryview, position: int, where: str = FILE_NAME) -> int:
     """The long at ``position`` (one of the field constants)."""
     if len(data) < position + 8:
-        raise CheckpointError(
+        raise StoreCheckpointError(
             f"{where}: {len(data)} bytes, too short for the field at byte {position}")
     return _LONG.unpack_from(data, position)[0]
 

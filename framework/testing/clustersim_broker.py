@@ -31,16 +31,16 @@ from triomq.broker.replication.core import controller_flow as flow
 from triomq.controller import ResponseCode
 from triomq.controller.leader_calls import GiveUp, LeaderCalls, Pause
 from triomq.controller.requests import BrokerHeartbeat
+from triomq.controller.service_core import Notify
 from triomq.ha.errors import EpochError, HAProtocolError
-from triomq.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
+from triomq.ha.master import MasterConnection, MasterLog, SendToSlave, SlaveAcked, SlaveJoined
 from triomq.ha.master_term import MasterTerm
 from triomq.ha.reconnect import Reconnect
 from triomq.ha.role_change import RoleChange, ToMaster, ToSlave
-from triomq.ha.slave import RecordEpoch, SlaveConnection, SlaveLog, Truncate, WriteAt
-from triomq.ha.slave import Send as SlaveSend
+from triomq.ha.slave import RecordEpoch, SendToMaster, SlaveConnection, SlaveLog, Truncate, WriteAt
 from triomq.protocol.ha import HAFrameError
 from triomq.protocol.route import TopicConfig
-from triomq.testing.clustersim_controller import Notify, Request, Response, controller_name
+from triomq.testing.clustersim_controller import Request, Response, controller_name
 from triomq.testing.clustersim_namesrv import NamesrvResponse, SimRegistration
 from triomq.testing.clustersim_net import TaskGen, Tasks, wait_for
 from triomq.testing.clustersim_parts import (
@@ -250,8 +250,8 @@ class SimBroker:
                 attempts.not_leader(step.address, response.leader)
             else:
                 attempts.answered(step.address)
-                self.flow.answered(self.now_ms(), call.id,
-                                   flow.Answer(response.code, response.remark, response.payload))
+                answer = flow.ControllerAnswer(response.code, response.remark, response.payload)
+                self.flow.answered(self.now_ms(), call.id, answer)
                 break
         self._drain()
 
@@ -364,7 +364,7 @@ class SimBroker:
                 data = stream.receive(self.name, self.sim.now)
                 outs = conn.receive_data(data, self._view(term, master), now) if data else []
                 for out in outs:
-                    if isinstance(out, Send):
+                    if isinstance(out, SendToSlave):
                         stream.send(self.name, out.data, self.sim.now, self.sim.network.delay())
                     elif isinstance(out, SlaveJoined):
                         master.slave_joined(out.handshake.address,
@@ -431,7 +431,7 @@ class SimBroker:
                 if self.sim.maybe_crash_writing(self, action.data):
                     return
                 self.log.append_raw(action.offset, action.data)
-            elif isinstance(action, SlaveSend):
+            elif isinstance(action, SendToMaster):
                 stream.send(self.name, action.data, self.sim.now, self.sim.network.delay())
         term.confirm_offset = conn.confirm_offset
         ack = conn.poll(now)

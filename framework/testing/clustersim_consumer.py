@@ -27,7 +27,7 @@ and ``PushConsumer`` do, with their rules:
 Simplifications: the group's members are the consumers that run now (the
 simulation tells them, where RocketMQ's ask a broker, which learns them by
 heartbeat); a crash loses everything (messages being consumed are not
-consumed). Timings are the client's, scaled down (see ``ConsumerSettings``).
+consumed). Timings are the client's, scaled down (see ``ConsumerTiming``).
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ from triomq.client.pull_flow import (
 )
 from triomq.client.queue_pull import (
     ConsumedOffsets,
-    Deliver,
+    Dispatch,
     OffsetMoved,
     QueuePull,
-    Skipped,
+    SkipTo,
     subscribe_broker,
 )
 from triomq.client.subscription import SubscriptionData
@@ -80,7 +80,7 @@ def consumer_name(index: int) -> str:
 
 
 @attrs.frozen
-class ConsumerSettings:
+class ConsumerTiming:
     """A consumer's timing (ms; RocketMQ's client defaults in parentheses)."""
 
     route_interval: int = 1000  # pollNameServerInterval (30 s)
@@ -125,7 +125,7 @@ class HeldQueue:
 class SimConsumer:
     """One member of the consumer group; nothing survives a crash."""
 
-    def __init__(self, name: str, sim: Simulation, settings: ConsumerSettings,
+    def __init__(self, name: str, sim: Simulation, settings: ConsumerTiming,
                  rng: random.Random) -> None:
         self.name = name
         self.sim = sim
@@ -326,12 +326,12 @@ class SimConsumer:
         before = pull.next_offset
         step = held.flow.answered(response.code, response.remark, response.fields,
                                   response.body, self.addresses, self.sim.now)
-        if isinstance(step, Deliver):
+        if isinstance(step, Dispatch):
             for message in step.messages:
                 self._order += 1
                 due = self.sim.now + self.rng.randint(0, self.settings.max_consume_ms)
                 self.consuming.append((due, self._order, held, message))
-        elif isinstance(step, Skipped):
+        elif isinstance(step, SkipTo):
             held.done.update(range(before, step.offset))
             self.offsets.update(pull.queue, step.offset, increase_only=True)
         elif isinstance(step, OffsetMoved):

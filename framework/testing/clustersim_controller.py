@@ -23,8 +23,8 @@ import attrs
 
 from triomq.consensus.applier import Applier
 from triomq.consensus.log import bootstrap_entries
+from triomq.consensus.messages import DLedgerCode as RaftCode
 from triomq.consensus.messages import Message
-from triomq.consensus.messages import ResponseCode as RaftCode
 from triomq.consensus.raft import ProposalRejected, Raft, RaftSettings
 from triomq.consensus.ready import Role
 from triomq.controller import ReplicasInfoManager, decode_event, default_election_policy
@@ -36,15 +36,14 @@ from triomq.controller.service_core import (
     ControllerCore,
     Elected,
     Leadership,
+    LostLeadership,
     NotCommitted,
-    NotLeader,
+    Notify,
     Outcome,
     Propose,
     ReadBarrier,
 )
-from triomq.controller.service_core import Notify as NotifyBroker
 from triomq.controller.state_machine import ReplicasStateMachine
-from triomq.controller.wire import ReplicaInfo
 from triomq.errors import PluginError
 from triomq.testing.raftsim_parts import Disk
 
@@ -93,13 +92,6 @@ class Response:
     remark: str = ""
     payload: Payload | None = None
     leader: str | None = None
-
-
-@attrs.frozen
-class Notify:
-    """NOTIFY_BROKER_ROLE_CHANGED (oneway)."""
-
-    info: ReplicaInfo
 
 
 def controller_name(node_id: int) -> str:
@@ -314,8 +306,8 @@ class SimController:
                 self._settle(output.ticket, _refused(exc))
             else:
                 self.applier.expect_read(context, output.ticket)
-        elif isinstance(output, NotifyBroker):
-            self._send(output.address, Notify(output.info))
+        elif isinstance(output, Notify):
+            self._send(output.address, output)
         elif isinstance(output, Elected):
             self.sim.on_election(self, output)
 
@@ -323,20 +315,19 @@ class SimController:
         self._settle(ticket, Applied(result) if error is None else NotCommitted(str(error)))
 
     def _read(self, ticket: int, confirmed: bool) -> None:
-        self._settle(ticket, Applied() if confirmed else NotLeader())
+        self._settle(ticket, Applied() if confirmed else LostLeadership())
 
     def _send(self, dst: str, payload: object) -> None:
         self.sim.network.send(self.name, dst, payload, self.sim.now)
 
 
 def _refused(exc: ProposalRejected) -> Outcome:
-    return NotLeader() if exc.code is RaftCode.NOT_LEADER else NotCommitted(str(exc))
+    return LostLeadership() if exc.code is RaftCode.NOT_LEADER else NotCommitted(str(exc))
 
 
 __all__ = [
     "CONTROLLER_RAFT_CONFIG",
     "ControllerSettings",
-    "Notify",
     "RaftPacket",
     "Request",
     "Response",

@@ -41,7 +41,7 @@ from triomq.client.message import MessageExt
 from triomq.protocol import message
 from triomq.protocol.delay_levels import SCHEDULE_TOPIC
 from triomq.testing.clustersim_consumer import (
-    ConsumerSettings,
+    ConsumerTiming,
     HeldQueue,
     SimConsumer,
     consumer_name,
@@ -74,7 +74,7 @@ class ConsumerGroup:
         self.slave_read_enable = rng.random() < 0.5
         self.memory_window = rng.choice([1 << 62, 4096])
         self.consumers = {
-            name: SimConsumer(name, sim, ConsumerSettings(), random.Random(rng.getrandbits(64)))
+            name: SimConsumer(name, sim, ConsumerTiming(), random.Random(rng.getrandbits(64)))
             for name in (consumer_name(i) for i in range(1, count + 1))}
         #: Body -> how many times a listener consumed it.
         self.deliveries: dict[bytes, int] = {}

@@ -26,10 +26,7 @@ from triomq.protocol.message import PROPERTY_UNIQ_KEY, MessageRecord, decode
 from triomq.testing.clustersim_broker import GROUP, SimBroker
 from triomq.testing.clustersim_controller import SimController
 from triomq.testing.clustersim_parts import Term
-
-
-class Violation(AssertionError):
-    """An invariant broke; the message says which, where, and how to replay."""
+from triomq.testing.seeds import Violation
 
 
 @attrs.frozen

@@ -22,13 +22,13 @@ from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.client.errors import NoRouteError
 from triomq.client.publish import QueueSelector, TopicPublishInfo, publish_info
 from triomq.client.send_flow import (
-    Attempt,
     FetchRoute,
     SendAction,
+    SendAttempt,
     SendFailed,
     SendFlow,
     Sent,
-    Wait,
+    WaitForRetry,
 )
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import RouteDataError, TopicRouteData
@@ -55,7 +55,7 @@ class _Send:
     flow: SendFlow
     header: dict[str, str]
     body: bytes
-    #: When a ``Wait`` ends (virtual s), if the send waits.
+    #: When a ``WaitForRetry`` ends (virtual s), if the send waits.
     wake: float | None = None
 
 
@@ -155,7 +155,7 @@ class SimProducer:
 
     def _do(self, send: _Send, action: SendAction) -> None:
         sim = self.sim
-        if isinstance(action, Attempt):
+        if isinstance(action, SendAttempt):
             rid = sim.next_request_id()
             header = {**send.header, "e": str(action.queue.queue_id),
                       "n": action.queue.broker_name}
@@ -167,7 +167,7 @@ class SimProducer:
             self.fetch_waiters.append(send)
             if self.fetching is None:
                 self._fetch()
-        elif isinstance(action, Wait):
+        elif isinstance(action, WaitForRetry):
             send.wake = action.until
         elif isinstance(action, Sent):
             self.sends.remove(send)

@@ -40,14 +40,14 @@ from triomq.broker.consume.core.consumer_offsets import (
 )
 from triomq.broker.consume.core.pull import PullLimits
 from triomq.broker.consume.core.pull_flow import (
-    Answer,
     BrokerPullFlow,
     BrokerPullSettings,
-    Commit,
+    CommitOffset,
     LookUp,
     PullEffect,
     PullRole,
     Refuse,
+    Respond,
 )
 from triomq.broker.consume.core.subscription import Subscription
 from triomq.broker.core.codes import RequestCode, ResponseCode
@@ -163,12 +163,12 @@ class SimConsumeSide:
             elif isinstance(effect, LookUp):
                 pending[:0] = self.pulls.looked_up(effect, effect.run(self.broker.log),
                                                    self.broker.now_ms())
-            elif isinstance(effect, Commit):
+            elif isinstance(effect, CommitOffset):
                 self._commit(effect.group, effect.topic, effect.queue_id, effect.offset)
-            elif isinstance(effect, Answer):
+            elif isinstance(effect, Respond):
                 self._answer(effect)
 
-    def _answer(self, effect: Answer[Asker]) -> None:
+    def _answer(self, effect: Respond[Asker]) -> None:
         (dst, rid), answer = effect.pull, effect.answer
         self.broker.sim.group.answered(self.broker, effect.header, answer)
         body = b"".join(self.broker.log.read(offset, size) for offset, size in answer.ranges)

@@ -26,7 +26,7 @@ from triomq.broker.send.core.put_flow import (
     Append,
     PutAction,
     PutFlow,
-    Reply,
+    PutReply,
     TopicCreated,
     WaitFlushed,
     WaitReplicated,
@@ -92,7 +92,7 @@ class SimPuts:
         broker = self.broker
         term, log = broker.term, broker.log
         stored: list[tuple[int, bytes]] = []
-        while not isinstance(action, Reply):
+        while not isinstance(action, PutReply):
             now = broker.now_ms()
             if isinstance(action, TopicCreated):
                 action = flow.resume()

@@ -41,13 +41,13 @@ from triomq.consensus.confchange import (
     ConfChangeV2,
 )
 from triomq.consensus.log import Entry, bootstrap_entries
-from triomq.consensus.messages import ResponseCode
+from triomq.consensus.messages import DLedgerCode
 from triomq.consensus.raft import ProposalRejected, Raft, RaftSettings
 from triomq.consensus.ready import Role, TruncateSuffix
 from triomq.testing import seeds
 from triomq.testing.raftsim_fuzz import mutate
-from triomq.testing.raftsim_parts import Disk, Faults, Network, StateMachine
-from triomq.testing.seeds import SimSummary
+from triomq.testing.raftsim_parts import Disk, Faults, HashChain, RaftNetwork
+from triomq.testing.seeds import SimSummary, Violation
 
 SIM_RAFT_CONFIG = RaftSettings(
     election_ticks=10,
@@ -62,12 +62,8 @@ SIM_RAFT_CONFIG = RaftSettings(
 )
 
 
-class Violation(AssertionError):
-    """An invariant broke; the message says which and where."""
-
-
 @attrs.frozen
-class SeedResult:
+class RaftSeedResult:
     """The outcome of one seed."""
 
     seed: int
@@ -91,11 +87,11 @@ class SimNode:
     disk: Disk
     rate: float
     raft: Raft | None = None
-    sm: StateMachine = attrs.field(factory=StateMachine)
+    sm: HashChain = attrs.field(factory=HashChain)
     down_until: int = 0
 
 
-class Simulation:
+class RaftSimulation:
     """One seeded run over a cluster of ``Raft`` state machines."""
 
     def __init__(self, seed: int, chaos_ticks: int = 300, heal_ticks: int = 300) -> None:
@@ -104,7 +100,7 @@ class Simulation:
         self.chaos_ticks = chaos_ticks
         self.heal_ticks = heal_ticks
         self.now = 0
-        self.network = Network(random.Random(self.rng.getrandbits(64)))
+        self.network = RaftNetwork(random.Random(self.rng.getrandbits(64)))
         rng = self.rng
         self.chaos = Faults(
             drop=rng.choice([0.0, 0.02, 0.1]),
@@ -152,7 +148,7 @@ class Simulation:
             entries=list(disk.entries),
             rng=random.Random(self.rng.getrandbits(64)),
         )
-        node.sm = StateMachine()
+        node.sm = HashChain()
         if disk.snapshot.index:
             node.sm.restore(disk.snapshot)
 
@@ -197,12 +193,12 @@ class Simulation:
             node.sm.apply(entry)
             self._check_applied(node, entry)
         for result in ready.results:
-            if result.code is ResponseCode.SUCCESS:
+            if result.code is DLedgerCode.SUCCESS:
                 self.successes += 1
                 self.acked_index = max(self.acked_index, result.index)
         for state in ready.read_states:
             asked = self.reads.pop(state.context)
-            if state.code is ResponseCode.SUCCESS and state.index < asked:
+            if state.code is DLedgerCode.SUCCESS and state.index < asked:
                 raise Violation(
                     f"stale read: node {node.id} answered a read at {state.index}, but "
                     f"{asked} was acknowledged before the read began"
@@ -376,7 +372,7 @@ class Simulation:
         for node in list(self.nodes.values()):
             self._process(node, chaos)
 
-    def run(self) -> SeedResult:
+    def run(self) -> RaftSeedResult:
         """Run chaos, then heal everything and require a commit in bounded time."""
         try:
             self.network.faults = self.chaos
@@ -398,8 +394,8 @@ class Simulation:
             return self._result(ok=False, violation=str(violation))
         return self._result(ok=True)
 
-    def _result(self, ok: bool, violation: str = "") -> SeedResult:
-        return SeedResult(
+    def _result(self, ok: bool, violation: str = "") -> RaftSeedResult:
+        return RaftSeedResult(
             seed=self.seed,
             ok=ok,
             violation=violation,
@@ -409,9 +405,9 @@ class Simulation:
         )
 
 
-def run_seed(seed: int) -> SeedResult:
+def run_seed(seed: int) -> RaftSeedResult:
     """Simulate one seed."""
-    return Simulation(seed).run()
+    return RaftSimulation(seed).run()
 
 
 def run_seeds(count: int, start: int = 0) -> SimSummary:

@@ -1,6 +1,6 @@
 """A hand-driven cluster of Raft state machines, for scenario tests.
 
-Unlike ``raftsim.Simulation`` nothing here is random: a test ticks nodes,
+Unlike ``raftsim.RaftSimulation`` nothing here is random: a test ticks nodes,
 lets messages settle, cuts links, crashes and restarts nodes (keeping only
 their disks) and looks at the result. Messages are delivered in send order.
 """
@@ -15,7 +15,7 @@ from triomq.consensus.log import Entry, HardState, bootstrap_entries
 from triomq.consensus.messages import Message
 from triomq.consensus.raft import Raft, RaftSettings
 from triomq.consensus.ready import ProposalResult, Ready, Role
-from triomq.testing.raftsim_parts import Disk, StateMachine
+from triomq.testing.raftsim_parts import Disk, HashChain
 
 #: Deterministic timing for scenarios: no pre-vote surprises unless asked.
 SCENARIO_CONFIG = RaftSettings(election_ticks=10, heartbeat_ticks=1)
@@ -29,7 +29,7 @@ class ClusterNode:
         self.disk = disk
         self.config = config
         self.raft: Raft | None = None
-        self.sm = StateMachine()
+        self.sm = HashChain()
         self.applied: list[Entry] = []
         self.results: list[ProposalResult] = []
         self.readies: list[Ready] = []
@@ -45,7 +45,7 @@ class ClusterNode:
             entries=list(self.disk.entries),
             rng=random.Random(self.id),
         )
-        self.sm = StateMachine()
+        self.sm = HashChain()
         self.applied = [e for e in self.applied if e.index <= self.disk.snapshot.index]
         if self.disk.snapshot.index:
             self.sm.restore(self.disk.snapshot)
@@ -60,7 +60,7 @@ class ClusterNode:
         return self.raft
 
 
-class Cluster:
+class RaftCluster:
     """Nodes, a FIFO network with cuttable links, and helpers to drive them."""
 
     def __init__(

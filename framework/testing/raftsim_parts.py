@@ -74,7 +74,7 @@ class Disk:
 _SNAP = struct.Struct(">Q16s")
 
 
-class StateMachine:
+class HashChain:
     """A hash chain over applied entries: equal digests mean equal histories."""
 
     def __init__(self) -> None:
@@ -108,7 +108,7 @@ class Faults:
     max_delay: int = 0
 
 
-class Network:
+class RaftNetwork:
     """Messages in flight (through the byte codec), delivered by time then send order."""
 
     def __init__(self, rng: random.Random) -> None:

@@ -1,7 +1,7 @@
 """The interpreter of a failover scenario (``triomq.testing.scenarios``), sans-I/O.
 
 ``ScenarioRun`` reads no clock and does no I/O: its pump shows it the
-cluster as a ``Snapshot`` and carries out the ``Action``, ``Advance`` or
+cluster as a ``ClusterSnapshot`` and carries out the ``Action``, ``Advance`` or
 ``Done`` it answers with. A wait ends when its condition holds or after
 ``LIVENESS_MS`` of the snapshots' time; either way its outcome is what the
 last snapshot shows, so a bound passed shows as an outcome that differs,
@@ -17,6 +17,7 @@ from triomq.testing.scenarios import (
     Advance,
     ArmLeaderKill,
     CheckAcked,
+    ClusterSnapshot,
     Command,
     CutFromControllers,
     CutMasterFromControllers,
@@ -37,7 +38,6 @@ from triomq.testing.scenarios import (
     Scenario,
     Settle,
     SetUncleanElection,
-    Snapshot,
     Start,
     StartBroker,
     StartControllers,
@@ -54,7 +54,7 @@ __all__ = ["LIVENESS_MS", "ScenarioRun"]
 #: How long a wait may take before its outcome is reported as it stands (ms).
 LIVENESS_MS = 15_000
 
-_Script = Generator[Command, tuple[Snapshot, object], None]
+_Script = Generator[Command, tuple[ClusterSnapshot, object], None]
 
 
 class ScenarioRun:
@@ -77,7 +77,7 @@ class ScenarioRun:
         self._leader_kill_armed = False
         self._script: _Script | None = None
 
-    def next(self, snapshot: Snapshot, answer: object = None) -> Command:
+    def next(self, snapshot: ClusterSnapshot, answer: object = None) -> Command:
         """The next command, given the cluster now and the last action's answer."""
         try:
             if self._script is None:
@@ -93,7 +93,7 @@ class ScenarioRun:
         """The part broker ``name`` plays (``replica`` unless a step named it)."""
         return "none" if name is None else self.parts.get(name, "replica")
 
-    def resolve(self, who: str, snapshot: Snapshot) -> str:
+    def resolve(self, who: str, snapshot: ClusterSnapshot) -> str:
         """A broker name from a name or a part (``master``: the serving master)."""
         if who == "master":
             serving = snapshot.serving_master()
@@ -115,8 +115,8 @@ class ScenarioRun:
     def _epoch(self, epoch: int) -> str:
         return f"epoch +{epoch - self._fault_epoch}"
 
-    def _mark_fault(self, snapshot: Snapshot) -> Generator[
-            Command, tuple[Snapshot, object], tuple[str, Snapshot]]:
+    def _mark_fault(self, snapshot: ClusterSnapshot) -> Generator[
+            Command, tuple[ClusterSnapshot, object], tuple[str, ClusterSnapshot]]:
         """Wait for a serving master, remember the epoch and SyncStateSet the fault hits."""
         snapshot = yield from self._wait(snapshot, lambda s: s.serving_master() is not None)
         master = snapshot.serving_master()
@@ -129,28 +129,28 @@ class ScenarioRun:
 
     # -- the script ----------------------------------------------------------------------
 
-    def _run(self, snapshot: Snapshot) -> _Script:
+    def _run(self, snapshot: ClusterSnapshot) -> _Script:
         for index, step in enumerate(self.scenario.steps):
             outcome, snapshot = yield from self._step(step, snapshot)
             if outcome is not None:
                 self.outcomes.append((index, outcome))
 
-    def _do(self, action: Action) -> Generator[Command, tuple[Snapshot, object],
-                                                 tuple[Snapshot, object]]:
+    def _do(self, action: Action) -> Generator[Command, tuple[ClusterSnapshot, object],
+                                                 tuple[ClusterSnapshot, object]]:
         snapshot, answer = yield action
         return snapshot, answer
 
-    def _wait(self, snapshot: Snapshot, done: Callable[[Snapshot], bool],
-              limit_ms: int = LIVENESS_MS) -> Generator[Command, tuple[Snapshot, object],
-                                                        Snapshot]:
+    def _wait(self, snapshot: ClusterSnapshot, done: Callable[[ClusterSnapshot], bool],
+              limit_ms: int = LIVENESS_MS) -> Generator[Command, tuple[ClusterSnapshot, object],
+                                                        ClusterSnapshot]:
         """Advance until ``done(snapshot)`` or ``limit_ms`` passed; the last snapshot."""
         start = snapshot.now_ms
         while not done(snapshot) and snapshot.now_ms - start <= limit_ms:
             snapshot, _ = yield Advance()
         return snapshot
 
-    def _step(self, step: Step, snapshot: Snapshot) -> Generator[
-            Command, tuple[Snapshot, object], tuple[str | None, Snapshot]]:
+    def _step(self, step: Step, snapshot: ClusterSnapshot) -> Generator[
+            Command, tuple[ClusterSnapshot, object], tuple[str | None, ClusterSnapshot]]:
         if isinstance(step, Start):
             return (yield from self._start(step, snapshot))
         if isinstance(step, Put):
@@ -193,8 +193,8 @@ class ScenarioRun:
             return None, snapshot
         return (yield from self._observe(step, snapshot))
 
-    def _start(self, step: Start, snapshot: Snapshot) -> Generator[
-            Command, tuple[Snapshot, object], tuple[str | None, Snapshot]]:
+    def _start(self, step: Start, snapshot: ClusterSnapshot) -> Generator[
+            Command, tuple[ClusterSnapshot, object], tuple[str | None, ClusterSnapshot]]:
         if not self._controllers_started:
             self._controllers_started = True
             snapshot, _ = yield from self._do(StartControllers())
@@ -203,7 +203,7 @@ class ScenarioRun:
             snapshot, _ = yield from self._do(StartBroker(name))
         wanted = frozenset(names)
 
-        def settled(s: Snapshot) -> bool:
+        def settled(s: ClusterSnapshot) -> bool:
             master = s.serving_master()
             return (master is not None and s.sync_state_set == wanted
                     and s.brokers[master].in_sync == wanted)
@@ -216,8 +216,8 @@ class ScenarioRun:
         return (f"master of epoch +{snapshot.master_epoch}, "
                 f"SyncStateSet {self._members(snapshot.sync_state_set)}"), snapshot
 
-    def _put(self, step: Put, snapshot: Snapshot) -> Generator[
-            Command, tuple[Snapshot, object], tuple[str | None, Snapshot]]:
+    def _put(self, step: Put, snapshot: ClusterSnapshot) -> Generator[
+            Command, tuple[ClusterSnapshot, object], tuple[str | None, ClusterSnapshot]]:
         if step.on == "master":
             snapshot = yield from self._wait(snapshot, lambda s: s.serving_master() is not None)
             if snapshot.serving_master() is None:  # the outcome says so; nothing is put
@@ -229,8 +229,8 @@ class ScenarioRun:
             counts[str(answer)] = counts.get(str(answer), 0) + 1
         return ", ".join(f"{n} {code}" for code, n in sorted(counts.items())), snapshot
 
-    def _observe(self, step: Step, snapshot: Snapshot) -> Generator[
-            Command, tuple[Snapshot, object], tuple[str | None, Snapshot]]:
+    def _observe(self, step: Step, snapshot: ClusterSnapshot) -> Generator[
+            Command, tuple[ClusterSnapshot, object], tuple[str | None, ClusterSnapshot]]:
         if isinstance(step, WaitMaster):
             snapshot = yield from self._wait(
                 snapshot, lambda s: s.serving_master() is not None
@@ -261,7 +261,7 @@ class ScenarioRun:
             view = snapshot.brokers[name]
             return f"{step.who}: {view.role} of {self._epoch(view.epoch)}", snapshot
         if isinstance(step, WaitSyncStateSet):
-            def reached(s: Snapshot) -> bool:
+            def reached(s: ClusterSnapshot) -> bool:
                 master = s.serving_master()
                 return (master is not None
                         and self._members(s.sync_state_set) == self._members_of(step.members)
@@ -278,7 +278,7 @@ class ScenarioRun:
                     f"{', '.join(controllers)}; brokers at {', '.join(brokers)}; "
                     f"{masters} master"), snapshot
         if isinstance(step, CheckAcked):
-            def caught_up(s: Snapshot) -> bool:
+            def caught_up(s: ClusterSnapshot) -> bool:
                 master = s.serving_master()
                 if master is None:
                     return False

@@ -6,7 +6,7 @@ turn unclean election on, wait for a master...) and, for the steps that
 observe something, the outcome expected (``SCENARIOS`` at the end).
 ``triomq.testing.scenario_run.ScenarioRun`` interprets one script without
 doing any I/O or reading any clock: a pump feeds it a
-``Snapshot`` of the cluster (and the answer of the last action) and carries
+``ClusterSnapshot`` of the cluster (and the answer of the last action) and carries
 out what it asks for next: an ``Action`` on the cluster, ``Advance`` (let
 time pass, then show a new snapshot) or ``Done``. Two pumps run every
 scenario: one over the deterministic ``triomq.testing.clustersim``
@@ -50,7 +50,7 @@ class BrokerView:
 
 
 @attrs.frozen
-class Snapshot:
+class ClusterSnapshot:
     """The cluster at one moment: the brokers and the controllers' committed state."""
 
     now_ms: int

@@ -24,6 +24,11 @@ PROGRESS_MIN_SEEDS = 10
 ProgressCallback = Callable[[int, int], None]
 
 
+class Violation(AssertionError):
+    """An invariant of a simulation broke; the message says which and where (the
+    seed's result adds how to replay it)."""
+
+
 @attrs.frozen
 class SimSummary:
     """The outcome of a run of seeds."""

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from triomq.errors import TriomqError
 from triomq.log_check import LogWalk, open_reader
 from triomq.plugins.spark_export.errors import SparkExportError
-from triomq.plugins.spark_export.store_files import LogEnd, Segment
+from triomq.plugins.spark_export.store_files import LogEnd, SegmentFile
 from triomq.protocol.commitlog_layout import EPOCH_CHECKPOINT, scan_log, segment_start
 from triomq.store import CommitLogReader, StoreNotFound
 
@@ -51,7 +51,7 @@ class PluginStoreFiles:
         self.commitlog_dir = self.root
         self.scheme = ""
         self.segment_size = 0
-        self.segments: list[Segment] = []
+        self.segments: list[SegmentFile] = []
         self.refresh()
 
     def refresh(self) -> None:
@@ -60,7 +60,7 @@ class PluginStoreFiles:
             self.scheme = reader.scheme
             self.segment_size = size = reader.segment_size
             lo, end = reader.min_offset, reader.end_offset
-        self.segments = [Segment(start, f"{self.root}@{start}", min(size, end - start))
+        self.segments = [SegmentFile(start, f"{self.root}@{start}", min(size, end - start))
                          for start in range(segment_start(lo, size), end, size)]
         self._first = lo
 
@@ -68,7 +68,7 @@ class PluginStoreFiles:
     def min_offset(self) -> int:
         return self._first
 
-    def segment_at(self, offset: int) -> Segment | None:
+    def segment_at(self, offset: int) -> SegmentFile | None:
         for seg in self.segments:
             if seg.start <= offset < seg.start + self.segment_size:
                 return seg

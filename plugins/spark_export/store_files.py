@@ -45,7 +45,7 @@ from triomq.protocol.message import (
     RecordError,
     check,
 )
-from triomq.protocol.store_checkpoint import CONFIRM_PHY_OFFSET, CheckpointError, read_long
+from triomq.protocol.store_checkpoint import CONFIRM_PHY_OFFSET, StoreCheckpointError, read_long
 
 log = logging.getLogger("triomq.spark")
 
@@ -53,7 +53,7 @@ _TOTAL_MAGIC = struct.Struct(">iI")
 
 
 @attrs.frozen
-class Segment:
+class SegmentFile:
     """A commit-log segment file: its start offset, path and file size."""
 
     start: int
@@ -86,9 +86,9 @@ class StoreFiles:
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.commitlog_dir = os.path.join(self.root, COMMITLOG_DIR)
-        self.segments: list[Segment] = []
+        self.segments: list[SegmentFile] = []
         self.segment_size = 0
-        self._by_start: dict[int, Segment] = {}
+        self._by_start: dict[int, SegmentFile] = {}
         self.refresh()
 
     @classmethod
@@ -116,7 +116,7 @@ class StoreFiles:
         except SegmentNameError as exc:
             raise SparkExportError(self.commitlog_dir, str(exc)) from None
         self.segments = [
-            Segment(start, path, os.path.getsize(path))
+            SegmentFile(start, path, os.path.getsize(path))
             for start, name in listed
             for path in [os.path.join(self.commitlog_dir, name)]
         ]
@@ -143,7 +143,7 @@ class StoreFiles:
         """The first physical offset on disk (0 for an empty log)."""
         return self.segments[0].start if self.segments else 0
 
-    def segment_at(self, offset: int) -> Segment | None:
+    def segment_at(self, offset: int) -> SegmentFile | None:
         """The segment holding ``offset``, if it exists."""
         if not self.segments:
             return None
@@ -193,7 +193,7 @@ class StoreFiles:
         total, magic = _TOTAL_MAGIC.unpack_from(buf, pos)
         return magic == BLANK_MAGIC and pos + total == self.segment_size
 
-    def _classify(self, buf: memoryview, seg: Segment, pos: int) -> LogEnd:
+    def _classify(self, buf: memoryview, seg: SegmentFile, pos: int) -> LogEnd:
         """Why the data of ``seg`` ends at ``pos`` (the walk stopped there)."""
         if pos == len(buf):
             return LogEnd(seg.start + pos, "end")
@@ -225,7 +225,7 @@ class StoreFiles:
             return None
         try:
             return read_long(head, CONFIRM_PHY_OFFSET, path)
-        except CheckpointError as exc:
+        except StoreCheckpointError as exc:
             raise SparkExportError(path, f"holds no confirmPhyOffset: {exc}") from None
 
     @property
@@ -234,7 +234,7 @@ class StoreFiles:
         return os.path.join(self.root, EPOCH_CHECKPOINT)
 
 
-def _valid(buf: memoryview, seg: Segment, pos: int) -> bool:
+def _valid(buf: memoryview, seg: SegmentFile, pos: int) -> bool:
     """Whether the record at ``pos`` of ``seg`` passes the full checks."""
     try:
         check(buf, pos, base_offset=seg.start)
@@ -337,7 +337,7 @@ def map_range(path: str, lo: int, hi: int) -> memoryview:
     fresh pages, faulted in and zeroed: several times the mapping's cost,
     and far more on a virtual machine whose host backs memory lazily. The
     mapping goes once the view and every view or Arrow buffer taken of it
-    are gone. Segment files never shrink (retention deletes them whole), so
+    are gone. SegmentFile files never shrink (retention deletes them whole), so
     the mapped bytes stay readable.
     """
     with open(path, "rb") as f:
@@ -350,7 +350,7 @@ def map_range(path: str, lo: int, hi: int) -> memoryview:
 
 
 def iter_segment_ranges(files: StoreFiles, start: int, end: int
-                        ) -> Iterator[tuple[Segment, int, int]]:
+                        ) -> Iterator[tuple[SegmentFile, int, int]]:
     """``(segment, lo, hi)`` for each segment overlapping ``[start, end)``."""
     for seg in files.segments:
         lo = max(start, seg.start)

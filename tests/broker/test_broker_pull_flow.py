@@ -13,14 +13,14 @@ from triomq.broker.consume.core.pull import (
     PullAnswer,
 )
 from triomq.broker.consume.core.pull_flow import (
-    Answer,
     BrokerPullFlow,
     BrokerPullSettings,
-    Commit,
+    CommitOffset,
     Held,
     LookUp,
     PullRole,
     Refuse,
+    Respond,
 )
 from triomq.broker.consume.core.subscription import Subscription
 from triomq.protocol.commitlog_layout import tags_code
@@ -113,7 +113,7 @@ def run(f: BrokerPullFlow[str], effect, store: Queue, now: float) -> list:
 
 
 def answered(effects: list) -> PullAnswer:
-    (answer,) = [e for e in effects if isinstance(e, Answer)]
+    (answer,) = [e for e in effects if isinstance(e, Respond)]
     return answer.answer
 
 
@@ -123,7 +123,7 @@ def test_a_pull_is_looked_up_answered_and_commits_its_offset() -> None:
                                           commit=2), 0.0, MASTER)
     assert isinstance(lookup, LookUp) and lookup.first and lookup.pull == "p1"
     effects = run(f, lookup, store, 0.0)
-    assert effects[0] == Commit("cg", "orders", 0, 2)
+    assert effects[0] == CommitOffset("cg", "orders", 0, 2)
     answer = answered(effects)
     assert answer.code == SUCCESS and answer.ranges == tuple((q * SIZE, SIZE) for q in (2, 3, 4))
     assert answer.fields["nextBeginOffset"] == "5" and answer.fields["maxOffset"] == "5"
@@ -182,7 +182,7 @@ def test_the_first_pull_after_an_admin_reset_is_moved_to_the_reset_offset() -> N
                                          | FLAG_SUSPEND, commit=4), 0.0, MASTER)
     assert isinstance(lookup, LookUp) and lookup.reset_offset == 1
     effects = run(f, lookup, store, 0.0)
-    assert not any(isinstance(e, Commit | Held) for e in effects)  # its commit flag ignored
+    assert not any(isinstance(e, CommitOffset | Held) for e in effects)  # its commit flag ignored
     answer = answered(effects)
     assert (answer.code, answer.remark, answer.ranges) == (PULL_OFFSET_MOVED, "OFFSET_RESET", ())
     assert answer.fields["nextBeginOffset"] == "1" and answer.fields["maxOffset"] == "5"
@@ -196,7 +196,7 @@ def test_a_held_pull_is_answered_when_its_queue_grows() -> None:
     effects = run(f, f.receive("p", PULL, fields(2, flags=FLAG_SUBSCRIPTION | FLAG_SUSPEND
                                                  | FLAG_COMMIT_OFFSET, commit=2,
                                                  suspend_ms=15_000), 10.0, MASTER), store, 10.0)
-    assert effects == [Commit("cg", "orders", 0, 2), Held("p", "orders", 0, 2, 25.0)]
+    assert effects == [CommitOffset("cg", "orders", 0, 2), Held("p", "orders", 0, 2, 25.0)]
     assert len(f.holds) == 1 and f.next_deadline() == 25.0
     assert f.appended(store, MASTER) == [] and f.timer(24.9, MASTER) == []
     store.append(1)

@@ -10,7 +10,7 @@ from test_consume_stats_core import T0, QueueLog
 
 from triomq.broker.admin.core.runtime_table import (
     DiskSpace,
-    SlaveConnection,
+    ReplicaAck,
     disk_used_ratio,
     human_bytes,
     runtime_table,
@@ -26,8 +26,8 @@ def test_a_master_lists_its_slaves_and_which_are_in_sync() -> None:
     table = runtime_table(
         **COMMON, broker_id=0, role="master", master_epoch=3, confirm_offset=400,
         master_ha_address="", sync_state_set={"tcp://b:1", "tcp://a:1"},
-        slaves=[SlaveConnection("tcp://c:1", -1, 1, is_async_learner=True),
-                SlaveConnection("tcp://b:1", 400, 2)])
+        slaves=[ReplicaAck("tcp://c:1", -1, 1, is_async_learner=True),
+                ReplicaAck("tcp://b:1", 400, 2)])
     assert {k: table[k] for k in ("brokerRole", "brokerId", "masterEpoch", "confirmOffset",
                                   "commitLogMinOffset", "commitLogMaxOffset", "syncStateSet",
                                   "inSyncSlaveNums", "haMasterAddress",

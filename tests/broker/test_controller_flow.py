@@ -7,8 +7,8 @@ import pytest
 from triomq.broker.core.identity import BrokerIdentity
 from triomq.broker.core.role import BrokerRole
 from triomq.broker.replication.core.controller_flow import (
-    Answer,
     Call,
+    ControllerAnswer,
     ControllerModeFlow,
     FlowSettings,
     LearnSyncStateSet,
@@ -40,7 +40,7 @@ SETTINGS = FlowSettings(cluster_name="c", broker_name="g", address="me",
                         controllers=("c1", "c2"), broker_heartbeat_interval=100,
                         sync_controller_metadata_period=300)
 REPLICAS = ((1, "other"), (2, "me"))
-OK = Answer(Code.SUCCESS)
+OK = ControllerAnswer(Code.SUCCESS)
 
 
 def info(master: int | None, epoch: int, members=(1, 2), set_epoch: int = 1) -> ReplicaInfo:
@@ -63,7 +63,7 @@ def registered(saved_id: int = 2, answer: ReplicaInfo | None = None) -> Controll
     flow.start(0, BrokerIdentity("c", "g", saved_id, "me;1"), 0, "me;2")
     call = only_call(flow)
     assert call.request == RegisterBroker("c", "g", saved_id, "me")
-    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=answer or info(1, 1)))
+    flow.answered(0, call.id, ControllerAnswer(Code.SUCCESS, payload=answer or info(1, 1)))
     flow.outputs()
     return flow
 
@@ -73,7 +73,7 @@ def test_a_new_replica_claims_an_id_and_saves_it_before_registering():
     flow.start(0, None, 0, "me;42")
     call = only_call(flow)
     assert call.request == GetNextBrokerId("c", "g")
-    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=NextBrokerId(2)))
+    flow.answered(0, call.id, ControllerAnswer(Code.SUCCESS, payload=NextBrokerId(2)))
     call = only_call(flow)
     assert call.request == ApplyBrokerId("c", "g", 2, "me", "me;42")
     flow.answered(0, call.id, OK)
@@ -81,7 +81,7 @@ def test_a_new_replica_claims_an_id_and_saves_it_before_registering():
     flow.identity_saved(0)
     call = only_call(flow)
     assert call.request == RegisterBroker("c", "g", 2, "me")
-    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=info(1, 3)))
+    flow.answered(0, call.id, ControllerAnswer(Code.SUCCESS, payload=info(1, 3)))
     out = flow.outputs()
     assert Registered(2) in out
     assert [o.controller for o in out if isinstance(o, SendHeartbeat)] == ["c1", "c2"]
@@ -92,17 +92,17 @@ def test_a_new_replica_claims_an_id_and_saves_it_before_registering():
 def test_an_id_another_replica_claimed_first_is_no_failure_and_the_next_is_asked_at_once():
     flow = ControllerModeFlow(SETTINGS)
     flow.start(0, None, 0, "me;42")
-    flow.answered(0, only_call(flow).id, Answer(Code.SUCCESS, payload=NextBrokerId(1)))
+    flow.answered(0, only_call(flow).id, ControllerAnswer(Code.SUCCESS, payload=NextBrokerId(1)))
     call = only_call(flow)
     assert call.request == ApplyBrokerId("c", "g", 1, "me", "me;42")
-    flow.answered(5, call.id, Answer(Code.CONTROLLER_BROKER_ID_INVALID,
+    flow.answered(5, call.id, ControllerAnswer(Code.CONTROLLER_BROKER_ID_INVALID,
                                      "broker id 1 of group 'g' is owned by another broker"))
     out = flow.outputs()
     assert [(o.text, o.warning) for o in out if isinstance(o, Log)] == [
         ("broker me: broker id 1 went to a replica that claimed it first; asking the "
          "controllers for the next free id", False)]
     assert [c.request for c in calls(out)] == [GetNextBrokerId("c", "g")]
-    flow.answered(5, calls(out)[0].id, Answer(Code.SUCCESS, payload=NextBrokerId(2)))
+    flow.answered(5, calls(out)[0].id, ControllerAnswer(Code.SUCCESS, payload=NextBrokerId(2)))
     call = only_call(flow)
     assert call.request == ApplyBrokerId("c", "g", 2, "me", "me;42")
     flow.answered(5, call.id, OK)
@@ -135,33 +135,35 @@ def test_a_forgotten_replica_claims_its_id_again_with_its_check_code():
     flow = ControllerModeFlow(SETTINGS)
     flow.start(0, BrokerIdentity("c", "g", 2, "me;1"), 0, "me;2")
     call = only_call(flow)
-    flow.answered(0, call.id, Answer(Code.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED))
+    flow.answered(0, call.id, ControllerAnswer(Code.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED))
     call = only_call(flow)
     assert call.request == ApplyBrokerId("c", "g", 2, "me", "me;1")
     flow.answered(0, call.id, OK)
     call = only_call(flow)
     assert call.request == RegisterBroker("c", "g", 2, "me")
-    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=info(2, 1)))
+    flow.answered(0, call.id, ControllerAnswer(Code.SUCCESS, payload=info(2, 1)))
     assert TakeMaster(1, frozenset({"me", "other"}), 1) in flow.outputs()
 
 
 def test_no_master_asks_an_election_and_says_why_once_per_reason():
     flow = ControllerModeFlow(SETTINGS)
     flow.start(0, BrokerIdentity("c", "g", 2, "me;1"), 0, "me;2")
-    flow.answered(0, only_call(flow).id, Answer(Code.SUCCESS, payload=info(None, 1)))
+    flow.answered(0, only_call(flow).id, ControllerAnswer(Code.SUCCESS, payload=info(None, 1)))
     logs = []
     for now in (0, 300, 600):
         call = next(c for c in calls(flow.outputs()) if c.request == ElectMaster("c", "g", 2))
-        flow.answered(now, call.id, Answer(Code.CONTROLLER_MASTER_NOT_AVAILABLE, "unclean off"))
+        flow.answered(now, call.id,
+            ControllerAnswer(Code.CONTROLLER_MASTER_NOT_AVAILABLE, "unclean off"))
         assert flow.no_master_reason == "unclean off"
         logs += [o.text for o in flow.outputs() if isinstance(o, Log)]
         assert flow.next_deadline() == now + 300
         flow.tick(now + 300)  # the poll
-        flow.answered(now, only_call(flow).id, Answer(Code.SUCCESS, payload=info(None, 1)))
+        flow.answered(now, only_call(flow).id,
+            ControllerAnswer(Code.SUCCESS, payload=info(None, 1)))
     assert logs == ["broker me: group g has no master: unclean off"]
     assert not flow.group_has_master  # its slaves serve reads meanwhile
     call = only_call(flow)
-    flow.answered(0, call.id, Answer(Code.CONTROLLER_MASTER_STILL_EXIST,
+    flow.answered(0, call.id, ControllerAnswer(Code.CONTROLLER_MASTER_STILL_EXIST,
                                       payload=ElectAnswer("c", info(2, 2))))
     assert flow.no_master_reason == ""
     assert TakeMaster(2, frozenset({"me", "other"}), 1) in flow.outputs()
@@ -241,7 +243,7 @@ def test_a_poll_of_a_forgotten_group_registers_again():
     flow = registered()
     flow.tick(flow.next_deadline())
     call = only_call(flow)
-    flow.answered(0, call.id, Answer(Code.CONTROLLER_BROKER_METADATA_NOT_EXIST))
+    flow.answered(0, call.id, ControllerAnswer(Code.CONTROLLER_BROKER_METADATA_NOT_EXIST))
     assert only_call(flow).request == RegisterBroker("c", "g", 2, "me")
 
 
@@ -256,7 +258,8 @@ def test_a_proposal_becomes_ids_fenced_by_both_epochs():
     token = flow.propose(0, frozenset({"me", "other"}), 4)
     call = only_call(flow)
     assert call.request == AlterSyncStateSet("g", 2, 4, 3, frozenset({1, 2}))
-    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=SyncStateSet(frozenset({1, 2}), 4)))
+    flow.answered(0, call.id,
+        ControllerAnswer(Code.SUCCESS, payload=SyncStateSet(frozenset({1, 2}), 4)))
     assert flow.outputs() == [ProposalOutcome(token, frozenset({"me", "other"}))]
     assert flow.sync_state_set_epoch == 4
 
@@ -271,10 +274,11 @@ def test_a_proposal_without_an_answer_has_an_unknown_outcome():
 def test_a_refused_proposal_answers_the_set_read_back():
     flow = master_flow()
     token = flow.propose(0, frozenset({"me"}), 4)
-    flow.answered(0, only_call(flow).id, Answer(Code.CONTROLLER_INVALID_REQUEST, "unchanged"))
+    flow.answered(0, only_call(flow).id,
+        ControllerAnswer(Code.CONTROLLER_INVALID_REQUEST, "unchanged"))
     call = only_call(flow)
     assert call.request == GetReplicaInfo("g")
-    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=info(2, 4, set_epoch=5)))
+    flow.answered(0, call.id, ControllerAnswer(Code.SUCCESS, payload=info(2, 4, set_epoch=5)))
     assert ProposalOutcome(token, frozenset({"me", "other"})) in flow.outputs()
     assert flow.sync_state_set_epoch == 5
 
@@ -282,8 +286,9 @@ def test_a_refused_proposal_answers_the_set_read_back():
 def test_a_proposal_refused_for_a_newer_master_fences_and_learns_it():
     flow = master_flow()
     token = flow.propose(0, frozenset({"me"}), 4)
-    flow.answered(0, only_call(flow).id, Answer(Code.CONTROLLER_FENCED_MASTER_EPOCH, "old"))
-    flow.answered(0, only_call(flow).id, Answer(Code.SUCCESS, payload=info(1, 5)))
+    flow.answered(0, only_call(flow).id,
+        ControllerAnswer(Code.CONTROLLER_FENCED_MASTER_EPOCH, "old"))
+    flow.answered(0, only_call(flow).id, ControllerAnswer(Code.SUCCESS, payload=info(1, 5)))
     out = flow.outputs()
     assert TakeSlave("other", 5) in out
     [outcome] = [o for o in out if isinstance(o, ProposalOutcome)]
@@ -296,11 +301,12 @@ def test_a_proposal_naming_an_unknown_replica_reads_the_group_first():
     call = only_call(flow)
     assert call.request == GetReplicaInfo("g")
     grown = ReplicaInfo("g", 2, "me", 4, frozenset({2}), 3, (*REPLICAS, (3, "new")))
-    flow.answered(0, call.id, Answer(Code.SUCCESS, payload=grown))
+    flow.answered(0, call.id, ControllerAnswer(Code.SUCCESS, payload=grown))
     assert only_call(flow).request == AlterSyncStateSet("g", 2, 4, 3, frozenset({2, 3}))
     flow2 = master_flow()
     token = flow2.propose(0, frozenset({"me", "new"}), 4)
-    flow2.answered(0, only_call(flow2).id, Answer(Code.SUCCESS, payload=info(2, 4, (2,), 3)))
+    flow2.answered(0, only_call(flow2).id,
+        ControllerAnswer(Code.SUCCESS, payload=info(2, 4, (2,), 3)))
     assert ProposalOutcome(token, frozenset({"me"})) in flow2.outputs()
 
 

@@ -18,7 +18,7 @@ from triomq.broker.send.core.put_checks import BrokerState, PutSettings
 from triomq.broker.send.core.put_flow import (
     Append,
     PutFlow,
-    Reply,
+    PutReply,
     TopicCreated,
     WaitFlushed,
     WaitReplicated,
@@ -66,7 +66,7 @@ def start(req: RemotingCommand, broker: BrokerState = MASTER, topics: TopicTable
 
 
 def refused(action: object) -> tuple[int, str]:
-    assert isinstance(action, Reply), action
+    assert isinstance(action, PutReply), action
     return action.response.code, action.response.remark or ""
 
 

@@ -10,7 +10,7 @@ import pytest
 from tests.broker.test_put_flow import MASTER, SETTINGS, new_id, request, start
 from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.broker.core.escape_bridge import EscapedMessage
-from triomq.broker.send.core.put_flow import Append, PutFlow, Reply
+from triomq.broker.send.core.put_flow import Append, PutFlow, PutReply
 from triomq.protocol.message import TRANSACTION_COMMIT, TRANSACTION_PREPARED, properties_to_bytes
 
 
@@ -25,7 +25,7 @@ def stored(action: object) -> tuple[str, int, dict[str, str]]:
 
 
 def refused(action: object) -> tuple[int, str]:
-    assert isinstance(action, Reply), action
+    assert isinstance(action, PutReply), action
     return action.response.code, action.response.remark or ""
 
 

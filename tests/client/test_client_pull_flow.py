@@ -23,7 +23,7 @@ from triomq.client.pull_flow import (
     SendPull,
     Wait,
 )
-from triomq.client.queue_pull import ConsumedOffsets, Deliver, OffsetMoved
+from triomq.client.queue_pull import ConsumedOffsets, Dispatch, OffsetMoved
 from triomq.client.subscription import SubscriptionData
 from triomq.protocol.message import MessageRecord, encode
 
@@ -92,7 +92,7 @@ def test_flow_control_a_pause_a_missing_lock_or_address_hold_the_pull_back() -> 
     pull = f.poll(2.55, PullView(OLD, SUB))
     assert isinstance(pull, SendPull)
     step = f.answered(0, None, bounds(3), body(0, 1, 2), OLD, 2.6)
-    assert isinstance(step, Deliver) and [m.queue_offset for m in step.messages] == [0, 1, 2]
+    assert isinstance(step, Dispatch) and [m.queue_offset for m in step.messages] == [0, 1, 2]
     # Three held, one allowed: no pull until the listener catches up.
     assert f.poll(2.6, PullView(OLD, SUB)) == Wait(2.65)
 

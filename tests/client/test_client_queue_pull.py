@@ -6,10 +6,10 @@ from triomq.client.message import MessageQueue, decode_messages
 from triomq.client.pull import PullResult, PullStatus
 from triomq.client.queue_pull import (
     ConsumedOffsets,
-    Deliver,
+    Dispatch,
     OffsetMoved,
     QueuePull,
-    Skipped,
+    SkipTo,
     subscribe_broker,
 )
 from triomq.protocol.message import MessageRecord, encode
@@ -38,7 +38,7 @@ def test_a_pull_goes_to_the_suggested_replica_else_the_master_else_the_lowest() 
 def test_found_messages_are_held_and_delivered_and_the_offset_moves() -> None:
     pull = QueuePull(QUEUE, next_offset=5)
     step = pull.answered(result(PullStatus.FOUND, 8, 5, 6, 7, suggest=1))
-    assert isinstance(step, Deliver)
+    assert isinstance(step, Dispatch)
     assert [m.queue_offset for m in step.messages] == [5, 6, 7]
     assert pull.next_offset == 8 and pull.broker_id == 1 and len(pull.process) == 3
 
@@ -46,7 +46,7 @@ def test_found_messages_are_held_and_delivered_and_the_offset_moves() -> None:
 def test_consumed_offsets_move_only_past_what_the_listener_finished() -> None:
     pull, offsets = QueuePull(QUEUE, next_offset=5), ConsumedOffsets()
     step = pull.answered(result(PullStatus.FOUND, 8, 5, 6, 7))
-    assert isinstance(step, Deliver)
+    assert isinstance(step, Dispatch)
     first, second, third = step.messages
     assert offsets.consumed(pull, [second]) == 5  # 5 still being consumed
     assert offsets.read(QUEUE) == 5
@@ -67,7 +67,7 @@ def test_a_pull_carries_the_offset_only_to_the_master() -> None:
 
 def test_nothing_new_on_an_empty_queue_corrects_the_offset() -> None:
     pull = QueuePull(QUEUE, next_offset=5)
-    assert pull.answered(result(PullStatus.NO_MATCHED_MSG, 9)) == Skipped(9)
+    assert pull.answered(result(PullStatus.NO_MATCHED_MSG, 9)) == SkipTo(9)
     assert pull.next_offset == 9
     pull.process.put(messages(9))
     assert pull.answered(result(PullStatus.NO_NEW_MSG, 10)) is None  # something held
@@ -82,7 +82,7 @@ def test_an_illegal_offset_drops_the_queue() -> None:
 def test_a_dropped_queue_ignores_answers_and_commits_nothing() -> None:
     pull, offsets = QueuePull(QUEUE, next_offset=5), ConsumedOffsets()
     step = pull.answered(result(PullStatus.FOUND, 6, 5))
-    assert isinstance(step, Deliver)
+    assert isinstance(step, Dispatch)
     pull.process.dropped = True
     assert pull.answered(result(PullStatus.FOUND, 7, 6)) is None
     assert offsets.consumed(pull, list(step.messages)) is None

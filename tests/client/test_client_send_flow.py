@@ -8,12 +8,12 @@ from triomq.client.failover_pause import FIRST_PAUSE, LONGEST_PAUSE
 from triomq.client.message import MessageQueue, SendStatus
 from triomq.client.publish import QueueSelector, TopicPublishInfo
 from triomq.client.send_flow import (
-    Attempt,
     FetchRoute,
+    SendAttempt,
     SendFailed,
     SendFlow,
     Sent,
-    Wait,
+    WaitForRetry,
 )
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnectionError, RpcTimeout
@@ -48,7 +48,7 @@ def answer(code: int, remark: str | None = None, **fields: str) -> RemotingComma
 def test_a_stored_answer_is_the_result_whatever_its_status() -> None:
     f = flow()
     attempt = f.start(0.0)
-    assert isinstance(attempt, Attempt) and attempt.address == "tcp://a1:10911"
+    assert isinstance(attempt, SendAttempt) and attempt.address == "tcp://a1:10911"
     assert attempt.timeout == 3.0
     done = f.answered(attempt.address, answer(SUCCESS, msgId="OFF", queueId="1",
                                               queueOffset="7"), 0.01)
@@ -75,12 +75,12 @@ def test_a_refusal_rocketmq_does_not_retry_fails_at_once_with_its_remark() -> No
 def test_a_busy_broker_is_retried_on_another_group_a_bounded_number_of_times() -> None:
     f = flow(AB, retries=2)
     first = f.start(0.0)
-    assert isinstance(first, Attempt)
+    assert isinstance(first, SendAttempt)
     second = f.answered(first.address, answer(SYSTEM_BUSY, "too many requests"), 0.01)
-    assert isinstance(second, Attempt)
+    assert isinstance(second, SendAttempt)
     assert second.queue.broker_name != first.queue.broker_name
     third = f.answered(second.address, answer(SYSTEM_ERROR, "disk"), 0.02)
-    assert isinstance(third, Attempt)
+    assert isinstance(third, SendAttempt)
     done = f.answered(third.address, answer(SYSTEM_BUSY, "still busy"), 0.03)
     assert isinstance(done, SendFailed) and done.error.code == SYSTEM_BUSY  # type: ignore[attr-defined]
 
@@ -93,23 +93,23 @@ def test_a_master_killed_mid_send_is_waited_out_until_the_new_master_is_routed()
     action = f.unanswered(RpcConnectionError("tcp://a1:10911: connection refused"), 0.001)
     assert action == FetchRoute()  # at once: the route may already name the new master
     action = f.routed(A1, 0.002)  # still the dead master: pause before trying it again
-    assert action == Wait(0.002 + FIRST_PAUSE)
+    assert action == WaitForRetry(0.002 + FIRST_PAUSE)
     now = action.until
     assert f.timer(now) == FetchRoute()
     attempt = f.routed(A1, now)  # unchanged after the pause: tried again
-    assert isinstance(attempt, Attempt) and attempt.address == "tcp://a1:10911"
+    assert isinstance(attempt, SendAttempt) and attempt.address == "tcp://a1:10911"
     assert attempt.timeout == 3.0 - now
     action = f.unanswered(RpcConnectionError("tcp://a1:10911: connection refused"), now)
     assert action == FetchRoute()
     pauses = []
     action = f.routed(NO_MASTER, now)  # the controller has not elected yet
-    while isinstance(action, Wait):
+    while isinstance(action, WaitForRetry):
         pauses.append(action.until - now)
         now = action.until
         assert f.timer(now) == FetchRoute()
         action = f.routed(NO_MASTER if now < 0.7 else A2, now)
     assert pauses == sorted(pauses) and max(pauses) <= LONGEST_PAUSE + 1e-9
-    assert isinstance(action, Attempt) and action.address == "tcp://a2:10911"
+    assert isinstance(action, SendAttempt) and action.address == "tcp://a2:10911"
     done = f.answered(action.address, answer(SUCCESS, msgId="OFF", queueOffset="0"), now)
     assert isinstance(done, Sent) and 0.7 <= now < 3.0
 
@@ -121,16 +121,16 @@ def test_a_master_that_stepped_down_sends_to_the_new_one_once_routed() -> None:
                         answer(SERVICE_NOT_AVAILABLE, "the broker is no longer master"), 0.01)
     assert action == FetchRoute()
     retry = f.routed(A2, 0.02)  # a new master is routed: tried at once
-    assert isinstance(retry, Attempt) and retry.address == "tcp://a2:10911"
+    assert isinstance(retry, SendAttempt) and retry.address == "tcp://a2:10911"
 
 
 def test_a_dead_group_is_left_for_the_other_at_once() -> None:
     f = flow(AB)
     first = f.start(0.0)
-    assert isinstance(first, Attempt)
+    assert isinstance(first, SendAttempt)
     assert f.unanswered(RpcConnectionError("refused"), 0.01) == FetchRoute()
     second = f.routed(AB, 0.01)
-    assert isinstance(second, Attempt)
+    assert isinstance(second, SendAttempt)
     assert second.queue.broker_name != first.queue.broker_name
 
 
@@ -144,7 +144,7 @@ def test_a_send_that_finds_no_master_fails_after_its_timeout_with_the_last_reaso
         if isinstance(action, FetchRoute):
             action = f.routed(NO_MASTER, now)
         else:
-            assert isinstance(action, Wait) and action.until <= 3.0
+            assert isinstance(action, WaitForRetry) and action.until <= 3.0
             now = action.until
             action = f.timer(now)
     assert action.error is refused
@@ -169,9 +169,9 @@ def test_an_unanswered_name_server_is_asked_again_an_unknown_topic_fails_at_once
     f = flow(None)
     assert f.start(0.0) == FetchRoute()
     wait = f.not_routed(RpcTimeout("no name server answered"), 0.5)
-    assert isinstance(wait, Wait)
+    assert isinstance(wait, WaitForRetry)
     assert f.timer(wait.until) == FetchRoute()
-    assert isinstance(f.routed(A1, wait.until), Attempt)
+    assert isinstance(f.routed(A1, wait.until), SendAttempt)
     f = flow(None)
     f.start(0.0)
     unknown = NoRouteError("no name server knows it")
@@ -189,7 +189,7 @@ def test_an_explicit_queue_is_tried_once() -> None:
     queue = MessageQueue(TOPIC, "broker-a", 1)
     f = flow(A1, queue=queue)
     attempt = f.start(0.0)
-    assert isinstance(attempt, Attempt) and attempt.queue == queue
+    assert isinstance(attempt, SendAttempt) and attempt.queue == queue
     refused = RpcConnectionError("refused")
     assert f.unanswered(refused, 0.01) == SendFailed(refused)
     f = flow(A1, queue=MessageQueue(TOPIC, "broker-z", 0))

@@ -40,7 +40,7 @@ def _strategy(cls):
         elif field.name == "type":
             fields[field.name] = st.sampled_from(msg.PushType)
         elif field.name == "code":
-            fields[field.name] = st.sampled_from(msg.ResponseCode)
+            fields[field.name] = st.sampled_from(msg.DLedgerCode)
         elif field.name == "entries":
             fields[field.name] = st.lists(entries, max_size=3).map(tuple)
         elif field.name == "snapshot":

@@ -9,10 +9,10 @@ from triomq.consensus.confchange import (
     ConfChangeType,
     ConfChangeV2,
 )
-from triomq.consensus.messages import PushRequest, PushType, ResponseCode, VoteRequest
+from triomq.consensus.messages import DLedgerCode, PushRequest, PushType, VoteRequest
 from triomq.consensus.raft import ProposalRejected, RaftSettings
 from triomq.consensus.ready import Role, TruncateSuffix
-from triomq.testing.raftsim_cluster import Cluster
+from triomq.testing.raftsim_cluster import RaftCluster
 
 # One entry per APPEND, so that a test can let one entry through and not the next.
 PLAIN = RaftSettings(pre_vote=False, check_quorum=False, max_batch_entries=1)
@@ -41,7 +41,7 @@ def appends_of_term(term, src):
 
 
 def test_figure_8_entry_of_an_old_term_is_not_committed_by_counting():
-    cluster = Cluster([1, 2, 3, 4, 5], config=PLAIN)
+    cluster = RaftCluster([1, 2, 3, 4, 5], config=PLAIN)
     win(cluster, 1)
     # (a) S1 (term 2) gets entry x to S2 only.
     cluster.partition({1})
@@ -78,7 +78,7 @@ def test_figure_8_entry_of_an_old_term_is_not_committed_by_counting():
 
 
 def test_figure_8_with_a_current_term_entry_the_old_one_commits():
-    cluster = Cluster([1, 2, 3, 4, 5], config=PLAIN)
+    cluster = RaftCluster([1, 2, 3, 4, 5], config=PLAIN)
     win(cluster, 1)
     cluster.partition({1})
     cluster.blocked -= {(1, 2), (2, 1)}
@@ -105,7 +105,7 @@ def test_figure_8_with_a_current_term_entry_the_old_one_commits():
 
 def test_all_nodes_restart_at_once_after_committing_in_a_new_term():
     """PySyncObj PR 202: the term must be durable, or old terms come back."""
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.propose(1, b"t2")
     cluster[1].transfer_leadership(2)
@@ -133,7 +133,7 @@ def test_all_nodes_restart_at_once_after_committing_in_a_new_term():
 
 def test_lagging_node_cannot_win_and_truncate_committed_entries():
     """RocketMQ issue 2178: a node with a higher term but a shorter log."""
-    cluster = Cluster(config=PLAIN)
+    cluster = RaftCluster(config=PLAIN)
     cluster.elect(1)
     cluster.isolate(3)
     for i in range(5):
@@ -162,7 +162,7 @@ def test_lagging_node_cannot_win_and_truncate_committed_entries():
 
 
 def test_joint_consensus_replaces_the_leader_while_serving():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.add_node(4)
     cluster.propose(1, b"before")
@@ -172,8 +172,8 @@ def test_joint_consensus_replaces_the_leader_while_serving():
     during = cluster[1].propose(b"during")
     assert cluster[1].configuration.is_joint
     cluster.settle()
-    assert cluster.results(1)[index].code is ResponseCode.SUCCESS
-    assert cluster.results(1)[during].code is ResponseCode.SUCCESS
+    assert cluster.results(1)[index].code is DLedgerCode.SUCCESS
+    assert cluster.results(1)[during].code is DLedgerCode.SUCCESS
     cluster.run_until(lambda: cluster.leader() in (2, 3, 4), max_ticks=30)
     new = cluster.leader()
     config = cluster[new].configuration
@@ -187,13 +187,13 @@ def test_joint_consensus_replaces_the_leader_while_serving():
 
 
 def test_removing_a_node_while_it_is_partitioned():
-    cluster = Cluster([1, 2, 3, 4])
+    cluster = RaftCluster([1, 2, 3, 4])
     cluster.elect(1)
     cluster.isolate(4)
     cc = ConfChangeV2([ConfChangeSingle(REMOVE, 4)])
     index = cluster[1].propose_conf_change(cc)
     cluster.settle()
-    assert cluster.results(1)[index].code is ResponseCode.SUCCESS
+    assert cluster.results(1)[index].code is DLedgerCode.SUCCESS
     term = cluster[1].term
     cluster.tick(40)
     cluster.heal()
@@ -201,12 +201,12 @@ def test_removing_a_node_while_it_is_partitioned():
     assert cluster.leader() == 1
     assert cluster[1].term == term  # the removed node never disrupted the cluster
     cluster.propose(1, b"still serving")
-    assert cluster.results(1)[cluster[1].log.last_index].code is ResponseCode.SUCCESS
+    assert cluster.results(1)[cluster[1].log.last_index].code is DLedgerCode.SUCCESS
     assert 4 not in cluster[1].tracker.progress
 
 
 def test_membership_changes_while_clients_keep_writing():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     for node_id in (4, 5):
         cluster.add_node(node_id)
@@ -242,7 +242,7 @@ def test_membership_changes_while_clients_keep_writing():
         data
         for node in cluster.nodes.values()
         for r in node.results
-        if r.code is ResponseCode.SUCCESS
+        if r.code is DLedgerCode.SUCCESS
         for data in [cluster.nodes[node.id].r().log.get(r.index)]
     ]
     assert len(successes) > 100

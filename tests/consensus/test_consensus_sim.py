@@ -15,7 +15,7 @@ from triomq.consensus.log import Entry, EntryKind, Snapshot
 from triomq.consensus.raft import Raft
 from triomq.consensus.ready import Role
 from triomq.testing import raftsim
-from triomq.testing.raftsim_cluster import Cluster
+from triomq.testing.raftsim_cluster import RaftCluster
 
 SEEDS = 300
 
@@ -105,11 +105,11 @@ def _message(cls, src, term, index=SMALL):
             type=st.sampled_from(msg.PushType), entries=st.lists(entry, max_size=3).map(tuple)
         )
     if cls is msg.PushResponse:
-        fields.update(type=st.sampled_from(msg.PushType), code=st.sampled_from(msg.ResponseCode))
+        fields.update(type=st.sampled_from(msg.PushType), code=st.sampled_from(msg.DLedgerCode))
     if cls is msg.InstallSnapshotRequest:
         fields.update(snapshot=st.builds(Snapshot, index=index, term=SMALL))
     if cls is msg.InstallSnapshotResponse:
-        fields.update(code=st.sampled_from(msg.ResponseCode))
+        fields.update(code=st.sampled_from(msg.DLedgerCode))
     if cls in (msg.VoteRequest, msg.VoteResponse):
         fields.update(pre_vote=st.booleans())
     if cls is msg.VoteResponse:
@@ -160,7 +160,7 @@ any_message = st.one_of(unknown_node, old_term, impossible_index, malformed, bad
 
 
 def _cluster():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.propose(1, b"a")
     cluster.tick()

@@ -9,11 +9,11 @@ from triomq.consensus.messages import TimeoutNow, VoteRequest, VoteResponse
 from triomq.consensus.raft import ProposalRejected, Raft, RaftSettings
 from triomq.consensus.ready import PersistHardState, Role
 from triomq.errors import ConfigError
-from triomq.testing.raftsim_cluster import Cluster
+from triomq.testing.raftsim_cluster import RaftCluster
 
 
 def test_single_node_elects_itself_and_commits():
-    cluster = Cluster([1])
+    cluster = RaftCluster([1])
     cluster.run_until(lambda: cluster[1].role is Role.LEADER)
     index = cluster.propose(1, b"x")
     assert cluster[1].commit_index == index
@@ -21,7 +21,7 @@ def test_single_node_elects_itself_and_commits():
 
 
 def test_three_nodes_elect_one_leader_by_timeout():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.run_until(lambda: cluster.leader() is not None)
     leader = cluster.leader()
     terms = {cluster[i].term for i in (1, 2, 3)}
@@ -61,7 +61,7 @@ def test_one_vote_per_term_and_up_to_date_check():
 
 
 def test_pre_vote_keeps_a_partitioned_node_from_inflating_terms():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     term = cluster[1].term
     cluster.isolate(3)
@@ -75,7 +75,7 @@ def test_pre_vote_keeps_a_partitioned_node_from_inflating_terms():
 
 
 def test_without_pre_vote_the_partitioned_node_disrupts():
-    cluster = Cluster(config=RaftSettings(pre_vote=False, check_quorum=False))
+    cluster = RaftCluster(config=RaftSettings(pre_vote=False, check_quorum=False))
     cluster.elect(1)
     term = cluster[1].term
     cluster.isolate(3)
@@ -84,7 +84,7 @@ def test_without_pre_vote_the_partitioned_node_disrupts():
 
 
 def test_check_quorum_makes_an_isolated_leader_step_down():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.isolate(1)
     cluster.tick(25, nodes=[1])
@@ -92,7 +92,7 @@ def test_check_quorum_makes_an_isolated_leader_step_down():
 
 
 def test_without_check_quorum_an_isolated_leader_stays():
-    cluster = Cluster(config=RaftSettings(check_quorum=False))
+    cluster = RaftCluster(config=RaftSettings(check_quorum=False))
     cluster.elect(1)
     cluster.isolate(1)
     cluster.tick(25, nodes=[1])
@@ -100,7 +100,7 @@ def test_without_check_quorum_an_isolated_leader_stays():
 
 
 def test_lease_ignores_vote_requests_while_the_leader_is_alive():
-    cluster = Cluster(config=RaftSettings(pre_vote=False))
+    cluster = RaftCluster(config=RaftSettings(pre_vote=False))
     cluster.elect(1)
     term = cluster[1].term
     cluster[2].step(VoteRequest(src=3, dst=2, term=term + 5, last_index=99, last_term=term))
@@ -109,7 +109,7 @@ def test_lease_ignores_vote_requests_while_the_leader_is_alive():
 
 
 def test_stale_leader_learns_the_new_term_and_steps_down():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.isolate(1)
     cluster.run_until(lambda: cluster[2].role is Role.LEADER or cluster[3].role is Role.LEADER)
@@ -123,7 +123,7 @@ def test_stale_leader_learns_the_new_term_and_steps_down():
 
 
 def test_learner_never_campaigns():
-    cluster = Cluster([1])
+    cluster = RaftCluster([1])
     cluster.elect(1)
     cluster.add_node(2)
     from triomq.consensus.confchange import ConfChangeSingle, ConfChangeType, ConfChangeV2
@@ -139,7 +139,7 @@ def test_learner_never_campaigns():
 
 
 def test_leadership_transfer():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.propose(1, b"a")
     cluster[1].transfer_leadership(3)
@@ -153,7 +153,7 @@ def test_leadership_transfer():
 
 
 def test_transfer_waits_for_the_target_to_catch_up_and_blocks_proposals():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.isolate(3)
     cluster.propose(1, b"a")
@@ -165,7 +165,7 @@ def test_transfer_waits_for_the_target_to_catch_up_and_blocks_proposals():
 
 
 def test_transfer_is_abandoned_after_an_election_timeout():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.isolate(3)
     cluster[1].transfer_leadership(3)
@@ -175,7 +175,7 @@ def test_transfer_is_abandoned_after_an_election_timeout():
 
 
 def test_transfer_rejections():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     with pytest.raises(ProposalRejected, match="not a voter"):
         cluster[1].transfer_leadership(9)

@@ -14,7 +14,7 @@ from triomq.consensus.log import Entry, EntryKind, RaftLog, Snapshot, bootstrap_
 from triomq.consensus.messages import PushResponse
 from triomq.consensus.raft import ProposalRejected
 from triomq.consensus.ready import Role
-from triomq.testing.raftsim_cluster import Cluster
+from triomq.testing.raftsim_cluster import RaftCluster
 
 ADD = ConfChangeType.ADD_NODE
 LEARNER = ConfChangeType.ADD_LEARNER_NODE
@@ -33,7 +33,7 @@ def committed(cluster, leader, cc):
 
 
 def test_learner_replicates_but_does_not_count():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.add_node(4)
     committed(cluster, 1, change((LEARNER, 4)))
@@ -47,7 +47,7 @@ def test_learner_replicates_but_does_not_count():
 
 
 def test_promote_learner_then_remove_a_voter():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.add_node(4)
     committed(cluster, 1, change((LEARNER, 4)))
@@ -74,7 +74,7 @@ def test_configuration_takes_effect_on_append_and_reverts_on_truncate():
 
 @pytest.mark.parametrize("transition", [ConfChangeTransition.AUTO, ConfChangeTransition.IMPLICIT])
 def test_joint_change_is_left_automatically(transition):
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.add_node(4)
     cluster.add_node(5)
@@ -87,7 +87,7 @@ def test_joint_change_is_left_automatically(transition):
 
 
 def test_explicit_joint_change_waits_for_an_explicit_leave():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     committed(cluster, 1, change((LEARNER, 3), transition=ConfChangeTransition.EXPLICIT))
     cluster.tick(3)
@@ -103,7 +103,7 @@ def test_explicit_joint_change_waits_for_an_explicit_leave():
 
 
 def test_rejection_rules():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     # leave while not joint
     with pytest.raises(ProposalRejected, match="not joint"):
@@ -126,14 +126,14 @@ def test_rejection_rules():
 
 
 def test_removing_every_voter_is_refused():
-    cluster = Cluster([1])
+    cluster = RaftCluster([1])
     cluster.elect(1)
     with pytest.raises(ProposalRejected, match="removed all voters"):
         cluster[1].propose_conf_change(change((REMOVE, 1)))
 
 
 def test_new_leader_commits_an_inherited_change_before_accepting_another():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.add_node(4)
     # The change reaches node 2 only and no ack returns: it stays uncommitted.
@@ -156,7 +156,7 @@ def test_new_leader_commits_an_inherited_change_before_accepting_another():
 
 
 def test_removed_leader_steps_down_and_hands_over():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     committed(cluster, 1, change((REMOVE, 1)))
     cluster.settle()
@@ -173,7 +173,7 @@ def test_a_lagging_member_follows_a_leader_its_configuration_does_not_name():
     # Node 3 misses the changes that make 4 a voter, so its configuration
     # still reads {1, 2, 3}. With 1 down, leader 4 needs 3 for a quorum of
     # {1, 2, 3, 4}: 3 must take the entries of the current term's leader.
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.add_node(4)
     cluster.isolate(3)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from triomq.consensus.log import Entry, HardState
-from triomq.consensus.messages import HeartbeatRequest, PushResponse, ResponseCode
+from triomq.consensus.messages import DLedgerCode, HeartbeatRequest, PushResponse
 from triomq.consensus.raft import ProposalRejected
 from triomq.consensus.ready import AppendEntries, PersistHardState, Role, coalesce
-from triomq.testing.raftsim_cluster import Cluster
+from triomq.testing.raftsim_cluster import RaftCluster
 
 
 def read_states(cluster, node_id):
@@ -16,17 +16,17 @@ def read_states(cluster, node_id):
 
 
 def test_single_node_read_is_confirmed_at_once():
-    cluster = Cluster([1])
+    cluster = RaftCluster([1])
     cluster.elect(1)
     index = cluster.propose(1, b"x")
     cluster[1].read_index(b"r1")
     cluster.settle()
     [state] = read_states(cluster, 1)
-    assert (state.context, state.index, state.code) == (b"r1", index, ResponseCode.SUCCESS)
+    assert (state.context, state.index, state.code) == (b"r1", index, DLedgerCode.SUCCESS)
 
 
 def test_read_waits_for_a_quorum_of_heartbeat_answers():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     index = cluster.propose(1, b"x")
     cluster.isolate(3)
@@ -39,11 +39,11 @@ def test_read_waits_for_a_quorum_of_heartbeat_answers():
     cluster.heal()
     cluster.tick()
     [state] = read_states(cluster, 1)
-    assert state.index == index and state.code is ResponseCode.SUCCESS
+    assert state.index == index and state.code is DLedgerCode.SUCCESS
 
 
 def test_read_before_the_first_commit_of_the_term_waits_for_it():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.drop = lambda m: isinstance(m, PushResponse)
     cluster.elect(1)
     cluster[1].read_index(b"early")
@@ -52,12 +52,12 @@ def test_read_before_the_first_commit_of_the_term_waits_for_it():
     cluster.heal()
     cluster.tick(6)
     [state] = read_states(cluster, 1)
-    assert state.code is ResponseCode.SUCCESS
+    assert state.code is DLedgerCode.SUCCESS
     assert state.index == cluster[1].commit_index
 
 
 def test_deposed_leader_fails_its_reads():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.isolate(1)
     cluster[1].read_index(b"stale")
@@ -65,11 +65,11 @@ def test_deposed_leader_fails_its_reads():
     cluster.tick(25, nodes=[1])  # check-quorum: it steps down
     assert cluster[1].role is Role.FOLLOWER
     [state] = read_states(cluster, 1)
-    assert state.code is ResponseCode.TERM_CHANGED
+    assert state.code is DLedgerCode.TERM_CHANGED
 
 
 def test_followers_refuse_reads():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     with pytest.raises(ProposalRejected, match="NOT_LEADER") as raised:
         cluster[2].read_index(b"r")

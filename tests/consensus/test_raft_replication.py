@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from triomq.consensus.log import Entry, EntryKind, bootstrap_entries
 from triomq.consensus.messages import (
+    DLedgerCode,
     HeartbeatRequest,
     PushRequest,
     PushResponse,
     PushType,
-    ResponseCode,
 )
 from triomq.consensus.raft import ProposalRejected, Raft, RaftSettings
 from triomq.consensus.ready import AppendEntries, Role, TruncateSuffix
-from triomq.testing.raftsim_cluster import Cluster
+from triomq.testing.raftsim_cluster import RaftCluster
 
 
 def pushes(cluster, push_type, dst=None):
@@ -24,7 +24,7 @@ def pushes(cluster, push_type, dst=None):
 
 
 def test_entries_replicate_and_commit_on_every_node():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     for i in range(5):
         cluster.propose(1, b"cmd%d" % i)
@@ -33,24 +33,24 @@ def test_entries_replicate_and_commit_on_every_node():
     for node in (1, 2, 3):
         assert cluster.applied_data(node) == expected
     results = cluster.results(1)
-    assert {r.code for r in results.values()} == {ResponseCode.SUCCESS}
+    assert {r.code for r in results.values()} == {DLedgerCode.SUCCESS}
     assert pushes(cluster, PushType.COMPARE)  # every new leader compares first
 
 
 def test_proposal_on_a_follower_is_rejected_with_the_leader_hint():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(2)
     try:
         cluster[1].propose(b"x")
     except ProposalRejected as rejected:
-        assert rejected.code is ResponseCode.NOT_LEADER
+        assert rejected.code is DLedgerCode.NOT_LEADER
         assert rejected.leader_id == 2
     else:
         raise AssertionError("a follower accepted a proposal")
 
 
 def test_divergent_suffix_is_truncated():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     common = cluster.propose(1, b"common")
     cluster.isolate(1)
@@ -69,7 +69,7 @@ def test_divergent_suffix_is_truncated():
     writes = [w for r in cluster.nodes[1].readies for w in r.writes]
     assert any(isinstance(w, TruncateSuffix) for w in writes)
     lost = {r.code for r in cluster.nodes[1].results if r.index > common}
-    assert lost == {ResponseCode.TERM_CHANGED}
+    assert lost == {DLedgerCode.TERM_CHANGED}
 
 
 def _follower():
@@ -108,10 +108,10 @@ def test_out_of_order_appends_are_buffered_and_duplicates_answered_repeated():
     node.step(_append(6))
     assert _codes(node) == []
     node.step(_append(5))
-    assert _codes(node) == [(5, ResponseCode.REPEATED_PUSH)]
+    assert _codes(node) == [(5, DLedgerCode.REPEATED_PUSH)]
     node.step(_append(4))
     # One ready() answers the three appends: the ack of 6 covers 4 and 5.
-    assert _codes(node) == [(6, ResponseCode.SUCCESS)]
+    assert _codes(node) == [(6, DLedgerCode.SUCCESS)]
     assert node.log.last_index == 6
 
 
@@ -122,9 +122,9 @@ def test_acks_of_one_ready_merge_but_other_answers_stay():
     node.step(_append(5))  # a duplicate of an entry held: SUCCESS again
     node.step(_append(7))  # buffered behind the gap
     node.step(_append(7))
-    assert _codes(node) == [(5, ResponseCode.SUCCESS), (7, ResponseCode.REPEATED_PUSH)]
+    assert _codes(node) == [(5, DLedgerCode.SUCCESS), (7, DLedgerCode.REPEATED_PUSH)]
     node.step(_append(6))
-    assert _codes(node) == [(7, ResponseCode.SUCCESS)]
+    assert _codes(node) == [(7, DLedgerCode.SUCCESS)]
 
 
 def test_fast_forward_check_reports_a_push_stuck_behind_a_gap():
@@ -132,14 +132,14 @@ def test_fast_forward_check_reports_a_push_stuck_behind_a_gap():
     node.step(_append(7))
     for _ in range(3):
         node.tick()
-    assert _codes(node) == [(7, ResponseCode.INCONSISTENT_STATE)]
+    assert _codes(node) == [(7, DLedgerCode.INCONSISTENT_STATE)]
     assert node.log.last_index == 3
 
 
 def test_append_that_does_not_fit_is_inconsistent():
     node = _follower()
     node.step(_append(3, term=1))  # already held, same term: an ack
-    assert _codes(node) == [(3, ResponseCode.SUCCESS)]
+    assert _codes(node) == [(3, DLedgerCode.SUCCESS)]
 
     def push(index, entry_term, prev_term):
         entries = (Entry(index, entry_term, b"other"),)
@@ -155,9 +155,9 @@ def test_append_that_does_not_fit_is_inconsistent():
         )
 
     node.step(push(4, 2, prev_term=2))  # the entry before it has another term here
-    assert _codes(node) == [(4, ResponseCode.INCONSISTENT_STATE)]
+    assert _codes(node) == [(4, DLedgerCode.INCONSISTENT_STATE)]
     node.step(push(3, 2, prev_term=1))  # held with another term
-    assert _codes(node) == [(3, ResponseCode.INCONSISTENT_STATE)]
+    assert _codes(node) == [(3, DLedgerCode.INCONSISTENT_STATE)]
 
 
 def test_a_batch_is_answered_once_up_to_the_first_misfit():
@@ -177,11 +177,11 @@ def test_a_batch_is_answered_once_up_to_the_first_misfit():
         )
 
     node.step(batch(3, 1, 1, 2, 2))  # 3 is held, 4 and 5 are new
-    assert _codes(node) == [(5, ResponseCode.SUCCESS)]
+    assert _codes(node) == [(5, DLedgerCode.SUCCESS)]
     node.step(batch(4, 1, 2, 2, 2))  # overlaps what is held, then extends
-    assert _codes(node) == [(6, ResponseCode.SUCCESS)]
+    assert _codes(node) == [(6, DLedgerCode.SUCCESS)]
     node.step(batch(5, 2, 2, 3, 3, term=3))  # 6 is held with another term
-    assert _codes(node) == [(6, ResponseCode.INCONSISTENT_STATE)]
+    assert _codes(node) == [(6, DLedgerCode.INCONSISTENT_STATE)]
     assert node.log.last_index == 6
 
 
@@ -198,7 +198,7 @@ def test_follower_does_not_commit_entries_not_known_to_match():
 
 
 def test_pipeline_is_bounded_by_max_pending_size():
-    cluster = Cluster(config=RaftSettings(max_pending_size=3))
+    cluster = RaftCluster(config=RaftSettings(max_pending_size=3))
     cluster.elect(1)
 
     def sent(dst):
@@ -217,7 +217,7 @@ def test_pipeline_is_bounded_by_max_pending_size():
 
 
 def test_byte_quota_limits_each_tick():
-    cluster = Cluster(config=RaftSettings(push_quota_bytes=1000))
+    cluster = RaftCluster(config=RaftSettings(push_quota_bytes=1000))
     cluster.elect(1)
     cluster.isolate(3)
     before = len(pushes(cluster, PushType.APPEND, dst=2))
@@ -230,7 +230,7 @@ def test_byte_quota_limits_each_tick():
 
 
 def test_lost_append_is_retried_after_the_push_timeout():
-    cluster = Cluster(config=RaftSettings(push_timeout_ticks=3))
+    cluster = RaftCluster(config=RaftSettings(push_timeout_ticks=3))
     cluster.elect(1)
     lost = []
 
@@ -245,12 +245,12 @@ def test_lost_append_is_retried_after_the_push_timeout():
     index = cluster.propose(1, b"x")
     assert cluster.results(1) == {}
     cluster.tick(3)
-    assert cluster.results(1)[index].code is ResponseCode.SUCCESS
+    assert cluster.results(1)[index].code is DLedgerCode.SUCCESS
     assert len([m for m in pushes(cluster, PushType.APPEND, dst=2) if m.index == index]) == 1
 
 
 def test_commit_is_pushed_to_caught_up_followers():
-    cluster = Cluster(config=RaftSettings(heartbeat_ticks=5, election_ticks=20))
+    cluster = RaftCluster(config=RaftSettings(heartbeat_ticks=5, election_ticks=20))
     cluster.elect(1)
     cluster.propose(1, b"x")
     cluster.tick()
@@ -259,7 +259,7 @@ def test_commit_is_pushed_to_caught_up_followers():
 
 
 def test_term_changed_for_proposals_of_a_deposed_leader():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.isolate(1)
     index = cluster[1].propose(b"orphan")
@@ -267,20 +267,20 @@ def test_term_changed_for_proposals_of_a_deposed_leader():
     cluster.run_until(lambda: cluster[2].role is Role.LEADER or cluster[3].role is Role.LEADER)
     cluster.heal()
     cluster.tick(2)
-    assert cluster.results(1)[index].code is ResponseCode.TERM_CHANGED
+    assert cluster.results(1)[index].code is DLedgerCode.TERM_CHANGED
 
 
 def test_wait_quorum_ack_timeout():
-    cluster = Cluster(config=RaftSettings(max_wait_ack_ticks=4))
+    cluster = RaftCluster(config=RaftSettings(max_wait_ack_ticks=4))
     cluster.elect(1)
     cluster.partition({1}, one_way=False)
     index = cluster[1].propose(b"slow")
     cluster.tick(4, nodes=[1])
-    assert cluster.results(1)[index].code is ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
+    assert cluster.results(1)[index].code is DLedgerCode.WAIT_QUORUM_ACK_TIMEOUT
 
 
 def test_noop_entry_opens_each_term():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     last = cluster[1].log.get(cluster[1].log.last_index)
     assert last.kind is EntryKind.NOOP and last.term == cluster[1].term
@@ -298,7 +298,7 @@ def _compare_answer(leader, index, next_term):
             dst=1,
             term=leader.term,
             type=PushType.COMPARE,
-            code=ResponseCode.SUCCESS,
+            code=DLedgerCode.SUCCESS,
             index=index,
             begin_index=1,
             end_index=index + 1,
@@ -309,7 +309,7 @@ def _compare_answer(leader, index, next_term):
 
 
 def test_a_matching_suffix_is_never_truncated():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.propose(1, b"a")
     leader = cluster[1]
@@ -323,7 +323,7 @@ def test_a_matching_suffix_is_never_truncated():
 
 
 def test_propose_many_is_propose_of_each():
-    one_by_one, batched = Cluster(), Cluster()
+    one_by_one, batched = RaftCluster(), RaftCluster()
     for cluster in (one_by_one, batched):
         cluster.elect(1)
     commands = [b"cmd%d" % i for i in range(300)]
@@ -336,11 +336,11 @@ def test_propose_many_is_propose_of_each():
     for node in (1, 2, 3):
         assert batched.applied_data(node) == one_by_one.applied_data(node) == commands
     assert batched.results(1) == one_by_one.results(1)
-    assert {r.code for r in batched.results(1).values()} == {ResponseCode.SUCCESS}
+    assert {r.code for r in batched.results(1).values()} == {DLedgerCode.SUCCESS}
 
 
 def test_propose_many_appends_all_or_nothing():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     last = cluster[1].log.last_index
     try:
@@ -356,7 +356,7 @@ def test_propose_many_appends_all_or_nothing():
     try:
         cluster[2].propose_many([b"x"])
     except ProposalRejected as rejected:
-        assert rejected.code is ResponseCode.NOT_LEADER
+        assert rejected.code is DLedgerCode.NOT_LEADER
     else:
         raise AssertionError("a follower accepted proposals")
 

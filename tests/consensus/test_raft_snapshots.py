@@ -8,7 +8,7 @@ from triomq.consensus.confchange import ConfChangeSingle, ConfChangeType, ConfCh
 from triomq.consensus.log import Entry, LogError
 from triomq.consensus.messages import InstallSnapshotRequest
 from triomq.consensus.ready import SaveSnapshot
-from triomq.testing.raftsim_cluster import Cluster
+from triomq.testing.raftsim_cluster import RaftCluster
 
 
 def compact_all(cluster, node_id):
@@ -19,7 +19,7 @@ def compact_all(cluster, node_id):
 
 
 def test_compaction_drops_the_prefix_and_persists_the_snapshot():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     for i in range(5):
         cluster.propose(1, b"%d" % i)
@@ -35,14 +35,14 @@ def test_compaction_drops_the_prefix_and_persists_the_snapshot():
 
 
 def test_compaction_beyond_applied_is_refused():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     with pytest.raises(LogError, match="applied"):
         cluster[1].compact(cluster[1].log.last_index + 5, b"")
 
 
 def test_lagging_follower_gets_the_snapshot():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     cluster.crash(3)
     for i in range(6):
@@ -58,7 +58,7 @@ def test_lagging_follower_gets_the_snapshot():
 
 
 def test_new_member_catches_up_from_a_snapshot():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     for i in range(4):
         cluster.propose(1, b"%d" % i)
@@ -73,7 +73,7 @@ def test_new_member_catches_up_from_a_snapshot():
 
 
 def test_restart_from_snapshot_and_remaining_entries():
-    cluster = Cluster()
+    cluster = RaftCluster()
     cluster.elect(1)
     for i in range(3):
         cluster.propose(1, b"%d" % i)

@@ -28,9 +28,9 @@ from triomq.controller.results import Replica
 from triomq.controller.service_core import (
     Applied,
     Elected,
+    LostLeadership,
     NotCommitted,
     Notify,
-    NotLeader,
     Propose,
     ReadBarrier,
 )
@@ -110,7 +110,7 @@ def test_raft_failures_answer_not_leader_or_internal_error(pump: Pump) -> None:
     lost = pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, address(1), "c"))
     pump.pass_barriers()
     pump.lead(term=1, leader=2)
-    pump.settle(pump.open(Propose)[0].ticket, NotLeader())
+    pump.settle(pump.open(Propose)[0].ticket, LostLeadership())
     assert pump.reply(lost).code == ResponseCode.CONTROLLER_NOT_LEADER
     assert pump.reply(lost).leader_id == 2
     pump.lead(term=2)

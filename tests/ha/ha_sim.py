@@ -5,17 +5,16 @@ from __future__ import annotations
 import random
 
 from triomq.ha.epoch import EpochCache
-from triomq.ha.master import MasterConnection, MasterLog, SlaveAcked
-from triomq.ha.master import Send as MasterSend
+from triomq.ha.master import MasterConnection, MasterLog, SendToSlave, SlaveAcked
 from triomq.ha.slave import (
     RecordEpoch,
+    SendToMaster,
     SlaveAction,
     SlaveConnection,
     SlaveLog,
     Truncate,
     WriteAt,
 )
-from triomq.ha.slave import Send as SlaveSend
 
 SEGMENT_SIZE = 256
 
@@ -115,7 +114,7 @@ class Link:
             moved = True
             chunk = self._chunk(self.to_master)
             for out in self.conn_m.receive_data(chunk, self.master.master_log(), now_ms):
-                if isinstance(out, MasterSend):
+                if isinstance(out, SendToSlave):
                     self.to_slave += out.data
                 elif isinstance(out, SlaveAcked):
                     self.acks.append(out)
@@ -128,7 +127,7 @@ class Link:
             moved = True
             chunk = self._chunk(self.to_slave)
             for action in self.conn_s.receive_data(chunk, self.slave.slave_log(), now_ms):
-                if isinstance(action, SlaveSend):
+                if isinstance(action, SendToMaster):
                     self.to_master += action.data
                 else:
                     self.slave.apply(action)

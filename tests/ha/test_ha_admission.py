@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.ha.admission import Admitted, HAAdmission, Refused
+from triomq.ha.admission import Admitted, HAAdmission, RefuseHandshake
 
 
 def test_a_newcomer_takes_the_slot_of_the_oldest_connection_without_a_handshake():
@@ -53,7 +53,7 @@ def test_unknown_slaves_leave_a_slot_for_handshakes_and_known_ones_always_get_in
         assert admission.handshaken(key, f"made-up-{key}") == Admitted()
     admission.opened("z")
     refused = admission.handshaken("z", "made-up-z")
-    assert isinstance(refused, Refused)
+    assert isinstance(refused, RefuseHandshake)
     assert "'made-up-z' is no known replica" in refused.reason
     # A known replica takes the oldest unknown slave's slot...
     admission.opened("s1-conn")
@@ -65,7 +65,7 @@ def test_unknown_slaves_leave_a_slot_for_handshakes_and_known_ones_always_get_in
     assert admission.handshaken("m-conn", "m") == Admitted()
     assert admission.held == 3
     admission.opened("late")
-    assert isinstance(admission.handshaken("late", "made-up-late"), Refused)
+    assert isinstance(admission.handshaken("late", "made-up-late"), RefuseHandshake)
 
 
 def test_a_handshake_needs_an_open_connection():

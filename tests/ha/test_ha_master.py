@@ -8,7 +8,7 @@ import pytest
 
 from triomq.ha.epoch import EpochCache, EpochStart
 from triomq.ha.errors import HAProtocolError
-from triomq.ha.master import MasterConnection, MasterLog, Send, SlaveAcked, SlaveJoined
+from triomq.ha.master import MasterConnection, MasterLog, SendToSlave, SlaveAcked, SlaveJoined
 from triomq.protocol.ha import (
     TRANSFER_HEADER_SIZE,
     HAConnectionState,
@@ -43,7 +43,7 @@ def connected(now=0, log=LOG, batch=64, **flags):
 def test_handshake_reply_bytes():
     conn, outputs = connected()
     assert outputs[0] == SlaveJoined(SlaveHandshake("10.0.0.2:10912"))
-    assert outputs[1] == Send(
+    assert outputs[1] == SendToSlave(
         struct.pack(">iiqi", 1, 48, 300, 4)
         + struct.pack(">iq", 1, 0)
         + struct.pack(">iq", 2, 100)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from triomq.ha.epoch import EpochCache, EpochStart
 from triomq.ha.errors import HAProtocolError, NoConsistentPoint
-from triomq.ha.slave import RecordEpoch, Send, SlaveConnection, SlaveLog, Truncate, WriteAt
+from triomq.ha.slave import RecordEpoch, SendToMaster, SlaveConnection, SlaveLog, Truncate, WriteAt
 from triomq.protocol.ha import HAConnectionState, HAFrameError
 
 
@@ -28,7 +28,7 @@ def transfer(offset, epoch, epoch_start, confirm, body=b""):
 
 
 def ack(offset):
-    return Send(struct.pack(">iq", 2, offset))
+    return SendToMaster(struct.pack(">iq", 2, offset))
 
 
 def started(**kwargs):

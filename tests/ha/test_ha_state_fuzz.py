@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 from triomq.ha.epoch import EpochCache, EpochStart
 from triomq.ha.errors import HAProtocolError
 from triomq.ha.master import MasterConnection, MasterLog
-from triomq.ha.slave import Send as SlaveSend
-from triomq.ha.slave import SlaveConnection
+from triomq.ha.slave import SendToMaster, SlaveConnection
 from triomq.protocol.ha import (
     Ack,
     HAFrameError,
@@ -63,7 +62,7 @@ def test_slave_never_writes_a_gap(handshake, data):
     try:
         for _ in range(12):
             for action in conn.receive_data(encode(frame), replica.slave_log(), 0):
-                if not isinstance(action, SlaveSend):
+                if not isinstance(action, SendToMaster):
                     replica.apply(action)  # asserts every write lands at the log's end
             # Next: mostly plausible transfers near the slave's end, sometimes anything.
             end = conn.max_offset

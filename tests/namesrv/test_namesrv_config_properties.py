@@ -9,13 +9,13 @@ from triomq.namesrv.config import NamesrvConfig
 from triomq.namesrv.config_properties import (
     ROCKETMQ_NAMES,
     TRIOMQ_ONLY,
-    Facts,
+    NamesrvFacts,
     UpdateRefused,
     namesrv_properties,
     updated,
 )
 
-FACTS = Facts(listen_port=9876, kv_config_path="/data/ns/kvConfig.json")
+FACTS = NamesrvFacts(listen_port=9876, kv_config_path="/data/ns/kvConfig.json")
 
 #: RocketMQ 5.3.3's NamesrvConfig fields, as its source declares them.
 NAMESRV_CONFIG_FIELDS = {
@@ -45,7 +45,7 @@ def test_properties_take_rocketmqs_names_and_forms() -> None:
         "returnOrderTopicConfigToBroker": "true", "listenPort": "9876",
         "kvConfigPath": "/data/ns/kvConfig.json"}
     # A name server keeping its KV config in memory has no path to show.
-    assert "kvConfigPath" not in namesrv_properties(config, Facts())
+    assert "kvConfigPath" not in namesrv_properties(config, NamesrvFacts())
 
 
 def test_an_update_changes_the_named_settings_only() -> None:

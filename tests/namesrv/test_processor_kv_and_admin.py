@@ -10,7 +10,7 @@ import pytest
 
 from tests.namesrv.test_processor import TOPICS_BODY, ask, register
 from triomq.namesrv.config import NamesrvConfig
-from triomq.namesrv.config_properties import Facts
+from triomq.namesrv.config_properties import NamesrvFacts
 from triomq.namesrv.processor import NameServerCore, RequestCode, ResponseCode
 
 ORDER = "ORDER_TOPIC_CONFIG"
@@ -151,7 +151,7 @@ def test_wipe_and_add_write_permission_of_a_broker() -> None:
 
 
 def test_get_and_update_the_name_server_config() -> None:
-    core = NameServerCore(facts=Facts(listen_port=9876))
+    core = NameServerCore(facts=NamesrvFacts(listen_port=9876))
     answer = ask(core, RequestCode.GET_NAMESRV_CONFIG)
     assert answer.code == ResponseCode.SUCCESS
     assert answer.body == (b"deleteTopicWithBrokerRegistration=false\n"
@@ -187,7 +187,7 @@ def test_get_and_update_the_name_server_config() -> None:
 ])
 def test_an_update_that_cannot_be_applied_changes_nothing(
         body: bytes, code: int, remark: str) -> None:
-    core = NameServerCore(facts=Facts(listen_port=9876))
+    core = NameServerCore(facts=NamesrvFacts(listen_port=9876))
     answer = ask(core, RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
     assert answer.code == code
     assert (answer.remark or "").startswith(remark), answer.remark

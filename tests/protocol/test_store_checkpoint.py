@@ -8,7 +8,7 @@ from triomq.protocol.store_checkpoint import (
     CONFIRM_PHY_OFFSET,
     FILE_SIZE,
     MASTER_FLUSHED_OFFSET,
-    CheckpointError,
+    StoreCheckpointError,
     read_long,
     with_long,
 )
@@ -35,5 +35,5 @@ def test_short_files_are_a_typed_error(data):
     if len(data) >= MASTER_FLUSHED_OFFSET + 8:
         read_long(data, MASTER_FLUSHED_OFFSET)
     else:
-        with pytest.raises(CheckpointError, match="too short for the field at byte 24"):
+        with pytest.raises(StoreCheckpointError, match="too short for the field at byte 24"):
             read_long(data, MASTER_FLUSHED_OFFSET, "store/checkpoint")

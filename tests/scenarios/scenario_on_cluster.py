@@ -191,7 +191,7 @@ class ClusterPump:
             lacking += not held
         return lacking
 
-    def snapshot(self) -> sc.Snapshot:
+    def snapshot(self) -> sc.ClusterSnapshot:
         """The cluster now."""
         cluster = self.cluster
         brokers = {}
@@ -211,12 +211,12 @@ class ClusterPump:
         found = self.leader()
         group = found[1].manager.group(BROKER_NAME) if found is not None else None
         if group is None:
-            return sc.Snapshot(now_ms, brokers, controller_epochs=epochs,
+            return sc.ClusterSnapshot(now_ms, brokers, controller_epochs=epochs,
                                loss_reported=frozenset(self.losses),
                                leader_killed=self.leader_killed)
         members = frozenset(n for i in group.sync_state_set
                             if (n := _name(group.address_of(i))) is not None)
-        return sc.Snapshot(now_ms, brokers, master=_name(group.master_address),
+        return sc.ClusterSnapshot(now_ms, brokers, master=_name(group.master_address),
                            master_epoch=group.master_epoch, sync_state_set=members,
                            controller_epochs=epochs, loss_reported=frozenset(self.losses),
                            leader_killed=self.leader_killed)

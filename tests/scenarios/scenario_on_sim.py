@@ -115,7 +115,7 @@ class SimulationPump:
 
     # -- what it shows ------------------------------------------------------------------
 
-    def snapshot(self) -> sc.Snapshot:
+    def snapshot(self) -> sc.ClusterSnapshot:
         """The simulated cluster now."""
         sim = self.sim
         brokers = {}
@@ -138,11 +138,11 @@ class SimulationPump:
         losses = frozenset(info.master_epoch for _, _, _, info in sim.elections
                            if info.possible_message_loss)
         if group is None:
-            return sc.Snapshot(sim.now, brokers, controller_epochs=epochs,
+            return sc.ClusterSnapshot(sim.now, brokers, controller_epochs=epochs,
                                loss_reported=losses, leader_killed=self.leader_killed)
         members = frozenset(a for a in map(group.address_of, group.sync_state_set)
                             if a is not None)
-        return sc.Snapshot(sim.now, brokers, master=group.master_address,
+        return sc.ClusterSnapshot(sim.now, brokers, master=group.master_address,
                            master_epoch=group.master_epoch, sync_state_set=members,
                            controller_epochs=epochs, loss_reported=losses,
                            leader_killed=self.leader_killed)

@@ -10,11 +10,11 @@ from triomq.testing.scenario_run import LIVENESS_MS, ScenarioRun
 THREE = ("b1", "b2", "b3")
 
 
-def settled(now_ms: int, *, master: str = "b1", epoch: int = 1) -> sc.Snapshot:
+def settled(now_ms: int, *, master: str = "b1", epoch: int = 1) -> sc.ClusterSnapshot:
     brokers = {n: sc.BrokerView(n, up=True, role="master" if n == master else "slave",
                                 epoch=epoch, in_sync=frozenset(THREE) if n == master
                                 else frozenset()) for n in THREE}
-    return sc.Snapshot(now_ms, brokers, master=master, master_epoch=epoch,
+    return sc.ClusterSnapshot(now_ms, brokers, master=master, master_epoch=epoch,
                        sync_state_set=frozenset(THREE))
 
 

@@ -30,7 +30,7 @@ import trio
 
 from triomq.broker.admin.core.runtime_table import (
     DiskSpace,
-    SlaveConnection,
+    ReplicaAck,
     runtime_table,
     store_table,
 )
@@ -124,7 +124,7 @@ class RuntimeInfoService:
         replicas = broker.replicas
         state = replicas.state()
         master = replicas.ha_master
-        slaves = ([SlaveConnection(address, p.ack_offset, p.connections, p.is_async_learner)
+        slaves = ([ReplicaAck(address, p.ack_offset, p.connections, p.is_async_learner)
                    for address, p in master.tracker.slaves.items() if p.connected]
                   if master is not None else [])
         index = broker.index

@@ -52,15 +52,15 @@ from triomq.broker.config import BrokerConfig
 from triomq.broker.consume.core.heartbeat import SubscriptionData
 from triomq.broker.consume.core.pull import PullLimits
 from triomq.broker.consume.core.pull_flow import (
-    Answer,
     BrokerPullFlow,
     BrokerPullSettings,
-    Commit,
+    CommitOffset,
     Held,
     LookUp,
     PullEffect,
     PullRole,
     Refuse,
+    Respond,
 )
 from triomq.broker.consume.core.pull_lookup import confirmed_queue_max
 from triomq.broker.consume.core.subscription import EXPRESSION_TAG, SUB_ALL, Subscription
@@ -256,14 +256,14 @@ class PullService:
                 if effect.reset_offset is None:  # a reset's answer reads no entries
                     self.stats.looked_up(len(found.ranges))
                 pending[:0] = self.flow.looked_up(effect, found, now)
-            elif isinstance(effect, Commit):
+            elif isinstance(effect, CommitOffset):
                 self.offsets.commit(effect.group, effect.topic, effect.queue_id, effect.offset)
             elif isinstance(effect, Held):
                 self._wakeup.set()  # the driver's next deadline may be this one
             else:
                 effect.pull.reply(self._response(effect))
 
-    def _response(self, effect: Answer[_Waiting]) -> RemotingCommand:
+    def _response(self, effect: Respond[_Waiting]) -> RemotingCommand:
         header, result = effect.header, effect.answer
         try:
             body = b"".join(self.log.read(offset, size) for offset, size in result.ranges)
@@ -276,7 +276,7 @@ class PullService:
                                         ext_fields=result.fields, body=body)
 
     @staticmethod
-    def _unreadable(effect: LookUp[_Waiting] | Answer[_Waiting], exc: Exception
+    def _unreadable(effect: LookUp[_Waiting] | Respond[_Waiting], exc: Exception
                     ) -> RemotingCommand:
         # The store's own words may name server files: they stay in the log.
         header = effect.header

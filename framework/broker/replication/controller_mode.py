@@ -45,8 +45,8 @@ import trio
 
 from triomq.broker.core.identity import IDENTITY_FILE, BrokerIdentity
 from triomq.broker.replication.core.controller_flow import (
-    Answer,
     Call,
+    ControllerAnswer,
     ControllerModeFlow,
     FlowSettings,
     LearnSyncStateSet,
@@ -252,7 +252,8 @@ class ControllerMode:
     async def _call(self, call: Call) -> None:
         try:
             response, payload = await self.client.answer(call.request)
-            answer: Answer | None = Answer(response.code, response.remark or "", payload)
+            answer: ControllerAnswer | None = ControllerAnswer(
+                response.code, response.remark or "", payload)
             error = ""
         except (ControllerUnavailable, RpcError, WireError) as exc:
             answer, error = None, str(exc)

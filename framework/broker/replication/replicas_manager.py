@@ -35,7 +35,7 @@ import trio
 
 from triomq.broker.core.role import BrokerRole
 from triomq.clock import wall_ms
-from triomq.ha.admission import HAAdmission, Refused
+from triomq.ha.admission import HAAdmission, RefuseHandshake
 from triomq.ha.driver import Offload, ReplicaLog
 from triomq.ha.epoch import EpochStore
 from triomq.ha.master_driver import (
@@ -300,7 +300,7 @@ class ReplicasManager:
         tracker = master.tracker
         self.admission.remember(tracker.sync_state_set | (tracker.pending or frozenset()))
         decision = self.admission.handshaken(key, address)
-        if isinstance(decision, Refused):
+        if isinstance(decision, RefuseHandshake):
             self.ha_handshakes_refused += 1
             return decision.reason
         self._close(decision.close)

@@ -34,7 +34,7 @@ from triomq.broker.send.core.put_flow import (
     Append,
     PutAction,
     PutFlow,
-    Reply,
+    PutReply,
     TopicCreated,
     WaitFlushed,
     WaitReplicated,
@@ -112,7 +112,7 @@ class BrokerProcessor:
 
     async def _run(self, flow: PutFlow, action: PutAction) -> RemotingCommand:
         """Carry out the put's actions until its answer."""
-        while not isinstance(action, Reply):
+        while not isinstance(action, PutReply):
             if isinstance(action, TopicCreated):
                 self.topics.changed()
                 action = flow.resume()

@@ -50,7 +50,7 @@ import attrs
 from triomq.broker.admin.core.store_stats import java_double
 from triomq.protocol.remoting import ROCKETMQ_VERSION, ROCKETMQ_VERSION_DESC
 
-__all__ = ["DiskSpace", "SlaveConnection", "disk_used_ratio", "human_bytes", "runtime_table",
+__all__ = ["DiskSpace", "ReplicaAck", "disk_used_ratio", "human_bytes", "runtime_table",
            "store_table"]
 
 #: RocketMQ's runtime keys for its request thread pools and their queues.
@@ -71,7 +71,7 @@ _NO_TRANSIENT_POOL = str(2**31 - 1)
 
 
 @attrs.frozen
-class SlaveConnection:
+class ReplicaAck:
     """A slave as the master sees it: its replica address and how far it acked."""
 
     address: str
@@ -83,7 +83,7 @@ class SlaveConnection:
 def runtime_table(*, cluster_name: str, broker_name: str, broker_id: int, role: str,
                   master_epoch: int, min_offset: int, max_offset: int, confirm_offset: int,
                   ha_address: str, master_ha_address: str, sync_state_set: Iterable[str],
-                  slaves: Iterable[SlaveConnection], controller_mode: bool) -> dict[str, str]:
+                  slaves: Iterable[ReplicaAck], controller_mode: bool) -> dict[str, str]:
     """The KVTable's table (see the module); ``role`` is ``master``, ``slave`` or ``none``."""
     members = sorted(sync_state_set)
     connections = [{"addr": s.address, "slaveAckOffset": s.ack_offset,

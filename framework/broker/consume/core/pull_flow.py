@@ -15,11 +15,11 @@ moment, and do what it answers:
   reset is looked up as OFFSET_MOVED to the reset offset (remark
   OFFSET_RESET, as RocketMQ 5), its commit flag not followed.
 - ``looked_up`` (the driver ran the ``LookUp`` on its store): the first
-  look-up's commit flag gives a ``Commit`` of the consumer's offset (on any
+  look-up's commit flag gives a ``CommitOffset`` of the consumer's offset (on any
   role, as RocketMQ 5); an answer that finds nothing new with the suspend
   flag is held (``Held``: for ``suspendTimeoutMillis``, or
   ``short_polling_time_mills`` without ``long_polling_enable``); any other
-  is an ``Answer`` to send.
+  is a ``Respond`` to send.
 - a held pull is let go when its queue grows past its offset (``appended``,
   the queues' ends read from the store up to the confirm offset), when its
   time runs out (``timer``, due at ``next_deadline()``), or when the broker's
@@ -62,16 +62,16 @@ from triomq.broker.core.headers import HeaderError
 from triomq.protocol.route import TopicConfig
 
 __all__ = [
-    "Answer",
     "BrokerPullFlow",
     "BrokerPullSettings",
-    "Commit",
+    "CommitOffset",
     "Held",
     "LookUp",
     "PullEffect",
     "PullRole",
     "PullTables",
     "Refuse",
+    "Respond",
 ]
 
 T = TypeVar("T")
@@ -167,7 +167,7 @@ class LookUp(Generic[T]):
 
 
 @attrs.frozen
-class Commit:
+class CommitOffset:
     """Store ``offset`` as the group's consumed offset of the queue."""
 
     group: str
@@ -188,7 +188,7 @@ class Held(Generic[T]):
 
 
 @attrs.frozen(eq=False)
-class Answer(Generic[T]):
+class Respond(Generic[T]):
     """Send ``answer`` (its records read from the log) to the pull."""
 
     pull: T
@@ -196,7 +196,7 @@ class Answer(Generic[T]):
     answer: PullAnswer
 
 
-PullEffect = Refuse[T] | LookUp[T] | Commit | Held[T] | Answer[T]
+PullEffect = Refuse[T] | LookUp[T] | CommitOffset | Held[T] | Respond[T]
 
 _PULL_CODES = frozenset({RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE})
 
@@ -258,19 +258,19 @@ class BrokerPullFlow(Generic[T]):
                       self.settings, first, reset)
 
     def looked_up(self, lookup: LookUp[T], answer: PullAnswer, now: float
-                  ) -> list[Commit | Held[T] | Answer[T]]:
+                  ) -> list[CommitOffset | Held[T] | Respond[T]]:
         """``lookup`` ran: what it found is answered, or the pull is held."""
         header, pull = lookup.header, lookup.pull
         if lookup.reset_offset is not None:
-            return [Answer(pull, header, answer)]
-        effects: list[Commit | Held[T] | Answer[T]] = []
+            return [Respond(pull, header, answer)]
+        effects: list[CommitOffset | Held[T] | Respond[T]] = []
         if lookup.first and header.commits_offset:
-            effects.append(Commit(header.consumer_group, header.topic, header.queue_id,
+            effects.append(CommitOffset(header.consumer_group, header.topic, header.queue_id,
                                   header.commit_offset))
         if answer.hold:
             effects.append(self._hold(pull, header, lookup.subscription, now))
         else:
-            effects.append(Answer(pull, header, answer))
+            effects.append(Respond(pull, header, answer))
         return effects
 
     def _hold(self, pull: T, header: PullHeader, subscription: Subscription, now: float

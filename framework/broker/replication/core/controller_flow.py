@@ -32,11 +32,11 @@ feed the answers back:
 
 Controller requests go out as ``Call``; the pump makes each through the
 leader-following retry (``triomq.controller.leader_calls``) and answers it
-with ``answered``: an ``Answer`` (the response's code, remark and decoded
+with ``answered``: an ``ControllerAnswer`` (the response's code, remark and decoded
 payload) or None when no leader answered in time. Times are milliseconds.
 The requests are the controller's own values (``triomq.controller.requests``:
 its client writes them, its core reads them, the simulation hands them
-over as they are); ``Call``, ``Answer`` and the other outputs are
+over as they are); ``Call``, ``ControllerAnswer`` and the other outputs are
 ``triomq.broker.replication.core.controller_flow_messages``', re-exported here.
 """
 
@@ -49,8 +49,8 @@ import attrs
 from triomq.broker.core.identity import BrokerIdentity
 from triomq.broker.core.role import BrokerRole
 from triomq.broker.replication.core.controller_flow_messages import (
-    Answer,
     Call,
+    ControllerAnswer,
     LearnSyncStateSet,
     Log,
     Output,
@@ -82,8 +82,8 @@ from triomq.controller.wire import ReplicaInfo
 from triomq.errors import ConfigError
 
 __all__ = [
-    "Answer",
     "Call",
+    "ControllerAnswer",
     "ControllerModeFlow",
     "FlowSettings",
     "LearnSyncStateSet",
@@ -115,7 +115,7 @@ class FlowSettings:
 
 
 _Then = Callable[[float], None]
-_Answered = Callable[[float, Answer | None, str], None]
+_Answered = Callable[[float, ControllerAnswer | None, str], None]
 
 
 def addresses_of(info: ReplicaInfo, broker_ids: Iterable[int]) -> frozenset[str]:
@@ -123,13 +123,13 @@ def addresses_of(info: ReplicaInfo, broker_ids: Iterable[int]) -> frozenset[str]
     return frozenset(a for a in map(info.address_of, broker_ids) if a is not None)
 
 
-def _replica_info(answer: Answer) -> ReplicaInfo:
+def _replica_info(answer: ControllerAnswer) -> ReplicaInfo:
     """The group's replica info a successful REGISTER_BROKER or GET_REPLICA_INFO carries."""
     assert isinstance(answer.payload, ReplicaInfo)
     return answer.payload
 
 
-def _why(answer: Answer | None, error: str) -> str:
+def _why(answer: ControllerAnswer | None, error: str) -> str:
     if answer is None:
         return error or "no controller leader answered"
     return f"code {answer.code}: {answer.remark or 'no remark'}"
@@ -223,7 +223,8 @@ class ControllerModeFlow:
         self._check_code = check_code
         self._register(now)
 
-    def answered(self, now: float, call_id: int, answer: Answer | None, error: str = "") -> None:
+    def answered(self, now: float, call_id: int, answer: ControllerAnswer | None,
+                 error: str = "") -> None:
         """The answer to ``Call`` ``call_id``; None when no leader answered (``error``: why)."""
         then = self._calls.pop(call_id, None)
         if then is not None:
@@ -294,12 +295,12 @@ class ControllerModeFlow:
         s = self.settings
         return ApplyBrokerId(s.cluster_name, s.broker_name, broker_id, s.address, check_code)
 
-    def _registration_failed(self, now: float, answer: Answer | None, error: str) -> None:
+    def _registration_failed(self, now: float, answer: ControllerAnswer | None, error: str) -> None:
         self._log(f"registration with the controllers failed: {_why(answer, error)}")
         self._after("register", now + self.settings.sync_controller_metadata_period,
                     self._register)
 
-    def _on_next_id(self, now: float, answer: Answer | None, error: str) -> None:
+    def _on_next_id(self, now: float, answer: ControllerAnswer | None, error: str) -> None:
         if answer is None or not answer.ok:
             self._registration_failed(now, answer, error)
             return
@@ -310,7 +311,7 @@ class ControllerModeFlow:
         self._call(self._claim(identity.broker_id, identity.register_check_code),
                    lambda at, applied, why: self._on_applied(at, applied, why, identity))
 
-    def _on_applied(self, now: float, answer: Answer | None, error: str,
+    def _on_applied(self, now: float, answer: ControllerAnswer | None, error: str,
                     identity: BrokerIdentity) -> None:
         if answer is not None and answer.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID:
             # Replicas starting together are all offered the same next id and the first
@@ -325,7 +326,7 @@ class ControllerModeFlow:
         self.identity = identity
         self._outputs.append(SaveIdentity(identity))
 
-    def _on_registered(self, now: float, answer: Answer | None, error: str,
+    def _on_registered(self, now: float, answer: ControllerAnswer | None, error: str,
                        claimed_again: bool = False) -> None:
         if (answer is not None and not claimed_again
                 and answer.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED):
@@ -345,7 +346,7 @@ class ControllerModeFlow:
                 self._heartbeat(now, controller)
         self._offer_or_elect(now, _replica_info(answer), self._poll_later)
 
-    def _on_claimed_again(self, now: float, answer: Answer | None, error: str) -> None:
+    def _on_claimed_again(self, now: float, answer: ControllerAnswer | None, error: str) -> None:
         if answer is None or not answer.ok:
             self._registration_failed(now, answer, error)
             return
@@ -362,7 +363,8 @@ class ControllerModeFlow:
                                self.broker_id),
                    lambda at, answer, error: self._on_elected(at, answer, error, then))
 
-    def _on_elected(self, now: float, answer: Answer | None, error: str, then: _Then) -> None:
+    def _on_elected(self, now: float, answer: ControllerAnswer | None, error: str,
+                    then: _Then) -> None:
         elected = answer is not None and answer.code in (
             ResponseCode.SUCCESS, ResponseCode.CONTROLLER_MASTER_STILL_EXIST)
         if answer is None:
@@ -390,7 +392,7 @@ class ControllerModeFlow:
     def _poll(self, now: float) -> None:
         self._call(GetReplicaInfo(self.settings.broker_name), self._on_polled)
 
-    def _on_polled(self, now: float, answer: Answer | None, error: str) -> None:
+    def _on_polled(self, now: float, answer: ControllerAnswer | None, error: str) -> None:
         if answer is not None and answer.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
             self._register(now)
         elif answer is None or not answer.ok:
@@ -468,7 +470,7 @@ class ControllerModeFlow:
 
     def _alter(self, token: int, proposal: frozenset[str], master_epoch: int,
                info: ReplicaInfo, ids: set[int | None]) -> None:
-        def altered(now: float, answer: Answer | None, error: str) -> None:
+        def altered(now: float, answer: ControllerAnswer | None, error: str) -> None:
             if answer is None:
                 self._log(f"SyncStateSet {sorted(proposal)}: no answer, it may be applied: "
                           f"{_why(answer, error)}")
@@ -498,7 +500,7 @@ class ControllerModeFlow:
                    then: Callable[[float, ReplicaInfo | None, str], None]) -> None:
         """The group's replica info if of this master's term (else None), or why it is fenced."""
 
-        def read(now: float, answer: Answer | None, error: str) -> None:
+        def read(now: float, answer: ControllerAnswer | None, error: str) -> None:
             if answer is None or not answer.ok:
                 self._log(f"reading the SyncStateSet back failed: {_why(answer, error)}")
                 then(now, None, "")

@@ -2,7 +2,7 @@
 
 ``ControllerModeFlow`` (``triomq.broker.replication.core.controller_flow``) asks for its
 requests to the active controller (the controller's own request values) as
-``Call`` outputs and is answered with an ``Answer``; its other outputs are
+``Call`` outputs and is answered with an ``ControllerAnswer``; its other outputs are
 what the pump carries out (save the identity, send a heartbeat, take a
 role) or reports (a registration, a proposal's outcome, a log line). Plain
 values, for the flow, its pumps and their tests alike.
@@ -31,7 +31,7 @@ ControllerRequest = (GetNextBrokerId | ApplyBrokerId | RegisterBroker | ElectMas
 
 
 @attrs.frozen
-class Answer:
+class ControllerAnswer:
     """The active controller's answer: its code, remark and payload (the controller
     core's ``Payload``, as ``triomq.controller.requests.read_reply`` reads it)."""
 

@@ -12,7 +12,7 @@ does what it returns:
    master role, the size, the topic and queue id (a topic created on the
    way is a ``TopicCreated``: the driver saves the table), the producer
    group, the SyncStateSet; a compressed body's inflated size; a batch's
-   every message. Any refusal is the ``Reply``, and nothing is stored;
+   every message. Any refusal is the ``PutReply``, and nothing is stored;
    then where it is stored (``triomq.broker.secondary.core.schedule_put``: a delayed
    message waits under ``SCHEDULE_TOPIC_XXXX``; a bad ``DELAY``, a timer
    message or a delayed batch is refused);
@@ -26,7 +26,7 @@ does what it returns:
    ``WaitReplicated`` (``allAckInSyncStateSet`` or ``minInSyncReplicas``,
    the HA ``sync_replication`` rule), both within ``sync_flush_timeout``
    of the put's arrival;
-4. the ``Reply``: SUCCESS, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, or
+4. the ``PutReply``: SUCCESS, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, or
    SERVICE_NOT_AVAILABLE when the broker stopped being master first. Once
    stored, it always names where the records went (``msgId``: their offset
    ids joined by commas, ``queueId``, ``queueOffset``: the first's): a
@@ -74,7 +74,7 @@ from triomq.protocol.message import (
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.topic_rules import RETRY_GROUP_TOPIC_PREFIX
 
-__all__ = ["Append", "PutAction", "PutFlow", "Reply", "TopicCreated", "WaitFlushed",
+__all__ = ["Append", "PutAction", "PutFlow", "PutReply", "TopicCreated", "WaitFlushed",
            "WaitReplicated", "v2_fields"]
 
 #: ``SendMessageRequestHeader``'s names of the V2 header's one-letter keys (RocketMQ's
@@ -132,21 +132,21 @@ class WaitReplicated:
 
 
 @attrs.frozen
-class Reply:
+class PutReply:
     """The put is over: answer ``response``."""
 
     response: RemotingCommand
 
 
-PutAction = TopicCreated | Append | WaitFlushed | WaitReplicated | Reply
+PutAction = TopicCreated | Append | WaitFlushed | WaitReplicated | PutReply
 
 #: Where a record landed: ``(physical offset, size, queue offset, ...)`` (the store's
 #: ``AppendResult``, or ``pack_records``' placement).
 Placed = Sequence[int]
 
 
-def _illegal(remark: str) -> Reply:
-    return Reply(RemotingCommand.response(ResponseCode.MESSAGE_ILLEGAL, remark=remark))
+def _illegal(remark: str) -> PutReply:
+    return PutReply(RemotingCommand.response(ResponseCode.MESSAGE_ILLEGAL, remark=remark))
 
 
 class PutFlow:
@@ -208,7 +208,7 @@ class PutFlow:
         refusal = (refusal or check_group(header.producer_group)
                    or check_in_sync(settings, broker))
         if refusal is not None:
-            return Reply(refusal)
+            return PutReply(refusal)
         born_host = host_port(peer)
         if batch:
             try:
@@ -216,7 +216,7 @@ class PutFlow:
             except BatchError as exc:
                 return _illegal(str(exc))
             refusal = check_batch(r.properties for r in records)
-            return Reply(refusal) if refusal is not None else Append(tuple(records), batch=True)
+            return PutReply(refusal) if refusal is not None else Append(tuple(records), batch=True)
         too_large = inflates_too_large(settings, header.sys_flag, body)
         if too_large is not None:
             return _illegal(too_large)
@@ -229,10 +229,10 @@ class PutFlow:
         routed = route_put(record.topic, record.queue_id, record.properties, record.sys_flag,
                            max_delay_level=settings.max_delay_level)
         if isinstance(routed, RemotingCommand):
-            return Reply(routed)
+            return PutReply(routed)
         if transaction.is_prepared(record.properties, record.reconsume_times):
             if settings.reject_transaction_message:
-                return Reply(transaction.reject_response(settings.store_host[0]))
+                return PutReply(transaction.reject_response(settings.store_host[0]))
             # A half message is not delayed; its DELAY rides along to the commit's put.
             return Append((transaction.half_message(record),), batch=False)
         return Append((attrs.evolve(
@@ -248,11 +248,11 @@ class PutFlow:
         refusal = (check_master(settings, broker) or check_size(settings, len(message.body))
                    or check_in_sync(settings, broker))
         if refusal is not None:
-            return Reply(refusal)
+            return PutReply(refusal)
         routed = route_put(message.topic, message.queue_id, message.properties,
                            message.sys_flag, max_delay_level=settings.max_delay_level)
         if isinstance(routed, RemotingCommand):
-            return Reply(routed)
+            return PutReply(routed)
         return Append((MessageRecord(
             topic=routed.topic, body=message.body, queue_id=routed.queue_id,
             flag=message.flag, sys_flag=message.sys_flag,
@@ -287,7 +287,7 @@ class PutFlow:
         return WaitFlushed(self._end, self.deadline)
 
     def append_failed(self, error: RecordError | OSError, *, out_of_resources: bool = False
-                      ) -> Reply:
+                      ) -> PutReply:
         """The store refused the records: a record it cannot encode, or an OS error
         (``out_of_resources``: out of descriptors or disk, the broker keeps serving
         what it holds). The store's own words name its files: they stay out of the
@@ -296,19 +296,19 @@ class PutFlow:
             return _illegal(error.reason)
         if out_of_resources:
             short_of = errno.errorcode.get(error.errno or 0, "resources")
-            return Reply(RemotingCommand.response(
+            return PutReply(RemotingCommand.response(
                 ResponseCode.SYSTEM_ERROR,
                 remark=f"the broker is out of {short_of}: the put was not stored; retry "
                        f"later or elsewhere"))
         reason = errno.errorcode.get(error.errno or 0, type(error).__name__)
-        return Reply(RemotingCommand.response(
+        return PutReply(RemotingCommand.response(
             ResponseCode.SYSTEM_ERROR,
             remark=f"the store refused the message ({reason}); see the broker's log"))
 
     def flushed(self, flushed_offset: int, now: float) -> PutAction:
         """The flush wait is over with the log flushed to ``flushed_offset``."""
         if flushed_offset < self._end:
-            return Reply(RemotingCommand.response(
+            return PutReply(RemotingCommand.response(
                 ResponseCode.FLUSH_DISK_TIMEOUT, remark="flush to disk timed out",
                 ext_fields=self._fields))
         return self._wait_replicated(now)
@@ -316,12 +316,12 @@ class PutFlow:
     def _wait_replicated(self, now: float) -> WaitReplicated:
         return WaitReplicated(self._end, max(0, round((self.deadline - now) * 1000)))
 
-    def replicated(self, status: ReplicationStatus | None) -> Reply:
+    def replicated(self, status: ReplicationStatus | None) -> PutReply:
         """How the replication wait ended (None: the broker is no longer master)."""
         if status is None:
-            return Reply(RemotingCommand.response(
+            return PutReply(RemotingCommand.response(
                 ResponseCode.SERVICE_NOT_AVAILABLE,
                 remark="the broker stopped being master before the put was replicated",
                 ext_fields=self._fields))
         code, remark = _REPLICATION_CODES[status]
-        return Reply(RemotingCommand.response(code, remark=remark, ext_fields=self._fields))
+        return PutReply(RemotingCommand.response(code, remark=remark, ext_fields=self._fields))
