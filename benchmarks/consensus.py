@@ -105,7 +105,7 @@ async def _triomq_child(node_id: int, addresses: dict[int, str], directory: str,
     import trio
 
     from triomq.config import NodeConfig, StoreConfig
-    from triomq.consensus.config import RaftConfig
+    from triomq.consensus.core.config import RaftConfig
     from triomq.consensus.node import NotLeader, ProposalFailed, open_raft_node
     from triomq.runtime import open_node
 

@@ -64,7 +64,7 @@ import triomq.plugins.controller_dledger
 import triomq.plugins.namesrv
 from triomq.broker.core.codes import RequestCode as BrokerCode
 from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
-from triomq.namesrv.processor import RequestCode
+from triomq.namesrv.core.processor import RequestCode
 from triomq.plugin_manager import PluginManager
 from triomq.protocol.route import TopicRouteData, loads
 from triomq.rpc import RpcError

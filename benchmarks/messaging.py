@@ -71,9 +71,9 @@ import nats_peer
 import rocketmq_peer
 import trio
 
-from triomq.client.consume_from import ConsumeFromWhere
-from triomq.client.listener import ConsumeConcurrentlyStatus, MessageListenerConcurrently
-from triomq.client.message import Message, MessageExt
+from triomq.client.core.consume_from import ConsumeFromWhere
+from triomq.client.core.listener import ConsumeConcurrentlyStatus, MessageListenerConcurrently
+from triomq.client.core.message import Message, MessageExt
 from triomq.client.producer import Producer
 from triomq.client.push_consumer import PushConsumer
 from triomq.config import NodeConfig

@@ -79,9 +79,9 @@ from triomq.broker.metadata.core.topic_table import TopicTable
 from triomq.broker.metadata.topics import TOPICS_FILE
 from triomq.broker.send.core.put_checks import BrokerState, PutSettings, host_port
 from triomq.broker.send.core.put_flow import Append, PutFlow
-from triomq.client.message import Message
+from triomq.client.core.message import Message
+from triomq.client.core.transaction import LocalTransactionState
 from triomq.client.producer import Producer
-from triomq.client.transaction import LocalTransactionState
 from triomq.client.transaction_producer import TransactionProducer
 from triomq.config import NodeConfig
 from triomq.plugins.store_mmap import MmapCommitLog

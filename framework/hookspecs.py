@@ -99,7 +99,7 @@ def triomq_election_policy() -> Mapping[str, Callable[..., Any]]:
     (default ``"default"``, RocketMQ's policy). A policy is a pure callable
     ``policy(group, live_info, designated_broker_id, enable_elect_unclean_master)``
     returning the broker id to elect or ``None``; the contract is
-    ``triomq.controller.election.ElectionPolicy``. Whatever a policy
+    ``triomq.controller.core.election.ElectionPolicy``. Whatever a policy
     answers, the controller never elects an unregistered broker, nor one
     outside the SyncStateSet unless unclean election is enabled.
     """

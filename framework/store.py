@@ -39,7 +39,7 @@ import attrs
 import trio
 
 # The Raft core's own value: an entry log persists it as it is.
-from triomq.consensus.log import HardState
+from triomq.consensus.core.log import HardState
 from triomq.errors import ConfigError, TriomqError
 from triomq.protocol.message import MessageRecord
 

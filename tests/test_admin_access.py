@@ -32,7 +32,7 @@ from triomq.cli_credentials import Signer
 from triomq.config import NodeConfig, SecurityConfig, TransportConfig, from_mapping
 from triomq.controller import RequestCode as ControllerCode
 from triomq.errors import ConfigError
-from triomq.namesrv.processor import RequestCode
+from triomq.namesrv.core.processor import RequestCode
 from triomq.plugin_manager import PluginManager
 from triomq.plugins.controller_dledger.cli import run_admin as controller_admin
 from triomq.plugins.transport_inproc import InprocNetwork, InprocTransport

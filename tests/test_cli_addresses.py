@@ -19,7 +19,7 @@ import trio.testing
 
 from triomq.cli import build_parser
 from triomq.cli_address import Unreachable, dial_address, dial_addresses, reason_unreachable
-from triomq.controller.codes import RequestCode
+from triomq.controller.core.codes import RequestCode
 from triomq.errors import ConfigError
 from triomq.plugin_manager import PluginManager
 from triomq.plugins.controller_dledger.cli import run_admin

@@ -5,7 +5,7 @@ import pytest
 
 from triomq.broker.config import BrokerConfig
 from triomq.config import NodeConfig, StoreConfig
-from triomq.controller.config import ControllerConfig
+from triomq.controller.core.config import ControllerConfig
 from triomq.errors import ConfigError
 from triomq.settings import describe, from_mapping, load_toml, positive, setting
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from triomq.cli_credentials import Signer
 from triomq.config import SecurityConfig
-from triomq.namesrv.processor import RequestCode
+from triomq.namesrv.core.processor import RequestCode
 
 ADMIN = {"admin_access_key": "ops", "admin_secret_key": "ops-secret"}
 INNER = {"inner_client_access_key": "cluster", "inner_client_secret_key": "cluster-secret"}

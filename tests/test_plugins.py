@@ -134,7 +134,7 @@ def test_third_party_distribution_is_listed_and_its_hooks_called(third_party_sit
 
 def test_the_role_plugins_contribute_their_roles_and_sections():
     from triomq.broker.config import BrokerConfig
-    from triomq.controller.config import ControllerConfig
+    from triomq.controller.core.config import ControllerConfig
 
     pm = PluginManager.discover()
     assert {"broker", "controller", "nameserver"} <= set(pm.roles())

@@ -109,7 +109,7 @@ def test_a_pinned_window_replays(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_failure_names_the_window_and_each_seed(monkeypatch: pytest.MonkeyPatch) -> None:
     # Votes no longer check that the candidate's log is up to date.
     monkeypatch.setattr(
-        "triomq.consensus.log.RaftLog.is_up_to_date", lambda self, index, term: True
+        "triomq.consensus.core.log.RaftLog.is_up_to_date", lambda self, index, term: True
     )
     summary = raftsim.run_seeds(40, 0)
     report = _failure_report(summary, "triomq sim", 0, 40)

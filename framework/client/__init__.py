@@ -34,9 +34,9 @@ rules, the others drive them:
   ``errors``.
 """
 
-from triomq.client.consume_from import ConsumeFromWhere
-from triomq.client.errors import BrokerError, ClientError, NoRouteError
-from triomq.client.listener import (
+from triomq.client.core.consume_from import ConsumeFromWhere
+from triomq.client.core.errors import BrokerError, ClientError, NoRouteError
+from triomq.client.core.listener import (
     ConsumeConcurrentlyContext,
     ConsumeConcurrentlyStatus,
     ConsumeOrderlyStatus,
@@ -44,8 +44,7 @@ from triomq.client.listener import (
     MessageListenerOrderly,
     consume_concurrently_context,
 )
-from triomq.client.lite_pull_consumer import LitePullConsumer
-from triomq.client.message import (
+from triomq.client.core.message import (
     Message,
     MessageDecodeError,
     MessageExt,
@@ -53,14 +52,15 @@ from triomq.client.message import (
     SendResult,
     SendStatus,
 )
-from triomq.client.producer import Producer
-from triomq.client.pull import PullThresholds
-from triomq.client.push_consumer import PushConsumer
-from triomq.client.transaction import (
+from triomq.client.core.pull import PullThresholds
+from triomq.client.core.transaction import (
     LocalTransactionState,
     TransactionListener,
     TransactionSendResult,
 )
+from triomq.client.lite_pull_consumer import LitePullConsumer
+from triomq.client.producer import Producer
+from triomq.client.push_consumer import PushConsumer
 from triomq.client.transaction_producer import TransactionProducer
 
 __all__ = [

@@ -50,22 +50,19 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from triomq.client.allocate import Rebalance, rebalance
-from triomq.client.codes import RequestCode as Req
-from triomq.client.codes import ResponseCode as Code
-from triomq.client.consume_from import ConsumeFromWhere
-from triomq.client.direct_consume import not_consumed_here
-from triomq.client.errors import BrokerError, ClientError, NoRouteError
-from triomq.client.instance import ClientInstance, default_instance_name, local_ip
-from triomq.client.message import MessageExt, MessageQueue
-from triomq.client.offset_store import OffsetStore
-from triomq.client.process_queue import ProcessQueue
-from triomq.client.pull import (
+from triomq.client.core.allocate import Rebalance, rebalance
+from triomq.client.core.codes import RequestCode as Req
+from triomq.client.core.codes import ResponseCode as Code
+from triomq.client.core.consume_from import ConsumeFromWhere
+from triomq.client.core.errors import BrokerError, ClientError, NoRouteError
+from triomq.client.core.message import MessageExt, MessageQueue
+from triomq.client.core.process_queue import ProcessQueue
+from triomq.client.core.pull import (
     BROKER_SUSPEND_MAX_MS,
     CONSUMER_TIMEOUT_WHEN_SUSPEND_MS,
     PullThresholds,
 )
-from triomq.client.pull_flow import (
+from triomq.client.core.pull_flow import (
     FetchRoutes,
     PullFlow,
     PullSettings,
@@ -75,16 +72,16 @@ from triomq.client.pull_flow import (
     SendPull,
     Wait,
 )
-from triomq.client.queue_pull import Dispatch, OffsetMoved, QueuePull, SkipTo
-from triomq.client.running_info import (
+from triomq.client.core.queue_pull import Dispatch, OffsetMoved, QueuePull, SkipTo
+from triomq.client.core.running_info import (
     ProcessQueueInfo,
     consumer_properties,
     group_not_here,
     process_queue_info,
     running_info_body,
 )
-from triomq.client.subscription import SubscriptionData
-from triomq.client.wire import (
+from triomq.client.core.subscription import SubscriptionData
+from triomq.client.core.wire import (
     ConsumerData,
     ConsumeType,
     heartbeat_body,
@@ -92,6 +89,9 @@ from triomq.client.wire import (
     read_consumer_ids,
     read_locked,
 )
+from triomq.client.direct_consume import not_consumed_here
+from triomq.client.instance import ClientInstance, default_instance_name, local_ip
+from triomq.client.offset_store import OffsetStore
 from triomq.protocol.remoting import ROCKETMQ_VERSION, RemotingCommand
 from triomq.protocol.route import RouteDataError
 from triomq.rpc import Connect, Handler, RpcConnection, RpcError, open_rpc_client

@@ -35,9 +35,9 @@ import traceback
 import attrs
 import trio
 
-from triomq.client.codes import ResponseCode as Code
-from triomq.client.consume_retry import reset_retry_topic
-from triomq.client.listener import (
+from triomq.client.core.codes import ResponseCode as Code
+from triomq.client.core.consume_retry import reset_retry_topic
+from triomq.client.core.listener import (
     ConsumeConcurrentlyContext,
     ConsumeConcurrentlyStatus,
     ConsumeOrderlyStatus,
@@ -45,8 +45,8 @@ from triomq.client.listener import (
     MessageListenerOrderly,
     listener_context,
 )
-from triomq.client.message import MessageDecodeError, decode_messages
-from triomq.client.running_info import group_not_here
+from triomq.client.core.message import MessageDecodeError, decode_messages
+from triomq.client.core.running_info import group_not_here
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import dumps
 

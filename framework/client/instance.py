@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 
 import trio
 
-from triomq.client.codes import RequestCode, ResponseCode
-from triomq.client.errors import BrokerError
-from triomq.client.queue_pull import subscribe_broker
+from triomq.client.core.codes import RequestCode, ResponseCode
+from triomq.client.core.errors import BrokerError
+from triomq.client.core.queue_pull import subscribe_broker
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import MASTER_ID, RouteDataError, TopicRouteData
 from triomq.rpc import DEFAULT_TIMEOUT, RpcClient, RpcConnection, RpcError, RpcTimeout

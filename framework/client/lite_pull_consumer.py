@@ -35,12 +35,12 @@ from typing import Any
 
 import trio
 
-from triomq.client.allocate import subscribe_queues
 from triomq.client.consumer_base import ConsumerBase, QueueState
-from triomq.client.errors import ClientError, NoRouteError
-from triomq.client.message import MessageExt, MessageQueue
-from triomq.client.subscription import SubscriptionData
-from triomq.client.wire import ConsumeType
+from triomq.client.core.allocate import subscribe_queues
+from triomq.client.core.errors import ClientError, NoRouteError
+from triomq.client.core.message import MessageExt, MessageQueue
+from triomq.client.core.subscription import SubscriptionData
+from triomq.client.core.wire import ConsumeType
 from triomq.rpc import Connect
 
 __all__ = ["LitePullConsumer"]

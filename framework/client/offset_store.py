@@ -15,12 +15,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from triomq.client.codes import RequestCode as Req
-from triomq.client.codes import ResponseCode as Code
-from triomq.client.errors import BrokerError, NoRouteError
+from triomq.client.core.codes import RequestCode as Req
+from triomq.client.core.codes import ResponseCode as Code
+from triomq.client.core.errors import BrokerError, NoRouteError
+from triomq.client.core.message import MessageQueue
+from triomq.client.core.queue_pull import ConsumedOffsets
 from triomq.client.instance import ClientInstance
-from triomq.client.message import MessageQueue
-from triomq.client.queue_pull import ConsumedOffsets
 from triomq.rpc import RpcError
 
 __all__ = ["OffsetStore"]

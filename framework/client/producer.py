@@ -10,9 +10,9 @@
         await producer.send_batch([Message("orders", b"1"), Message("orders", b"2")])
 
 Routes come from the name servers (``triomq.client.instance``); a send
-picks the next writable queue in turn (``triomq.client.publish``) and goes
+picks the next writable queue in turn (``triomq.client.core.publish``) and goes
 to its group's master. Within ``send_msg_timeout`` a send rides through a
-failover (``triomq.client.send_flow``): no answer, or an answer saying the
+failover (``triomq.client.core.send_flow``): no answer, or an answer saying the
 route is stale (a slave, a missing topic), fetches the route and tries
 again, waiting while the group has no master routed; other retriable
 refusals are tried again on another group up to
@@ -45,28 +45,28 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from triomq.client.codes import RequestCode
-from triomq.client.errors import ClientError, NoRouteError
-from triomq.client.instance import (
-    ClientInstance,
-    default_instance_name,
-    dial_address,
-    local_ip,
-)
-from triomq.client.message import (
+from triomq.client.core.codes import RequestCode
+from triomq.client.core.errors import ClientError, NoRouteError
+from triomq.client.core.message import (
     PROPERTY_UNIQ_KEY,
     Message,
     MessageQueue,
     SendResult,
     encode_batch,
 )
-from triomq.client.publish import (
+from triomq.client.core.publish import (
     AUTO_CREATE_TOPIC,
     QueueSelector,
     TopicPublishInfo,
     publish_info,
 )
-from triomq.client.send_flow import FetchRoute, SendAttempt, SendFlow, Sent, WaitForRetry
+from triomq.client.core.send_flow import FetchRoute, SendAttempt, SendFlow, Sent, WaitForRetry
+from triomq.client.instance import (
+    ClientInstance,
+    default_instance_name,
+    dial_address,
+    local_ip,
+)
 from triomq.protocol.message import properties_to_bytes
 from triomq.protocol.remoting import ROCKETMQ_VERSION
 from triomq.protocol.unique_id import UniqueIdGenerator

@@ -66,17 +66,16 @@ from typing import Any
 import attrs
 import trio
 
-from triomq.client.codes import RequestCode as Req
-from triomq.client.consume_retry import (
+from triomq.client.consumer_base import ConsumerBase, QueueState
+from triomq.client.core.codes import RequestCode as Req
+from triomq.client.core.consume_retry import (
     DELAY_LEVEL_DLQ,
     max_reconsume_times,
     reset_retry_topic,
     send_back_fields,
 )
-from triomq.client.consumer_base import ConsumerBase, QueueState
-from triomq.client.direct_consume import consume_directly
-from triomq.client.errors import BrokerError, ClientError
-from triomq.client.listener import (
+from triomq.client.core.errors import BrokerError, ClientError
+from triomq.client.core.listener import (
     ConsumeConcurrentlyContext,
     ConsumeConcurrentlyStatus,
     ConsumeOrderlyStatus,
@@ -84,8 +83,9 @@ from triomq.client.listener import (
     MessageListenerOrderly,
     listener_context,
 )
-from triomq.client.message import MessageExt
-from triomq.client.running_info import PROP_CONSUMEORDERLY, PROP_THREADPOOL_CORE_SIZE
+from triomq.client.core.message import MessageExt
+from triomq.client.core.running_info import PROP_CONSUMEORDERLY, PROP_THREADPOOL_CORE_SIZE
+from triomq.client.direct_consume import consume_directly
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.retry import retry_topic
 from triomq.rpc import Connect, RpcConnection, RpcError

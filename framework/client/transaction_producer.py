@@ -18,7 +18,7 @@
         result = await producer.send_message_in_transaction(Message("orders", b"..."), order)
 
 ``send_message_in_transaction`` sends the half message (the ``Producer``'s
-send flow, with ``triomq.client.transaction``'s header), runs the
+send flow, with ``triomq.client.core.transaction``'s header), runs the
 listener's local transaction and sends END_TRANSACTION (oneway) with its
 state: consumers of the topic see the message once it is committed, never
 when rolled back. A state left ``UNKNOW`` (or an END_TRANSACTION lost on
@@ -38,16 +38,15 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from triomq.client.codes import RequestCode
-from triomq.client.errors import BrokerError, ClientError, NoRouteError
-from triomq.client.message import (
+from triomq.client.core.codes import RequestCode
+from triomq.client.core.errors import BrokerError, ClientError, NoRouteError
+from triomq.client.core.message import (
     PROPERTY_UNIQ_KEY,
     Message,
     MessageDecodeError,
     decode_messages,
 )
-from triomq.client.producer import Producer, now_ms
-from triomq.client.transaction import (
+from triomq.client.core.transaction import (
     PREPARED_SYS_FLAG,
     PROPERTY_PRODUCER_GROUP,
     LocalTransactionState,
@@ -58,7 +57,8 @@ from triomq.client.transaction import (
     half_message,
     local_state,
 )
-from triomq.client.wire import heartbeat_body
+from triomq.client.core.wire import heartbeat_body
+from triomq.client.producer import Producer, now_ms
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import Connect, Handler, RpcConnection, RpcError
 

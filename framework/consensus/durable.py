@@ -15,11 +15,11 @@ import os
 from collections.abc import Sequence
 
 from triomq import store
-from triomq.consensus.confchange import ConfState
-from triomq.consensus.config import RaftConfig
-from triomq.consensus.log import Entry, HardState, Snapshot
-from triomq.consensus.raft import bootstrap_entries
-from triomq.consensus.ready import (
+from triomq.consensus.core.confchange import ConfState
+from triomq.consensus.core.config import RaftConfig
+from triomq.consensus.core.log import Entry, HardState, Snapshot
+from triomq.consensus.core.raft import bootstrap_entries
+from triomq.consensus.core.ready import (
     AppendEntries,
     PersistHardState,
     SaveSnapshot,

@@ -7,7 +7,7 @@ group inside a ``triomq.runtime.Node``::
             open_raft_node(node, RaftConfig(node_id=1, peers=...), machine) as raft:
         result = await raft.propose(b"command")   # on the leader
 
-The driver is thin; the protocol is ``triomq.consensus.raft``. It
+The driver is thin; the protocol is ``triomq.consensus.core.raft``. It
 
 - ticks the state machine every ``tick_interval_ms`` of trio's clock (so a
   ``MockClock`` drives it deterministically);
@@ -49,18 +49,18 @@ from typing import Any
 
 import trio
 
-from triomq.consensus import codec
-from triomq.consensus.applier import Applier, ProposalFailed, StateMachine
-from triomq.consensus.confchange import ConfChangeV2
-from triomq.consensus.config import RaftConfig
-from triomq.consensus.durable import DurableState
-from triomq.consensus.messages import DLedgerCode, HeartbeatRequest, Message
-from triomq.consensus.pusher import ProposalRejected
-from triomq.consensus.raft import Raft
-from triomq.consensus.ready import (
+from triomq.consensus.core import codec
+from triomq.consensus.core.applier import Applier, ProposalFailed, StateMachine
+from triomq.consensus.core.confchange import ConfChangeV2
+from triomq.consensus.core.config import RaftConfig
+from triomq.consensus.core.messages import DLedgerCode, HeartbeatRequest, Message
+from triomq.consensus.core.pusher import ProposalRejected
+from triomq.consensus.core.raft import Raft
+from triomq.consensus.core.ready import (
     Ready,
     Role,
 )
+from triomq.consensus.durable import DurableState
 from triomq.consensus.waiting import Deadlines, ProposalCallback, Waiter
 from triomq.errors import ConfigError, TriomqError
 from triomq.protocol.remoting import RemotingCommand

@@ -41,14 +41,14 @@ The controller service (``plugins/controller_dledger``) is the trio pump of
 ``service_core`` over a Raft node whose state machine is ``state_machine``.
 """
 
-from triomq.controller.codes import RequestCode, ResponseCode
-from triomq.controller.election import (
+from triomq.controller.core.codes import RequestCode, ResponseCode
+from triomq.controller.core.election import (
     BrokerLiveInfo,
     ElectionPolicy,
     LiveInfoLookup,
     default_election_policy,
 )
-from triomq.controller.events import (
+from triomq.controller.core.events import (
     AlterSyncStateSetEvent,
     ApplyBrokerIdEvent,
     CleanBrokerDataEvent,
@@ -59,11 +59,11 @@ from triomq.controller.events import (
     decode_event,
     encode_event,
 )
-from triomq.controller.group import FIRST_BROKER_ID, BrokerGroup, BrokerMember
-from triomq.controller.heartbeat import BrokerHeartbeatTable, HeartbeatRecord
-from triomq.controller.replicas_info import ReplicasInfoManager
-from triomq.controller.results import ControllerResult
-from triomq.controller.snapshot import SnapshotError
+from triomq.controller.core.group import FIRST_BROKER_ID, BrokerGroup, BrokerMember
+from triomq.controller.core.heartbeat import BrokerHeartbeatTable, HeartbeatRecord
+from triomq.controller.core.replicas_info import ReplicasInfoManager
+from triomq.controller.core.results import ControllerResult
+from triomq.controller.core.snapshot import SnapshotError
 
 __all__ = [
     "FIRST_BROKER_ID",

@@ -13,7 +13,7 @@ call made during a controller leader change simply takes a little longer::
 A refusal raises ``ControllerError`` with the controller's code and
 reason; no answer at all raises ``ControllerUnavailable``. Heartbeats go
 to every controller (each keeps the brokers' live info, so a new leader
-knows at once who is alive). Requests are ``triomq.controller.requests``
+knows at once who is alive). Requests are ``triomq.controller.core.requests``
 values, the controller's own vocabulary, written and read by its
 ``request_frame`` and ``read_reply``.
 """
@@ -26,9 +26,9 @@ from typing import Any
 
 import trio
 
-from triomq.controller.codes import RequestCode, ResponseCode
-from triomq.controller.leader_calls import GiveUp, LeaderCalls, Pause
-from triomq.controller.requests import (
+from triomq.controller.core.codes import RequestCode, ResponseCode
+from triomq.controller.core.leader_calls import GiveUp, LeaderCalls, Pause
+from triomq.controller.core.requests import (
     AlterSyncStateSet,
     ApplyBrokerId,
     BrokerHeartbeat,
@@ -51,8 +51,8 @@ from triomq.controller.requests import (
     read_reply,
     request_frame,
 )
-from triomq.controller.results import SyncStateData
-from triomq.controller.wire import ControllerMetadata, ReplicaInfo
+from triomq.controller.core.results import SyncStateData
+from triomq.controller.core.wire import ControllerMetadata, ReplicaInfo
 from triomq.errors import TriomqError
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcClient, RpcError
@@ -256,7 +256,7 @@ class ControllerClient:
 
     async def get_controller_config(self, address: str) -> dict[str, str]:
         """GET_CONTROLLER_CONFIG of the controller at ``address``: property names and
-        values (``triomq.controller.config.PROPERTY_NAMES``)."""
+        values (``triomq.controller.core.config.PROPERTY_NAMES``)."""
         answer = await self._at(address, GetControllerConfig())
         assert isinstance(answer, ConfigValues)
         return dict(answer.properties)

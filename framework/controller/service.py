@@ -5,13 +5,13 @@ state machine is ``ReplicasStateMachine``; the Raft leader is the *active*
 controller. Every rule of the service (leader-only serving, the read
 barrier, one state change at a time, answering once committed, heartbeats,
 the inactive-broker scan and its elections) is
-``triomq.controller.service_core.ControllerCore``; this module is its trio
-pump: it decodes requests (``triomq.controller.requests``), hands the
+``triomq.controller.core.service_core.ControllerCore``; this module is its trio
+pump: it decodes requests (``triomq.controller.core.requests``), hands the
 core's proposals and read barriers to the Raft node, arms its timer on
 trio's clock, and sends its replies and its oneway
 NOTIFY_BROKER_ROLE_CHANGED, through an RPC client of the service's own
 whose reconnect backoff stays short (``NOTIFY_BACKOFF``). A request whose
-names, ids or addresses break the rules of ``triomq.controller.validation``
+names, ids or addresses break the rules of ``triomq.controller.core.validation``
 is refused as it is decoded, before the core sees it.
 
 Reach a node's running controller with ``controller_of(node)``.
@@ -31,16 +31,16 @@ import trio
 from triomq.clock import now_ms
 from triomq.consensus.node import NotLeader, ProposalFailed, RaftNode, open_raft_node
 from triomq.controller import RequestCode, ResponseCode
-from triomq.controller.config import ControllerConfig
-from triomq.controller.heartbeat import BrokerHeartbeatTable
-from triomq.controller.requests import (
+from triomq.controller.core.config import ControllerConfig
+from triomq.controller.core.heartbeat import BrokerHeartbeatTable
+from triomq.controller.core.requests import (
     REQUEST_CODES,
     ControllerRequest,
     Reply,
     decode_request,
     reply_command,
 )
-from triomq.controller.service_core import (
+from triomq.controller.core.service_core import (
     MUTABLE_KEYS,
     Applied,
     ControllerCore,
@@ -52,9 +52,9 @@ from triomq.controller.service_core import (
     Propose,
     ReadBarrier,
 )
-from triomq.controller.state_machine import ReplicasStateMachine
-from triomq.controller.validation import check_request
-from triomq.controller.wire import ControllerMetadata, encode_replica_info
+from triomq.controller.core.state_machine import ReplicasStateMachine
+from triomq.controller.core.validation import check_request
+from triomq.controller.core.wire import ControllerMetadata, encode_replica_info
 from triomq.errors import PluginError
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import Backoff, RpcClient, RpcConnection, RpcError, RpcServer, open_rpc_client

@@ -22,8 +22,8 @@ import zlib
 from pathlib import Path
 
 from triomq.durable_files import fsync_directory
-from triomq.ha.epoch import EpochCache, EpochStart
-from triomq.ha.errors import CheckpointError, EpochError
+from triomq.ha.core.epoch import EpochCache, EpochStart
+from triomq.ha.core.errors import CheckpointError, EpochError
 
 __all__ = [
     "BACKUP_SUFFIX",

@@ -3,7 +3,7 @@ errors that end one connection.
 
 The drivers (``triomq.ha.master_driver``, ``triomq.ha.slave_driver``)
 are thin trio shells around the sans-I/O connections of
-``triomq.ha.master`` and ``triomq.ha.slave``. Both work on any commit
+``triomq.ha.core.master`` and ``triomq.ha.core.slave``. Both work on any commit
 log with the ``ReplicaLog`` subset of ``triomq.store.CommitLog``. Time is
 ``trio.current_time()`` in ms, so tests run under a mock clock.
 """
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import trio
 
 from triomq.clock import now_ms
-from triomq.ha.errors import HAProtocolError
+from triomq.ha.core.errors import HAProtocolError
 from triomq.protocol.ha import HAFrameError
 
 __all__ = ["CONNECTION_ERRORS", "Offload", "ReplicaLog", "describe", "now_ms"]

@@ -1,4 +1,4 @@
-"""The master's HA driver: a thin trio shell around ``triomq.ha.master``.
+"""The master's HA driver: a thin trio shell around ``triomq.ha.core.master``.
 
 ``HAMaster`` serves slave connections (any ``trio.abc.Stream``: the caller
 accepts them from a transport listener and calls ``serve``), keeps the
@@ -18,14 +18,14 @@ import trio
 
 from triomq.clock import now_ms
 from triomq.errors import TriomqError
+from triomq.ha.core.epoch import EpochCache
+from triomq.ha.core.errors import HandshakeRefused
+from triomq.ha.core.master import MasterConnection, MasterLog, SendToSlave, SlaveAcked, SlaveJoined
+from triomq.ha.core.master_term import HAMasterConfig, MasterTerm
+from triomq.ha.core.sync_replication import PutResult, ReplicationStatus
+from triomq.ha.core.sync_state import SyncStateTracker
 from triomq.ha.driver import CONNECTION_ERRORS, ReplicaLog, describe, logger
-from triomq.ha.epoch import EpochCache
-from triomq.ha.errors import HandshakeRefused
-from triomq.ha.master import MasterConnection, MasterLog, SendToSlave, SlaveAcked, SlaveJoined
-from triomq.ha.master_term import HAMasterConfig, MasterTerm
 from triomq.ha.streams import send_frames
-from triomq.ha.sync_replication import PutResult, ReplicationStatus
-from triomq.ha.sync_state import SyncStateTracker
 
 __all__ = [
     "Admit",

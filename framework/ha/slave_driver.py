@@ -1,4 +1,4 @@
-"""The slave's HA driver: a thin trio shell around ``triomq.ha.slave``.
+"""The slave's HA driver: a thin trio shell around ``triomq.ha.core.slave``.
 
 ``HASlave`` connects to a master, replicates, and reconnects with backoff
 after an error; cancelling it (a role change) stops it cleanly. Over TCP it
@@ -18,10 +18,9 @@ import attrs
 import trio
 
 from triomq.clock import now_ms
-from triomq.ha.driver import CONNECTION_ERRORS, Offload, ReplicaLog, describe, logger
-from triomq.ha.epoch import EpochCache, EpochStore
-from triomq.ha.reconnect import Reconnect
-from triomq.ha.slave import (
+from triomq.ha.core.epoch import EpochCache, EpochStore
+from triomq.ha.core.reconnect import Reconnect
+from triomq.ha.core.slave import (
     RecordEpoch,
     SlaveAction,
     SlaveConnection,
@@ -29,7 +28,8 @@ from triomq.ha.slave import (
     Truncate,
     WriteAt,
 )
-from triomq.ha.slave import SendToMaster as SlaveSend
+from triomq.ha.core.slave import SendToMaster as SlaveSend
+from triomq.ha.driver import CONNECTION_ERRORS, Offload, ReplicaLog, describe, logger
 from triomq.ha.streams import RECEIVE_SIZE, read_nowait, read_scattered
 from triomq.protocol.ha import TRANSFER_HEADER_SIZE, HAConnectionState
 from triomq.store import OffsetMismatch, StoreCorruption
@@ -337,7 +337,7 @@ class HASlave:
     async def _apply_actions(self, actions: list[SlaveAction], in_place: tuple[int, int]
                              ) -> bytes:
         """Perform ``actions`` in order, each durable before the next (see
-        triomq.ha.slave); return the last ack among them (it carries the
+        triomq.ha.core.slave); return the last ack among them (it carries the
         max offset, so it acks everything before it). The bytes of the log's
         range ``in_place`` were received in its space at their places.
 

@@ -14,7 +14,7 @@ The name server's KV config (PUT_KV_CONFIG and friends, ordered topics'
 ``[store] path``, as RocketMQ keeps it under ``kvConfigPath``; a name server
 without a store path keeps it in memory only, and loses it when it stops.
 GET_NAMESRV_CONFIG and UPDATE_NAMESRV_CONFIG show and change these keys
-under RocketMQ's names (``triomq.namesrv.config_properties``).
+under RocketMQ's names (``triomq.namesrv.core.config_properties``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The name-server service: a thin trio driver of ``triomq.namesrv.processor``.
+"""The name-server service: a thin trio driver of ``triomq.namesrv.core.processor``.
 
 Requests are answered inline by the pure core with ``trio.current_time()``
 in ms (so tests run under a mock clock); a closed RPC connection removes
@@ -29,9 +29,9 @@ import trio
 from triomq.clock import now_ms
 from triomq.durable_files import replace_atomically
 from triomq.errors import PluginError
-from triomq.namesrv.config_properties import NamesrvFacts
-from triomq.namesrv.kv_config import KVConfig, KVConfigError
-from triomq.namesrv.processor import NameServerCore, RequestCode
+from triomq.namesrv.core.config_properties import NamesrvFacts
+from triomq.namesrv.core.kv_config import KVConfig, KVConfigError
+from triomq.namesrv.core.processor import NameServerCore, RequestCode
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection, RpcError
 

@@ -1,7 +1,7 @@
 """Deterministic simulation of controller mode: 3 Raft controllers, a broker group, name servers.
 
 One seed drives one run: a virtual clock in 10 ms steps, three controllers
-(``triomq.consensus.raft`` with the replicas-info state machine applied
+(``triomq.consensus.core.raft`` with the replicas-info state machine applied
 on commit, served as ``triomq.controller.service`` does), one broker group
 of 2 or 3 replicas running the broker-side flow of controller mode over the
 real HA state machines (see ``clustersim_controller`` and
@@ -113,9 +113,9 @@ from typing import Any
 import attrs
 
 from triomq.broker.core.codes import RequestCode, ResponseCode
-from triomq.controller.requests import UpdateControllerConfig
-from triomq.controller.service_core import Elected
-from triomq.controller.wire import ReplicaInfo
+from triomq.controller.core.requests import UpdateControllerConfig
+from triomq.controller.core.service_core import Elected
+from triomq.controller.core.wire import ReplicaInfo
 from triomq.protocol.remoting import RemotingCommand
 from triomq.testing import seeds
 from triomq.testing.clustersim_broker import SimBroker

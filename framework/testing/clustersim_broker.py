@@ -1,7 +1,7 @@
 """A simulated broker replica in controller mode: a pump of the real flows over virtual time.
 
 The controller-mode flow is ``triomq.broker.replication.core.controller_flow`` and the
-controller calls follow the leader with ``triomq.controller.leader_calls``,
+controller calls follow the leader with ``triomq.controller.core.leader_calls``,
 as ``framework/broker/replication/controller_mode.py`` pumps them over trio; the
 name-server registration is ``clustersim_namesrv.SimRegistration``, the
 pulls and consumer offsets ``clustersim_pulls.SimConsumeSide``, the puts
@@ -29,15 +29,22 @@ from triomq.broker.core.role import BrokerRole
 from triomq.broker.metadata.core.topic_table import TopicTable
 from triomq.broker.replication.core import controller_flow as flow
 from triomq.controller import ResponseCode
-from triomq.controller.leader_calls import GiveUp, LeaderCalls, Pause
-from triomq.controller.requests import BrokerHeartbeat
-from triomq.controller.service_core import Notify
-from triomq.ha.errors import EpochError, HAProtocolError
-from triomq.ha.master import MasterConnection, MasterLog, SendToSlave, SlaveAcked, SlaveJoined
-from triomq.ha.master_term import MasterTerm
-from triomq.ha.reconnect import Reconnect
-from triomq.ha.role_change import RoleChange, ToMaster, ToSlave
-from triomq.ha.slave import RecordEpoch, SendToMaster, SlaveConnection, SlaveLog, Truncate, WriteAt
+from triomq.controller.core.leader_calls import GiveUp, LeaderCalls, Pause
+from triomq.controller.core.requests import BrokerHeartbeat
+from triomq.controller.core.service_core import Notify
+from triomq.ha.core.errors import EpochError, HAProtocolError
+from triomq.ha.core.master import MasterConnection, MasterLog, SendToSlave, SlaveAcked, SlaveJoined
+from triomq.ha.core.master_term import MasterTerm
+from triomq.ha.core.reconnect import Reconnect
+from triomq.ha.core.role_change import RoleChange, ToMaster, ToSlave
+from triomq.ha.core.slave import (
+    RecordEpoch,
+    SendToMaster,
+    SlaveConnection,
+    SlaveLog,
+    Truncate,
+    WriteAt,
+)
 from triomq.protocol.ha import HAFrameError
 from triomq.protocol.route import TopicConfig
 from triomq.testing.clustersim_controller import Request, Response, controller_name

@@ -12,7 +12,7 @@ and ``PushConsumer`` do, with their rules:
   a queue let go has its offset stored first; a queue taken up starts at
   the group's stored offset (its ``PullFlow``);
 - **pulling**: each queue held runs the client's own ``PullFlow``
-  (``triomq.client.pull_flow``): its start offset (QUERY_CONSUMER_OFFSET,
+  (``triomq.client.core.pull_flow``): its start offset (QUERY_CONSUMER_OFFSET,
   then CONSUME_FROM_FIRST_OFFSET), one long poll at a time to the replica
   it picks, carrying the consumed offset to the master, the answer applied
   (deliver, correct the offset, or drop the queue whose offset moved), a
@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING
 import attrs
 
 from triomq.broker.core.codes import RequestCode, ResponseCode
-from triomq.client.allocate import rebalance
-from triomq.client.consume_from import ConsumeFromWhere
-from triomq.client.message import MessageDecodeError, MessageExt, MessageQueue
-from triomq.client.pull import PullError, read_pull_response
-from triomq.client.pull_flow import (
+from triomq.client.core.allocate import rebalance
+from triomq.client.core.consume_from import ConsumeFromWhere
+from triomq.client.core.message import MessageDecodeError, MessageExt, MessageQueue
+from triomq.client.core.pull import PullError, read_pull_response
+from triomq.client.core.pull_flow import (
     FetchRoutes,
     PullFlow,
     PullSettings,
@@ -51,7 +51,7 @@ from triomq.client.pull_flow import (
     SendPull,
     Wait,
 )
-from triomq.client.queue_pull import (
+from triomq.client.core.queue_pull import (
     ConsumedOffsets,
     Dispatch,
     OffsetMoved,
@@ -59,7 +59,7 @@ from triomq.client.queue_pull import (
     SkipTo,
     subscribe_broker,
 )
-from triomq.client.subscription import SubscriptionData
+from triomq.client.core.subscription import SubscriptionData
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import RouteDataError, TopicRouteData
 from triomq.testing.clustersim_namesrv import NamesrvRequest, NamesrvResponse, broker_of

@@ -1,8 +1,8 @@
 """A simulated controller: the controller service's own core and applier, pumped by the simulation.
 
-The rules of a controller are ``triomq.controller.service_core``'s
+The rules of a controller are ``triomq.controller.core.service_core``'s
 ``ControllerCore`` and the application of Raft's output is
-``triomq.consensus.applier.Applier``, the very objects the trio service
+``triomq.consensus.core.applier.Applier``, the very objects the trio service
 (``triomq.controller.service``) runs. This module is only their pump in
 virtual time: Raft ticks at this host's (skewed) clock rate, its messages
 and the controller's requests, replies and notifications are datagrams of
@@ -21,17 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from triomq.consensus.applier import Applier
-from triomq.consensus.log import bootstrap_entries
-from triomq.consensus.messages import DLedgerCode as RaftCode
-from triomq.consensus.messages import Message
-from triomq.consensus.raft import ProposalRejected, Raft, RaftSettings
-from triomq.consensus.ready import Role
+from triomq.consensus.core.applier import Applier
+from triomq.consensus.core.log import bootstrap_entries
+from triomq.consensus.core.messages import DLedgerCode as RaftCode
+from triomq.consensus.core.messages import Message
+from triomq.consensus.core.raft import ProposalRejected, Raft, RaftSettings
+from triomq.consensus.core.ready import Role
 from triomq.controller import ReplicasInfoManager, decode_event, default_election_policy
-from triomq.controller.config import ControllerConfig
-from triomq.controller.election import ElectionPolicy
-from triomq.controller.requests import BrokerHeartbeat, ControllerRequest, Payload, Reply
-from triomq.controller.service_core import (
+from triomq.controller.core.config import ControllerConfig
+from triomq.controller.core.election import ElectionPolicy
+from triomq.controller.core.requests import BrokerHeartbeat, ControllerRequest, Payload, Reply
+from triomq.controller.core.service_core import (
     Applied,
     ControllerCore,
     Elected,
@@ -43,7 +43,7 @@ from triomq.controller.service_core import (
     Propose,
     ReadBarrier,
 )
-from triomq.controller.state_machine import ReplicasStateMachine
+from triomq.controller.core.state_machine import ReplicasStateMachine
 from triomq.errors import PluginError
 from triomq.testing.raftsim_parts import Disk
 

@@ -37,7 +37,7 @@ import random
 from typing import TYPE_CHECKING
 
 from triomq.broker.consume.core.pull import PullAnswer, PullHeader
-from triomq.client.message import MessageExt
+from triomq.client.core.message import MessageExt
 from triomq.protocol import message
 from triomq.protocol.delay_levels import SCHEDULE_TOPIC
 from triomq.testing.clustersim_consumer import (

@@ -19,8 +19,8 @@ from __future__ import annotations
 import attrs
 
 from triomq.controller import ElectMasterEvent
-from triomq.controller.events import Event
-from triomq.controller.group import BrokerGroup
+from triomq.controller.core.events import Event
+from triomq.controller.core.group import BrokerGroup
 from triomq.protocol.delay_levels import SCHEDULE_TOPIC
 from triomq.protocol.message import PROPERTY_UNIQ_KEY, MessageRecord, decode
 from triomq.testing.clustersim_broker import GROUP, SimBroker

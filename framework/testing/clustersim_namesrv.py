@@ -1,7 +1,7 @@
 """Name servers in the cluster simulation, and the brokers' registration with them.
 
 ``SimNamesrv`` pumps the name server's own core
-(``triomq.namesrv.processor.NameServerCore``, as ``framework/namesrv/service.py``
+(``triomq.namesrv.core.processor.NameServerCore``, as ``framework/namesrv/service.py``
 does over trio): requests in, answers out, ``connection_closed`` and the scan
 for silent brokers on this host's (skewed) clock. It keeps no state: a
 restart starts from an empty route table.
@@ -43,8 +43,8 @@ from triomq.broker.registration.core.namesrv_registration import (
     RegistrationFlow,
     request_for,
 )
-from triomq.namesrv.processor import NameServerCore
-from triomq.namesrv.route_info import RouteInfo
+from triomq.namesrv.core.processor import NameServerCore
+from triomq.namesrv.core.route_info import RouteInfo
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import MASTER_ID
 from triomq.testing.clustersim_net import Stream, TaskGen, wait_for

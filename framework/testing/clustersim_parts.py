@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterator, Sequence
 import attrs
 
 from triomq.broker.send.core.put_flow import PutFlow
-from triomq.ha.epoch import EpochCache, EpochStore
-from triomq.ha.master import MasterConnection
-from triomq.ha.master_term import HAMasterConfig, MasterTerm
-from triomq.ha.reconnect import Reconnect
-from triomq.ha.role_change import (
+from triomq.ha.core.epoch import EpochCache, EpochStore
+from triomq.ha.core.master import MasterConnection
+from triomq.ha.core.master_term import HAMasterConfig, MasterTerm
+from triomq.ha.core.reconnect import Reconnect
+from triomq.ha.core.role_change import (
     EndTerm,
     LoadEpochs,
     RoleChange,
@@ -31,7 +31,7 @@ from triomq.ha.role_change import (
     TermLog,
     TruncateTornTail,
 )
-from triomq.ha.slave import SlaveConnection
+from triomq.ha.core.slave import SlaveConnection
 from triomq.protocol import message
 from triomq.protocol.commitlog_layout import (
     CQ_ENTRY_SIZE,

@@ -1,6 +1,6 @@
 """The simulation's producer: the client's send flow pumped over virtual time.
 
-Each send runs ``triomq.client.send_flow.SendFlow``, as
+Each send runs ``triomq.client.core.send_flow.SendFlow``, as
 ``triomq.client.Producer`` runs it over trio: the route from the name
 servers (GET_ROUTEINFO_BY_TOPIC to each in turn, one fetch shared by the
 sends that ask while it is under way, as the producer's ``_refresh``),
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 import attrs
 
 from triomq.broker.core.codes import RequestCode, ResponseCode
-from triomq.client.errors import NoRouteError
-from triomq.client.publish import QueueSelector, TopicPublishInfo, publish_info
-from triomq.client.send_flow import (
+from triomq.client.core.errors import NoRouteError
+from triomq.client.core.publish import QueueSelector, TopicPublishInfo, publish_info
+from triomq.client.core.send_flow import (
     FetchRoute,
     SendAction,
     SendAttempt,

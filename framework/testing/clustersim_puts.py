@@ -7,7 +7,7 @@ than ``min_in_sync_replicas``... refuse before anything is stored), the
 same records and the same answers. The pump carries out what it asks: the
 append (``MemLog``; a crash may tear it), the flush (``MemLog`` flushes
 synchronously) and the wait for the replicas, which the master term's
-``SyncReplication`` completes (``triomq.ha.master_term``). A put completed
+``SyncReplication`` completes (``triomq.ha.core.master_term``). A put completed
 with PUT_OK is reported to the invariants (``Simulation.on_acked``) before
 it is answered. The topics live in memory and survive crashes, so a topic
 a put creates needs no saving. The broker's own puts (the escape bridge's:
@@ -31,7 +31,7 @@ from triomq.broker.send.core.put_flow import (
     WaitFlushed,
     WaitReplicated,
 )
-from triomq.ha.sync_replication import PutResult, ReplicationStatus
+from triomq.ha.core.sync_replication import PutResult, ReplicationStatus
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.unique_id import UniqueIdGenerator
 from triomq.testing.clustersim_parts import CLUSTER, GROUP, PutRequest, PutResponse, Term

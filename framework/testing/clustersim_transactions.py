@@ -5,7 +5,7 @@ the real cores. Replay one seed: ``python -m
 triomq.testing.clustersim_transactions --seeds 1 --start SEED``.
 
 The producer (``SimTxProducer``, node ``tx-producer``, a random stream of
-its own) sends half messages (``triomq.client.transaction.half_message``,
+its own) sends half messages (``triomq.client.core.transaction.half_message``,
 sysFlag PREPARED) to the master the controllers committed, decides each
 local transaction (commit, rollback, or unknown until a check asks) and
 sends END_TRANSACTION oneway (``end_fields``); it answers a broker's
@@ -68,7 +68,7 @@ from triomq.broker.secondary.core.transaction_check import (
     plan_round,
 )
 from triomq.broker.secondary.core.transaction_reads import TransactionReads
-from triomq.client.message import (
+from triomq.client.core.message import (
     Message,
     MessageDecodeError,
     MessageQueue,
@@ -76,7 +76,7 @@ from triomq.client.message import (
     SendStatus,
     decode_messages,
 )
-from triomq.client.transaction import (
+from triomq.client.core.transaction import (
     PREPARED_SYS_FLAG,
     LocalTransactionState,
     check_end_fields,
@@ -84,7 +84,7 @@ from triomq.client.transaction import (
     half_message,
     local_state,
 )
-from triomq.controller.wire import WireError
+from triomq.controller.core.wire import WireError
 from triomq.protocol import message
 from triomq.protocol.message import PROPERTY_UNIQ_KEY, properties_to_bytes
 from triomq.protocol.remoting import RemotingCommand

@@ -34,16 +34,16 @@ from collections.abc import Sequence
 
 import attrs
 
-from triomq.consensus.confchange import (
+from triomq.consensus.core.confchange import (
     ConfChangeSingle,
     ConfChangeTransition,
     ConfChangeType,
     ConfChangeV2,
 )
-from triomq.consensus.log import Entry, bootstrap_entries
-from triomq.consensus.messages import DLedgerCode
-from triomq.consensus.raft import ProposalRejected, Raft, RaftSettings
-from triomq.consensus.ready import Role, TruncateSuffix
+from triomq.consensus.core.log import Entry, bootstrap_entries
+from triomq.consensus.core.messages import DLedgerCode
+from triomq.consensus.core.raft import ProposalRejected, Raft, RaftSettings
+from triomq.consensus.core.ready import Role, TruncateSuffix
 from triomq.testing import seeds
 from triomq.testing.raftsim_fuzz import mutate
 from triomq.testing.raftsim_parts import Disk, Faults, HashChain, RaftNetwork

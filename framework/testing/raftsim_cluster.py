@@ -11,10 +11,10 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from triomq.consensus.log import Entry, HardState, bootstrap_entries
-from triomq.consensus.messages import Message
-from triomq.consensus.raft import Raft, RaftSettings
-from triomq.consensus.ready import ProposalResult, Ready, Role
+from triomq.consensus.core.log import Entry, HardState, bootstrap_entries
+from triomq.consensus.core.messages import Message
+from triomq.consensus.core.raft import Raft, RaftSettings
+from triomq.consensus.core.ready import ProposalResult, Ready, Role
 from triomq.testing.raftsim_parts import Disk, HashChain
 
 #: Deterministic timing for scenarios: no pre-vote surprises unless asked.

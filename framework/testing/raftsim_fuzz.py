@@ -13,8 +13,8 @@ import random
 
 import attrs
 
-from triomq.consensus.log import Entry
-from triomq.consensus.messages import (
+from triomq.consensus.core.log import Entry
+from triomq.consensus.core.messages import (
     HeartbeatRequest,
     InstallSnapshotResponse,
     PushRequest,

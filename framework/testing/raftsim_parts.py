@@ -14,10 +14,10 @@ import struct
 
 import attrs
 
-from triomq.consensus import codec
-from triomq.consensus.log import Entry, HardState, Snapshot
-from triomq.consensus.messages import Message
-from triomq.consensus.ready import (
+from triomq.consensus.core import codec
+from triomq.consensus.core.log import Entry, HardState, Snapshot
+from triomq.consensus.core.messages import Message
+from triomq.consensus.core.ready import (
     AppendEntries,
     PersistHardState,
     SaveSnapshot,

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from triomq.cli_address import Unreachable, dial_address
 from triomq.cli_credentials import add_credential_options
 from triomq.cli_table import table
-from triomq.client.errors import BrokerError
+from triomq.client.core.errors import BrokerError
 from triomq.plugins.client_cli.session import CommandError, add_common_options, one_line, run
 from triomq.protocol.route import RouteDataError, loads
 from triomq.rpc import RpcError

@@ -32,11 +32,11 @@ from typing import TextIO
 from triomq.cli_address import Unreachable
 from triomq.cli_credentials import add_credential_options
 from triomq.client import BrokerError, ClientError, Message, MessageDecodeError, MessageExt
-from triomq.client.codes import RequestCode
+from triomq.client.core.codes import RequestCode
+from triomq.client.core.pull import PullError, PullStatus, pull_header, read_pull_response
+from triomq.client.core.subscription import SubscriptionData
 from triomq.client.instance import ClientInstance
 from triomq.client.producer import Producer
-from triomq.client.pull import PullError, PullStatus, pull_header, read_pull_response
-from triomq.client.subscription import SubscriptionData
 from triomq.plugins.client_cli.message_text import (
     send_result_json,
     send_result_line,

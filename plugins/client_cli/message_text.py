@@ -18,7 +18,7 @@ import base64
 import datetime
 from typing import Any
 
-from triomq.client.message import MessageExt, SendResult
+from triomq.client.core.message import MessageExt, SendResult
 from triomq.store_cli import escaped
 
 __all__ = ["message_json", "message_line", "send_result_json", "send_result_line",

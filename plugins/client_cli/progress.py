@@ -27,7 +27,7 @@ from triomq.cli_address import Unreachable
 from triomq.cli_credentials import add_credential_options
 from triomq.cli_table import table
 from triomq.client import BrokerError
-from triomq.client.codes import ResponseCode
+from triomq.client.core.codes import ResponseCode
 from triomq.client.instance import ClientInstance, dial_address
 from triomq.plugins.client_cli.session import (
     CommandError,

@@ -31,9 +31,9 @@ from triomq.broker.core.headers import HeaderError, parse_offset_msg_id
 from triomq.cli_address import Unreachable
 from triomq.cli_credentials import add_credential_options
 from triomq.client import BrokerError, MessageDecodeError, MessageExt
-from triomq.client.codes import ResponseCode
+from triomq.client.core.codes import ResponseCode
+from triomq.client.core.message import decode_messages
 from triomq.client.instance import ClientInstance, dial_address
-from triomq.client.message import decode_messages
 from triomq.plugins.client_cli.message_text import message_json, message_line
 from triomq.plugins.client_cli.session import (
     CommandError,

@@ -29,8 +29,8 @@ from triomq import open_node
 from triomq.cli_address import Unreachable, dial_addresses
 from triomq.cli_connection import client_config
 from triomq.cli_credentials import sign_requests
-from triomq.client.codes import RequestCode, ResponseCode
-from triomq.client.errors import BrokerError
+from triomq.client.core.codes import RequestCode, ResponseCode
+from triomq.client.core.errors import BrokerError
 from triomq.client.instance import ClientInstance
 from triomq.errors import TriomqError
 from triomq.plugin_manager import PluginManager

@@ -10,7 +10,7 @@
 - ``triomq_add_admin_commands``: controller commands of ``triomq admin`` (``cli``).
 
 Its configuration is ``node.config.controller``
-(``triomq.controller.config.ControllerConfig``).
+(``triomq.controller.core.config.ControllerConfig``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from triomq.controller import default_election_policy
-from triomq.controller.config import ControllerConfig
+from triomq.controller.core.config import ControllerConfig
 from triomq.controller.service import controller_of, controller_service
 from triomq.hookspecs import Service, hookimpl
 from triomq.plugins.controller_dledger.cli import add_admin_commands

@@ -37,9 +37,9 @@ from triomq.cli_connection import client_config
 from triomq.cli_credentials import add_credential_options, sign_requests
 from triomq.cli_table import table as text_table
 from triomq.controller.client import ControllerClient, ControllerError, ControllerUnavailable
-from triomq.controller.codes import RequestCode, ResponseCode
-from triomq.controller.results import Replica, SyncStateData
-from triomq.controller.wire import (
+from triomq.controller.core.codes import RequestCode, ResponseCode
+from triomq.controller.core.results import Replica, SyncStateData
+from triomq.controller.core.wire import (
     OPEN_END,
     ControllerMetadata,
     ReplicaInfo,

@@ -39,10 +39,10 @@ from pathlib import Path
 import trio
 
 from triomq.broker.service import Broker
-from triomq.client.consume_from import ConsumeFromWhere
-from triomq.client.errors import ClientError
-from triomq.client.listener import ConsumeConcurrentlyStatus, MessageListenerConcurrently
-from triomq.client.message import Message, MessageExt, SendStatus
+from triomq.client.core.consume_from import ConsumeFromWhere
+from triomq.client.core.errors import ClientError
+from triomq.client.core.listener import ConsumeConcurrentlyStatus, MessageListenerConcurrently
+from triomq.client.core.message import Message, MessageExt, SendStatus
 from triomq.client.producer import Producer
 from triomq.client.push_consumer import PushConsumer
 from triomq.plugin_manager import PluginManager

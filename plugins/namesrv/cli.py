@@ -36,7 +36,7 @@ from triomq.cli_connection import client_config
 from triomq.cli_credentials import add_credential_options, sign_requests
 from triomq.cli_table import table as text_table
 from triomq.errors import TriomqError
-from triomq.namesrv.processor import RequestCode
+from triomq.namesrv.core.processor import RequestCode
 from triomq.plugin_manager import PluginManager
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import MASTER_ID, ClusterInfo, RouteDataError, TopicRouteData, loads

@@ -5,7 +5,7 @@ data directory of every controller (each holds ``entrylog/`` and
 ``snapshot/``, by default ``<store.path>/raft``; a node's store path holding
 ``raft/`` is accepted too). The entry log and snapshot are opened through
 the store plugin that wrote them (``mmap`` or ``lmdb``, asked from a
-``PluginManager``), read, and replayed by ``triomq.controller.history``:
+``PluginManager``), read, and replayed by ``triomq.controller.core.history``:
 only committed entries count (see that module for how the commit point is
 known from disk; with one directory only its snapshot is certain).
 
@@ -29,9 +29,9 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from triomq.consensus.core.log import LogError, RaftLog
 from triomq.consensus.durable import ENTRY_LOG_DIR, SNAPSHOT_DIR, DurableState
-from triomq.consensus.log import LogError, RaftLog
-from triomq.controller.history import ControllerHistory, commit_point, replay
+from triomq.controller.core.history import ControllerHistory, commit_point, replay
 from triomq.errors import TriomqError
 from triomq.plugin_manager import PluginManager
 from triomq.plugins.spark_export.errors import SparkExportError

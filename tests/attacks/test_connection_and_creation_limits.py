@@ -14,9 +14,9 @@ import json
 import trio
 from processes import broker_sections, closed_by_peer, connect_from, node_process
 
-from triomq.client.consume_from import ConsumeFromWhere
-from triomq.client.subscription import SubscriptionData
-from triomq.client.wire import ConsumerData, ConsumeType, heartbeat_body
+from triomq.client.core.consume_from import ConsumeFromWhere
+from triomq.client.core.subscription import SubscriptionData
+from triomq.client.core.wire import ConsumerData, ConsumeType, heartbeat_body
 from triomq.config import NodeConfig
 from triomq.rpc import RpcConnection, RpcConnectionError
 from triomq.runtime import open_node

@@ -23,7 +23,7 @@ import trio
 from processes import NodeProcess
 
 from triomq.client import ConsumeFromWhere, LitePullConsumer, Message, Producer
-from triomq.client.errors import ClientError
+from triomq.client.core.errors import ClientError
 from triomq.clock import wall_ms
 from triomq.controller.client import ControllerClient, ReplicaInfo
 from triomq.node_auth import InnerAuth, NonceCache

@@ -20,8 +20,8 @@ from triomq.broker.replication.core.controller_flow import (
     TakeMaster,
     TakeSlave,
 )
-from triomq.controller.codes import ResponseCode
-from triomq.controller.requests import (
+from triomq.controller.core.codes import ResponseCode
+from triomq.controller.core.requests import (
     AlterSyncStateSet,
     ApplyBrokerId,
     ElectAnswer,
@@ -32,7 +32,7 @@ from triomq.controller.requests import (
     RegisterBroker,
     SyncStateSet,
 )
-from triomq.controller.wire import ReplicaInfo
+from triomq.controller.core.wire import ReplicaInfo
 from triomq.errors import ConfigError
 
 Code = ResponseCode

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.controller.leader_calls import Attempt, GiveUp, LeaderCalls, Pause
+from triomq.controller.core.leader_calls import Attempt, GiveUp, LeaderCalls, Pause
 
 
 def controllers() -> LeaderCalls:

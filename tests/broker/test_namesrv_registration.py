@@ -14,7 +14,7 @@ from triomq.broker.registration.core.namesrv_registration import (
     register_request,
     request_for,
 )
-from triomq.namesrv.processor import NameServerCore
+from triomq.namesrv.core.processor import NameServerCore
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import TopicConfig
 

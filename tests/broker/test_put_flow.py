@@ -23,7 +23,7 @@ from triomq.broker.send.core.put_flow import (
     WaitFlushed,
     WaitReplicated,
 )
-from triomq.ha.sync_replication import ReplicationStatus
+from triomq.ha.core.sync_replication import ReplicationStatus
 from triomq.protocol.message import RecordError
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import PERM_READ, TopicConfig

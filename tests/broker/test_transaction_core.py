@@ -29,8 +29,8 @@ from triomq.broker.secondary.core.transaction_check import (
     op_progress,
     plan_round,
 )
-from triomq.client.message import MessageQueue, SendResult, SendStatus, decode_messages
-from triomq.client.transaction import (
+from triomq.client.core.message import MessageQueue, SendResult, SendStatus, decode_messages
+from triomq.client.core.transaction import (
     LocalTransactionState,
     check_end_fields,
     end_fields,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.client.allocate import allocate_averagely
+from triomq.client.core.allocate import allocate_averagely
 
 
 def split(queues: int, consumers: int) -> list[list[int]]:
@@ -36,8 +36,8 @@ def test_a_client_not_in_the_group_takes_nothing() -> None:
 
 
 def test_a_group_splits_the_read_queues_of_readable_groups() -> None:
-    from triomq.client.allocate import subscribe_queues
-    from triomq.client.message import MessageQueue
+    from triomq.client.core.allocate import subscribe_queues
+    from triomq.client.core.message import MessageQueue
     from triomq.protocol.route import BrokerData, QueueData, TopicRouteData
 
     route = TopicRouteData((QueueData("b", 2, 4, 6), QueueData("a", 1, 1, 4),
@@ -48,8 +48,8 @@ def test_a_group_splits_the_read_queues_of_readable_groups() -> None:
 
 
 def test_a_rebalance_lets_go_what_is_no_longer_ours_and_takes_up_the_rest() -> None:
-    from triomq.client.allocate import Rebalance, rebalance
-    from triomq.client.message import MessageQueue
+    from triomq.client.core.allocate import Rebalance, rebalance
+    from triomq.client.core.message import MessageQueue
     from triomq.protocol.route import BrokerData, QueueData, TopicRouteData
 
     route = TopicRouteData((QueueData("a", 4, 4, 6),), (BrokerData("c", "a", {0: "a"}),))

@@ -23,7 +23,7 @@ from client_cluster import Groups, open_groups
 
 from triomq.broker.service import broker_of
 from triomq.cli import build_parser
-from triomq.client.message import Message, MessageQueue
+from triomq.client.core.message import Message, MessageQueue
 from triomq.client.producer import Producer
 from triomq.config import NodeConfig
 from triomq.plugin_manager import PluginManager

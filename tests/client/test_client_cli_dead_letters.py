@@ -18,7 +18,7 @@ from triomq.client import (
     Producer,
     PushConsumer,
 )
-from triomq.client.message import MessageQueue
+from triomq.client.core.message import MessageQueue
 from triomq.plugins.client_cli.dead_letters import dead_letters, resend_dead_letter, resent_message
 from triomq.plugins.client_cli.query import query_by_key
 from triomq.plugins.client_cli.session import CommandError

@@ -1,21 +1,21 @@
-"""A push consumer's retry rules (``triomq.client.consume_retry``, the listener's context),
+"""A push consumer's retry rules (``triomq.client.core.consume_retry``, the listener's context),
 without an event loop."""
 
 from __future__ import annotations
 
 import pytest
 
-from triomq.client.consume_retry import (
+from triomq.client.core.consume_retry import (
     max_reconsume_times,
     reset_retry_topic,
     send_back_fields,
 )
-from triomq.client.listener import (
+from triomq.client.core.listener import (
     ConsumeConcurrentlyContext,
     consume_concurrently_context,
     listener_context,
 )
-from triomq.client.message import MessageExt, MessageQueue
+from triomq.client.core.message import MessageExt, MessageQueue
 
 
 def message(topic: str, **properties: str) -> MessageExt:

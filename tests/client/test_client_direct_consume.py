@@ -11,15 +11,15 @@ import trio
 from client_cluster import open_groups
 from test_client_push_consumer import FAST, until
 
-from triomq.client.direct_consume import CMResult, DirectResult, exception_desc
-from triomq.client.listener import (
+from triomq.client.core.listener import (
     ConsumeConcurrentlyStatus,
     ConsumeOrderlyStatus,
     MessageListenerConcurrently,
     MessageListenerOrderly,
 )
+from triomq.client.core.message import Message, MessageExt
+from triomq.client.direct_consume import CMResult, DirectResult, exception_desc
 from triomq.client.lite_pull_consumer import LitePullConsumer
-from triomq.client.message import Message, MessageExt
 from triomq.client.producer import Producer
 from triomq.client.push_consumer import PushConsumer
 from triomq.protocol.remoting import RemotingCommand

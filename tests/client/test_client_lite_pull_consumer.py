@@ -5,10 +5,10 @@ from __future__ import annotations
 import trio
 from client_cluster import Groups, open_groups
 
-from triomq.client.consume_from import ConsumeFromWhere
-from triomq.client.errors import NoRouteError
+from triomq.client.core.consume_from import ConsumeFromWhere
+from triomq.client.core.errors import NoRouteError
+from triomq.client.core.message import Message, MessageExt, MessageQueue
 from triomq.client.lite_pull_consumer import LitePullConsumer
-from triomq.client.message import Message, MessageExt, MessageQueue
 from triomq.client.producer import Producer
 
 FAST = {"rebalance_interval": 0.5, "pull_delay_on_exception": 0.1,

@@ -9,16 +9,16 @@ import zlib
 
 import pytest
 
-from triomq.client.consume_from import ConsumeFromWhere, Lookup, start_offset
-from triomq.client.message import (
+from triomq.client.core.consume_from import ConsumeFromWhere, Lookup, start_offset
+from triomq.client.core.message import (
     Message,
     MessageDecodeError,
     MessageQueue,
     decode_messages,
     encode_batch,
 )
-from triomq.client.subscription import SubscriptionData
-from triomq.client.wire import (
+from triomq.client.core.subscription import SubscriptionData
+from triomq.client.core.wire import (
     ConsumerData,
     ConsumeType,
     heartbeat_body,

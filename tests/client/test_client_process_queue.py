@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from triomq.client.message import MessageExt
-from triomq.client.process_queue import ProcessQueue
+from triomq.client.core.message import MessageExt
+from triomq.client.core.process_queue import ProcessQueue
 
 
 def msg(offset: int, body: bytes = b"x") -> MessageExt:

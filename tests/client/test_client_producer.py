@@ -9,8 +9,8 @@ import trio
 from client_cluster import open_groups, start_replicated_topic
 
 from triomq.broker.service import broker_of
-from triomq.client.errors import BrokerError, NoRouteError
-from triomq.client.message import Message, MessageQueue, SendStatus
+from triomq.client.core.errors import BrokerError, NoRouteError
+from triomq.client.core.message import Message, MessageQueue, SendStatus
 from triomq.client.producer import Producer
 from triomq.rpc import RpcError
 from triomq.testing.cluster import open_cluster

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.client.codes import ResponseCode as Code
-from triomq.client.message import MessageQueue, SendStatus
-from triomq.client.publish import (
+from triomq.client.core.codes import ResponseCode as Code
+from triomq.client.core.message import MessageQueue, SendStatus
+from triomq.client.core.publish import (
     QueueSelector,
     publish_info,
     refreshes_route,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.client.message import MessageQueue
-from triomq.client.process_queue import ProcessQueue
-from triomq.client.pull import (
+from triomq.client.core.message import MessageQueue
+from triomq.client.core.process_queue import ProcessQueue
+from triomq.client.core.pull import (
     FLAG_COMMIT_OFFSET,
     FLAG_SUBSCRIPTION,
     FLAG_SUSPEND,
@@ -18,7 +18,7 @@ from triomq.client.pull import (
     pull_header,
     read_pull_response,
 )
-from triomq.client.subscription import SubscriptionData, java_string_hash
+from triomq.client.core.subscription import SubscriptionData, java_string_hash
 from triomq.protocol.message import MessageRecord, encode
 
 QUEUE = MessageQueue("t", "broker-a", 2)

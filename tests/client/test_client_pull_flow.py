@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.client.consume_from import ConsumeFromWhere
-from triomq.client.message import MessageQueue
-from triomq.client.pull import PullThresholds
-from triomq.client.pull_flow import (
+from triomq.client.core.consume_from import ConsumeFromWhere
+from triomq.client.core.message import MessageQueue
+from triomq.client.core.pull import PullThresholds
+from triomq.client.core.pull_flow import (
     FetchRoutes,
     PullFlow,
     PullSettings,
@@ -23,8 +23,8 @@ from triomq.client.pull_flow import (
     SendPull,
     Wait,
 )
-from triomq.client.queue_pull import ConsumedOffsets, Dispatch, OffsetMoved
-from triomq.client.subscription import SubscriptionData
+from triomq.client.core.queue_pull import ConsumedOffsets, Dispatch, OffsetMoved
+from triomq.client.core.subscription import SubscriptionData
 from triomq.protocol.message import MessageRecord, encode
 
 QUEUE = MessageQueue("t", "broker-a", 1)

@@ -11,15 +11,15 @@ import pytest
 import trio
 from client_cluster import Groups, open_groups, start_replicated_topic
 
-from triomq.client.consume_from import ConsumeFromWhere
-from triomq.client.errors import NoRouteError
-from triomq.client.listener import (
+from triomq.client.core.consume_from import ConsumeFromWhere
+from triomq.client.core.errors import NoRouteError
+from triomq.client.core.listener import (
     ConsumeConcurrentlyStatus,
     ConsumeOrderlyStatus,
     MessageListenerConcurrently,
     MessageListenerOrderly,
 )
-from triomq.client.message import Message, MessageExt, MessageQueue
+from triomq.client.core.message import Message, MessageExt, MessageQueue
 from triomq.client.producer import Producer
 from triomq.client.push_consumer import PushConsumer
 from triomq.testing.cluster import open_cluster

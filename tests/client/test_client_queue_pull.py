@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from triomq.client.message import MessageQueue, decode_messages
-from triomq.client.pull import PullResult, PullStatus
-from triomq.client.queue_pull import (
+from triomq.client.core.message import MessageQueue, decode_messages
+from triomq.client.core.pull import PullResult, PullStatus
+from triomq.client.core.queue_pull import (
     ConsumedOffsets,
     Dispatch,
     OffsetMoved,

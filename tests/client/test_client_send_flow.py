@@ -3,11 +3,11 @@ through a failover within the send timeout."""
 
 from __future__ import annotations
 
-from triomq.client.errors import BrokerError, NoRouteError
-from triomq.client.failover_pause import FIRST_PAUSE, LONGEST_PAUSE
-from triomq.client.message import MessageQueue, SendStatus
-from triomq.client.publish import QueueSelector, TopicPublishInfo
-from triomq.client.send_flow import (
+from triomq.client.core.errors import BrokerError, NoRouteError
+from triomq.client.core.failover_pause import FIRST_PAUSE, LONGEST_PAUSE
+from triomq.client.core.message import MessageQueue, SendStatus
+from triomq.client.core.publish import QueueSelector, TopicPublishInfo
+from triomq.client.core.send_flow import (
     FetchRoute,
     SendAttempt,
     SendFailed,

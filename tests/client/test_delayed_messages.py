@@ -8,9 +8,9 @@ import trio
 from client_cluster import open_groups
 
 from triomq.broker.service import broker_of
-from triomq.client.consume_from import ConsumeFromWhere
+from triomq.client.core.consume_from import ConsumeFromWhere
+from triomq.client.core.message import Message, MessageExt, SendStatus
 from triomq.client.lite_pull_consumer import LitePullConsumer
-from triomq.client.message import Message, MessageExt, SendStatus
 from triomq.client.producer import Producer
 from triomq.protocol.delay_levels import SCHEDULE_TOPIC
 

@@ -20,8 +20,8 @@ from triomq.client import (
     MessageQueue,
     TransactionProducer,
 )
-from triomq.client.consume_from import ConsumeFromWhere
-from triomq.client.errors import NoRouteError
+from triomq.client.core.consume_from import ConsumeFromWhere
+from triomq.client.core.errors import NoRouteError
 from triomq.client.lite_pull_consumer import LitePullConsumer
 from triomq.testing.cluster import open_cluster
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from triomq.client.process_queue import ProcessQueue
+from triomq.client.core.process_queue import ProcessQueue
 from triomq.testing import clustersim_pulls
 from triomq.testing.clustersim import Simulation, run_seed
 from triomq.testing.clustersim_consumer import CONSUMER_GROUP

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.namesrv.route_info import RouteInfo
+from triomq.namesrv.core.route_info import RouteInfo
 from triomq.testing.clustersim import Simulation, Violation
 from triomq.testing.clustersim_controller import controller_name
 from triomq.testing.clustersim_namesrv import route_address

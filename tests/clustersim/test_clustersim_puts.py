@@ -79,7 +79,7 @@ def test_the_simulation_runs_the_cores_never_the_trio_drivers() -> None:
                     if isinstance(node, ast.ImportFrom) and node.module}
         assert not imported & drivers, path.name
     for module, core in (("clustersim_puts.py", "triomq.broker.send.core.put_flow"),
-                         ("clustersim_parts.py", "triomq.ha.role_change")):
+                         ("clustersim_parts.py", "triomq.ha.core.role_change")):
         tree = ast.parse((folder / module).read_text())
         assert any(isinstance(node, ast.ImportFrom) and node.module == core
                    for node in ast.walk(tree)), (module, core)

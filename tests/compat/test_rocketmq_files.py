@@ -37,7 +37,7 @@ from triomq.broker.consume.offset_service import load_offsets
 from triomq.broker.index.index_store import IndexStore
 from triomq.broker.metadata.topics import load_topics
 from triomq.client import Message, Producer, SendResult
-from triomq.client.message import decode_messages
+from triomq.client.core.message import decode_messages
 from triomq.config import NodeConfig
 from triomq.plugins.store_mmap.consume_queue import ConsumeQueue, queue_dir
 from triomq.protocol.commitlog_layout import CONSUMEQUEUE_DIR, tags_code

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from triomq.consensus import codec
-from triomq.consensus import messages as msg
-from triomq.consensus.confchange import ConfState
-from triomq.consensus.log import Entry, EntryKind, Snapshot
+from triomq.consensus.core import codec
+from triomq.consensus.core import messages as msg
+from triomq.consensus.core.confchange import ConfState
+from triomq.consensus.core.log import Entry, EntryKind, Snapshot
 
 U64 = st.integers(min_value=0, max_value=2**64 - 1)
 ids = st.lists(U64, max_size=4)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from triomq.consensus.confchange import (
+from triomq.consensus.core.confchange import (
     Changer,
     ConfChangeError,
     ConfChangeSingle,
@@ -16,7 +16,7 @@ from triomq.consensus.confchange import (
     Configuration,
     ConfState,
 )
-from triomq.consensus.quorum import JointConfig
+from triomq.consensus.core.quorum import JointConfig
 
 ADD = ConfChangeType.ADD_NODE
 LEARNER = ConfChangeType.ADD_LEARNER_NODE

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.consensus.confchange import (
+from triomq.consensus.core.confchange import (
     ConfChangeSingle,
     ConfChangeType,
     ConfChangeV2,
     Configuration,
     ConfState,
 )
-from triomq.consensus.log import Entry, EntryKind, LogError, RaftLog, Snapshot, bootstrap_entries
-from triomq.consensus.quorum import JointConfig
-from triomq.consensus.tracker import ProgressState, ProgressTracker
+from triomq.consensus.core.log import (
+    Entry,
+    EntryKind,
+    LogError,
+    RaftLog,
+    Snapshot,
+    bootstrap_entries,
+)
+from triomq.consensus.core.quorum import JointConfig
+from triomq.consensus.core.tracker import ProgressState, ProgressTracker
 
 
 def _log(extra_terms=(2, 2, 3)):

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from triomq.consensus.quorum import (
+from triomq.consensus.core.quorum import (
     UNBOUNDED_INDEX,
     JointConfig,
     MajorityConfig,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 
-from triomq.consensus.confchange import (
+from triomq.consensus.core.confchange import (
     ConfChangeSingle,
     ConfChangeType,
     ConfChangeV2,
 )
-from triomq.consensus.messages import DLedgerCode, PushRequest, PushType, VoteRequest
-from triomq.consensus.raft import ProposalRejected, RaftSettings
-from triomq.consensus.ready import Role, TruncateSuffix
+from triomq.consensus.core.messages import DLedgerCode, PushRequest, PushType, VoteRequest
+from triomq.consensus.core.raft import ProposalRejected, RaftSettings
+from triomq.consensus.core.ready import Role, TruncateSuffix
 from triomq.testing.raftsim_cluster import RaftCluster
 
 # One entry per APPEND, so that a test can let one entry through and not the next.

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triomq.consensus import messages as msg
-from triomq.consensus.confchange import ConfState
-from triomq.consensus.log import Entry, EntryKind, Snapshot
-from triomq.consensus.raft import Raft
-from triomq.consensus.ready import Role
+from triomq.consensus.core import messages as msg
+from triomq.consensus.core.confchange import ConfState
+from triomq.consensus.core.log import Entry, EntryKind, Snapshot
+from triomq.consensus.core.raft import Raft
+from triomq.consensus.core.ready import Role
 from triomq.testing import raftsim
 from triomq.testing.raftsim_cluster import RaftCluster
 
@@ -67,7 +67,7 @@ def test_a_replay_shows_no_progress(capsys):
 def test_a_broken_raft_fails_with_a_replay_command(monkeypatch, capsys):
     # Votes no longer check that the candidate's log is up to date.
     monkeypatch.setattr(
-        "triomq.consensus.log.RaftLog.is_up_to_date", lambda self, index, term: True
+        "triomq.consensus.core.log.RaftLog.is_up_to_date", lambda self, index, term: True
     )
     assert raftsim.main(["--seeds", "40"]) == 1
     out = capsys.readouterr().out.splitlines()

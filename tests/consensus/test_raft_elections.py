@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.consensus.log import HardState, bootstrap_entries
-from triomq.consensus.messages import TimeoutNow, VoteRequest, VoteResponse
-from triomq.consensus.raft import ProposalRejected, Raft, RaftSettings
-from triomq.consensus.ready import PersistHardState, Role
+from triomq.consensus.core.log import HardState, bootstrap_entries
+from triomq.consensus.core.messages import TimeoutNow, VoteRequest, VoteResponse
+from triomq.consensus.core.raft import ProposalRejected, Raft, RaftSettings
+from triomq.consensus.core.ready import PersistHardState, Role
 from triomq.errors import ConfigError
 from triomq.testing.raftsim_cluster import RaftCluster
 
@@ -126,7 +126,7 @@ def test_learner_never_campaigns():
     cluster = RaftCluster([1])
     cluster.elect(1)
     cluster.add_node(2)
-    from triomq.consensus.confchange import ConfChangeSingle, ConfChangeType, ConfChangeV2
+    from triomq.consensus.core.confchange import ConfChangeSingle, ConfChangeType, ConfChangeV2
 
     change = ConfChangeV2([ConfChangeSingle(ConfChangeType.ADD_LEARNER_NODE, 2)])
     cluster[1].propose_conf_change(change)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.consensus.confchange import (
+from triomq.consensus.core.confchange import (
     ConfChangeSingle,
     ConfChangeTransition,
     ConfChangeType,
     ConfChangeV2,
 )
-from triomq.consensus.log import Entry, EntryKind, RaftLog, Snapshot, bootstrap_entries
-from triomq.consensus.messages import PushResponse
-from triomq.consensus.raft import ProposalRejected
-from triomq.consensus.ready import Role
+from triomq.consensus.core.log import Entry, EntryKind, RaftLog, Snapshot, bootstrap_entries
+from triomq.consensus.core.messages import PushResponse
+from triomq.consensus.core.raft import ProposalRejected
+from triomq.consensus.core.ready import Role
 from triomq.testing.raftsim_cluster import RaftCluster
 
 ADD = ConfChangeType.ADD_NODE

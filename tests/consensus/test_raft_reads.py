@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.consensus.log import Entry, HardState
-from triomq.consensus.messages import DLedgerCode, HeartbeatRequest, PushResponse
-from triomq.consensus.raft import ProposalRejected
-from triomq.consensus.ready import AppendEntries, PersistHardState, Role, coalesce
+from triomq.consensus.core.log import Entry, HardState
+from triomq.consensus.core.messages import DLedgerCode, HeartbeatRequest, PushResponse
+from triomq.consensus.core.raft import ProposalRejected
+from triomq.consensus.core.ready import AppendEntries, PersistHardState, Role, coalesce
 from triomq.testing.raftsim_cluster import RaftCluster
 
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from triomq.consensus.log import Entry, EntryKind, bootstrap_entries
-from triomq.consensus.messages import (
+from triomq.consensus.core.log import Entry, EntryKind, bootstrap_entries
+from triomq.consensus.core.messages import (
     DLedgerCode,
     HeartbeatRequest,
     PushRequest,
     PushResponse,
     PushType,
 )
-from triomq.consensus.raft import ProposalRejected, Raft, RaftSettings
-from triomq.consensus.ready import AppendEntries, Role, TruncateSuffix
+from triomq.consensus.core.raft import ProposalRejected, Raft, RaftSettings
+from triomq.consensus.core.ready import AppendEntries, Role, TruncateSuffix
 from triomq.testing.raftsim_cluster import RaftCluster
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.consensus.confchange import ConfChangeSingle, ConfChangeType, ConfChangeV2
-from triomq.consensus.log import Entry, LogError
-from triomq.consensus.messages import InstallSnapshotRequest
-from triomq.consensus.ready import SaveSnapshot
+from triomq.consensus.core.confchange import ConfChangeSingle, ConfChangeType, ConfChangeV2
+from triomq.consensus.core.log import Entry, LogError
+from triomq.consensus.core.messages import InstallSnapshotRequest
+from triomq.consensus.core.ready import SaveSnapshot
 from triomq.testing.raftsim_cluster import RaftCluster
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import trio
 
 from triomq.config import NodeConfig, StoreConfig, TransportConfig
-from triomq.consensus.config import RaftConfig
+from triomq.consensus.core.config import RaftConfig
 from triomq.consensus.node import RaftNode, open_raft_node
 from triomq.plugin_manager import PluginManager
 from triomq.runtime import Node, open_node

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.consensus.config import RaftConfig
+from triomq.consensus.core.config import RaftConfig
 from triomq.errors import ConfigError
 from triomq.settings import describe, from_mapping
 

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triomq.consensus.confchange import ConfState
-from triomq.consensus.config import RaftConfig
+from triomq.consensus.core.confchange import ConfState
+from triomq.consensus.core.config import RaftConfig
+from triomq.consensus.core.log import Entry, HardState, Snapshot
+from triomq.consensus.core.ready import AppendEntries, PersistHardState, SaveSnapshot
 from triomq.consensus.durable import DurableState
-from triomq.consensus.log import Entry, HardState, Snapshot
-from triomq.consensus.ready import AppendEntries, PersistHardState, SaveSnapshot
 from triomq.plugin_manager import PluginManager
 from triomq.store import StoreCorruption
 

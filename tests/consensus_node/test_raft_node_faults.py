@@ -8,10 +8,10 @@ import pytest
 import trio
 from raft_node_harness import Cluster, make_members
 
-from triomq.consensus import codec
-from triomq.consensus.confchange import ConfChangeSingle, ConfChangeType, ConfChangeV2
-from triomq.consensus.log import Entry
-from triomq.consensus.messages import HeartbeatRequest, PushRequest, PushType, VoteRequest
+from triomq.consensus.core import codec
+from triomq.consensus.core.confchange import ConfChangeSingle, ConfChangeType, ConfChangeV2
+from triomq.consensus.core.log import Entry
+from triomq.consensus.core.messages import HeartbeatRequest, PushRequest, PushType, VoteRequest
 from triomq.consensus.node import RAFT_REQUEST_CODES, NotLeader, ProposalFailed
 from triomq.rpc import open_rpc_client
 

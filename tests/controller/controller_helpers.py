@@ -17,7 +17,7 @@ from triomq.controller import (
     ResponseCode,
     UpdateBrokerAddressEvent,
 )
-from triomq.controller._json import MAX_INT
+from triomq.controller.core._json import MAX_INT
 
 CLUSTER = "DefaultCluster"
 GROUP = "broker-a"

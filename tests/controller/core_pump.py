@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 
 from triomq.controller import ReplicasInfoManager, decode_event
-from triomq.controller.config import ControllerConfig
-from triomq.controller.election import default_election_policy
-from triomq.controller.requests import (
+from triomq.controller.core.config import ControllerConfig
+from triomq.controller.core.election import default_election_policy
+from triomq.controller.core.requests import (
     ApplyBrokerId,
     BrokerHeartbeat,
     ControllerRequest,
@@ -15,7 +15,7 @@ from triomq.controller.requests import (
     RegisterBroker,
     Reply,
 )
-from triomq.controller.service_core import (
+from triomq.controller.core.service_core import (
     Applied,
     ControllerCore,
     Leadership,

@@ -13,8 +13,8 @@ import logging
 import pytest
 from core_pump import INACTIVE, SCAN, Pump
 
-from triomq.controller.requests import AlterSyncStateSet, ElectMaster
-from triomq.controller.service_core import Elected
+from triomq.controller.core.requests import AlterSyncStateSet, ElectMaster
+from triomq.controller.core.service_core import Elected
 
 STALL = 3000
 

@@ -86,7 +86,7 @@ def test_remove_after_clean_broker_data():
 
 
 def test_expect_masters_gives_an_unheard_master_one_timeout():
-    from triomq.controller.group import BrokerGroup, BrokerMember
+    from triomq.controller.core.group import BrokerGroup, BrokerMember
 
     group = BrokerGroup(
         cluster_name=CLUSTER, broker_name=GROUP,

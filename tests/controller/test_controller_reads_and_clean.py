@@ -6,7 +6,7 @@ import pytest
 from controller_helpers import CLUSTER, GROUP, address
 
 from triomq.controller import CleanBrokerDataEvent, ResponseCode
-from triomq.controller.results import Replica
+from triomq.controller.core.results import Replica
 
 Code = ResponseCode
 

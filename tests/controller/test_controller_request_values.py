@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from triomq.controller import RequestCode, ResponseCode
-from triomq.controller.requests import (
+from triomq.controller.core.requests import (
     REQUEST_CODES,
     AlterSyncStateSet,
     ApplyBrokerId,
@@ -34,8 +34,13 @@ from triomq.controller.requests import (
     reply_command,
     request_frame,
 )
-from triomq.controller.results import Replica, SyncStateData
-from triomq.controller.wire import ControllerMetadata, ReplicaInfo, decode_replica_info, load_body
+from triomq.controller.core.results import Replica, SyncStateData
+from triomq.controller.core.wire import (
+    ControllerMetadata,
+    ReplicaInfo,
+    decode_replica_info,
+    load_body,
+)
 from triomq.protocol.remoting import RemotingCommand
 
 KEYS = ["clusterName", "brokerName", "brokerId", "brokerAddr", "brokerAddress", "epoch",

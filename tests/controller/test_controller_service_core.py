@@ -8,7 +8,7 @@ import pytest
 from core_pump import CLUSTER, GROUP, INACTIVE, SCAN, TIMEOUT, Pump, address
 
 from triomq.controller import ResponseCode
-from triomq.controller.requests import (
+from triomq.controller.core.requests import (
     AlterSyncStateSet,
     ApplyBrokerId,
     ConfigValues,
@@ -24,8 +24,8 @@ from triomq.controller.requests import (
     SyncStateTable,
     UpdateControllerConfig,
 )
-from triomq.controller.results import Replica
-from triomq.controller.service_core import (
+from triomq.controller.core.results import Replica
+from triomq.controller.core.service_core import (
     Applied,
     Elected,
     LostLeadership,
@@ -34,7 +34,7 @@ from triomq.controller.service_core import (
     Propose,
     ReadBarrier,
 )
-from triomq.controller.wire import ControllerMetadata, ReplicaInfo
+from triomq.controller.core.wire import ControllerMetadata, ReplicaInfo
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from triomq.controller import (
     SnapshotError,
     UpdateBrokerAddressEvent,
 )
-from triomq.controller.snapshot import group_invariant_violation
+from triomq.controller.core.snapshot import group_invariant_violation
 
 GROUPS = ("a", "b")
 group_names = st.sampled_from(GROUPS)

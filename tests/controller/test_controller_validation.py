@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from triomq.controller import ResponseCode
-from triomq.controller.requests import (
+from triomq.controller.core.requests import (
     AlterSyncStateSet,
     ApplyBrokerId,
     BrokerHeartbeat,
@@ -22,7 +22,7 @@ from triomq.controller.requests import (
     RegisterBroker,
     UpdateControllerConfig,
 )
-from triomq.controller.validation import MAX_BROKER_ID, check_address, check_request
+from triomq.controller.core.validation import MAX_BROKER_ID, check_address, check_request
 
 CLUSTER, GROUP, ADDRESS = "DefaultCluster", "broker-a", "10.0.0.1:10911"
 Code = ResponseCode

@@ -22,7 +22,7 @@ from controller_service_helpers import (
 import triomq.plugins.controller_dledger
 from triomq.broker.replication.controller_mode import IDENTITY_FILE
 from triomq.broker.replication.replicas_manager import BrokerRole
-from triomq.controller.config import ControllerConfig
+from triomq.controller.core.config import ControllerConfig
 from triomq.hookspecs import hookimpl
 from triomq.testing.cluster import BROKER_NAME
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from triomq.controller import RequestCode, ResponseCode
-from triomq.controller.requests import REQUEST_CODES
+from triomq.controller.core.requests import REQUEST_CODES
 from triomq.controller.service import ControllerService
 from triomq.runtime import Node
 from triomq.testing.cluster import Cluster, open_cluster

@@ -7,8 +7,8 @@ from controller_service_helpers import controllers, wait_leader
 
 from triomq.controller import RequestCode, ResponseCode
 from triomq.controller.client import ControllerClient, ControllerError
-from triomq.controller.requests import BrokerHeartbeat
-from triomq.controller.wire import read_metadata
+from triomq.controller.core.requests import BrokerHeartbeat
+from triomq.controller.core.wire import read_metadata
 from triomq.protocol.java_properties import load_properties
 
 CLUSTER, GROUP = "DefaultCluster", "broker-x"

@@ -18,10 +18,10 @@ from triomq.broker.replication.controller_mode import (
     save_identity,
 )
 from triomq.controller import ApplyBrokerIdEvent, ElectMasterEvent, encode_event
-from triomq.controller.config import ControllerConfig, from_properties, to_properties
-from triomq.controller.results import Replica, SyncStateData
-from triomq.controller.state_machine import ReplicasStateMachine
-from triomq.controller.wire import (
+from triomq.controller.core.config import ControllerConfig, from_properties, to_properties
+from triomq.controller.core.results import Replica, SyncStateData
+from triomq.controller.core.state_machine import ReplicasStateMachine
+from triomq.controller.core.wire import (
     BrokerEpochCache,
     ControllerMetadata,
     EpochRange,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from triomq.ha.epoch import EpochCache
-from triomq.ha.master import MasterConnection, MasterLog, SendToSlave, SlaveAcked
-from triomq.ha.slave import (
+from triomq.ha.core.epoch import EpochCache
+from triomq.ha.core.master import MasterConnection, MasterLog, SendToSlave, SlaveAcked
+from triomq.ha.core.slave import (
     RecordEpoch,
     SendToMaster,
     SlaveAction,

@@ -1,11 +1,11 @@
-"""The HA port's admission (``triomq.ha.admission``): handshake-less connections give
+"""The HA port's admission (``triomq.ha.core.admission``): handshake-less connections give
 way, one connection per slave, replicas of the group always get in."""
 
 from __future__ import annotations
 
 import pytest
 
-from triomq.ha.admission import Admitted, HAAdmission, RefuseHandshake
+from triomq.ha.core.admission import Admitted, HAAdmission, RefuseHandshake
 
 
 def test_a_newcomer_takes_the_slot_of_the_oldest_connection_without_a_handshake():

@@ -18,8 +18,8 @@ from triomq.ha.checkpoint import (
     load_epoch_checkpoint,
     save_epoch_checkpoint,
 )
-from triomq.ha.epoch import EpochCache, EpochStart
-from triomq.ha.errors import CheckpointError
+from triomq.ha.core.epoch import EpochCache, EpochStart
+from triomq.ha.core.errors import CheckpointError
 
 OLD = EpochCache([EpochStart(1, 0), EpochStart(2, 4096)])
 NEW = OLD.append(5, 8192)

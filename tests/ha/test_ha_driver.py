@@ -12,11 +12,11 @@ import trio
 import trio.testing
 
 from triomq.ha.checkpoint import EpochCheckpointFile
-from triomq.ha.epoch import EpochCache, EpochStart
-from triomq.ha.errors import HAProtocolError
+from triomq.ha.core.epoch import EpochCache, EpochStart
+from triomq.ha.core.errors import HAProtocolError
+from triomq.ha.core.sync_replication import ReplicationStatus
 from triomq.ha.master_driver import ApproveLocally, HAMaster, HAMasterConfig, MasterFenced
 from triomq.ha.slave_driver import HASlave, HASlaveConfig
-from triomq.ha.sync_replication import ReplicationStatus
 from triomq.protocol.ha import (
     Ack,
     MasterFrameDecoder,

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from triomq.ha.epoch import EpochCache, EpochEntry, EpochStart, find_consistent_point
-from triomq.ha.errors import EpochError
+from triomq.ha.core.epoch import EpochCache, EpochEntry, EpochStart, find_consistent_point
+from triomq.ha.core.errors import EpochError
 
 
 def cache(*pairs: tuple[int, int]) -> EpochCache:

@@ -6,9 +6,9 @@ import struct
 
 import pytest
 
-from triomq.ha.epoch import EpochCache, EpochStart
-from triomq.ha.errors import HAProtocolError
-from triomq.ha.master import MasterConnection, MasterLog, SendToSlave, SlaveAcked, SlaveJoined
+from triomq.ha.core.epoch import EpochCache, EpochStart
+from triomq.ha.core.errors import HAProtocolError
+from triomq.ha.core.master import MasterConnection, MasterLog, SendToSlave, SlaveAcked, SlaveJoined
 from triomq.protocol.ha import (
     TRANSFER_HEADER_SIZE,
     HAConnectionState,

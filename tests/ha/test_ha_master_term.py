@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from triomq.ha.master_term import HAMasterConfig, MasterTerm, carried_confirm_offset
-from triomq.ha.sync_replication import PutResult, ReplicationStatus
+from triomq.ha.core.master_term import HAMasterConfig, MasterTerm, carried_confirm_offset
+from triomq.ha.core.sync_replication import PutResult, ReplicationStatus
 
 CONFIG = HAMasterConfig(ha_max_time_slave_not_catchup=1000, check_sync_state_set_period=200,
                         all_ack_in_sync_state_set=True)

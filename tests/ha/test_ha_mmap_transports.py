@@ -12,8 +12,8 @@ import pytest
 import trio
 
 from triomq.ha.checkpoint import CHECKPOINT_FILE, EpochCheckpointFile
+from triomq.ha.core.role_change import RoleChange, ToMaster, ToSlave
 from triomq.ha.master_driver import ApproveLocally, HAMaster, HAMasterConfig
-from triomq.ha.role_change import RoleChange, ToMaster, ToSlave
 from triomq.ha.slave_driver import HASlave, HASlaveConfig
 from triomq.plugins.store_mmap.commitlog import MmapCommitLog
 from triomq.plugins.transport_inproc import InprocNetwork, InprocTransport

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.ha.reconnect import Reconnect
+from triomq.ha.core.reconnect import Reconnect
 
 
 def test_failed_tries_double_the_wait_up_to_the_maximum():

@@ -11,8 +11,8 @@ import random
 import pytest
 from ha_sim import Link, Replica
 
-from triomq.ha.epoch import EpochStart
-from triomq.ha.slave import Truncate
+from triomq.ha.core.epoch import EpochStart
+from triomq.ha.core.slave import Truncate
 
 
 @pytest.mark.parametrize("seed", range(8))

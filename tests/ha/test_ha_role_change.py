@@ -1,4 +1,4 @@
-"""Role changes (``triomq.ha.role_change``): torn tails dropped, <epoch, startOffset>
+"""Role changes (``triomq.ha.core.role_change``): torn tails dropped, <epoch, startOffset>
 recorded, stale entries forgotten; the core driven by hand, and through the
 simulation's inline driver against a real epoch file."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from triomq.ha.checkpoint import EpochCheckpointFile
-from triomq.ha.epoch import EpochCache, EpochStart
-from triomq.ha.errors import EpochError
-from triomq.ha.role_change import (
+from triomq.ha.core.epoch import EpochCache, EpochStart
+from triomq.ha.core.errors import EpochError
+from triomq.ha.core.role_change import (
     EndTerm,
     LoadEpochs,
     RoleChange,

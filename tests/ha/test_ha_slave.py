@@ -8,9 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from triomq.ha.epoch import EpochCache, EpochStart
-from triomq.ha.errors import HAProtocolError, NoConsistentPoint
-from triomq.ha.slave import RecordEpoch, SendToMaster, SlaveConnection, SlaveLog, Truncate, WriteAt
+from triomq.ha.core.epoch import EpochCache, EpochStart
+from triomq.ha.core.errors import HAProtocolError, NoConsistentPoint
+from triomq.ha.core.slave import (
+    RecordEpoch,
+    SendToMaster,
+    SlaveConnection,
+    SlaveLog,
+    Truncate,
+    WriteAt,
+)
 from triomq.protocol.ha import HAConnectionState, HAFrameError
 
 

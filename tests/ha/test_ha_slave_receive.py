@@ -24,8 +24,8 @@ import trio.testing
 
 import triomq.ha.slave_driver as slave_driver
 from triomq.ha.checkpoint import EpochCheckpointFile
-from triomq.ha.epoch import EpochCache, EpochStart
-from triomq.ha.slave import RecordEpoch, WriteAt
+from triomq.ha.core.epoch import EpochCache, EpochStart
+from triomq.ha.core.slave import RecordEpoch, WriteAt
 from triomq.ha.slave_driver import HASlave, HASlaveConfig
 from triomq.ha.streams import read_scattered
 from triomq.plugins.store_mmap.commitlog import MmapCommitLog

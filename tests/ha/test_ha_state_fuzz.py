@@ -6,10 +6,10 @@ from ha_sim import Replica
 from hypothesis import given
 from hypothesis import strategies as st
 
-from triomq.ha.epoch import EpochCache, EpochStart
-from triomq.ha.errors import HAProtocolError
-from triomq.ha.master import MasterConnection, MasterLog
-from triomq.ha.slave import SendToMaster, SlaveConnection
+from triomq.ha.core.epoch import EpochCache, EpochStart
+from triomq.ha.core.errors import HAProtocolError
+from triomq.ha.core.master import MasterConnection, MasterLog
+from triomq.ha.core.slave import SendToMaster, SlaveConnection
 from triomq.protocol.ha import (
     Ack,
     HAFrameError,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.ha.sync_replication import (
+from triomq.ha.core.sync_replication import (
     PutResult,
     ReplicationStatus,
     SyncReplication,
     replicated_offset,
 )
-from triomq.ha.sync_state import SyncStateTracker
+from triomq.ha.core.sync_state import SyncStateTracker
 
 MAX_LAG = 15_000
 

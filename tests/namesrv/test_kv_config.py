@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from triomq.namesrv.kv_config import KVConfig, KVConfigError, encode_kv_table
+from triomq.namesrv.core.kv_config import KVConfig, KVConfigError, encode_kv_table
 
 
 def test_put_get_delete_by_namespace_and_key() -> None:

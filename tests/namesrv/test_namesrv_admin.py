@@ -7,7 +7,7 @@ import json
 import zlib
 
 from triomq.cli import build_parser
-from triomq.namesrv.processor import RequestCode
+from triomq.namesrv.core.processor import RequestCode
 from triomq.plugin_manager import PluginManager
 from triomq.plugins.namesrv.cli import run_admin
 

@@ -6,7 +6,7 @@ import attrs
 import pytest
 
 from triomq.namesrv.config import NamesrvConfig
-from triomq.namesrv.config_properties import (
+from triomq.namesrv.core.config_properties import (
     ROCKETMQ_NAMES,
     TRIOMQ_ONLY,
     NamesrvFacts,

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from triomq.config import SecurityConfig, StoreConfig
-from triomq.namesrv.processor import RequestCode
+from triomq.namesrv.core.processor import RequestCode
 from triomq.namesrv.service import namesrv_of
 from triomq.runtime import ServiceStartFailed
 

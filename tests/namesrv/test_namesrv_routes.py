@@ -12,7 +12,7 @@ import json
 import pytest
 import trio
 
-from triomq.namesrv.processor import RequestCode
+from triomq.namesrv.core.processor import RequestCode
 from triomq.testing.cluster import Cluster, open_cluster
 from triomq.testing.direct_send import DirectProducer
 

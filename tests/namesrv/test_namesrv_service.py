@@ -8,7 +8,7 @@ import zlib
 import trio
 
 from triomq.namesrv.config import NamesrvConfig
-from triomq.namesrv.processor import RequestCode
+from triomq.namesrv.core.processor import RequestCode
 from triomq.namesrv.service import namesrv_of
 
 BODY = (b'{"topicConfigSerializeWrapper":{"dataVersion":{"counter":1,"stateVersion":0,'

@@ -11,7 +11,7 @@ import zlib
 
 import pytest
 
-from triomq.namesrv.processor import NameServerCore, RequestCode, ResponseCode
+from triomq.namesrv.core.processor import NameServerCore, RequestCode, ResponseCode
 from triomq.protocol.remoting import RemotingCommand
 
 TOPICS_BODY = (b'{"filterServerList":[],"topicConfigSerializeWrapper":{"dataVersion":'

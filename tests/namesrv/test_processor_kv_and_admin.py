@@ -10,8 +10,8 @@ import pytest
 
 from tests.namesrv.test_processor import TOPICS_BODY, ask, register
 from triomq.namesrv.config import NamesrvConfig
-from triomq.namesrv.config_properties import NamesrvFacts
-from triomq.namesrv.processor import NameServerCore, RequestCode, ResponseCode
+from triomq.namesrv.core.config_properties import NamesrvFacts
+from triomq.namesrv.core.processor import NameServerCore, RequestCode, ResponseCode
 
 ORDER = "ORDER_TOPIC_CONFIG"
 

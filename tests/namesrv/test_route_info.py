@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.namesrv.route_info import (
+from triomq.namesrv.core.route_info import (
     STATE_VERSION_LEAD_LIMIT,
     BrokerKey,
     BrokerRegistration,

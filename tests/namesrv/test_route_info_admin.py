@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from triomq.namesrv.route_info import BrokerRegistration, RouteInfo
+from triomq.namesrv.core.route_info import BrokerRegistration, RouteInfo
 from triomq.protocol.route import DataVersion, RegisterBrokerBody, TopicConfig
 
 

@@ -16,7 +16,7 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from triomq.namesrv.processor import NameServerCore
+from triomq.namesrv.core.processor import NameServerCore
 from triomq.protocol.remoting import FrameDecoder, FrameError, RemotingCommand
 from triomq.rpc import RpcConnection
 

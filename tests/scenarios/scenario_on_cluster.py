@@ -17,8 +17,8 @@ import triomq.plugins.broker
 import triomq.plugins.controller_dledger
 from triomq.broker.core.codes import ResponseCode
 from triomq.controller.client import ControllerClient
+from triomq.controller.core.service_core import Elected, Output
 from triomq.controller.service import ControllerService, controller_of
-from triomq.controller.service_core import Elected, Output
 from triomq.plugin_manager import PluginManager
 from triomq.plugins.transport_inproc import get_network
 from triomq.rpc import RpcError

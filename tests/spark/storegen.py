@@ -13,7 +13,7 @@ import struct
 from collections.abc import Sequence
 
 from triomq.ha.checkpoint import save_epoch_checkpoint
-from triomq.ha.epoch import EpochCache
+from triomq.ha.core.epoch import EpochCache
 from triomq.protocol.commitlog_layout import (
     COMMITLOG_DIR,
     ROCKETMQ_CHECKPOINT,

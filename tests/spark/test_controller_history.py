@@ -1,9 +1,9 @@
-"""``triomq.controller.history``: the commit point of controllers' logs, and the replay."""
+"""``triomq.controller.core.history``: the commit point of controllers' logs, and the replay."""
 
 from __future__ import annotations
 
-from triomq.consensus.confchange import ConfState
-from triomq.consensus.log import Entry, EntryKind, RaftLog, Snapshot
+from triomq.consensus.core.confchange import ConfState
+from triomq.consensus.core.log import Entry, EntryKind, RaftLog, Snapshot
 from triomq.controller import (
     AlterSyncStateSetEvent,
     ApplyBrokerIdEvent,
@@ -11,7 +11,7 @@ from triomq.controller import (
     ReplicasInfoManager,
     encode_event,
 )
-from triomq.controller.history import commit_point, replay
+from triomq.controller.core.history import commit_point, replay
 
 VOTERS = ConfState(voters=[1, 2, 3])
 EVENTS = [

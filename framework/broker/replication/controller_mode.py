@@ -59,9 +59,9 @@ from triomq.broker.replication.core.controller_flow import (
     TakeSlave,
 )
 from triomq.controller.client import ControllerClient, ControllerUnavailable
-from triomq.controller.codes import RequestCode, ResponseCode
-from triomq.controller.requests import BrokerHeartbeat
-from triomq.controller.wire import (
+from triomq.controller.core.codes import RequestCode, ResponseCode
+from triomq.controller.core.requests import BrokerHeartbeat
+from triomq.controller.core.wire import (
     OPEN_END,
     BrokerEpochCache,
     EpochRange,
@@ -71,7 +71,7 @@ from triomq.controller.wire import (
     encode_epoch_cache,
 )
 from triomq.durable_files import replace_atomically
-from triomq.ha.errors import EpochError
+from triomq.ha.core.errors import EpochError
 from triomq.ha.master_driver import MasterFenced
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import Backoff, RpcConnection, RpcError, open_rpc_client

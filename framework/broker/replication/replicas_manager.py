@@ -3,7 +3,7 @@
 It owns the HA listener for the broker's whole life, so the HA address does
 not change with the role: while master, accepted slave streams are served by
 the term's ``HAMaster`` (at most ``ha_max_connections`` at once, admitted
-by ``triomq.ha.admission``: a newcomer takes the slot of the oldest
+by ``triomq.ha.core.admission``: a newcomer takes the slot of the oldest
 connection without a handshake, and a replica named by a SyncStateSet is
 always admitted; with a cluster credential, ``auth``, only a handshake whose
 credential proves it is that slave's: ``triomq.node_auth``, and then its
@@ -11,7 +11,7 @@ connection's acks count for that slave alone); while slave, they are closed
 at once and the slave signs its own handshakes. A role change
 ends the current *term* (its tasks are cancelled and awaited, its pending
 puts fail), prepares the log and the epoch file, then starts the next term,
-in the order of ``triomq.ha.role_change.RoleChange``.
+in the order of ``triomq.ha.core.role_change.RoleChange``.
 
 Role-scoped work (``TermHost``, the broker's components) starts in each
 term's nursery once the term's HA service runs and the new role shows, and
@@ -35,16 +35,9 @@ import trio
 
 from triomq.broker.core.role import BrokerRole
 from triomq.clock import wall_ms
-from triomq.ha.admission import HAAdmission, RefuseHandshake
-from triomq.ha.driver import Offload, ReplicaLog
-from triomq.ha.epoch import EpochStore
-from triomq.ha.master_driver import (
-    ApproveLocally,
-    HAMaster,
-    HAMasterConfig,
-    SyncStateSetReporter,
-)
-from triomq.ha.role_change import (
+from triomq.ha.core.admission import HAAdmission, RefuseHandshake
+from triomq.ha.core.epoch import EpochStore
+from triomq.ha.core.role_change import (
     EndTerm,
     LoadEpochs,
     RoleChange,
@@ -55,8 +48,15 @@ from triomq.ha.role_change import (
     ToSlave,
     TruncateTornTail,
 )
+from triomq.ha.core.sync_replication import ReplicationStatus
+from triomq.ha.driver import Offload, ReplicaLog
+from triomq.ha.master_driver import (
+    ApproveLocally,
+    HAMaster,
+    HAMasterConfig,
+    SyncStateSetReporter,
+)
 from triomq.ha.slave_driver import HASlave, HASlaveConfig
-from triomq.ha.sync_replication import ReplicationStatus
 from triomq.node_auth import InnerAuth
 from triomq.protocol.ha import ADDRESS_FIELD_SIZE
 from triomq.transport import Listener
@@ -331,7 +331,7 @@ class ReplicasManager:
         await self._change(ToSlave(master_ha_address, epoch))
 
     async def _change(self, target: ToMaster | ToSlave) -> None:
-        """Carry out a ``RoleChange`` (``triomq.ha.role_change``: the order is its)."""
+        """Carry out a ``RoleChange`` (``triomq.ha.core.role_change``: the order is its)."""
         self._check_running()
         async with self._changing:
             change = RoleChange(target, confirmed=self.confirm_offset)

@@ -8,7 +8,7 @@ the client for its thread dump. The broker passes the request, header
 fields and body unchanged, to the connection that client's heartbeats came
 on (``ClientTable.find_consumer``) and answers with the client's response
 whole: its code, remark, fields and body (a ``ConsumerRunningInfo``: RocketMQ's
-Java consumers and triomq's, ``triomq.client.running_info``, answer).
+Java consumers and triomq's, ``triomq.client.core.running_info``, answer).
 
 When it cannot, the broker answers as RocketMQ's does:
 

@@ -31,10 +31,10 @@ feed the answers back:
    exists.
 
 Controller requests go out as ``Call``; the pump makes each through the
-leader-following retry (``triomq.controller.leader_calls``) and answers it
+leader-following retry (``triomq.controller.core.leader_calls``) and answers it
 with ``answered``: an ``ControllerAnswer`` (the response's code, remark and decoded
 payload) or None when no leader answered in time. Times are milliseconds.
-The requests are the controller's own values (``triomq.controller.requests``:
+The requests are the controller's own values (``triomq.controller.core.requests``:
 its client writes them, its core reads them, the simulation hands them
 over as they are); ``Call``, ``ControllerAnswer`` and the other outputs are
 ``triomq.broker.replication.core.controller_flow_messages``', re-exported here.
@@ -66,8 +66,8 @@ from triomq.broker.replication.core.controller_flow_messages import (
 from triomq.broker.replication.core.controller_flow_messages import (
     ControllerRequest as ControllerRequest,
 )
-from triomq.controller.codes import ResponseCode
-from triomq.controller.requests import (
+from triomq.controller.core.codes import ResponseCode
+from triomq.controller.core.requests import (
     AlterSyncStateSet,
     ApplyBrokerId,
     ElectAnswer,
@@ -78,7 +78,7 @@ from triomq.controller.requests import (
     RegisterBroker,
     SyncStateSet,
 )
-from triomq.controller.wire import ReplicaInfo
+from triomq.controller.core.wire import ReplicaInfo
 from triomq.errors import ConfigError
 
 __all__ = [

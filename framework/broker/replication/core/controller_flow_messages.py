@@ -13,8 +13,8 @@ from __future__ import annotations
 import attrs
 
 from triomq.broker.core.identity import BrokerIdentity
-from triomq.controller.codes import ResponseCode
-from triomq.controller.requests import (
+from triomq.controller.core.codes import ResponseCode
+from triomq.controller.core.requests import (
     AlterSyncStateSet,
     ApplyBrokerId,
     ElectMaster,
@@ -25,7 +25,7 @@ from triomq.controller.requests import (
 )
 
 #: What the flow asks the active controller: the controller's own request values
-#: (``triomq.controller.requests``), which its client writes and its core reads.
+#: (``triomq.controller.core.requests``), which its client writes and its core reads.
 ControllerRequest = (GetNextBrokerId | ApplyBrokerId | RegisterBroker | ElectMaster
                      | GetReplicaInfo | AlterSyncStateSet)
 
@@ -33,7 +33,7 @@ ControllerRequest = (GetNextBrokerId | ApplyBrokerId | RegisterBroker | ElectMas
 @attrs.frozen
 class ControllerAnswer:
     """The active controller's answer: its code, remark and payload (the controller
-    core's ``Payload``, as ``triomq.controller.requests.read_reply`` reads it)."""
+    core's ``Payload``, as ``triomq.controller.core.requests.read_reply`` reads it)."""
 
     code: int
     remark: str = ""

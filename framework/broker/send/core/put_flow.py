@@ -64,7 +64,7 @@ from triomq.broker.send.core.put_checks import (
     host_port,
     inflates_too_large,
 )
-from triomq.ha.sync_replication import ReplicationStatus
+from triomq.ha.core.sync_replication import ReplicationStatus
 from triomq.protocol.message import (
     PROPERTY_CLUSTER,
     PROPERTY_UNIQ_KEY,
