@@ -51,6 +51,8 @@ class RequestCode(enum.IntEnum):
     UNLOCK_BATCH_MQ = 42
     GET_ALL_CONSUMER_OFFSET = 43
     GET_ALL_DELAY_OFFSET = 45
+    #: A slave's copy of its master's timer checkpoint.
+    GET_TIMER_CHECK_POINT = 60
     UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
     GET_TOPIC_STATS_INFO = 202
