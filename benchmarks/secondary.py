@@ -3,6 +3,7 @@
 Run from the repository root::
 
     .venv/bin/python benchmarks/secondary.py [--count 1000000] [--levels 18] [--seconds 5]
+    .venv/bin/python benchmarks/secondary.py --timer-only    # the timer wheel's ticks alone
 
 The deployment is ``messaging.py``'s: a name server and a static group of
 three replicas, each a ``python -m triomq.cli`` process, with the group
@@ -38,9 +39,18 @@ fsync and ``all_ack_in_sync_state_set = true``; 1 KiB bodies, 8 queues.
 Each row also gives the three brokers' CPU per message, and the CPU seconds
 per second of the master and of this process (the clients).
 
-Not built in triomq, so no row: timer messages (a put with
-``TIMER_DELIVER_MS`` is refused, as RocketMQ's with ``timerWheelEnable``
-off) and POP receive-and-ack. The script says so in its output.
+- **timer messages: the cost per tick against the number pending**, in
+  this process, first: the broker's own timer core (``TimerDelivery``,
+  ``triomq.broker.secondary.core.timer_wheel``) fed by an in-memory timer
+  queue of ``10^3`` to ``10^6`` pending messages, ``TIMER_DUE_PER_SLOT`` in
+  each 1-s slot, all scanned before; then ``TIMER_TICKS`` ticks, each one
+  slot later: the queue looked at (nothing new), the slot's chain read and
+  delivered (each put answered PUT_OK at once), the checkpoint moved. It
+  must be flat: a tick costs its slot, not the wheel; the "empty" column
+  is a tick with nothing due.
+
+Not built in triomq, so no row: POP receive-and-ack. The script says so in
+its output.
 
 ``--profile DIR`` runs the restarted brokers under cProfile (DIR/<name>.prof).
 Prints the machine line, then a Markdown table; BENCHMARKS.md's "Secondary
@@ -77,6 +87,15 @@ from triomq.broker.config import BrokerConfig
 from triomq.broker.metadata import config_files
 from triomq.broker.metadata.core.topic_table import TopicTable
 from triomq.broker.metadata.topics import TOPICS_FILE
+from triomq.broker.secondary.core.schedule_put import TIMER_TOPIC
+from triomq.broker.secondary.core.timer_checkpoint import TimerCheckpoint
+from triomq.broker.secondary.core.timer_wheel import (
+    Deliver,
+    ReadEntries,
+    ReadRecord,
+    TimerDelivery,
+    WakeAt,
+)
 from triomq.broker.send.core.put_checks import BrokerState, PutSettings, host_port
 from triomq.broker.send.core.put_flow import Append, PutFlow
 from triomq.client.message import Message
@@ -103,9 +122,78 @@ CONSUMER_SEND_MSG_BACK = 36
 BROKERS = ("broker-0", "broker-1", "broker-2")
 #: How far back the delayed messages were stored: past the longest default level (2 h).
 STORED_AGO_MS = 3 * 3600 * 1000
-NOT_BUILT = ("timer messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC): not built in triomq, "
-             "a put is refused as RocketMQ's with timerWheelEnable off; no row",
-             "POP receive-and-ack (POP_MESSAGE / ACK_MESSAGE): not built in triomq; no row")
+NOT_BUILT = ("POP receive-and-ack (POP_MESSAGE / ACK_MESSAGE): not built in triomq; no row",)
+#: Timer messages due in each slot of the tick benchmark, and the ticks timed.
+TIMER_DUE_PER_SLOT = 10
+TIMER_TICKS = 90
+TIMER_PENDING = (10**3, 10**4, 10**5, 10**6)
+
+
+# ------------------------------------------------------------ the timer wheel's ticks
+
+
+def _timer_record(queue_offset: int, start_ms: int) -> MessageRecord:
+    slot = start_ms + (queue_offset // TIMER_DUE_PER_SLOT) * 1000
+    return MessageRecord(topic=TIMER_TOPIC, queue_id=0, body=BODY, properties={
+        "TIMER_OUT_MS": str(slot), "REAL_TOPIC": TOPIC, "REAL_QID": "0",
+        PROPERTY_UNIQ_KEY: f"u{queue_offset}"})
+
+
+def _run_timer(flow: TimerDelivery, actions: list, count: int, start_ms: int,
+               now_ms: int) -> object:
+    """Do ``actions`` against an in-memory timer queue of ``count`` entries until the
+    flow waits (records made when read: 10^6 of them would not fit in memory)."""
+    while actions:
+        action = actions.pop()
+        if isinstance(action, ReadEntries):
+            end = min(count, action.start + action.max_count)
+            entries = [(q, q, 100, 0) for q in range(action.start, end)]
+            actions += reversed(flow.entries_read(entries, 0, count, now_ms))
+        elif isinstance(action, ReadRecord):
+            record = _timer_record(action.physical_offset, start_ms)
+            actions += reversed(flow.record_read(record, now_ms))
+        elif isinstance(action, Deliver):
+            actions += reversed(flow.put_done(True, now_ms))
+        elif isinstance(action, WakeAt):
+            return action
+    raise AssertionError("the timer flow stopped without waiting")
+
+
+def timer_tick_costs() -> list[tuple[int, float, float, float]]:
+    """For each of ``TIMER_PENDING``: (pending, µs per tick delivering a slot, µs per
+    empty tick, s to scan them all in)."""
+    rows = []
+    for pending in TIMER_PENDING:
+        start_ms = 1_700_000_000_000 + 10_000
+        flow = TimerDelivery(1000, TimerCheckpoint())
+        now = start_ms - 5000
+        began = time.perf_counter()
+        _run_timer(flow, flow.start(now), pending, start_ms, now)
+        fill = time.perf_counter() - began
+        assert flow.pending() == pending
+        began = time.perf_counter()
+        for _ in range(TIMER_TICKS):
+            now += 10  # before the first slot's end: nothing due
+            _run_timer(flow, flow.woke(now), pending, start_ms, now)
+        empty = (time.perf_counter() - began) / TIMER_TICKS
+        now = start_ms + 1000  # the first slot has passed
+        began = time.perf_counter()
+        for _ in range(TIMER_TICKS):
+            _run_timer(flow, flow.woke(now), pending, start_ms, now)
+            now += 1000
+        tick = (time.perf_counter() - began) / TIMER_TICKS
+        assert flow.pending() == pending - TIMER_TICKS * TIMER_DUE_PER_SLOT
+        rows.append((pending, tick * 1e6, empty * 1e6, fill))
+        del flow
+    return rows
+
+
+def print_timer_ticks(rows: list[tuple[int, float, float, float]]) -> None:
+    print(f"\n| timer messages pending | µs per tick delivering a slot of "
+          f"{TIMER_DUE_PER_SLOT} | µs per empty tick | s to scan them in |")
+    print("| ---: | ---: | ---: | ---: |")
+    for pending, tick, empty, fill in rows:
+        print(f"| {pending:,} | {tick:,.0f} | {empty:,.1f} | {fill:,.1f} |")
 
 
 # ------------------------------------------------------------ the fixture
@@ -412,6 +500,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="per send load (5)")
     parser.add_argument("--no-tx", action="store_true", help="skip transactional messages")
     parser.add_argument("--no-retry", action="store_true", help="skip retries")
+    parser.add_argument("--timer-only", action="store_true",
+                        help="measure the timer wheel's ticks alone (no brokers)")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="run the restarted brokers under cProfile, writing "
                              "DIR/<name>.prof (read them with python -m pstats)")
@@ -421,6 +511,9 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}, trio {trio.__version__}, "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    print_timer_ticks(timer_tick_costs())
+    if args.timer_only:
+        return
     with tempfile.TemporaryDirectory(prefix="triomq-secondary-") as tmp:
         r = trio.run(run, args, Path(tmp) / "triomq")
     print(f"fixture: {args.count:,} delayed messages over {args.levels} level(s) written in "
