@@ -28,6 +28,11 @@ fsync and ``all_ack_in_sync_state_set = true``; 1 KiB bodies, 8 queues.
 - **plain sends**, in the same processes afterwards: ``triomq.client``'s
   ``Producer``, one task at a time and 64 in flight, for ``--seconds``
   each (``messaging.py``'s loads);
+- **timer messages**, in the same processes after the plain sends: 64
+  tasks sending with ``TIMER_DELIVER_MS`` for ``--seconds``, every one due
+  at the same time, ``TIMER_DUE_AFTER_S`` after the sends end (one wheel
+  slot); then their delivery's rate, from the first one the topic's
+  GET_MAX_OFFSET shows to the last;
 - **transactional messages**: 64 tasks of a ``TransactionProducer`` each
   sending a half message and committing it (END_TRANSACTION, oneway), for
   ``--seconds``; the rate counts the commits, until the real topic holds
@@ -117,6 +122,9 @@ from triomq.runtime import open_node
 from triomq.settings import from_mapping
 
 TX_TOPIC = "BenchTx"
+TIMER_BENCH_TOPIC = "BenchTimer"
+#: s after the timer sends end that they are all due, in one slot.
+TIMER_DUE_AFTER_S = 3.0
 SEND_MESSAGE_V2 = 310
 CONSUMER_SEND_MSG_BACK = 36
 BROKERS = ("broker-0", "broker-1", "broker-2")
@@ -153,7 +161,7 @@ def _run_timer(flow: TimerDelivery, actions: list, count: int, start_ms: int,
             record = _timer_record(action.physical_offset, start_ms)
             actions += reversed(flow.record_read(record, now_ms))
         elif isinstance(action, Deliver):
-            actions += reversed(flow.put_done(True, now_ms))
+            actions += reversed(flow.put_done(action.queue_offset, True, now_ms))
         elif isinstance(action, WakeAt):
             return action
     raise AssertionError("the timer flow stopped without waiting")
@@ -287,14 +295,14 @@ def start_brokers(processes: Processes, root: Path, profile: Path | None) -> Non
                                str(root / f"{name}.toml")], cwd=messaging.ROOT)
 
 
-async def create_tx_topic(node, master: str, namesrv: str) -> None:
-    fields = {"topic": TX_TOPIC, "defaultTopic": "TBW102", "readQueueNums": str(QUEUES),
+async def create_topic(node, master: str, namesrv: str, topic: str) -> None:
+    fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(QUEUES),
               "writeQueueNums": str(QUEUES), "perm": "6", "topicFilterType": "SINGLE_TAG",
               "topicSysFlag": "0", "order": "false"}
     await until(lambda: messaging.answered(node, f"tcp://{master}", messaging.CREATE_TOPIC,
-                                           fields), f"creating topic {TX_TOPIC}")
+                                           fields), f"creating topic {topic}")
     await until(lambda: messaging.answered(node, f"tcp://{namesrv}", 105,
-                                           {"topic": TX_TOPIC}), f"the route of {TX_TOPIC}")
+                                           {"topic": topic}), f"the route of {topic}")
 
 
 async def stored_in(node, master: str, topic: str) -> int:
@@ -313,7 +321,8 @@ async def prepare(root: Path) -> tuple[str, list[str], int]:
         namesrv, brokers = messaging.start_triomq(processes, root)
         async with open_node(client_config()) as node:
             await ready(node, brokers, namesrv)
-            await create_tx_topic(node, brokers[0], namesrv)
+            for topic in (TX_TOPIC, TIMER_BENCH_TOPIC):
+                await create_topic(node, brokers[0], namesrv, topic)
             producer = Producer("bench-producer", namesrv_addr=[namesrv])
             async with producer.start(node.connect):
                 await producer.send(Message(TOPIC, BODY))
@@ -435,6 +444,39 @@ async def transactions(node, processes: Processes, namesrv: str, master: str,
     return {"tx": sent / meter.elapsed(), **meter.results("tx", sent)}
 
 
+async def timers(node, producer: Producer, processes: Processes, master: str,
+                 seconds: float) -> dict[str, float]:
+    """Timer sends from 64 tasks for ``seconds``, all due ``TIMER_DUE_AFTER_S`` after
+    the last; then their delivery's rate, from the first delivered to the last."""
+    due_ms = int((time.time() + seconds + TIMER_DUE_AFTER_S) * 1000)
+    sent = 0
+
+    async def one() -> int:
+        nonlocal sent
+        await producer.send(Message(TIMER_BENCH_TOPIC, BODY, deliver_time_ms=due_ms))
+        sent += 1
+        return 1
+
+    meter = Meter(processes)
+    results = {"timer_send": await for_seconds(seconds, IN_FLIGHT, one),
+               **meter.results("timer_send", sent)}
+    if time.time() * 1000 >= due_ms - 1000:
+        raise SystemExit("the timer sends outlasted their delivery time: a longer "
+                         "TIMER_DUE_AFTER_S measures the delivery")
+    first: tuple[float, int, Meter] | None = None
+    with trio.fail_after(max(600.0, sent / 100)):
+        while (stored := await stored_in(node, master, TIMER_BENCH_TOPIC)) < sent:
+            if first is None and stored > 0:
+                first = time.perf_counter(), stored, Meter(processes)
+            await trio.sleep(0.05)
+    if first is None:
+        raise SystemExit(f"all {sent:,} timer messages delivered before the first poll "
+                         "saw one: a longer --seconds measures the delivery")
+    delivered = sent - first[1]
+    return {**results, "timer": delivered / (time.perf_counter() - first[0]),
+            **first[2].results("timer", delivered), "timer_count": sent}
+
+
 async def _holds(node, master: str, topic: str, count: int) -> bool:
     return await stored_in(node, master, topic) >= count
 
@@ -482,6 +524,9 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, float]:
             async with producer.start(node.connect):
                 await producer.send(Message(TOPIC, BODY))
                 results.update(await plain_loads(producer, processes, args.seconds, offsets))
+                if not args.no_timer:
+                    results.update(await timers(node, producer, processes, brokers[0],
+                                                args.seconds))
             if not args.no_tx:
                 results.update(await transactions(node, processes, namesrv, brokers[0],
                                                   args.seconds))
@@ -500,6 +545,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="per send load (5)")
     parser.add_argument("--no-tx", action="store_true", help="skip transactional messages")
     parser.add_argument("--no-retry", action="store_true", help="skip retries")
+    parser.add_argument("--no-timer", action="store_true",
+                        help="skip the timer sends and their delivery")
     parser.add_argument("--timer-only", action="store_true",
                         help="measure the timer wheel's ticks alone (no brokers)")
     parser.add_argument("--profile", type=Path, metavar="DIR",
@@ -525,6 +572,8 @@ def main() -> None:
     rows = [(f"delayed, {args.count:,} due at once {spread}: delivered", "delayed"),
             ("plain sends, one at a time", "one"),
             (f"plain sends, {IN_FLIGHT} in flight", "inflight"),
+            (f"timer sends, {IN_FLIGHT} in flight (TIMER_DELIVER_MS)", "timer_send"),
+            (f"timer, {r.get('timer_count', 0):,.0f} due in one slot: delivered", "timer"),
             (f"transactional, {IN_FLIGHT} in flight: half + commit", "tx"),
             (f"retries, {IN_FLIGHT} in flight: CONSUMER_SEND_MSG_BACK", "retry")]
     inflight = r["inflight"]

@@ -74,31 +74,41 @@ class SimTimer:
     def _deliver(self, term: Term, flow: TimerDelivery) -> TaskGen:
         broker = self.broker
         actions: deque[TimerAction] = deque(flow.start(broker.now_ms()))
-        while actions:
-            action = actions.popleft()
-            if isinstance(action, StoreCheckpoint):
-                self.table.update(action.checkpoint, broker.now_ms())
-            elif isinstance(action, Skipped):
-                broker.sim.violation(f"{broker.name}: timer message {action.queue_offset} "
-                                     f"skipped: {action.reason}")
-            elif isinstance(action, ReadEntries):
-                log = broker.log
-                queue_max = confirmed_queue_max(log, TIMER_TOPIC, 0,
-                                                term.confirmed(log.max_offset))
-                count = min(action.max_count, queue_max - action.start)
-                entries = (log.queue_entries(TIMER_TOPIC, 0, action.start, count)
-                           if count > 0 else [])
-                actions.extend(flow.entries_read(entries, 0, queue_max, broker.now_ms()))
-            elif isinstance(action, ReadRecord):
-                record = decode(broker.log.read(action.physical_offset, action.size))[0]
-                actions.extend(flow.record_read(record, broker.now_ms()))
-            elif isinstance(action, Deliver):
-                answers: list[EscapeResult] = []
-                self._puts.append((action.message, answers.append))
-                yield from wait_for(lambda got=answers: bool(got))
+        #: The puts under way, and those that ended: (queue offset, answer).
+        in_flight = 0
+        ended: list[tuple[int, EscapeResult]] = []
+        while True:
+            while actions:
+                action = actions.popleft()
+                if isinstance(action, StoreCheckpoint):
+                    self.table.update(action.checkpoint, broker.now_ms())
+                elif isinstance(action, Skipped):
+                    broker.sim.violation(f"{broker.name}: timer message "
+                                         f"{action.queue_offset} skipped: {action.reason}")
+                elif isinstance(action, ReadEntries):
+                    log = broker.log
+                    queue_max = confirmed_queue_max(log, TIMER_TOPIC, 0,
+                                                    term.confirmed(log.max_offset))
+                    count = min(action.max_count, queue_max - action.start)
+                    entries = (log.queue_entries(TIMER_TOPIC, 0, action.start, count)
+                               if count > 0 else [])
+                    actions.extend(flow.entries_read(entries, 0, queue_max, broker.now_ms()))
+                elif isinstance(action, ReadRecord):
+                    record = decode(broker.log.read(action.physical_offset, action.size))[0]
+                    actions.extend(flow.record_read(record, broker.now_ms()))
+                elif isinstance(action, Deliver):
+                    in_flight += 1
+                    self._puts.append((action.message, lambda answer, key=action.queue_offset:
+                                       ended.append((key, answer))))
+                elif isinstance(action, WakeAt):
+                    yield from wait_for(lambda at=action.at_ms: broker.now_ms() >= at)
+                    actions.extend(flow.woke(broker.now_ms()))
+            if not in_flight:
+                return
+            yield from wait_for(lambda: bool(ended))
+            answers, ended[:] = list(ended), []
+            in_flight -= len(answers)
+            for key, answer in answers:
                 actions.extend(flow.put_done(
-                    answers[0].ok, broker.now_ms(),
-                    illegal=answers[0].code == ResponseCode.MESSAGE_ILLEGAL))
-            elif isinstance(action, WakeAt):
-                yield from wait_for(lambda at=action.at_ms: broker.now_ms() >= at)
-                actions.extend(flow.woke(broker.now_ms()))
+                    key, answer.ok, broker.now_ms(),
+                    illegal=answer.code == ResponseCode.MESSAGE_ILLEGAL))

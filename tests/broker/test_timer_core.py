@@ -18,6 +18,7 @@ from triomq.broker.secondary.core.timer_checkpoint import (
 )
 from triomq.broker.secondary.core.timer_wheel import (
     BATCH,
+    MAX_IN_FLIGHT,
     Deliver,
     ReadEntries,
     ReadRecord,
@@ -80,10 +81,10 @@ class Driver:
                 actions += self.flow.record_read(self.records.get(action.physical_offset), now)
             elif isinstance(action, Deliver):
                 if refuse:
-                    actions += self.flow.put_done(False, now)
+                    actions += self.flow.put_done(action.queue_offset, False, now)
                 else:
                     self.stored.append(int(action.message.body[1:]))
-                    actions += self.flow.put_done(True, now)
+                    actions += self.flow.put_done(action.queue_offset, True, now)
             else:
                 assert not actions
                 return action
@@ -148,6 +149,36 @@ def test_a_refused_put_is_retried_and_the_checkpoint_waits() -> None:
     assert d.stored == [0, 1] and d.checkpoints[-1] == TimerCheckpoint(2, 2, 11_000)
 
 
+def test_a_slot_is_put_several_at_once_and_passed_once_every_put_ended() -> None:
+    d = Driver([10_000] * (MAX_IN_FLIGHT + 4) + [11_000])
+    d.run(d.flow.start(10_000), now=10_000)
+    actions = d.flow.woke(12_000)
+    puts: list[Deliver] = []
+    while actions:  # read what it asks, hold the puts
+        action = actions.pop(0)
+        if isinstance(action, ReadEntries):
+            actions += d.flow.entries_read([], 0, len(d.entries), 12_000)
+        elif isinstance(action, ReadRecord):
+            actions += d.flow.record_read(d.records[action.physical_offset], 12_000)
+        elif isinstance(action, Deliver):
+            puts.append(action)
+    assert len(puts) == MAX_IN_FLIGHT
+    # Answered last first: the checkpoint does not pass the first until it is stored;
+    # each answer lets the next of the slot be read.
+    more: list = []
+    for put in reversed(puts[1:]):
+        answer = d.flow.put_done(put.queue_offset, True, 12_000)
+        assert not [a for a in answer if isinstance(a, StoreCheckpoint)]
+        more += answer
+    assert len(more) == 4 and all(isinstance(a, ReadRecord) for a in more)
+    assert d.flow.read_time_ms == 10_000
+    rest = d.flow.put_done(puts[0].queue_offset, True, 12_000)
+    assert rest == [StoreCheckpoint(TimerCheckpoint(len(puts), len(puts) + 5, 10_000))]
+    assert d.run(more, now=12_000) == WakeAt(13_000)
+    assert sorted(d.stored) == list(range(MAX_IN_FLIGHT, MAX_IN_FLIGHT + 5))
+    assert d.checkpoints[-1] == TimerCheckpoint(MAX_IN_FLIGHT + 5, MAX_IN_FLIGHT + 5, 12_000)
+
+
 def test_an_illegal_put_and_a_bad_record_are_skipped() -> None:
     d = Driver([10_000])
     d.append(10_000, REAL_QID="x")
@@ -161,7 +192,7 @@ def test_an_illegal_put_and_a_bad_record_are_skipped() -> None:
             actions += d.flow.entries_read([], 0, 3, 11_000)
         elif isinstance(action, ReadRecord):
             actions += d.flow.record_read(d.records[action.physical_offset], 11_000)
-    assert isinstance(d.flow.put_done(False, 11_000, illegal=True)[0], Skipped)
+    assert isinstance(d.flow.put_done(0, False, 11_000, illegal=True)[0], Skipped)
     assert d.flow.pending() == 0 and d.flow.checkpoint().queue_offset == 3
 
 

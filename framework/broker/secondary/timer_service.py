@@ -22,6 +22,7 @@ master was. GET_BROKER_RUNTIME_INFO's ``timer*`` keys come from
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections import deque
 
@@ -31,7 +32,7 @@ from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
 from triomq.broker.consume.core.pull_lookup import confirmed_queue_max
 from triomq.broker.core.codes import RequestCode, ResponseCode
-from triomq.broker.core.escape_bridge import EscapeBridge
+from triomq.broker.core.escape_bridge import EscapeBridge, EscapeResult
 from triomq.broker.metadata import config_files
 from triomq.broker.secondary.core.schedule_put import TIMER_TOPIC
 from triomq.broker.secondary.core.timer_checkpoint import (
@@ -94,39 +95,58 @@ class TimerMessageService:
         return RemotingCommand.response(ResponseCode.SUCCESS, body=self.table.encode())
 
     async def deliver(self) -> None:
-        """The master term's task: the wheel, rebuilt from the checkpoint, until cancelled."""
+        """The master term's task: the wheel, rebuilt from the checkpoint, until cancelled
+        (its puts under way, several at once, are cancelled with it)."""
         flow = self.flow = TimerDelivery(self.config.timer_precision_ms,
                                          self.table.checkpoint)
         self._rates.clear()
+        ended_send, ended = trio.open_memory_channel[tuple[Deliver, EscapeResult]](math.inf)
+        in_flight = 0
         try:
-            actions: deque[TimerAction] = deque(flow.start(wall_ms()))
-            while actions:
-                action = actions.popleft()
-                if isinstance(action, StoreCheckpoint):
-                    self.table.update(action.checkpoint, wall_ms())
-                elif isinstance(action, Skipped):
-                    log.warning("timer message %d not delivered: %s", action.queue_offset,
-                                action.reason)
-                elif isinstance(action, ReadEntries):
-                    actions.extend(self._read_entries(flow, action))
-                elif isinstance(action, ReadRecord):
-                    actions.extend(flow.record_read(self._read_record(action), wall_ms()))
-                elif isinstance(action, Deliver):
-                    result = await self.bridge.put_message(action.message)
-                    if not result.ok:
-                        log.info("delivery of a timer message to %s failed (%d %s); %s",
-                                 action.message.topic, result.code, result.remark,
-                                 "skipped" if result.code == ResponseCode.MESSAGE_ILLEGAL
-                                 else "retrying")
+            async with trio.open_nursery() as nursery:
+                actions: deque[TimerAction] = deque(flow.start(wall_ms()))
+                while True:
+                    while actions:
+                        action = actions.popleft()
+                        if isinstance(action, Deliver):
+                            in_flight += 1
+                            nursery.start_soon(self._put, action, ended_send)
+                        elif isinstance(action, WakeAt):
+                            self._sample(flow)
+                            await trio.sleep(max(0, action.at_ms - wall_ms()) / 1000)
+                            actions.extend(flow.woke(wall_ms()))
+                        else:
+                            actions.extend(self._do(flow, action))
+                    if not in_flight:
+                        raise AssertionError("the timer flow stopped without waiting")
+                    put, result = await ended.receive()
+                    in_flight -= 1
                     actions.extend(flow.put_done(
-                        result.ok, wall_ms(),
+                        put.queue_offset, result.ok, wall_ms(),
                         illegal=result.code == ResponseCode.MESSAGE_ILLEGAL))
-                elif isinstance(action, WakeAt):
-                    self._sample(flow)
-                    await trio.sleep(max(0, action.at_ms - wall_ms()) / 1000)
-                    actions.extend(flow.woke(wall_ms()))
         finally:
             self.flow = None
+
+    async def _put(self, put: Deliver,
+                   ended: trio.MemorySendChannel[tuple[Deliver, EscapeResult]]) -> None:
+        result = await self.bridge.put_message(put.message)
+        if not result.ok:
+            log.info("delivery of timer message %d to %s failed (%d %s); %s",
+                     put.queue_offset, put.message.topic, result.code, result.remark,
+                     "skipped" if result.code == ResponseCode.MESSAGE_ILLEGAL else "retrying")
+        ended.send_nowait((put, result))
+
+    def _do(self, flow: TimerDelivery, action: TimerAction) -> list[TimerAction]:
+        if isinstance(action, StoreCheckpoint):
+            self.table.update(action.checkpoint, wall_ms())
+        elif isinstance(action, Skipped):
+            log.warning("timer message %d not delivered: %s", action.queue_offset,
+                        action.reason)
+        elif isinstance(action, ReadEntries):
+            return self._read_entries(flow, action)
+        elif isinstance(action, ReadRecord):
+            return flow.record_read(self._read_record(action), wall_ms())
+        return []
 
     def _read_entries(self, flow: TimerDelivery, read: ReadEntries) -> list[TimerAction]:
         queue_min = self.log.queue_min_offset(TIMER_TOPIC, 0)

@@ -27,7 +27,8 @@ cluster simulation's broker over virtual time) feeds it the wall clock
   ``entries_read``;
 - ``ReadRecord``: read the record an entry names, then ``record_read``;
 - ``Deliver``: put ``message`` through the escape bridge, then
-  ``put_done``;
+  ``put_done`` (up to ``MAX_IN_FLIGHT`` at once: the driver answers them as
+  they end, and the flow waits, asking nothing, while any is under way);
 - ``StoreCheckpoint``: the checkpoint moved (the driver records it);
 - ``WakeAt``: call ``woke`` at wall time ``at_ms`` (the next slot's end:
   the wheel ticks every precision, scanning the queue's new entries);
@@ -36,9 +37,10 @@ cluster simulation's broker over virtual time) feeds it the wall clock
 
 Delivered at least once, never lost: the checkpoint
 (``triomq.broker.secondary.core.timer_checkpoint``) moves past an entry only
-once its put returned PUT_OK; any other outcome but MESSAGE_ILLEGAL (which
-RocketMQ does not retry either) is retried after a back-off, doubling from
-``RETRY_MIN_MS`` to ``RETRY_MAX_MS``.
+once its put returned PUT_OK (the read time moves past a slot once every
+put of its chain did); any other outcome but MESSAGE_ILLEGAL (which
+RocketMQ does not retry either) is retried, once the puts under way ended,
+after a back-off doubling from ``RETRY_MIN_MS`` to ``RETRY_MAX_MS``.
 
 Persisted by rebuilding, not by a wheel file: the wheel lives in memory
 and is rebuilt at each start (a restart, a new master term) from the timer
@@ -64,7 +66,6 @@ from triomq.broker.core.escape_bridge import EscapedMessage
 from triomq.broker.secondary.core.schedule import (
     RETRY_MAX_MS,
     RETRY_MIN_MS,
-    Deliver,
     ReadRecord,
     Skipped,
     WakeAt,
@@ -76,6 +77,7 @@ from triomq.protocol.message import MessageRecord
 
 __all__ = [
     "BATCH",
+    "MAX_IN_FLIGHT",
     "PROPERTY_TIMER_DEQUEUE_MS",
     "PROPERTY_TIMER_ENQUEUE_MS",
     "Deliver",
@@ -93,6 +95,9 @@ __all__ = [
 
 #: Entries read at once.
 BATCH = 32
+#: Deliveries read or put at once (RocketMQ runs three put threads, each waiting for
+#: its put): a slot of many is delivered at the rate of the puts in flight.
+MAX_IN_FLIGHT = 16
 PROPERTY_TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
 PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 _TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -106,6 +111,15 @@ class ReadEntries:
 
     start: int
     max_count: int
+
+
+@attrs.frozen
+class Deliver:
+    """Put ``message`` (the entry at ``queue_offset``) through the escape bridge; then
+    ``put_done(queue_offset, ...)``. Several may be under way at once."""
+
+    queue_offset: int
+    message: EscapedMessage
 
 
 @attrs.frozen
@@ -211,6 +225,9 @@ class _Done:
         else:
             self._flags.extend(b"\x01" * (offset - self.end))
 
+    def is_done(self, offset: int) -> bool:
+        return offset < self.start or bool(self._flags[offset - self._first])
+
     def mark(self, offset: int) -> None:
         self._flags[offset - self._first] = 1
         self._advance()
@@ -244,13 +261,20 @@ class TimerDelivery:
         self._done = _Done(checkpoint.queue_offset)
         self._entries: deque[Sequence[int]] = deque()
         self._more = False
-        #: Scanned after their slot passed: delivered first, in order.
+        #: Scanned after their slot passed, not yet put: delivered first, in order.
         self._expired: deque[Entry] = deque()
-        #: The read time's slot's chain, while it is delivered (``_in_slot``).
+        #: The queue offsets of the expired entries not yet delivered (the scan's end
+        #: in the checkpoint stays before the first).
+        self._expired_open: deque[int] = deque()
+        #: The read time's slot's chain not yet put, while it is delivered (``_in_slot``).
         self._due: deque[Entry] = deque()
         self._in_slot = False
-        self._delivering: Entry | None = None
-        self._message: EscapedMessage | None = None
+        #: The entries whose record is being read for their delivery, in order.
+        self._reading: deque[Entry] = deque()
+        #: Queue offset -> the message being put.
+        self._in_flight: dict[int, EscapedMessage] = {}
+        #: Puts that failed, retried once the others ended and a back-off passed.
+        self._failed: list[tuple[int, EscapedMessage]] = []
         self._retry_ms = RETRY_MIN_MS
 
     @property
@@ -265,14 +289,18 @@ class TimerDelivery:
 
     def pending(self) -> int:
         """Timer messages scanned and not yet delivered."""
-        return len(self.wheel) + len(self._expired) + len(self._due)
+        return (len(self.wheel) + len(self._expired) + len(self._due) + len(self._reading)
+                + len(self._in_flight) + len(self._failed))
 
     def checkpoint(self) -> TimerCheckpoint:
         """Where the delivery has reached (the one it started from while it rebuilds)."""
         if self.rebuilding:
             return self._stored
-        scanned = self._expired[0][0] if self._expired else self.scan_offset
-        return TimerCheckpoint(min(self._done.start, scanned), scanned, self.read_time_ms)
+        done, open_ = self._done, self._expired_open
+        while open_ and done.is_done(open_[0]):
+            open_.popleft()
+        scanned = open_[0] if open_ else self.scan_offset
+        return TimerCheckpoint(min(done.start, scanned), scanned, self.read_time_ms)
 
     def start(self, now_ms: int) -> list[TimerAction]:
         """Begin: rebuild from the checkpoint, then scan and tick."""
@@ -303,14 +331,14 @@ class TimerDelivery:
             # The queue ends before the checkpoint's scan (a log cut at a failover):
             # what it no longer holds is not rebuilt.
             self._rebuild_until = min(self._rebuild_until, self.scan_offset)
-            return self._next_delivery(now_ms)
+            return self._advance(now_ms)
         self._entries = deque(e for e in entries if e[0] >= self.scan_offset)
         self._more = len(entries) == BATCH
         return self._scan_next(now_ms)
 
     def _scan_next(self, now_ms: int) -> list[TimerAction]:
         if not self._entries:
-            return [self._read()] if self._more else self._next_delivery(now_ms)
+            return [self._read()] if self._more else self._advance(now_ms)
         queue_offset, physical_offset, size = self._entries[0][:3]
         if queue_offset != self.scan_offset:  # entries past a gap
             self._done.skip_to(queue_offset)
@@ -331,6 +359,7 @@ class TimerDelivery:
         entry = (queue_offset, physical_offset, size)
         if slot < self.read_time_ms:
             self._expired.append(entry)
+            self._expired_open.append(queue_offset)
         elif slot == self.read_time_ms and self._in_slot:
             self._due.append(entry)
         else:
@@ -339,14 +368,26 @@ class TimerDelivery:
 
     # -- the delivery --------------------------------------------------------------
 
-    def _next_delivery(self, now_ms: int) -> list[TimerAction]:
+    def _advance(self, now_ms: int) -> list[TimerAction]:
+        """Start what may be put; once all ended, the next slot or the next tick."""
         if self.rebuilding:  # not ticking yet
             return [self._read()]
-        if self._expired:
-            return self._deliver(self._expired[0])
+        actions: list[TimerAction] = []
         precision = self.precision_ms
         boundary = now_ms // precision * precision
-        while not self._due:
+        while True:
+            while len(self._reading) + len(self._in_flight) < MAX_IN_FLIGHT:
+                queue = self._expired or self._due
+                if not queue:
+                    break
+                entry = queue.popleft()
+                self._reading.append(entry)
+                actions.append(ReadRecord(entry[1], entry[2]))
+            if self._reading or self._in_flight:
+                return [*self._store(), *actions]
+            if self._failed:
+                wait, self._retry_ms = self._retry_ms, min(2 * self._retry_ms, RETRY_MAX_MS)
+                return [*self._store(), WakeAt(now_ms + wait)]
             if self._in_slot:  # the read time's slot is delivered
                 self._in_slot = False
                 self.read_time_ms += precision
@@ -359,48 +400,41 @@ class TimerDelivery:
             self.read_time_ms = first
             self._due = deque(self.wheel.pop_first())
             self._in_slot = True
-        return self._deliver(self._due[0])
-
-    def _deliver(self, entry: Entry) -> list[TimerAction]:
-        self._delivering = entry
-        return [ReadRecord(entry[1], entry[2])]
 
     def record_read(self, record: MessageRecord | None, now_ms: int) -> list[TimerAction]:
         """The record a ``ReadRecord`` asked for (None: no longer in the log)."""
-        if self._delivering is None:
+        if not self._reading:
             return self._scanned(record, now_ms)
+        entry = self._reading.popleft()
         message = time_up(record, now_ms) if record is not None else "its record is gone"
         if isinstance(message, str):
-            return [Skipped(self._delivering[0], message), *self._delivered(now_ms)]
-        self._message = message
-        return [Deliver(message)]
+            return [Skipped(entry[0], message), *self._delivered(entry[0], now_ms)]
+        self._in_flight[entry[0]] = message
+        return [Deliver(entry[0], message)]
 
-    def put_done(self, ok: bool, now_ms: int, *, illegal: bool = False) -> list[TimerAction]:
-        """The delivery's put ended: ``ok`` (PUT_OK), ``illegal`` (MESSAGE_ILLEGAL: it
-        never will be stored), or anything else (retried)."""
+    def put_done(self, queue_offset: int, ok: bool, now_ms: int, *,
+                 illegal: bool = False) -> list[TimerAction]:
+        """The put of ``Deliver(queue_offset, ...)`` ended: ``ok`` (PUT_OK), ``illegal``
+        (MESSAGE_ILLEGAL: it never will be stored), or anything else (retried)."""
+        message = self._in_flight.pop(queue_offset)
         if ok:
-            return self._delivered(now_ms)
-        if illegal and self._delivering is not None:
-            skipped = Skipped(self._delivering[0], "its put is refused as illegal")
-            return [skipped, *self._delivered(now_ms)]
-        wait, self._retry_ms = self._retry_ms, min(2 * self._retry_ms, RETRY_MAX_MS)
-        return [WakeAt(now_ms + wait)]
+            self._retry_ms = RETRY_MIN_MS
+            return self._delivered(queue_offset, now_ms)
+        if illegal:
+            return [Skipped(queue_offset, "its put is refused as illegal"),
+                    *self._delivered(queue_offset, now_ms)]
+        self._failed.append((queue_offset, message))
+        return self._advance(now_ms)
 
-    def _delivered(self, now_ms: int) -> list[TimerAction]:
-        entry = self._delivering
-        assert entry is not None
-        self._delivering = self._message = None
-        self._retry_ms = RETRY_MIN_MS
-        if self._expired and self._expired[0] is entry:
-            self._expired.popleft()
-        else:
-            self._due.popleft()
-        self._done.mark(entry[0])
+    def _delivered(self, queue_offset: int, now_ms: int) -> list[TimerAction]:
+        self._done.mark(queue_offset)
         self.dequeued += 1
-        return [*self._store(), *self._next_delivery(now_ms)]
+        return self._advance(now_ms)
 
     def woke(self, now_ms: int) -> list[TimerAction]:
-        """The time a ``WakeAt`` asked for has come: a retry, else a tick."""
-        if self._message is not None:
-            return [Deliver(self._message)]
+        """The time a ``WakeAt`` asked for has come: the retries, else a tick."""
+        if self._failed:
+            failed, self._failed = self._failed, []
+            self._in_flight.update(failed)
+            return [Deliver(queue_offset, message) for queue_offset, message in failed]
         return [self._read()]
