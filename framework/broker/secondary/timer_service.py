@@ -111,6 +111,11 @@ class TimerMessageService:
                         if isinstance(action, Deliver):
                             in_flight += 1
                             nursery.start_soon(self._put, action, ended_send)
+                        elif isinstance(action, ReadEntries):
+                            # A rebuild or a backlog reads many batches: the broker
+                            # serves between two.
+                            await trio.sleep(0)
+                            actions.extend(self._read_entries(flow, action))
                         elif isinstance(action, WakeAt):
                             self._sample(flow)
                             await trio.sleep(max(0, action.at_ms - wall_ms()) / 1000)
@@ -142,8 +147,6 @@ class TimerMessageService:
         elif isinstance(action, Skipped):
             log.warning("timer message %d not delivered: %s", action.queue_offset,
                         action.reason)
-        elif isinstance(action, ReadEntries):
-            return self._read_entries(flow, action)
         elif isinstance(action, ReadRecord):
             return flow.record_read(self._read_record(action), wall_ms())
         return []
