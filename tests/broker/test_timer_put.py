@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.broker.test_put_flow import MASTER, SETTINGS, new_id, request, start
 from tests.broker.test_schedule_put import _batch, props, refused, stored
 from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.broker.core.escape_bridge import EscapedMessage
 from triomq.broker.secondary.core.schedule_put import TimerSettings
-from triomq.broker.send.core.put_flow import PutFlow
+from triomq.broker.send.core.put_flow import PutFlow, Reply
 
 #: ``start``'s wall clock.
 NOW = 1_700_000_000_500
@@ -108,3 +110,23 @@ def test_a_timer_batch_is_refused() -> None:
     body = _batch({"UNIQ_KEY": "a"}, {"UNIQ_KEY": "b", "TIMER_DELAY_SEC": "5"})
     code, remark = refused(start(request(body, code=RequestCode.SEND_BATCH_MESSAGE))[1])
     assert code == ResponseCode.MESSAGE_ILLEGAL and "TIMER_DELAY_SEC" in remark
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"]),
+       st.one_of(st.integers(-2**70, 2**70).map(str),
+                 st.text(alphabet=st.characters(blacklist_characters="\x01\x02"),
+                         max_size=30)))
+def test_any_timer_property_is_stored_by_the_rules_or_refused_by_name(name: str,
+                                                                      value: str) -> None:
+    _, action = start(request(i=props(**{name: value})))
+    if isinstance(action, Reply):
+        code, remark = refused(action)
+        assert code == ResponseCode.MESSAGE_ILLEGAL and name in remark
+        return
+    topic, _, properties = stored(action)
+    if topic == "rmq_sys_wheel_timer":
+        out = int(properties["TIMER_OUT_MS"])
+        assert NOW < out + 1000 and out <= NOW + 3 * 86400 * 1000
+    else:
+        assert topic == "orders" and "TIMER_OUT_MS" not in properties
