@@ -92,7 +92,9 @@ class SimTimer:
                     count = min(action.max_count, queue_max - action.start)
                     entries = (log.queue_entries(TIMER_TOPIC, 0, action.start, count)
                                if count > 0 else [])
-                    actions.extend(flow.entries_read(entries, 0, queue_max, broker.now_ms()))
+                    actions.extend(flow.entries_read(
+                        entries, 0, queue_max, broker.now_ms(),
+                        log_max=log.queue_max_offset(TIMER_TOPIC, 0)))
                 elif isinstance(action, ReadRecord):
                     record = decode(broker.log.read(action.physical_offset, action.size))[0]
                     actions.extend(flow.record_read(record, broker.now_ms()))

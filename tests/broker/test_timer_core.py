@@ -232,6 +232,19 @@ def test_a_queue_that_starts_later_moves_the_scan() -> None:
     assert d.stored == [3, 4] and d.checkpoints[-1].queue_offset == 5
 
 
+def test_a_queue_cut_below_the_checkpoint_scans_its_new_entries() -> None:
+    # An unclean election: the new master's timer queue ends before its checkpoint.
+    d = Driver([10_000] * 3, TimerCheckpoint(5, 8, 10_000))
+    assert d.run(d.flow.start(10_000), now=10_000) == WakeAt(11_000)
+    assert d.flow.checkpoint() == TimerCheckpoint(3, 3, 10_000)
+    d.append(10_000)
+    d.append(12_000)
+    d.run(d.flow.woke(11_000), now=11_000)
+    assert d.stored == [3]
+    d.run(d.flow.woke(13_000), now=13_000)
+    assert d.stored == [3, 4]
+
+
 def test_a_tick_costs_the_same_whatever_is_pending() -> None:
     # The reads a tick does: the new entries and the due ones, not the pending ones.
     small, large = Driver([10**6] * 10), Driver([10**6] * 5000)

@@ -143,4 +143,6 @@ async def test_the_checkpoint_is_written_read_back_after_a_restart_and_copied(
         assert a.timer is not None and a.timer.table.checkpoint.queue_offset == 2
         # The pending one is delivered, the delivered ones are not again.
         await wait_until(lambda: len(delivered(a)) >= 3, timeout=20)
-        assert [r.body for r in delivered(a)] == [b"m0", b"m1", b"far"]
+        # (One slot's puts are under way at once: in any order.)
+        bodies = [r.body for r in delivered(a)]
+        assert sorted(bodies[:2]) == [b"m0", b"m1"] and bodies[2:] == [b"far"]

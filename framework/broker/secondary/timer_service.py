@@ -157,7 +157,8 @@ class TimerMessageService:
         count = min(read.max_count, queue_max - read.start)
         entries = (self.log.queue_entries(TIMER_TOPIC, 0, read.start, count)
                    if count > 0 and read.start >= queue_min else [])
-        return flow.entries_read(entries, queue_min, queue_max, wall_ms())
+        return flow.entries_read(entries, queue_min, queue_max, wall_ms(),
+                                 log_max=self.log.queue_max_offset(TIMER_TOPIC, 0))
 
     def _read_record(self, read: ReadRecord) -> MessageRecord | None:
         try:

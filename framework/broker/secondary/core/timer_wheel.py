@@ -225,6 +225,17 @@ class _Done:
         else:
             self._flags.extend(b"\x01" * (offset - self.end))
 
+    def cut(self, end: int) -> None:
+        """The queue ends at ``end``, before the scan's end (a log cut at a failover):
+        offsets from it are new ones."""
+        if end >= self.end:
+            return
+        if end <= self._first:
+            self._first, self._flags, self._head = end, bytearray(), 0
+        else:
+            del self._flags[end - self._first:]
+            self._head = min(self._head, len(self._flags))
+
     def is_done(self, offset: int) -> bool:
         return offset < self.start or bool(self._flags[offset - self._first])
 
@@ -321,15 +332,20 @@ class TimerDelivery:
     # -- the scan ------------------------------------------------------------------
 
     def entries_read(self, entries: Sequence[Sequence[int]], queue_min: int, queue_max: int,
-                     now_ms: int) -> list[TimerAction]:
+                     now_ms: int, *, log_max: int | None = None) -> list[TimerAction]:
         """The entries from the scan offset: ``(queue offset, physical offset, size,
-        ...)`` (``queue_min``/``queue_max``: the queue's bounds as consumers see them)."""
+        ...)`` (``queue_min``/``queue_max``: the queue's bounds as consumers see them;
+        ``log_max``: its end in the log, replicated enough or not, else ``queue_max``)."""
         if not entries:
             if self.scan_offset < queue_min:  # the queue starts later
                 self._done.skip_to(queue_min)
                 return [self._read()]
-            # The queue ends before the checkpoint's scan (a log cut at a failover):
-            # what it no longer holds is not rebuilt.
+            end = queue_max if log_max is None else log_max
+            if self.scan_offset > end:
+                # The queue ends before the checkpoint's scan (a log cut at a failover,
+                # an unclean election): the offsets from its end are new entries'.
+                self._done.cut(end)
+            # What the queue no longer holds is not rebuilt.
             self._rebuild_until = min(self._rebuild_until, self.scan_offset)
             return self._advance(now_ms)
         self._entries = deque(e for e in entries if e[0] >= self.scan_offset)
