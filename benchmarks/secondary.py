@@ -3,6 +3,7 @@
 Run from the repository root::
 
     .venv/bin/python benchmarks/secondary.py [--count 1000000] [--levels 18] [--seconds 5]
+    .venv/bin/python benchmarks/secondary.py --timer-only    # the timer wheel's ticks alone
 
 The deployment is ``messaging.py``'s: a name server and a static group of
 three replicas, each a ``python -m triomq.cli`` process, with the group
@@ -27,6 +28,11 @@ fsync and ``all_ack_in_sync_state_set = true``; 1 KiB bodies, 8 queues.
 - **plain sends**, in the same processes afterwards: ``triomq.client``'s
   ``Producer``, one task at a time and 64 in flight, for ``--seconds``
   each (``messaging.py``'s loads);
+- **timer messages**, in the same processes after the plain sends: 64
+  tasks sending with ``TIMER_DELIVER_MS`` for ``--seconds``, every one due
+  at the same time, ``TIMER_DUE_AFTER_S`` after the sends end (one wheel
+  slot); then their delivery's rate, from the first one the topic's
+  GET_MAX_OFFSET shows to the last;
 - **transactional messages**: 64 tasks of a ``TransactionProducer`` each
   sending a half message and committing it (END_TRANSACTION, oneway), for
   ``--seconds``; the rate counts the commits, until the real topic holds
@@ -38,9 +44,18 @@ fsync and ``all_ack_in_sync_state_set = true``; 1 KiB bodies, 8 queues.
 Each row also gives the three brokers' CPU per message, and the CPU seconds
 per second of the master and of this process (the clients).
 
-Not built in triomq, so no row: timer messages (a put with
-``TIMER_DELIVER_MS`` is refused, as RocketMQ's with ``timerWheelEnable``
-off) and POP receive-and-ack. The script says so in its output.
+- **timer messages: the cost per tick against the number pending**, in
+  this process, first: the broker's own timer core (``TimerDelivery``,
+  ``triomq.broker.secondary.core.timer_wheel``) fed by an in-memory timer
+  queue of ``10^3`` to ``10^6`` pending messages, ``TIMER_DUE_PER_SLOT`` in
+  each 1-s slot, all scanned before; then ``TIMER_TICKS`` ticks, each one
+  slot later: the queue looked at (nothing new), the slot's chain read and
+  delivered (each put answered PUT_OK at once), the checkpoint moved. It
+  must be flat: a tick costs its slot, not the wheel; the "empty" column
+  is a tick with nothing due.
+
+Not built in triomq, so no row: POP receive-and-ack. The script says so in
+its output.
 
 ``--profile DIR`` runs the restarted brokers under cProfile (DIR/<name>.prof).
 Prints the machine line, then a Markdown table; BENCHMARKS.md's "Secondary
@@ -52,6 +67,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -77,6 +93,15 @@ from triomq.broker.config import BrokerConfig
 from triomq.broker.metadata import config_files
 from triomq.broker.metadata.core.topic_table import TopicTable
 from triomq.broker.metadata.topics import TOPICS_FILE
+from triomq.broker.secondary.core.schedule_put import TIMER_TOPIC
+from triomq.broker.secondary.core.timer_checkpoint import TimerCheckpoint
+from triomq.broker.secondary.core.timer_wheel import (
+    Deliver,
+    ReadEntries,
+    ReadRecord,
+    TimerDelivery,
+    WakeAt,
+)
 from triomq.broker.send.core.put_checks import BrokerState, PutSettings, host_port
 from triomq.broker.send.core.put_flow import Append, PutFlow
 from triomq.client.core.message import Message
@@ -98,14 +123,90 @@ from triomq.runtime import open_node
 from triomq.settings import from_mapping
 
 TX_TOPIC = "BenchTx"
+TIMER_BENCH_TOPIC = "BenchTimer"
+#: s after the timer sends end that they are all due, in one slot.
+TIMER_DUE_AFTER_S = 3.0
 SEND_MESSAGE_V2 = 310
 CONSUMER_SEND_MSG_BACK = 36
 BROKERS = ("broker-0", "broker-1", "broker-2")
 #: How far back the delayed messages were stored: past the longest default level (2 h).
 STORED_AGO_MS = 3 * 3600 * 1000
-NOT_BUILT = ("timer messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC): not built in triomq, "
-             "a put is refused as RocketMQ's with timerWheelEnable off; no row",
-             "POP receive-and-ack (POP_MESSAGE / ACK_MESSAGE): not built in triomq; no row")
+NOT_BUILT = ("POP receive-and-ack (POP_MESSAGE / ACK_MESSAGE): not built in triomq; no row",)
+#: Timer messages due in each slot of the tick benchmark, and the ticks timed.
+TIMER_DUE_PER_SLOT = 10
+TIMER_TICKS = 90
+TIMER_PENDING = (10**3, 10**4, 10**5, 10**6)
+
+
+# ------------------------------------------------------------ the timer wheel's ticks
+
+
+def _timer_record(queue_offset: int, start_ms: int) -> MessageRecord:
+    slot = start_ms + (queue_offset // TIMER_DUE_PER_SLOT) * 1000
+    return MessageRecord(topic=TIMER_TOPIC, queue_id=0, body=BODY, properties={
+        "TIMER_OUT_MS": str(slot), "REAL_TOPIC": TOPIC, "REAL_QID": "0",
+        PROPERTY_UNIQ_KEY: f"u{queue_offset}"})
+
+
+def _run_timer(flow: TimerDelivery, actions: list, count: int, start_ms: int,
+               now_ms: int) -> object:
+    """Do ``actions`` against an in-memory timer queue of ``count`` entries until the
+    flow waits (records made when read: 10^6 of them would not fit in memory)."""
+    while actions:
+        action = actions.pop()
+        if isinstance(action, ReadEntries):
+            end = min(count, action.start + action.max_count)
+            entries = [(q, q, 100, 0) for q in range(action.start, end)]
+            actions += reversed(flow.entries_read(entries, 0, count, now_ms))
+        elif isinstance(action, ReadRecord):
+            record = _timer_record(action.physical_offset, start_ms)
+            actions += reversed(flow.record_read(record, now_ms))
+        elif isinstance(action, Deliver):
+            actions += reversed(flow.put_done(action.queue_offset, True, now_ms))
+        elif isinstance(action, WakeAt):
+            return action
+    raise AssertionError("the timer flow stopped without waiting")
+
+
+def timer_tick_costs() -> list[tuple[int, float, float, float]]:
+    """For each of ``TIMER_PENDING``: (pending, µs per tick delivering a slot, µs per
+    empty tick, each the median of ``TIMER_TICKS``; s to scan them all in)."""
+    rows = []
+    for pending in TIMER_PENDING:
+        start_ms = 1_700_000_000_000 + 10_000
+        flow = TimerDelivery(1000, TimerCheckpoint())
+        now = start_ms - 5000
+        began = time.perf_counter()
+        _run_timer(flow, flow.start(now), pending, start_ms, now)
+        fill = time.perf_counter() - began
+        assert flow.pending() == pending
+        empties = []
+        for _ in range(TIMER_TICKS):
+            now += 10  # before the first slot's end: nothing due
+            began = time.perf_counter()
+            _run_timer(flow, flow.woke(now), pending, start_ms, now)
+            empties.append(time.perf_counter() - began)
+        now = start_ms + 1000  # the first slot has passed
+        ticks = []
+        for _ in range(TIMER_TICKS):
+            began = time.perf_counter()
+            _run_timer(flow, flow.woke(now), pending, start_ms, now)
+            ticks.append(time.perf_counter() - began)
+            now += 1000
+        # The median: a tick is short, and the host's other loads are not.
+        tick, empty = statistics.median(ticks), statistics.median(empties)
+        assert flow.pending() == pending - TIMER_TICKS * TIMER_DUE_PER_SLOT
+        rows.append((pending, tick * 1e6, empty * 1e6, fill))
+        del flow
+    return rows
+
+
+def print_timer_ticks(rows: list[tuple[int, float, float, float]]) -> None:
+    print(f"\n| timer messages pending | µs per tick delivering a slot of "
+          f"{TIMER_DUE_PER_SLOT} (median) | µs per empty tick (median) | s to scan them in |")
+    print("| ---: | ---: | ---: | ---: |")
+    for pending, tick, empty, fill in rows:
+        print(f"| {pending:,} | {tick:,.0f} | {empty:,.1f} | {fill:,.1f} |")
 
 
 # ------------------------------------------------------------ the fixture
@@ -199,14 +300,14 @@ def start_brokers(processes: Processes, root: Path, profile: Path | None) -> Non
                                str(root / f"{name}.toml")], cwd=messaging.ROOT)
 
 
-async def create_tx_topic(node, master: str, namesrv: str) -> None:
-    fields = {"topic": TX_TOPIC, "defaultTopic": "TBW102", "readQueueNums": str(QUEUES),
+async def create_topic(node, master: str, namesrv: str, topic: str) -> None:
+    fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(QUEUES),
               "writeQueueNums": str(QUEUES), "perm": "6", "topicFilterType": "SINGLE_TAG",
               "topicSysFlag": "0", "order": "false"}
     await until(lambda: messaging.answered(node, f"tcp://{master}", messaging.CREATE_TOPIC,
-                                           fields), f"creating topic {TX_TOPIC}")
+                                           fields), f"creating topic {topic}")
     await until(lambda: messaging.answered(node, f"tcp://{namesrv}", 105,
-                                           {"topic": TX_TOPIC}), f"the route of {TX_TOPIC}")
+                                           {"topic": topic}), f"the route of {topic}")
 
 
 async def stored_in(node, master: str, topic: str) -> int:
@@ -225,7 +326,8 @@ async def prepare(root: Path) -> tuple[str, list[str], int]:
         namesrv, brokers = messaging.start_triomq(processes, root)
         async with open_node(client_config()) as node:
             await ready(node, brokers, namesrv)
-            await create_tx_topic(node, brokers[0], namesrv)
+            for topic in (TX_TOPIC, TIMER_BENCH_TOPIC):
+                await create_topic(node, brokers[0], namesrv, topic)
             producer = Producer("bench-producer", namesrv_addr=[namesrv])
             async with producer.start(node.connect):
                 await producer.send(Message(TOPIC, BODY))
@@ -347,6 +449,39 @@ async def transactions(node, processes: Processes, namesrv: str, master: str,
     return {"tx": sent / meter.elapsed(), **meter.results("tx", sent)}
 
 
+async def timers(node, producer: Producer, processes: Processes, master: str,
+                 seconds: float) -> dict[str, float]:
+    """Timer sends from 64 tasks for ``seconds``, all due ``TIMER_DUE_AFTER_S`` after
+    the last; then their delivery's rate, from the first delivered to the last."""
+    due_ms = int((time.time() + seconds + TIMER_DUE_AFTER_S) * 1000)
+    sent = 0
+
+    async def one() -> int:
+        nonlocal sent
+        await producer.send(Message(TIMER_BENCH_TOPIC, BODY, deliver_time_ms=due_ms))
+        sent += 1
+        return 1
+
+    meter = Meter(processes)
+    results = {"timer_send": await for_seconds(seconds, IN_FLIGHT, one),
+               **meter.results("timer_send", sent)}
+    if time.time() * 1000 >= due_ms - 1000:
+        raise SystemExit("the timer sends outlasted their delivery time: a longer "
+                         "TIMER_DUE_AFTER_S measures the delivery")
+    first: tuple[float, int, Meter] | None = None
+    with trio.fail_after(max(600.0, sent / 100)):
+        while (stored := await stored_in(node, master, TIMER_BENCH_TOPIC)) < sent:
+            if first is None and stored > 0:
+                first = time.perf_counter(), stored, Meter(processes)
+            await trio.sleep(0.05)
+    if first is None:
+        raise SystemExit(f"all {sent:,} timer messages delivered before the first poll "
+                         "saw one: a longer --seconds measures the delivery")
+    delivered = sent - first[1]
+    return {**results, "timer": delivered / (time.perf_counter() - first[0]),
+            **first[2].results("timer", delivered), "timer_count": sent}
+
+
 async def _holds(node, master: str, topic: str, count: int) -> bool:
     return await stored_in(node, master, topic) >= count
 
@@ -394,6 +529,9 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, float]:
             async with producer.start(node.connect):
                 await producer.send(Message(TOPIC, BODY))
                 results.update(await plain_loads(producer, processes, args.seconds, offsets))
+                if not args.no_timer:
+                    results.update(await timers(node, producer, processes, brokers[0],
+                                                args.seconds))
             if not args.no_tx:
                 results.update(await transactions(node, processes, namesrv, brokers[0],
                                                   args.seconds))
@@ -412,6 +550,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="per send load (5)")
     parser.add_argument("--no-tx", action="store_true", help="skip transactional messages")
     parser.add_argument("--no-retry", action="store_true", help="skip retries")
+    parser.add_argument("--no-timer", action="store_true",
+                        help="skip the timer sends and their delivery")
+    parser.add_argument("--timer-only", action="store_true",
+                        help="measure the timer wheel's ticks alone (no brokers)")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="run the restarted brokers under cProfile, writing "
                              "DIR/<name>.prof (read them with python -m pstats)")
@@ -421,6 +563,9 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}, trio {trio.__version__}, "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    print_timer_ticks(timer_tick_costs())
+    if args.timer_only:
+        return
     with tempfile.TemporaryDirectory(prefix="triomq-secondary-") as tmp:
         r = trio.run(run, args, Path(tmp) / "triomq")
     print(f"fixture: {args.count:,} delayed messages over {args.levels} level(s) written in "
@@ -432,6 +577,8 @@ def main() -> None:
     rows = [(f"delayed, {args.count:,} due at once {spread}: delivered", "delayed"),
             ("plain sends, one at a time", "one"),
             (f"plain sends, {IN_FLIGHT} in flight", "inflight"),
+            (f"timer sends, {IN_FLIGHT} in flight (TIMER_DELIVER_MS)", "timer_send"),
+            (f"timer, {r.get('timer_count', 0):,.0f} due in one slot: delivered", "timer"),
             (f"transactional, {IN_FLIGHT} in flight: half + commit", "tx"),
             (f"retries, {IN_FLIGHT} in flight: CONSUMER_SEND_MSG_BACK", "retry")]
     inflight = r["inflight"]

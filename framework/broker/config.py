@@ -20,6 +20,7 @@ from typing import Literal
 
 import attrs
 
+from triomq.broker.secondary.core.schedule_put import TimerSettings
 from triomq.errors import ConfigError
 from triomq.ha.master_driver import HAMasterConfig
 from triomq.ha.slave_driver import HASlaveConfig
@@ -339,6 +340,29 @@ class BrokerConfig:
     delay_offset_update_version_step: int = setting(
         200, doc="Delivery offset moves between two steps of delayOffset.json's dataVersion "
                  "(RocketMQ's delayOffsetUpdateVersionStep).", check=positive)
+    timer_wheel_enable: bool = setting(
+        True, doc="Timer messages (a put's TIMER_DELIVER_MS, TIMER_DELAY_SEC or TIMER_DELAY_MS) "
+                  "wait in rmq_sys_wheel_timer and the master's timer wheel delivers them; "
+                  "off, they are refused with SYSTEM_ERROR (RocketMQ's timerWheelEnable).")
+    timer_max_delay_sec: int = setting(
+        3 * 24 * 3600, doc="The furthest ahead, in s, a timer message's delivery may be; further "
+                           "is refused with MESSAGE_ILLEGAL (RocketMQ's timerMaxDelaySec).",
+        check=positive)
+    timer_precision_ms: int = setting(
+        1000, doc="ms of one slot of the timer wheel: a timer message is delivered at or after "
+                  "its time, less than this after it (RocketMQ's timerPrecisionMs).",
+        check=positive)
+    timer_flush_interval_ms: int = setting(
+        1000, doc="ms between writes of config/timerCheckpoint.json, where the timer wheel's "
+                  "delivery has reached, when it moved; it is written on stop too (RocketMQ's "
+                  "timerFlushIntervalMs).", check=positive)
+
+    @property
+    def timer(self) -> TimerSettings:
+        """The timer-message settings a put routes by."""
+        return TimerSettings(enable=self.timer_wheel_enable,
+                             max_delay_sec=self.timer_max_delay_sec,
+                             precision_ms=self.timer_precision_ms)
 
     def __attrs_post_init__(self) -> None:
         if self.enable_controller_mode and not self.controller_addresses:

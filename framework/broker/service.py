@@ -7,7 +7,9 @@ broker's components (``built_in_components``, then the plugins'; see
 ``triomq.broker.components``), each started, then its handlers registered: the
 flush service, the ``ReplicasManager``, the puts, topics, clients, pulls,
 offsets, the delayed messages (their offsets always, their delivery in
-each master term: ``triomq.broker.secondary.schedule_service``), ..., the
+each master term: ``triomq.broker.secondary.schedule_service``), the timer
+messages likewise (``triomq.broker.secondary.timer_service``, with
+``timer_wheel_enable``), ..., the
 name-server registration (``broker.namesrv_addr``: at
 once, on every role and topic change, and periodically); then take the static role
 (``broker_id`` 0: master of ``master_epoch``; otherwise slave of
@@ -67,6 +69,7 @@ from triomq.broker.replication.replicas_manager import (
 )
 from triomq.broker.secondary.schedule_service import ScheduleMessageService, load_delay_offsets
 from triomq.broker.secondary.send_back_service import SendBackService
+from triomq.broker.secondary.timer_service import TimerMessageService, load_timer_checkpoint
 from triomq.broker.secondary.transaction_service import TransactionService
 from triomq.broker.send.core.put_checks import host_port
 from triomq.broker.send.processor import BrokerProcessor
@@ -182,6 +185,9 @@ class Broker:
         self.transactions: TransactionService | None = None
         #: Delayed messages' delivery and offsets (set when the service starts).
         self.schedule: ScheduleMessageService | None = None
+        #: Timer messages' wheel and checkpoint (set when the service starts, with
+        #: ``timer_wheel_enable``).
+        self.timer: TimerMessageService | None = None
         #: The components the broker runs (set when the service starts).
         self.components: ComponentHost | None = None
         #: The name-server registration, when ``namesrv_addr`` names any.
@@ -364,6 +370,15 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
             schedule.persist_loop, functools.partial(schedule.copy_from_master, node.rpc)]),
         Component("schedule", scope=Scope.MASTER_TERM, soon=[schedule.deliver]),
     ]
+    if config.timer_wheel_enable:
+        timer = broker.timer = TimerMessageService(
+            root, config, await trio.to_thread.run_sync(load_timer_checkpoint, root),
+            log=log, broker=view, bridge=LocalEscapeBridge(processor.put_own))
+        parts += [
+            Component("timer-checkpoint", register=timer.register, soon=[
+                timer.persist_loop, functools.partial(timer.copy_from_master, node.rpc)]),
+            Component("timer", scope=Scope.MASTER_TERM, soon=[timer.deliver]),
+        ]
     if broker.namesrv is not None:
         parts.append(Component("namesrv-registration", start=[broker.namesrv.run]))
     if config.enable_controller_mode:

@@ -50,6 +50,8 @@ class RequestCode(enum.IntEnum):
     UNLOCK_BATCH_MQ = 42
     GET_ALL_CONSUMER_OFFSET = 43
     GET_ALL_DELAY_OFFSET = 45
+    #: A slave's copy of its master's timer checkpoint.
+    GET_TIMER_CHECK_POINT = 60
     # The name server's.
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101

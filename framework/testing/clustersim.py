@@ -67,11 +67,14 @@ on the committed state and the logs are ``clustersim_invariants``):
   (the producer's, through the name servers' route) completes within
   ``HEAL_LIMIT_MS`` of virtual time, then every name server routes that
   master as id 0 within ``NAMESRV_HEAL_LIMIT_MS``, and
-  every delayed message acked before healing (a run's producer sends some with
-  ``Simulation.delayed``; the brokers' masters deliver them with the
-  broker's schedule core, ``clustersim_schedule``) has been delivered to
-  its topic (an acked put of a record with its ``UNIQ_KEY``) within
-  ``DELIVER_HEAL_LIMIT_MS``, and the consumer group has consumed every
+  every delayed or timer message acked before healing (a run's producer
+  sends some with ``Simulation.delayed``; the brokers' masters deliver them
+  with the broker's schedule core, ``clustersim_schedule``, and timer core,
+  ``clustersim_timer``) has been delivered to its topic (an acked put of a
+  record with its ``UNIQ_KEY``) within ``DELIVER_HEAL_LIMIT_MS``, each
+  timer message's delivery stored at or after its slot's end by the
+  delivering master's clock (``TIMER_OUT_MS`` plus the precision), and the
+  consumer group has consumed every
   acked message within ``CONSUME_HEAL_LIMIT_MS`` (duplicates allowed; not those an unclean
   election may have lost, nor those acked after it at queue offsets the
   history it replaced served consumers: the stored offsets may count them),
@@ -94,8 +97,9 @@ broker's put core, controller-mode flow, leader-following calls, master
 term, reconnect backoff and name-server registration; the name server's
 core), but the HA address is the broker's
 name, the store flushes synchronously, the topics never change (so slaves
-copy nothing from their master; nor the delay offsets: a new master
-delivers the delayed messages from its own, at least once), name-server requests are datagrams on a
+copy nothing from their master; nor the delay offsets and the timer
+checkpoint: a new master delivers the delayed and timer messages from its
+own, at least once), name-server requests are datagrams on a
 connection that carries no bytes itself (see ``clustersim_namesrv`` for
 when a name server hears it close), so are consumers' requests, the
 consumer group's members are the consumers running, and seeds replay only against the same
@@ -153,6 +157,8 @@ NAMESRV_HEAL_LIMIT_MS = 5_000
 #: Then every acked delayed message is delivered: the longest level the producer
 #: uses (5 s) and a failover's worth.
 DELIVER_HEAL_LIMIT_MS = 20_000
+#: The brokers' timer_precision_ms (RocketMQ's default: the put core's).
+TIMER_PRECISION_MS = 1000
 
 
 @attrs.frozen
@@ -488,7 +494,8 @@ class Simulation(Invariants):
                            "every name server routing the master as id 0")
             self.run_until(lambda: not self.undelivered(acked_by=healed),
                            DELIVER_HEAL_LIMIT_MS,
-                           "every delayed message acknowledged before healing delivered")
+                           "every delayed and timer message acknowledged before healing delivered")
+            self.check_timer_times(TIMER_PRECISION_MS)
             if self.group.consumers:
                 self.run_until(lambda: not self.group.unconsumed(), CONSUME_HEAL_LIMIT_MS,
                                "every acknowledged message consumed")

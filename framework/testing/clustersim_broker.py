@@ -7,7 +7,8 @@ name-server registration is ``clustersim_namesrv.SimRegistration``, the
 pulls and consumer offsets ``clustersim_pulls.SimConsumeSide``, the puts
 the broker's put core (``clustersim_puts.SimPuts``), END_TRANSACTION and
 the check ``clustersim_transactions.SimBrokerTransactions``, the delayed
-messages' delivery the schedule core (``clustersim_schedule.SimSchedule``). The HA
+messages' delivery the schedule core (``clustersim_schedule.SimSchedule``),
+the timer messages' the timer core (``clustersim_timer.SimTimer``). The HA
 terms run the real HA state machines (``MasterConnection`` /
 ``SlaveConnection`` per HA stream, ``SyncStateTracker`` and
 ``SyncReplication`` on the master) over the simulation's streams.
@@ -65,6 +66,7 @@ from triomq.testing.clustersim_parts import (
 from triomq.testing.clustersim_pulls import ConsumerRequest, ConsumerResponse, SimConsumeSide
 from triomq.testing.clustersim_puts import SimPuts
 from triomq.testing.clustersim_schedule import SimSchedule
+from triomq.testing.clustersim_timer import SimTimer
 from triomq.testing.clustersim_transactions import EndRequest, SimBrokerTransactions
 
 if TYPE_CHECKING:
@@ -94,6 +96,7 @@ class SimBroker:
         #: END_TRANSACTION and the check, when the simulation runs transactions.
         self.transactions = SimBrokerTransactions(self) if sim.tx is not None else None
         self.schedule = SimSchedule(self)
+        self.timer = SimTimer(self)
         self.up = False
         self.start()
 
@@ -161,6 +164,7 @@ class SimBroker:
         self.registration.poll()
         self.tasks.run()
         self.schedule.step()
+        self.timer.step()
         term = self.term
         if term.master_term is not None:
             self._master_step(term, term.master_term)
@@ -279,7 +283,7 @@ class SimBroker:
         self.term = term
         term.tasks = [self.tasks.spawn(self._check_loop(term.master_term)),
                       self.tasks.spawn(self._report_loop(term, term.master_term)),
-                      *self.schedule.start(term)]
+                      *self.schedule.start(term), *self.timer.start(term)]
         self._took_role(term)
 
     def change_to_slave(self, master: str, epoch: int) -> None:

@@ -39,14 +39,13 @@ from typing import TYPE_CHECKING
 from triomq.broker.consume.core.pull import PullAnswer, PullHeader
 from triomq.client.core.message import MessageExt
 from triomq.protocol import message
-from triomq.protocol.delay_levels import SCHEDULE_TOPIC
 from triomq.testing.clustersim_consumer import (
     ConsumerTiming,
     HeldQueue,
     SimConsumer,
     consumer_name,
 )
-from triomq.testing.clustersim_parts import TOPIC_QUEUES
+from triomq.testing.clustersim_parts import TOPIC_QUEUES, WAITING_TOPICS
 
 if TYPE_CHECKING:
     from triomq.testing.clustersim import Simulation
@@ -172,15 +171,16 @@ class ConsumerGroup:
 
     def _acked_messages(self) -> list[tuple[int, int, bytes]]:
         """(queue id, queue offset, body) of the acked messages of the topic the
-        invariants check (a delayed message waiting in ``SCHEDULE_TOPIC_XXXX`` is
-        consumed once delivered: its delivery is an acked message of the topic)."""
+        invariants check (a delayed or timer message waiting in
+        ``SCHEDULE_TOPIC_XXXX`` or ``rmq_sys_wheel_timer`` is consumed once
+        delivered: its delivery is an acked message of the topic)."""
         out = []
         for acked in self.sim.checked_acked():
             found = self._acked.get(acked.record)
             if found is None:
                 record = message.decode(acked.record, 0)[0]
                 found = self._acked[acked.record] = (
-                    None if record.topic == SCHEDULE_TOPIC
+                    None if record.topic in WAITING_TOPICS
                     else (record.queue_id, record.queue_offset, record.body))
             if found is not None:
                 out.append(found)

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import attrs
 
+from triomq.broker.secondary.core.schedule_put import PROPERTY_TIMER_OUT_MS
 from triomq.controller import ElectMasterEvent
 from triomq.controller.core.events import Event
 from triomq.controller.core.group import BrokerGroup
-from triomq.protocol.delay_levels import SCHEDULE_TOPIC
 from triomq.protocol.message import PROPERTY_UNIQ_KEY, MessageRecord, decode
 from triomq.testing.clustersim_broker import GROUP, SimBroker
 from triomq.testing.clustersim_controller import SimController
-from triomq.testing.clustersim_parts import Term
+from triomq.testing.clustersim_parts import WAITING_TOPICS, Term
 from triomq.testing.seeds import Violation
 
 
@@ -144,14 +144,14 @@ class Invariants:
 
     @property
     def delayed_acked(self) -> int:
-        """How many acked messages are delayed ones stored to wait."""
-        return sum(1 for acked in self.acked if self._record(acked).topic == SCHEDULE_TOPIC)
+        """How many acked messages are delayed or timer ones stored to wait."""
+        return sum(1 for acked in self.acked if self._record(acked).topic in WAITING_TOPICS)
 
     @property
     def topic_messages_acked(self) -> int:
         """How many distinct messages (bodies) of the topic were acked."""
         return len({record.body for record in map(self._record, self.acked)
-                    if record.topic != SCHEDULE_TOPIC})
+                    if record.topic not in WAITING_TOPICS})
 
     def _record(self, acked: AckedMessage) -> MessageRecord:
         record = self._decoded.get(acked.record)
@@ -160,18 +160,31 @@ class Invariants:
         return record
 
     def undelivered(self, acked_by: int) -> list[str]:
-        """The ``UNIQ_KEY`` of every delayed message acked by ``acked_by`` (virtual ms;
-        checked, as ``checked_acked``) no acked put delivered to its topic yet."""
+        """The ``UNIQ_KEY`` of every delayed or timer message acked by ``acked_by``
+        (virtual ms; checked, as ``checked_acked``) no acked put delivered to its topic
+        yet."""
         waiting, delivered = [], set()
         for acked in self.checked_acked():
             record = self._record(acked)
             key = record.properties.get(PROPERTY_UNIQ_KEY, "")
-            if record.topic == SCHEDULE_TOPIC:
+            if record.topic in WAITING_TOPICS:
                 if acked.at <= acked_by:
                     waiting.append(key)
             else:
                 delivered.add(key)
         return [key for key in waiting if key not in delivered]
+
+    def check_timer_times(self, precision_ms: int) -> None:
+        """Every acked delivery of a timer message is stored at or after its slot's end
+        (by the delivering master's clock): never before its time."""
+        for acked in self.checked_acked():
+            record = self._record(acked)
+            out = record.properties.get(PROPERTY_TIMER_OUT_MS)
+            if (record.topic not in WAITING_TOPICS and out is not None
+                    and record.store_timestamp < int(out) + precision_ms):
+                self.violation(f"timer message {record.properties.get(PROPERTY_UNIQ_KEY)} "
+                               f"delivered at {record.store_timestamp} by {acked.broker}, "
+                               f"before its slot {out} ended")
 
     def checked_acked(self, max_epoch: int | None = None) -> list[AckedMessage]:
         """The acked messages the invariants check (not those an unclean election exposed)."""

@@ -48,6 +48,8 @@ from triomq.testing.clustersim_net import Stream
 CLUSTER, GROUP = "sim-cluster", "broker-a"
 #: The topic the producer sends to and the consumers read, and its queues.
 TOPIC, TOPIC_QUEUES = "sim", 4
+#: Where delayed and timer messages wait before their delivery.
+WAITING_TOPICS = ("SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer")
 
 #: The HA master's settings in the simulation. ``all_ack_in_sync_state_set``
 #: False (RocketMQ's default with min_in_sync_replicas 1) acks on the master

@@ -59,10 +59,14 @@ class _Send:
     wake: float | None = None
 
 
-def send_header(unique_id: str, now_ms: int, delay_level: int = 0) -> dict[str, str]:
+def send_header(unique_id: str, now_ms: int, delay_level: int = 0,
+                timer_delay_ms: int = 0) -> dict[str, str]:
     """A ``SendMessageRequestHeaderV2`` as the producer sends it (queue and broker name
-    set per attempt), with its message id (and its ``DELAY``, when delayed)."""
+    set per attempt), with its message id (and its ``DELAY``, when delayed, its
+    ``TIMER_DELAY_MS``, when a timer message)."""
     delay = f"DELAY\x01{delay_level}\x02" if delay_level else ""
+    if timer_delay_ms:
+        delay += f"TIMER_DELAY_MS\x01{timer_delay_ms}\x02"
     return {"a": PRODUCER_GROUP, "b": TOPIC, "c": AUTO_CREATE_TOPIC, "d": str(TOPIC_QUEUES),
             "f": "0", "g": str(now_ms), "h": "0",
             "i": f"UNIQ_KEY\x01{unique_id}\x02{delay}", "j": "0"}
@@ -72,6 +76,12 @@ def delay_level(body_number: int) -> int:
     """The delay level of the producer's message ``body_number`` when the run sends
     delayed ones: one in four, at levels 1 and 2 (1 s and 5 s) in turn."""
     return 0 if body_number % 4 != 1 else 1 + body_number // 4 % 2
+
+
+def timer_delay_ms(body_number: int) -> int:
+    """The ``TIMER_DELAY_MS`` of the producer's message ``body_number`` when the run
+    sends delayed ones: another one in four, 1.5 s and 4 s in turn."""
+    return 0 if body_number % 4 != 3 else (1500, 4000)[body_number // 4 % 2]
 
 
 class SimProducer:
@@ -101,7 +111,8 @@ class SimProducer:
                         send_msg_timeout=SEND_MSG_TIMEOUT,
                         retry_times_when_send_failed=RETRY_TIMES_WHEN_SEND_FAILED)
         level = delay_level(body_number) if sim.delayed else 0
-        send = _Send(flow, send_header(unique_id, sim.now, level), body)
+        timer = timer_delay_ms(body_number) if sim.delayed else 0
+        send = _Send(flow, send_header(unique_id, sim.now, level, timer), body)
         self.sends.append(send)
         self._do(send, flow.start(sim.now / 1000))
 

@@ -4,6 +4,7 @@
 
     triomq produce -n 127.0.0.1:9876 -t TopicTest --count 10 --tags TagA --keys "order-{i}"
     triomq produce -n 127.0.0.1:9876 -t TopicTest --delay-level 3    # delivered 10 s later
+    triomq produce -n 127.0.0.1:9876 -t TopicTest --deliver-at 2026-12-02T18:00:00Z
 
 Each message is sent with ``triomq.client.Producer`` (one at a time, routed
 by the name servers, retried within ``--timeout`` through a failover)
@@ -13,6 +14,9 @@ with ``--summary``) one summary replaces the per-message lines. ``{i}`` in
 ``--body``, ``--keys`` and ``--tags`` is the message's index (0, 1, ...).
 ``--delay-level N`` sends delayed messages (RocketMQ's ``DELAY``
 property: the broker delivers them once level N's delay has passed).
+``--deliver-at TIME`` sends timer messages (RocketMQ 5's
+``TIMER_DELIVER_MS``: the broker's timer wheel delivers them at that time):
+an ISO 8601 time (without a zone: UTC) or epoch milliseconds.
 
 Exit 0 when every send was answered, 1 when any failed (each failure is
 printed with its reason, in ``--json`` too), 2 when nothing could be sent
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import datetime
 import json
 from typing import Any, TextIO
 
@@ -42,7 +47,7 @@ from triomq.plugins.client_cli.session import (
 from triomq.rpc import RpcError
 from triomq.runtime import Node
 
-__all__ = ["SUMMARY_ABOVE", "add_produce_command", "message_body", "produce"]
+__all__ = ["SUMMARY_ABOVE", "add_produce_command", "deliver_at_ms", "message_body", "produce"]
 
 #: Message counts above which only a summary is printed.
 SUMMARY_ABOVE = 100
@@ -71,6 +76,11 @@ def add_produce_command(subparsers: argparse._SubParsersAction) -> None:
                    help="delay level (1..18 with the broker's default message_delay_level: "
                         "1s 5s 10s 30s 1m ... 2h): the broker delivers the messages once "
                         "its delay has passed (default 0: at once)")
+    p.add_argument("--deliver-at", metavar="TIME",
+                   help="send timer messages the broker delivers at TIME: an ISO 8601 time "
+                        "(2026-12-02T18:00:00Z; without a zone, UTC) or epoch milliseconds "
+                        "(RocketMQ 5's TIMER_DELIVER_MS; at most the broker's "
+                        "timer_max_delay_sec ahead, 3 days by default)")
     p.add_argument("-p", "--producer-group", default="triomq-cli-producer",
                    help="producer group (default triomq-cli-producer)")
     p.add_argument("--summary", action="store_true",
@@ -87,6 +97,21 @@ def message_body(text: str, index: int, size: int | None) -> bytes:
     return (unit * (size // len(unit) + 1))[:size]
 
 
+def deliver_at_ms(text: str) -> int:
+    """``--deliver-at``'s epoch ms: digits are epoch ms, else an ISO 8601 time (UTC
+    without a zone); ``CommandError`` otherwise."""
+    if text.isascii() and text.isdigit():
+        return int(text)
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise CommandError(f"--deliver-at: {text[:60]!r} is neither an ISO 8601 time "
+                           "nor epoch milliseconds") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return int(when.timestamp() * 1000)
+
+
 def _with_index(value: str | None, index: int) -> str | None:
     return value.replace("{i}", str(index)) if value is not None else None
 
@@ -95,6 +120,7 @@ async def produce(args: argparse.Namespace, node: Node, out: TextIO) -> int:
     """Send ``args.count`` messages and print their results; the exit code."""
     if args.count < 0 or (args.size is not None and args.size < 0) or args.delay_level < 0:
         raise CommandError("--count, --size and --delay-level cannot be negative")
+    deliver_ms = deliver_at_ms(args.deliver_at) if args.deliver_at is not None else 0
     summary_only = args.summary or args.count > SUMMARY_ABOVE
     producer = Producer(args.producer_group, namesrv_addresses(args),
                         send_msg_timeout=args.timeout)
@@ -116,7 +142,8 @@ async def produce(args: argparse.Namespace, node: Node, out: TextIO) -> int:
             message = Message(args.topic, message_body(args.body, index, args.size),
                               tags=_with_index(args.tags, index),
                               keys=_with_index(args.keys, index),
-                              delay_time_level=args.delay_level)
+                              delay_time_level=args.delay_level,
+                              deliver_time_ms=deliver_ms)
             try:
                 result = await producer.send(message)
             except (RpcError, ClientError) as exc:

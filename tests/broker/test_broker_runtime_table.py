@@ -15,6 +15,7 @@ from triomq.broker.admin.core.runtime_table import (
     human_bytes,
     runtime_table,
     store_table,
+    timer_table,
 )
 from triomq.broker.admin.runtime_info import earliest_message_time
 
@@ -84,11 +85,21 @@ def test_the_store_keys_clusterlist_reads() -> None:
         "commitLogDirCapacity": "Total : 100.0 GiB, Free : 47.0 GiB.",
         "remainHowManyDataToFlush": "1.5 KiB", "dispatchBehindBytes": "20",
         "pageCacheLockTimeMills": "0", "remainTransientStoreBufferNumbs": "2147483647"}
-    # No thread pools, no timer store: RocketMQ's keys, at zero.
+    # No thread pools, no timer wheel running: RocketMQ's keys, at zero.
     assert table["sendThreadPoolQueueSize"] == table["pullThreadPoolQueueHeadWaitTimeMills"] \
         == table["EndTransactionThreadPoolQueueCapacity"] == table["timerReadBehind"] == "0"
     assert table["timerEnqueueTps"] == table["timerDequeueTps"] == "0.0"
     assert all(isinstance(v, str) for v in table.values())
+
+
+def test_a_running_timer_wheel_gives_its_values_as_rocketmq_writes_them() -> None:
+    table = store_table(**STORE, disk=None, timer={
+        "timerReadBehind": 2, "timerOffsetBehind": 5, "timerCongestNum": 1000,
+        "timerEnqueueTps": 12.5, "timerDequeueTps": 0})
+    assert {k: v for k, v in table.items() if k.startswith("timer")} == {
+        "timerReadBehind": "2", "timerOffsetBehind": "5", "timerCongestNum": "1000",
+        "timerEnqueueTps": "12.5", "timerDequeueTps": "0.0"}
+    assert timer_table(None)["timerCongestNum"] == "0"
 
 
 def test_a_slave_is_not_active_and_an_unmeasured_disk_is_minus_one() -> None:

@@ -69,13 +69,6 @@ def test_a_delay_that_is_not_an_integer_is_refused(delay: str) -> None:
     assert "DELAY" in remark and "integer" in remark
 
 
-@pytest.mark.parametrize("name", ["TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"])
-def test_a_timer_message_is_refused_as_with_the_timer_wheel_off(name: str) -> None:
-    code, remark = refused(start(request(i=props(**{name: "5000"})))[1])
-    assert code == ResponseCode.SYSTEM_ERROR
-    assert remark == "accurate timer message is not enabled, timerWheelEnable is false"
-
-
 def test_a_delay_level_wins_over_timer_properties_which_go() -> None:
     _, action = start(request(i=props(DELAY="1", TIMER_DELAY_SEC="9")))
     topic, _, properties = stored(action)

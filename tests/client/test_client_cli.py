@@ -15,6 +15,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -29,7 +30,7 @@ from triomq.config import NodeConfig
 from triomq.plugin_manager import PluginManager
 from triomq.plugins.client_cli.broker_status import broker_status
 from triomq.plugins.client_cli.consume import consume
-from triomq.plugins.client_cli.produce import produce
+from triomq.plugins.client_cli.produce import deliver_at_ms, produce
 from triomq.plugins.client_cli.progress import consumer_progress
 from triomq.plugins.client_cli.query import query_by_id, query_by_key
 from triomq.plugins.client_cli.session import CommandError
@@ -216,6 +217,33 @@ async def test_produce_with_a_delay_level_is_consumed_after_its_delay(groups) ->
     assert "DELAY" not in stored.properties
     with pytest.raises(CommandError, match="--delay-level"):
         await call(produce, app, "produce", "-n", ns, "-t", TOPIC, "--delay-level", "-1")
+
+
+async def test_produce_deliver_at_is_a_timer_message_consumed_at_its_time(groups) -> None:
+    app = await groups.client("app")
+    ns = namesrv(groups)
+    log = broker_of(groups.cluster.node("a")).log
+    deliver = time.time_ns() // 1_000_000 + 1500
+    code, out = await call(produce, app, "produce", "-n", ns, "-t", TOPIC, "--deliver-at",
+                           str(deliver), "--body", "at", "--json")
+    assert code == 0 and json.loads(out)["sent"] == 1
+    (waiting,) = [r for r in log.iter_records() if r.topic == "rmq_sys_wheel_timer"]
+    assert waiting.properties["TIMER_DELIVER_MS"] == str(deliver)
+    code, out = await call(consume, app, "consume", "-n", ns, "-t", TOPIC, "-g", "timer-group",
+                           "--from-beginning", "--count", "1", "--json")
+    (message,) = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and base64.b64decode(message["body"]) == b"at"
+    (stored,) = [r for r in log.iter_records() if r.topic == TOPIC]
+    assert stored.store_timestamp >= deliver
+
+
+def test_deliver_at_reads_iso_times_and_epoch_ms() -> None:
+    assert deliver_at_ms("1700000000123") == 1_700_000_000_123
+    assert deliver_at_ms("2023-11-14T22:13:20Z") == 1_700_000_000_000
+    assert deliver_at_ms("2023-11-14T22:13:20") == 1_700_000_000_000
+    assert deliver_at_ms("2023-11-15T00:13:20+02:00") == 1_700_000_000_000
+    with pytest.raises(CommandError, match="--deliver-at"):
+        deliver_at_ms("tomorrow")
 
 
 async def test_produce_json_and_a_summary_for_many(groups) -> None:

@@ -82,6 +82,24 @@ async def test_every_kind_of_send_is_stored_as_sent(cluster: CompatCluster, prof
         assert [int(m.properties["seq"]) for m in mine] == list(range(key, count, 2))
 
 
+async def test_a_timer_message_sent_with_set_deliver_time_ms_comes_at_its_time(
+        cluster: CompatCluster) -> None:
+    count = 3
+    java = java_client(cluster.cluster)
+    lines = await java.run("send", group="java-timer", count=count, modes="timer",
+                           **{"delay-ms": 1500})
+    assert [line["sendStatus"] for line in lines] == ["SEND_OK"] * count
+    got = {m.properties["seq"]: m for m in await cluster.read_all(count)}
+    assert len(got) == count
+    for line in lines:
+        message = got[str(line["i"])]
+        # Delivered from the timer wheel, no earlier than asked, as the same message.
+        assert message.properties["TIMER_DELIVER_MS"] == str(line["deliverTimeMs"])
+        assert message.store_timestamp >= line["deliverTimeMs"]
+        assert message.msg_id == line["msgId"] and message.queue_id == line["queueId"]
+        assert message.body.decode() == f"timer {line['i']}"
+
+
 @pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])
 async def test_a_push_consumer_gets_every_message_once_and_stores_its_offsets(
         cluster: CompatCluster, profile: str) -> None:

@@ -136,7 +136,8 @@ class RuntimeInfoService:
                 flush_behind=broker.log.max_offset - broker.log.flushed_offset,
                 dispatch_behind=(broker.log.max_offset - index.position
                                  if index is not None else 0),
-                is_master=state.role is BrokerRole.MASTER),
+                is_master=state.role is BrokerRole.MASTER,
+                timer=broker.timer.runtime_fields() if broker.timer is not None else None),
             **runtime_table(
                 cluster_name=broker.config.cluster_name, broker_name=broker.config.broker_name,
                 broker_id=broker.broker_id, role=state.role.value,

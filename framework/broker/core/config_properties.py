@@ -84,6 +84,10 @@ ROCKETMQ_NAMES: Mapping[str, str] = {
     "message_delay_level": "messageDelayLevel",
     "flush_delay_offset_interval": "flushDelayOffsetInterval",
     "delay_offset_update_version_step": "delayOffsetUpdateVersionStep",
+    "timer_wheel_enable": "timerWheelEnable",
+    "timer_max_delay_sec": "timerMaxDelaySec",
+    "timer_precision_ms": "timerPrecisionMs",
+    "timer_flush_interval_ms": "timerFlushIntervalMs",
 }
 
 #: ``[broker]`` keys without a RocketMQ name, or given from ``Facts`` instead.

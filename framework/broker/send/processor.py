@@ -73,7 +73,7 @@ class BrokerProcessor:
             sync_flush_timeout=config.sync_flush_timeout, flush_policy=flush.policy,
             store_host=store_host, segment_size=log.segment_size,
             reject_transaction_message=config.reject_transaction_message,
-            max_delay_level=len(config.delay_levels))
+            max_delay_level=len(config.delay_levels), timer=config.timer)
         #: This replica's id (the controllers' in controller mode), for refusals.
         self.broker_id = config.broker_id
         #: Counts the messages stored (GET_BROKER_RUNTIME_INFO's rates and totals).

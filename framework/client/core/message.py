@@ -45,6 +45,7 @@ __all__ = [
     "PROPERTY_MAX_OFFSET",
     "PROPERTY_MIN_OFFSET",
     "PROPERTY_TAGS",
+    "PROPERTY_TIMER_DELIVER_MS",
     "PROPERTY_UNIQ_KEY",
     "PROPERTY_WAIT",
     "Message",
@@ -57,7 +58,10 @@ __all__ = [
     "encode_batch",
 ]
 
-_SYSTEM_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY, PROPERTY_WAIT})
+#: RocketMQ 5's absolute delivery time of a timer message (``Message.setDeliverTimeMs``).
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+_SYSTEM_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY, PROPERTY_WAIT,
+                                PROPERTY_TIMER_DELIVER_MS})
 
 
 class MessageDecodeError(TriomqError, ValueError):
@@ -77,12 +81,17 @@ class Message:
     """A message to send. ``keys`` may be one string (space-separated) or several.
 
     ``properties`` are the user's own; a name RocketMQ reserves (``TAGS``,
-    ``KEYS``, ``DELAY``, ``WAIT``) is set through the matching field.
-    ``delay_time_level`` is sent as RocketMQ's ``DELAY`` property: the
-    broker holds the message back for that level's delay (its
+    ``KEYS``, ``DELAY``, ``WAIT``, ``TIMER_DELIVER_MS``) is set through the
+    matching field. ``delay_time_level`` is sent as RocketMQ's ``DELAY``
+    property: the broker holds the message back for that level's delay (its
     ``message_delay_level``, by default 1..18: 1s 5s 10s 30s 1m ... 2h; a
     higher level is the highest) and then delivers it to ``topic``; 0 sends
-    it at once.
+    it at once. ``deliver_time_ms`` (epoch ms, RocketMQ 5's
+    ``setDeliverTimeMs``) is sent as ``TIMER_DELIVER_MS``: a timer message,
+    which the broker's timer wheel delivers at or after that time (within its
+    ``timer_precision_ms``), at most its ``timer_max_delay_sec`` (3 days by
+    default) ahead; a time already past is delivered at once; 0: none. A
+    delay level wins over it, as in RocketMQ.
     """
 
     topic: str
@@ -91,6 +100,7 @@ class Message:
     keys: tuple[str, ...] = attrs.field(default=(), converter=_keys)
     properties: dict[str, str] = attrs.field(factory=dict, converter=dict)
     delay_time_level: int = 0
+    deliver_time_ms: int = 0
     flag: int = 0
     wait_store_msg_ok: bool = True
 
@@ -100,7 +110,8 @@ class Message:
             raise ValueError(f"properties {sorted(reserved)} are set through Message's fields")
 
     def wire_properties(self) -> dict[str, str]:
-        """Every property as it travels: the user's, then tags, keys, delay, wait."""
+        """Every property as it travels: the user's, then tags, keys, delay, delivery
+        time, wait."""
         props = dict(self.properties)
         if self.tags is not None:
             props[PROPERTY_TAGS] = self.tags
@@ -108,6 +119,8 @@ class Message:
             props[PROPERTY_KEYS] = " ".join(self.keys)
         if self.delay_time_level > 0:
             props[PROPERTY_DELAY] = str(self.delay_time_level)
+        if self.deliver_time_ms > 0:
+            props[PROPERTY_TIMER_DELIVER_MS] = str(self.deliver_time_ms)
         if not self.wait_store_msg_ok:
             props[PROPERTY_WAIT] = "false"
         return props

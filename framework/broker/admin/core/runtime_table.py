@@ -28,10 +28,13 @@ here:
   RocketMQ's rounding and byte units), ``remainHowManyDataToFlush``,
   ``dispatchBehindBytes`` (what the message index has yet to read),
   ``brokerActive`` (true on a master: RocketMQ runs its special services
-  there), and, as RocketMQ gives them when the timer store is off, the
-  ``timer*`` keys at zero. triomq has no request thread pools and no
-  transient store pool: their queue sizes, capacities and head wait times
-  are 0, ``remainTransientStoreBufferNumbs`` is RocketMQ's "no pool" value
+  there), and the timer wheel's ``timerReadBehind``, ``timerOffsetBehind``,
+  ``timerCongestNum``, ``timerEnqueueTps`` and ``timerDequeueTps`` while it runs
+  (``timer_table``; at zero, as RocketMQ gives them with its timer store
+  off, when it does not: a slave, ``timer_wheel_enable`` off). triomq has
+  no request thread pools and no transient store pool: their queue sizes,
+  capacities and head wait times are 0,
+  ``remainTransientStoreBufferNumbs`` is RocketMQ's "no pool" value
   (``Integer.MAX_VALUE``); a put appends in the event loop holding no page
   cache lock, so ``pageCacheLockTimeMills`` is 0; and no send is held back
   at start-up (``startAcceptSendRequestTimeStamp`` 0).
@@ -42,7 +45,7 @@ here:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from decimal import ROUND_HALF_UP, Decimal
 
 import attrs
@@ -51,7 +54,7 @@ from triomq.broker.admin.core.store_stats import java_double
 from triomq.protocol.remoting import ROCKETMQ_VERSION, ROCKETMQ_VERSION_DESC
 
 __all__ = ["DiskSpace", "ReplicaAck", "disk_used_ratio", "human_bytes", "runtime_table",
-           "store_table"]
+           "store_table", "timer_table"]
 
 #: RocketMQ's runtime keys for its request thread pools and their queues.
 _THREAD_POOL_KEYS = (
@@ -141,9 +144,20 @@ def human_bytes(count: int) -> str:
     return f"{value} {'KMGTPE'[exponent - 1]}iB"
 
 
+def timer_table(values: Mapping[str, int | float] | None) -> dict[str, str]:
+    """The ``timer*`` keys from the wheel's values (None: no wheel runs), written as
+    RocketMQ writes a long and a double."""
+    if values is None:
+        return dict(_TIMER_OFF)
+    return {key: java_double(float(values[key])) if key.endswith("Tps")
+            else str(int(values[key])) for key in _TIMER_OFF}
+
+
 def store_table(*, earliest_message_time: int, disk: DiskSpace | None, commit_log_path: str,
-                flush_behind: int, dispatch_behind: int, is_master: bool) -> dict[str, str]:
-    """The store's and the host's keys (see the module)."""
+                flush_behind: int, dispatch_behind: int, is_master: bool,
+                timer: Mapping[str, int | float] | None = None) -> dict[str, str]:
+    """The store's and the host's keys (see the module); ``timer``: the wheel's values
+    while it runs."""
     ratio = java_double(disk_used_ratio(disk))
     table = {
         "brokerVersionDesc": ROCKETMQ_VERSION_DESC,
@@ -158,7 +172,7 @@ def store_table(*, earliest_message_time: int, disk: DiskSpace | None, commit_lo
         "commitLogDiskRatio": ratio,
         f"commitLogDiskRatio_{commit_log_path}": ratio,
         "consumeQueueDiskRatio": ratio,
-        **_TIMER_OFF,
+        **timer_table(timer),
         **dict.fromkeys(_THREAD_POOL_KEYS, "0"),
     }
     if disk is not None:

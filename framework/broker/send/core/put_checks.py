@@ -36,6 +36,7 @@ import attrs
 from triomq.broker.core.codes import ResponseCode
 from triomq.broker.core.headers import SendHeader
 from triomq.broker.metadata.core.topic_table import TopicRefused, TopicTable
+from triomq.broker.secondary.core.schedule_put import TimerSettings
 from triomq.broker.send.core.batch import BatchError, decode_batch
 from triomq.protocol import topic_rules
 from triomq.protocol.inflate import InflateError, check_inflated_size
@@ -108,6 +109,8 @@ class PutSettings:
     reject_transaction_message: bool = False
     #: How many levels ``message_delay_level`` has: a higher ``DELAY`` is the highest.
     max_delay_level: int = 18
+    #: Timer messages: timer_wheel_enable, timer_max_delay_sec, timer_precision_ms.
+    timer: TimerSettings = TimerSettings()
 
 
 @attrs.frozen

@@ -14,8 +14,9 @@ does what it returns:
    group, the SyncStateSet; a compressed body's inflated size; a batch's
    every message. Any refusal is the ``PutReply``, and nothing is stored;
    then where it is stored (``triomq.broker.secondary.core.schedule_put``: a delayed
-   message waits under ``SCHEDULE_TOPIC_XXXX``; a bad ``DELAY``, a timer
-   message or a delayed batch is refused);
+   message waits under ``SCHEDULE_TOPIC_XXXX``, a timer message under
+   ``rmq_sys_wheel_timer``; a bad ``DELAY`` or timer time, or a delayed or
+   timer batch, is refused);
 2. ``Append``: the records, with the store's fields set (store host and
    time, the ``CLUSTER`` property, a ``UNIQ_KEY`` made here when a single
    message has none, laid out as a client's, as RocketMQ 5's broker does);
@@ -215,7 +216,7 @@ class PutFlow:
                 records = batch_records(settings, header, body, born_host, wall_ms)
             except BatchError as exc:
                 return _illegal(str(exc))
-            refusal = check_batch(r.properties for r in records)
+            refusal = check_batch((r.properties for r in records), timer=settings.timer)
             return PutReply(refusal) if refusal is not None else Append(tuple(records), batch=True)
         too_large = inflates_too_large(settings, header.sys_flag, body)
         if too_large is not None:
@@ -227,7 +228,8 @@ class PutFlow:
             reconsume_times=header.reconsume_times,
             properties=self._properties(header.properties, wall_ms, new_id))  # type: ignore[arg-type]
         routed = route_put(record.topic, record.queue_id, record.properties, record.sys_flag,
-                           max_delay_level=settings.max_delay_level)
+                           max_delay_level=settings.max_delay_level, timer=settings.timer,
+                           now_ms=wall_ms)
         if isinstance(routed, RemotingCommand):
             return PutReply(routed)
         if transaction.is_prepared(record.properties, record.reconsume_times):
@@ -250,7 +252,8 @@ class PutFlow:
         if refusal is not None:
             return PutReply(refusal)
         routed = route_put(message.topic, message.queue_id, message.properties,
-                           message.sys_flag, max_delay_level=settings.max_delay_level)
+                           message.sys_flag, max_delay_level=settings.max_delay_level,
+                           timer=settings.timer, now_ms=wall_ms)
         if isinstance(routed, RemotingCommand):
             return PutReply(routed)
         return Append((MessageRecord(

@@ -245,6 +245,20 @@ public final class Main {
                         Json.print(line);
                     }
                     break;
+                case "timer":
+                    // RocketMQ 5's Message.setDeliverTimeMs, looked up: this source builds
+                    // against the 4.x client too, which has no timer messages.
+                    long delayMs = Long.parseLong(args.getOrDefault("delay-ms", "1500"));
+                    for (int i = 0; i < count; i++) {
+                        Message message = message(topic, mode, i);
+                        long at = System.currentTimeMillis() + delayMs;
+                        Message.class.getMethod("setDeliverTimeMs", long.class)
+                                .invoke(message, at);
+                        Map<String, Object> line = result(mode, i, producer.send(message));
+                        line.put("deliverTimeMs", at);
+                        Json.print(line);
+                    }
+                    break;
                 default:
                     throw new IllegalArgumentException("no send mode " + mode);
             }
