@@ -50,7 +50,14 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from triomq.client.core.allocate import Rebalance, rebalance
+from triomq.client.core.allocate import (
+    DropQueue,
+    ForgetOffset,
+    PersistOffset,
+    Rebalance,
+    rebalance,
+    release_steps,
+)
 from triomq.client.core.codes import RequestCode as Req
 from triomq.client.core.codes import ResponseCode as Code
 from triomq.client.core.consume_from import ConsumeFromWhere
@@ -80,11 +87,8 @@ from triomq.client.core.running_info import (
     process_queue_info,
     running_info_body,
 )
-from triomq.client.core.subscription import SubscriptionData
 from triomq.client.core.wire import (
-    ConsumerData,
     ConsumeType,
-    heartbeat_body,
     lock_body,
     read_consumer_ids,
     read_locked,
@@ -92,6 +96,7 @@ from triomq.client.core.wire import (
 from triomq.client.direct_consume import not_consumed_here
 from triomq.client.instance import ClientInstance, default_instance_name, local_ip
 from triomq.client.offset_store import OffsetStore
+from triomq.protocol.heartbeat import ConsumerData, HeartbeatData, SubscriptionData
 from triomq.protocol.remoting import ROCKETMQ_VERSION, RemotingCommand
 from triomq.protocol.route import RouteDataError
 from triomq.rpc import Connect, Handler, RpcConnection, RpcError, open_rpc_client
@@ -366,9 +371,10 @@ class ConsumerBase:
                 log.warning("route of %s not fetched: %s", topic, exc)
 
     async def _heartbeat(self) -> None:
-        body = heartbeat_body(self.client_id, (), [ConsumerData(
-            self.group, self.consume_type, self.consume_from_where,
-            tuple(self.subscriptions.values()))])
+        body = HeartbeatData(self.client_id, (), (ConsumerData(
+            self.group, self.consume_type.value,
+            consume_from_where=self.consume_from_where.value,
+            subscriptions=tuple(self.subscriptions.values())),)).encode()
         for address in self._broker_addresses():
             try:
                 await self.instance.checked(address, Req.HEART_BEAT, {}, body)
@@ -463,6 +469,20 @@ class ConsumerBase:
         """A subclass's hook: a queue was taken up; its tasks go in ``nursery``."""
 
     async def _release(self, queue: MessageQueue) -> None:
+        for step in release_steps(queue, orderly=self.orderly):
+            if isinstance(step, DropQueue):
+                await self._drop(queue)
+            elif isinstance(step, PersistOffset):
+                try:
+                    await self.offsets.persist(queue)
+                except _FAILURES as exc:
+                    log.warning("offset of %s not stored on release: %s", queue, exc)
+            elif isinstance(step, ForgetOffset):
+                self.offsets.remove(queue)
+            else:
+                await self._unlock([queue])
+
+    async def _drop(self, queue: MessageQueue) -> None:
         state = self.states.pop(queue)
         state.process.dropped = True
         state.arrived.set()
@@ -474,13 +494,6 @@ class ConsumerBase:
         state.scope.cancel()
         with trio.move_on_after(1.0):
             await self._stopped([state])
-        try:
-            await self.offsets.persist(queue)
-        except _FAILURES as exc:
-            log.warning("offset of %s not stored on release: %s", queue, exc)
-        self.offsets.remove(queue)
-        if self.orderly:
-            await self._unlock([queue])
 
     # -- queue locks -----------------------------------------------------------------
 

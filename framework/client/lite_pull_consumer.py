@@ -39,8 +39,8 @@ from triomq.client.consumer_base import ConsumerBase, QueueState
 from triomq.client.core.allocate import subscribe_queues
 from triomq.client.core.errors import ClientError, NoRouteError
 from triomq.client.core.message import MessageExt, MessageQueue
-from triomq.client.core.subscription import SubscriptionData
 from triomq.client.core.wire import ConsumeType
+from triomq.protocol.heartbeat import SubscriptionData
 from triomq.rpc import Connect
 
 __all__ = ["LitePullConsumer"]

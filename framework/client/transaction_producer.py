@@ -57,8 +57,8 @@ from triomq.client.core.transaction import (
     half_message,
     local_state,
 )
-from triomq.client.core.wire import heartbeat_body
 from triomq.client.producer import Producer, now_ms
+from triomq.protocol.heartbeat import HeartbeatData
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import Connect, Handler, RpcConnection, RpcError
 
@@ -111,7 +111,7 @@ class TransactionProducer(Producer):
         return sorted(addresses[0] for addresses in brokers.values() if 0 in addresses)
 
     async def _heartbeat(self, addresses: Sequence[str]) -> None:
-        body = heartbeat_body(self.client_id, [self.group], [])
+        body = HeartbeatData(self.client_id, (self.group,)).encode()
         for address in addresses:
             try:
                 await self.instance.checked(address, RequestCode.HEART_BEAT, {}, body)

@@ -38,7 +38,13 @@ from typing import TYPE_CHECKING
 import attrs
 
 from triomq.broker.core.codes import RequestCode, ResponseCode
-from triomq.client.core.allocate import rebalance
+from triomq.client.core.allocate import (
+    DropQueue,
+    ForgetOffset,
+    PersistOffset,
+    rebalance,
+    release_steps,
+)
 from triomq.client.core.consume_from import ConsumeFromWhere
 from triomq.client.core.message import MessageDecodeError, MessageExt, MessageQueue
 from triomq.client.core.pull import PullError, read_pull_response
@@ -59,7 +65,7 @@ from triomq.client.core.queue_pull import (
     SkipTo,
     subscribe_broker,
 )
-from triomq.client.core.subscription import SubscriptionData
+from triomq.protocol.heartbeat import SubscriptionData
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import RouteDataError, TopicRouteData
 from triomq.testing.clustersim_namesrv import NamesrvRequest, NamesrvResponse, broker_of
@@ -263,10 +269,15 @@ class SimConsumer:
         assert self.route is not None
         step = rebalance(TOPIC, self.route, self.name, self.sim.group.members(), self.queues)
         for queue in step.release:
-            held = self.queues.pop(queue)
-            held.pull.process.dropped = True
-            self._persist(held)
-            self.offsets.remove(queue)
+            held = self.queues[queue]
+            for release in release_steps(queue, orderly=False):
+                if isinstance(release, DropQueue):
+                    del self.queues[queue]
+                    held.pull.process.dropped = True
+                elif isinstance(release, PersistOffset):
+                    self._persist(held)
+                elif isinstance(release, ForgetOffset):
+                    self.offsets.remove(queue)
         for queue in step.take:
             self.queues[queue] = HeldQueue(PullFlow(queue, self.pull_settings, self.offsets))
 

@@ -34,7 +34,6 @@ from triomq.cli_credentials import add_credential_options
 from triomq.client import BrokerError, ClientError, Message, MessageDecodeError, MessageExt
 from triomq.client.core.codes import RequestCode
 from triomq.client.core.pull import PullError, PullStatus, pull_header, read_pull_response
-from triomq.client.core.subscription import SubscriptionData
 from triomq.client.instance import ClientInstance
 from triomq.client.producer import Producer
 from triomq.plugins.client_cli.message_text import (
@@ -51,6 +50,7 @@ from triomq.plugins.client_cli.session import (
     one_line,
     run,
 )
+from triomq.protocol.heartbeat import SubscriptionData
 from triomq.protocol.message_queue import MessageQueue
 from triomq.protocol.retry import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, dlq_topic
 from triomq.rpc import RpcError

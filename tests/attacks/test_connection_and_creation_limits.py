@@ -14,10 +14,8 @@ import json
 import trio
 from processes import broker_sections, closed_by_peer, connect_from, node_process
 
-from triomq.client.core.consume_from import ConsumeFromWhere
-from triomq.client.core.subscription import SubscriptionData
-from triomq.client.core.wire import ConsumerData, ConsumeType, heartbeat_body
 from triomq.config import NodeConfig
+from triomq.protocol.heartbeat import ConsumerData, HeartbeatData, SubscriptionData
 from triomq.rpc import RpcConnection, RpcConnectionError
 from triomq.runtime import open_node
 from triomq.testing.direct_send import DirectProducer, SendError
@@ -79,10 +77,10 @@ auto_create_subscription_group_limit = 12
 
 
 def heartbeat(groups: list[str]) -> bytes:
-    return heartbeat_body("10.0.0.1@1", [], [
-        ConsumerData(group, ConsumeType.CONSUME_PASSIVELY,
-                     ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-                     (SubscriptionData.build("t", "*", 1),)) for group in groups])
+    return HeartbeatData("10.0.0.1@1", (), tuple(
+        ConsumerData(group, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                     subscriptions=(SubscriptionData.build("t", "*", 1),))
+        for group in groups)).encode()
 
 
 async def test_auto_created_topics_and_groups_stop_at_their_limits(tmp_path) -> None:

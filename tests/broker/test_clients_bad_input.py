@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_clients import heartbeat
 
-from triomq.broker.consume.core.heartbeat import BodyError, parse_heartbeat
 from triomq.broker.consume.group_names import GROUP_FIELDS, check_group_fields
 from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.protocol.heartbeat import BodyError, parse_heartbeat
 from triomq.protocol.remoting import RemotingCommand
 
 GOOD = json.loads(heartbeat("c1", producer="pg"))

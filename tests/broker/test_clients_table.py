@@ -12,7 +12,7 @@ from triomq.broker.consume.core.connection_bodies import (
     producer_connection,
 )
 from triomq.broker.consume.core.consumer_calls import CallRefused, ConsumerCall, consumer_to_call
-from triomq.broker.consume.core.heartbeat import ConsumerData, HeartbeatData, SubscriptionData
+from triomq.protocol.heartbeat import ConsumerData, HeartbeatData, SubscriptionData
 
 
 def beat(client_id: str, *topics: str, group: str = "cg", version: int = 1,

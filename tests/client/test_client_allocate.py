@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from triomq.client.core.allocate import allocate_averagely
+from triomq.client.core.allocate import (
+    DropQueue,
+    ForgetOffset,
+    PersistOffset,
+    UnlockQueue,
+    allocate_averagely,
+    release_steps,
+)
+from triomq.client.core.message import MessageQueue
 
 
 def split(queues: int, consumers: int) -> list[list[int]]:
@@ -60,3 +68,12 @@ def test_a_rebalance_lets_go_what_is_no_longer_ours_and_takes_up_the_rest() -> N
     assert rebalance("t", route, "c1", ["c1", "c2"], [*q, other]) == Rebalance((q[2], q[3]), ())
     assert rebalance("t", route, "c2", ["c1", "c2"], [q[0]]) == Rebalance((q[0],), (q[2], q[3]))
     assert rebalance("t", route, "c3", ["c1", "c2"], q[:1]) == Rebalance((q[0],), ())
+
+
+def test_a_released_queue_stores_its_offset_before_forgetting_it_and_unlocks_last() -> None:
+    queue = MessageQueue("t", "b", 0)
+    assert release_steps(queue, orderly=False) == (
+        DropQueue(queue), PersistOffset(queue), ForgetOffset(queue))
+    # The next holder locks only once the offset it starts from is stored.
+    assert release_steps(queue, orderly=True) == (
+        DropQueue(queue), PersistOffset(queue), ForgetOffset(queue), UnlockQueue(queue))

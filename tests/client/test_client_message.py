@@ -17,15 +17,12 @@ from triomq.client.core.message import (
     decode_messages,
     encode_batch,
 )
-from triomq.client.core.subscription import SubscriptionData
 from triomq.client.core.wire import (
-    ConsumerData,
-    ConsumeType,
-    heartbeat_body,
     lock_body,
     read_consumer_ids,
     read_locked,
 )
+from triomq.protocol.heartbeat import ConsumerData, HeartbeatData, SubscriptionData
 from triomq.protocol.message import COMPRESSED, MessageRecord, encode, properties_from_bytes
 from triomq.protocol.route import RouteDataError
 from triomq.protocol.unique_id import UniqueIdGenerator
@@ -100,8 +97,8 @@ def test_a_compressed_bomb_is_refused_without_inflating_past_max_message_size() 
 
 def test_group_bodies() -> None:
     sub = SubscriptionData.build("t", "a || b", 42)
-    body = json.loads(heartbeat_body("ip@1", ["pg"], [ConsumerData(
-        "g", ConsumeType.CONSUME_PASSIVELY, ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, (sub,))]))
+    body = json.loads(HeartbeatData("ip@1", ("pg",), (ConsumerData(
+        "g", consume_from_where="CONSUME_FROM_FIRST_OFFSET", subscriptions=(sub,)),)).encode())
     assert body["clientID"] == "ip@1" and body["producerDataSet"] == [{"groupName": "pg"}]
     consumer = body["consumerDataSet"][0]
     assert consumer["messageModel"] == "CLUSTERING"

@@ -18,7 +18,8 @@ from triomq.client.core.pull import (
     pull_header,
     read_pull_response,
 )
-from triomq.client.core.subscription import SubscriptionData, java_string_hash
+from triomq.protocol.commitlog_layout import tags_code
+from triomq.protocol.heartbeat import SubscriptionData
 from triomq.protocol.message import MessageRecord, encode
 
 QUEUE = MessageQueue("t", "broker-a", 2)
@@ -37,18 +38,10 @@ def records(*tags: str | None) -> bytes:
     return out
 
 
-def test_java_string_hash_matches_java() -> None:
-    assert java_string_hash("") == 0
-    assert java_string_hash("TagA") == 2598919
-    assert java_string_hash("hello world") == 1794106052
-    assert java_string_hash("polygenelubricants") == -(2**31)  # wraps as Java's int
-    # Over UTF-16 code units: a character beyond the BMP counts as its two surrogates.
-    assert java_string_hash("é😀") == 0xE9 * 31 * 31 + 0xD83D * 31 + 0xDE00
-
-
 def test_tag_expressions() -> None:
     sub = SubscriptionData.build("t", " a ||b|| ", 1)
-    assert sub.tags == {"a", "b"} and sub.codes == {java_string_hash("a"), java_string_hash("b")}
+    assert sub.tags_set == ("a", "b")
+    assert sub.code_set == tuple(sorted((tags_code("a"), tags_code("b"))))
     assert sub.matches("a") and not sub.matches("c") and not sub.matches(None)
     for everything in ("*", "", None, " * "):
         assert SubscriptionData.build("t", everything, 1).all

@@ -24,7 +24,7 @@ from triomq.client.core.pull_flow import (
     Wait,
 )
 from triomq.client.core.queue_pull import ConsumedOffsets, Dispatch, OffsetMoved
-from triomq.client.core.subscription import SubscriptionData
+from triomq.protocol.heartbeat import SubscriptionData
 from triomq.protocol.message import MessageRecord, encode
 
 QUEUE = MessageQueue("t", "broker-a", 1)

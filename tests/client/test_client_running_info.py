@@ -17,9 +17,9 @@ from test_client_push_consumer import FAST, Recorder, produce, until
 from triomq.client.core.message import MessageQueue
 from triomq.client.core.process_queue import ProcessQueue
 from triomq.client.core.running_info import process_queue_info, running_info_body
-from triomq.client.core.subscription import SubscriptionData
 from triomq.client.lite_pull_consumer import LitePullConsumer
 from triomq.client.push_consumer import PushConsumer
+from triomq.protocol.heartbeat import SubscriptionData
 from triomq.protocol.remoting import RemotingCommand
 
 GET_CONSUMER_RUNNING_INFO, SUCCESS, SYSTEM_ERROR = 307, 0, 1

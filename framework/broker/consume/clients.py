@@ -76,13 +76,6 @@ from triomq.broker.consume.core.consumer_calls import (
     direct_consume_fields,
     parse_consumer_call,
 )
-from triomq.broker.consume.core.heartbeat import (
-    BodyError,
-    HeartbeatData,
-    SubscriptionData,
-    parse_heartbeat,
-    parse_json_body,
-)
 from triomq.broker.consume.core.subscription_groups import (
     AttributeRefused,
     SubscriptionGroupConfig,
@@ -95,6 +88,13 @@ from triomq.broker.metadata.core.topic_table import TopicRefused
 from triomq.broker.metadata.topics import TopicService
 from triomq.clock import now_ms
 from triomq.protocol.header_fields import HeaderFieldError, HeaderFields
+from triomq.protocol.heartbeat import (
+    BodyError,
+    HeartbeatData,
+    SubscriptionData,
+    parse_heartbeat,
+    parse_json_body,
+)
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import PERM_READ, PERM_WRITE, RouteDataError, TopicConfig, dumps
 from triomq.protocol.topic_rules import RETRY_GROUP_TOPIC_PREFIX, IllegalName, check_group

@@ -14,11 +14,11 @@ from __future__ import annotations
 import trio
 
 from triomq.broker.config import BrokerConfig
-from triomq.broker.consume.core.heartbeat import BodyError
 from triomq.broker.consume.core.lock_body import encode_lock_ok, parse_lock_batch
 from triomq.broker.consume.core.lock_table import LockTable
 from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.clock import now_ms
+from triomq.protocol.heartbeat import BodyError
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection, RpcServer
 

@@ -49,7 +49,6 @@ import trio
 from triomq.broker.admin.core.store_stats import StoreStats
 from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
-from triomq.broker.consume.core.heartbeat import SubscriptionData
 from triomq.broker.consume.core.pull import PullLimits
 from triomq.broker.consume.core.pull_flow import (
     BrokerPullFlow,
@@ -67,6 +66,7 @@ from triomq.broker.consume.core.subscription import EXPRESSION_TAG, SUB_ALL, Sub
 from triomq.broker.consume.offset_service import ConsumerOffsetService
 from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.broker.metadata.topics import TopicService
+from triomq.protocol.heartbeat import SubscriptionData
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import TopicConfig
 from triomq.rpc import RpcConnection, RpcServer

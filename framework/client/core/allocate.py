@@ -5,7 +5,11 @@ lists (the topic's queues, the group's client ids), so they agree without
 talking to one another. The queues are cut into as many contiguous runs as
 there are consumers, the first ``len(queues) % len(consumers)`` runs one
 longer; consumers beyond the number of queues get none. ``rebalance`` is
-one consumer's step from the queues it holds to its share.
+one consumer's step from the queues it holds to its share, and
+``release_steps`` what letting one of them go takes, in order (RocketMQ's
+``removeUnnecessaryMessageQueue``): stop pulling it, store its offset on
+the broker, forget it, and for an orderly consumer unlock it last, so the
+next holder starts from the stored offset.
 """
 
 from __future__ import annotations
@@ -18,7 +22,18 @@ import attrs
 from triomq.client.core.message import MessageQueue
 from triomq.protocol.route import PERM_READ, TopicRouteData
 
-__all__ = ["Rebalance", "allocate_averagely", "rebalance", "subscribe_queues"]
+__all__ = [
+    "DropQueue",
+    "ForgetOffset",
+    "PersistOffset",
+    "Rebalance",
+    "ReleaseStep",
+    "UnlockQueue",
+    "allocate_averagely",
+    "rebalance",
+    "release_steps",
+    "subscribe_queues",
+]
 
 Q = TypeVar("Q")
 
@@ -66,3 +81,42 @@ def rebalance(topic: str, route: TopicRouteData, client_id: str, client_ids: Seq
     mine = set(allocate_averagely(client_id, subscribe_queues(topic, route), client_ids))
     holding = {q for q in held if q.topic == topic}
     return Rebalance(tuple(sorted(holding - mine)), tuple(sorted(mine - holding)))
+
+
+@attrs.frozen
+class DropQueue:
+    """Stop pulling ``queue`` and mark its process queue dropped (an orderly consumer
+    lets the message being consumed finish first)."""
+
+    queue: MessageQueue
+
+
+@attrs.frozen
+class PersistOffset:
+    """Store the consumed offset of ``queue`` on its broker."""
+
+    queue: MessageQueue
+
+
+@attrs.frozen
+class ForgetOffset:
+    """Drop ``queue``'s offset from the consumer's table."""
+
+    queue: MessageQueue
+
+
+@attrs.frozen
+class UnlockQueue:
+    """UNLOCK_BATCH_MQ ``queue`` on its master (orderly consumers)."""
+
+    queue: MessageQueue
+
+
+ReleaseStep = DropQueue | PersistOffset | ForgetOffset | UnlockQueue
+
+
+def release_steps(queue: MessageQueue, *, orderly: bool) -> tuple[ReleaseStep, ...]:
+    """What letting ``queue`` go takes, in order (see the module)."""
+    steps: tuple[ReleaseStep, ...] = (DropQueue(queue), PersistOffset(queue),
+                                      ForgetOffset(queue))
+    return (*steps, UnlockQueue(queue)) if orderly else steps

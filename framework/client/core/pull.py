@@ -39,8 +39,8 @@ from triomq.client.core.message import (
     decode_messages,
 )
 from triomq.client.core.process_queue import ProcessQueue
-from triomq.client.core.subscription import EXPRESSION_TYPE_TAG, SubscriptionData
 from triomq.errors import TriomqError
+from triomq.protocol.heartbeat import EXPRESSION_TAG, SubscriptionData
 
 __all__ = [
     "BROKER_SUSPEND_MAX_MS",
@@ -108,7 +108,7 @@ def pull_header(group: str, queue: MessageQueue, offset: int, max_nums: int,
               "commitOffset": str(commit_offset if commit_offset is not None else 0),
               "suspendTimeoutMillis": str(suspend_ms or 0),
               "subVersion": str(subscription.sub_version),
-              "expressionType": EXPRESSION_TYPE_TAG, "bname": queue.broker_name}
+              "expressionType": EXPRESSION_TAG, "bname": queue.broker_name}
     if with_subscription:
         fields["subscription"] = subscription.sub_string
     return fields

@@ -53,7 +53,7 @@ from triomq.client.core.queue_pull import (
     SkipTo,
     subscribe_broker,
 )
-from triomq.client.core.subscription import SubscriptionData
+from triomq.protocol.heartbeat import SubscriptionData
 from triomq.protocol.route import MASTER_ID
 
 __all__ = [

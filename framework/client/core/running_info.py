@@ -41,9 +41,9 @@ import attrs
 from triomq.client.core.consume_from import ConsumeFromWhere
 from triomq.client.core.process_queue import ProcessQueue
 from triomq.client.core.pull import PullThresholds
-from triomq.client.core.subscription import SubscriptionData
 from triomq.client.core.wire import ConsumeType
 from triomq.protocol.consume_stats import queue_map
+from triomq.protocol.heartbeat import SubscriptionData
 from triomq.protocol.message_queue import MessageQueue
 from triomq.protocol.remoting import LANGUAGE, ROCKETMQ_VERSION_DESC
 from triomq.protocol.route import dumps

@@ -1,7 +1,7 @@
 """The bodies of a consumer's group requests, as RocketMQ's JSON beans. Pure.
 
-- ``heartbeat_body``: HEART_BEAT's ``HeartbeatData`` (client id, producer
-  groups, consumer groups with their subscriptions).
+- ``ConsumeType``: how a consumer's group is consumed, as its heartbeat
+  (``triomq.protocol.heartbeat``) declares it.
 - ``lock_body`` / ``read_locked``: LOCK_BATCH_MQ's ``LockBatchRequestBody``
   and the ``lockOKMQSet`` of its answer; UNLOCK_BATCH_MQ takes the same
   body.
@@ -13,17 +13,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Sequence
 
-import attrs
-
-from triomq.client.core.consume_from import ConsumeFromWhere
 from triomq.client.core.message import MessageQueue
-from triomq.client.core.subscription import SubscriptionData
 from triomq.protocol.route import RouteDataError, dumps, loads
 
 __all__ = [
     "ConsumeType",
-    "ConsumerData",
-    "heartbeat_body",
     "lock_body",
     "read_consumer_ids",
     "read_locked",
@@ -37,30 +31,6 @@ class ConsumeType(enum.Enum):
     CONSUME_ACTIVELY = "CONSUME_ACTIVELY"
 
 
-@attrs.frozen
-class ConsumerData:
-    """One consumer group as a heartbeat declares it (clustering mode)."""
-
-    group: str
-    consume_type: ConsumeType
-    consume_from_where: ConsumeFromWhere
-    subscriptions: tuple[SubscriptionData, ...]
-
-    def to_json(self) -> dict[str, object]:
-        return {"consumeFromWhere": self.consume_from_where.value,
-                "consumeType": self.consume_type.value, "groupName": self.group,
-                "messageModel": "CLUSTERING",
-                "subscriptionDataSet": [s.to_json() for s in self.subscriptions],
-                "unitMode": False}
-
-
-def heartbeat_body(client_id: str, producer_groups: Iterable[str],
-                   consumers: Iterable[ConsumerData]) -> bytes:
-    """HEART_BEAT's body."""
-    return dumps({"clientID": client_id,
-                  "consumerDataSet": [c.to_json() for c in consumers],
-                  "heartbeatFingerprint": 0, "isWithoutSub": False,
-                  "producerDataSet": [{"groupName": g} for g in producer_groups]})
 
 
 def lock_body(group: str, client_id: str, queues: Iterable[MessageQueue]) -> bytes:

@@ -24,7 +24,7 @@ from collections.abc import Hashable, Iterable
 
 import attrs
 
-from triomq.broker.consume.core.heartbeat import ConsumerData, HeartbeatData, SubscriptionData
+from triomq.protocol.heartbeat import ConsumerData, HeartbeatData, SubscriptionData
 
 __all__ = ["ClientChannel", "ClientOrigin", "ClientTable", "ConsumerGroupInfo", "Expired"]
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import attrs
 
-from triomq.broker.consume.core.heartbeat import MAX_TEXT, BodyError, parse_json_body
 from triomq.broker.consume.core.lock_table import MessageQueue
+from triomq.protocol.heartbeat import MAX_TEXT, BodyError, parse_json_body
 from triomq.protocol.route import dumps
 from triomq.protocol.topic_rules import IllegalName, check_group, check_topic
 

@@ -26,6 +26,7 @@ import attrs
 
 from triomq.errors import TriomqError
 from triomq.protocol.commitlog_layout import tags_code
+from triomq.protocol.heartbeat import EXPRESSION_SQL92, EXPRESSION_TAG, SUB_ALL
 
 __all__ = [
     "EXPRESSION_SQL92",
@@ -35,11 +36,6 @@ __all__ = [
     "SubscriptionRefused",
     "parse_subscription",
 ]
-
-#: RocketMQ's ``ExpressionType`` names and ``SubscriptionData.SUB_ALL``.
-EXPRESSION_TAG = "TAG"
-EXPRESSION_SQL92 = "SQL92"
-SUB_ALL = "*"
 
 #: RocketMQ's ``ResponseCode`` values these refusals use.
 SYSTEM_ERROR = 1

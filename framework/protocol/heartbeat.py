@@ -16,7 +16,14 @@ A client (producer or consumer instance) sends HEART_BEAT with a JSON body::
 ``parse_heartbeat`` reads it (fastjson's bare integer keys too) and raises
 ``BodyError`` naming the field at fault (``consumerDataSet[0].groupName``):
 a client learns what to fix, and a bad body never becomes SYSTEM_ERROR.
-Unknown fields are ignored, as fastjson does.
+Unknown fields are ignored, as fastjson does. A client builds the same values
+and writes them with ``HeartbeatData.encode``: one vocabulary for both ends.
+
+A subscription by tag expression is ``*`` (every message; also an empty one)
+or tags joined by ``||`` (``"paid || refunded"``), as RocketMQ's ``FilterAPI``
+builds it (``SubscriptionData.build``). The broker filters by each tag's Java
+``String.hashCode`` (a queue entry holds only that code); the client then
+keeps the messages whose tag is in the set, since codes may collide.
 """
 
 from __future__ import annotations
@@ -27,13 +34,17 @@ from typing import Any
 import attrs
 
 from triomq.errors import TriomqError
-from triomq.protocol.route import RouteDataError, loads
+from triomq.protocol.commitlog_layout import tags_code
+from triomq.protocol.route import RouteDataError, dumps, loads
 from triomq.protocol.topic_rules import IllegalName, check_group, check_topic
 
 __all__ = [
     "CONSUME_FROM_WHERE",
     "CONSUME_TYPES",
+    "EXPRESSION_SQL92",
+    "EXPRESSION_TAG",
     "MESSAGE_MODELS",
+    "SUB_ALL",
     "BodyError",
     "ConsumerData",
     "HeartbeatData",
@@ -49,7 +60,11 @@ CONSUME_FROM_WHERE = frozenset({
     "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
     "CONSUME_FROM_TIMESTAMP",
 })
-EXPRESSION_TYPES = frozenset({"TAG", "SQL92"})
+#: RocketMQ's ``ExpressionType`` names and ``SubscriptionData.SUB_ALL`` (every message).
+EXPRESSION_TAG = "TAG"
+EXPRESSION_SQL92 = "SQL92"
+EXPRESSION_TYPES = frozenset({EXPRESSION_TAG, EXPRESSION_SQL92})
+SUB_ALL = "*"
 #: A client id, a tag or an expression longer than this is not a client's.
 MAX_TEXT = 1024
 #: Groups and subscriptions one heartbeat may carry: far more than a client has.
@@ -71,12 +86,36 @@ class SubscriptionData:
     """One topic a consumer group subscribes to (RocketMQ's ``SubscriptionData``)."""
 
     topic: str
-    sub_string: str = "*"
+    sub_string: str = SUB_ALL
     tags_set: tuple[str, ...] = ()
     code_set: tuple[int, ...] = ()
     sub_version: int = 0
-    expression_type: str = "TAG"
+    expression_type: str = EXPRESSION_TAG
     class_filter_mode: bool = False
+
+    @classmethod
+    def build(cls, topic: str, expression: str | None, sub_version: int) -> SubscriptionData:
+        """The subscription of ``topic`` to the tag ``expression``, versioned
+        ``sub_version`` (RocketMQ uses the time it was made, in ms: a newer one
+        replaces an older); ``ValueError`` for an expression that names no tag."""
+        text = (expression or "").strip()
+        if not text or text == SUB_ALL:
+            return cls(topic, SUB_ALL, sub_version=sub_version)
+        tags = sorted({t.strip() for t in text.split("||") if t.strip()})
+        if not tags:
+            raise ValueError(f"subscription expression {expression!r} names no tag")
+        return cls(topic, text, tuple(tags), tuple(sorted({tags_code(t) for t in tags})),
+                   sub_version)
+
+    @property
+    def all(self) -> bool:
+        """Whether every message of the topic is wanted."""
+        return self.sub_string == SUB_ALL
+
+    def matches(self, tags: str | None) -> bool:
+        """Whether a message tagged ``tags`` is wanted (the client's check, after the
+        broker's by tag code)."""
+        return self.all or (tags is not None and tags in self.tags_set)
 
     def to_json(self) -> dict[str, Any]:
         return {"classFilterMode": self.class_filter_mode, "codeSet": list(self.code_set),
@@ -96,6 +135,13 @@ class ConsumerData:
     subscriptions: tuple[SubscriptionData, ...] = ()
     unit_mode: bool = False
 
+    def to_json(self) -> dict[str, Any]:
+        return {"consumeFromWhere": self.consume_from_where,
+                "consumeType": self.consume_type, "groupName": self.group_name,
+                "messageModel": self.message_model,
+                "subscriptionDataSet": [s.to_json() for s in self.subscriptions],
+                "unitMode": self.unit_mode}
+
 
 @attrs.frozen
 class HeartbeatData:
@@ -104,6 +150,13 @@ class HeartbeatData:
     client_id: str
     producer_groups: tuple[str, ...] = ()
     consumers: tuple[ConsumerData, ...] = ()
+
+    def encode(self) -> bytes:
+        """HEART_BEAT's body, as RocketMQ's client writes it."""
+        return dumps({"clientID": self.client_id,
+                      "consumerDataSet": [c.to_json() for c in self.consumers],
+                      "heartbeatFingerprint": 0, "isWithoutSub": False,
+                      "producerDataSet": [{"groupName": g} for g in self.producer_groups]})
 
 
 def parse_json_body(body: bytes) -> Mapping[str, Any]:
