@@ -216,7 +216,7 @@ def test_a_rebuilt_wheel_delivers_what_was_pending_not_what_was_delivered() -> N
 def test_a_checkpoint_does_not_move_while_its_wheel_rebuilds() -> None:
     old = TimerCheckpoint(0, 2 * BATCH + 3, 20_000)
     d = Driver([60_000] * (2 * BATCH + 3), old)
-    assert d.flow.start(30_000) == [ReadEntries(0, BATCH)]
+    assert d.flow.start(30_000) == [ReadEntries(0, 0, BATCH)]
     actions = d.flow.entries_read(d.entries[:BATCH], 0, len(d.entries), 30_000)
     assert d.flow.rebuilding and d.flow.checkpoint() == old
     assert d.run(actions, now=30_000) == WakeAt(31_000)

@@ -82,6 +82,9 @@ _TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 
 @attrs.frozen
 class ReadEntries:
+    """Read up to ``max_count`` entries of queue ``queue_id`` of the waiting topic from
+    ``start`` (the schedule's level queues, the timer wheel's queue 0)."""
+
     queue_id: int
     start: int
     max_count: int
@@ -95,6 +98,10 @@ class ReadRecord:
 
 @attrs.frozen
 class Deliver:
+    """Put ``message``, the entry at ``queue_offset``, through the escape bridge; then
+    ``put_done``. The timer wheel has several under way at once."""
+
+    queue_offset: int
     message: EscapedMessage
 
 
@@ -207,7 +214,7 @@ class LevelDelivery:
             skipped = Skipped(self.offset, message)
             return [skipped, *self._passed(now_ms)]
         self._message = message
-        return [Deliver(message)]
+        return [Deliver(self.offset, message)]
 
     def put_done(self, ok: bool, now_ms: int) -> list[ScheduleAction]:
         """The delivery's put ended: ``ok`` (PUT_OK), or anything else."""
@@ -226,7 +233,7 @@ class LevelDelivery:
     def woke(self, now_ms: int) -> list[ScheduleAction]:
         """The time a ``WakeAt`` asked for has come."""
         if self._message is not None:
-            return [Deliver(self._message)]
+            return [Deliver(self.offset, self._message)]
         if self._entries:
             return self._next(now_ms)
         return [self._read()]

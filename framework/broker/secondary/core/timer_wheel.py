@@ -66,6 +66,8 @@ from triomq.broker.core.escape_bridge import EscapedMessage
 from triomq.broker.secondary.core.schedule import (
     RETRY_MAX_MS,
     RETRY_MIN_MS,
+    Deliver,
+    ReadEntries,
     ReadRecord,
     Skipped,
     WakeAt,
@@ -103,23 +105,6 @@ PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 _TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 #: An entry of the wheel: ``(queue offset, physical offset, size)``.
 Entry = tuple[int, int, int]
-
-
-@attrs.frozen
-class ReadEntries:
-    """Read up to ``max_count`` entries of the timer topic's queue 0 from ``start``."""
-
-    start: int
-    max_count: int
-
-
-@attrs.frozen
-class Deliver:
-    """Put ``message`` (the entry at ``queue_offset``) through the escape bridge; then
-    ``put_done(queue_offset, ...)``. Several may be under way at once."""
-
-    queue_offset: int
-    message: EscapedMessage
 
 
 @attrs.frozen
@@ -320,7 +305,7 @@ class TimerDelivery:
         return [self._read()]
 
     def _read(self) -> ReadEntries:
-        return ReadEntries(self.scan_offset, BATCH)
+        return ReadEntries(0, self.scan_offset, BATCH)
 
     def _store(self) -> list[TimerAction]:
         checkpoint = self.checkpoint()
