@@ -29,7 +29,7 @@ from triomq.protocol.message import MessageRecord, RecordError
 __all__ = ["TransactionLog", "TransactionReads"]
 
 
-class QueueEntry(Protocol):
+class QueueEntryView(Protocol):
     """A consume-queue entry (``triomq.store.QueueEntry``'s fields the reads use)."""
 
     @property
@@ -58,7 +58,7 @@ class TransactionLog(Protocol):
     def queue_max_offset(self, topic: str, queue_id: int) -> int: ...
 
     def queue_entries(self, topic: str, queue_id: int, start: int, max_count: int
-                      ) -> Sequence[QueueEntry]: ...
+                      ) -> Sequence[QueueEntryView]: ...
 
 
 class TransactionReads:
