@@ -68,6 +68,10 @@ class RequestCode(enum.IntEnum):
     SEND_BATCH_MESSAGE = 320
     GET_TOPIC_CONFIG = 351
     LITE_PULL_MESSAGE = 361
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    BATCH_ACK_MESSAGE = 200151
 
 
 #: ``SendMessageRequestHeaderV2``'s one-letter keys and the field each stands for.

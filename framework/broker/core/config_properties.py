@@ -84,6 +84,9 @@ ROCKETMQ_NAMES: Mapping[str, str] = {
     "message_delay_level": "messageDelayLevel",
     "flush_delay_offset_interval": "flushDelayOffsetInterval",
     "delay_offset_update_version_step": "delayOffsetUpdateVersionStep",
+    "revive_queue_num": "reviveQueueNum",
+    "revive_interval": "reviveInterval",
+    "pop_from_retry_probability": "popFromRetryProbability",
 }
 
 #: ``[broker]`` keys without a RocketMQ name, or given from ``Facts`` instead.
