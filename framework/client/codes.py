@@ -44,6 +44,9 @@ class ClientRequestCode(enum.IntEnum):
     CONSUME_MESSAGE_DIRECTLY = 309
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
 
 
 #: The client reads RocketMQ's one table of response codes.

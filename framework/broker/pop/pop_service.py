@@ -314,7 +314,9 @@ class PopService:
         except PopRefused as exc:
             return _refused(exc.code, exc.remark)
         ack = self._ack_of(read, receipt)
-        now = self.clock()
+        # Later than the pop, so that the new checkpoint's key (which holds its pop time)
+        # is not the old one's, which the ack names, even within the same millisecond.
+        now = max(self.clock(), receipt.pop_time + 1)
         # A new checkpoint of the one message from now, then the ack of the old one:
         # RocketMQ's order, so a failure between them revives the message rather than
         # loses it.
