@@ -107,9 +107,12 @@ class ReadMessage:
 @attrs.frozen
 class Put:
     """Put ``message`` (into ``message.topic``, a pop retry topic, which the driver
-    creates if missing) through the escape bridge; answer ``put_done``."""
+    creates if missing) through the escape bridge; answer ``put_done``. It revives
+    ``checkpoint``'s message at ``offset``."""
 
     message: EscapedMessage
+    checkpoint: CheckPoint
+    offset: int
 
 
 @attrs.frozen
@@ -213,7 +216,7 @@ class ReviveQueue:
             return [Skipped(f"message {offset} of {pending.ck.topic} queue "
                             f"{pending.ck.queue_id} not revived: it is no longer stored"),
                     *self._next(now_ms)]
-        return [Put(retry_message(pending.ck, record))]
+        return [Put(retry_message(pending.ck, record), pending.ck, offset)]
 
     def put_done(self, ok: bool, now_ms: int) -> list[ReviveAction]:
         """How the last ``Put`` ended (``ok``: stored): a failed one is tried again after
