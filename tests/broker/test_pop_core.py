@@ -4,6 +4,7 @@ revive flow's pairing of checkpoints with acks."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 
@@ -11,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from triomq.broker.consume.core.subscription import parse_subscription
+from triomq.broker.pop.core.batch_ack import parse_batch_ack
 from triomq.broker.pop.core.checkpoint import (
     AckMsg,
     CheckPoint,
@@ -270,3 +272,29 @@ def test_a_message_gone_is_skipped_and_another_brokers_checkpoint_is_dropped() -
     done = flow.message_read(None, NOW + 9000)
     assert isinstance(done[0], Skipped) and "no longer stored" in done[0].reason
     assert done[1:] == [StoreOffset(0, 3), WakeAt(NOW + 10_000)]
+
+
+def test_a_batch_ack_body_reads_as_fastjson_writes_it() -> None:
+    # BitSet.toByteArray of {0, 3, 9}: bytes 0b00001001, 0b00000010.
+    bits = base64.b64encode(bytes([0b1001, 0b10])).decode()
+    body = json.dumps({"brokerName": "broker-b", "acks": [
+        {"c": "cg", "t": "orders", "r": "1", "so": 10, "q": 0, "rq": 2, "pt": NOW,
+         "it": 5000, "b": bits}]}).encode()
+    broker, (ack,) = parse_batch_ack(body)
+    assert broker == "broker-b"
+    assert (ack.topic, ack.offsets, ack.revive_queue_id) == ("%RETRY%cg_orders", (10, 13, 19), 2)
+    assert ack.receipt("broker-b", 13).encode() == f"10 {NOW} 5000 2 1 broker-b 0 13"
+    for bad, code in [(b"", 208), (b'{"acks": []}', 208), (b"[1]", 29), (b"{", 29),
+                      (b'{"acks": [{"r": "0"}]}', 29)]:
+        try:
+            parse_batch_ack(bad)
+        except PopRefused as exc:
+            assert exc.code == code, bad
+        else:
+            raise AssertionError(bad)
+
+
+@given(st.binary(max_size=200))
+def test_any_batch_ack_body_is_read_or_refused(body: bytes) -> None:
+    with contextlib.suppress(PopRefused):
+        parse_batch_ack(body)

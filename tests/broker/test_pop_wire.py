@@ -7,6 +7,7 @@ code and a remark and stores nothing."""
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 from collections.abc import AsyncIterator
@@ -25,7 +26,6 @@ POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME = 200050, 200051, 200053
 BATCH_ACK_MESSAGE = 200151
 REVIVE_TOPIC = "rmq_sys_REVIVE_LOG_DefaultCluster"
 SUCCESS, INVALID_PARAMETER, NO_MESSAGE, POLLING_TIMEOUT = 0, 29, 208, 210
-REQUEST_CODE_NOT_SUPPORTED = 3
 EXTRA = "revive_queue_num = 2\nrevive_interval = 500"
 
 
@@ -101,6 +101,15 @@ def handle(ext: dict, message: dict) -> str:
     assert int(queue_id) == message["queueId"]
     return " ".join([start, ext["popTime"], ext["invisibleTime"], ext["reviveQid"], kind,
                      "broker-a", queue_id, str(message["queueOffset"])])
+
+
+def batch_ack(ext: dict, bits: int = 1) -> dict:
+    """A ``BatchAck`` as fastjson writes it: ``b`` is ``BitSet.toByteArray`` in base64."""
+    kind, queue_id, start = ext["startOffsetInfo"].split(" ")
+    raw = bits.to_bytes(max(1, (bits.bit_length() + 7) // 8), "little")
+    return {"c": "cg", "t": "orders", "r": kind, "so": int(start), "q": int(queue_id),
+            "rq": int(ext["reviveQid"]), "pt": int(ext["popTime"]),
+            "it": int(ext["invisibleTime"]), "b": base64.b64encode(raw).decode()}
 
 
 def ack_fields(topic: str, queue_id: int, offset: int, extra: str) -> dict:
@@ -242,8 +251,15 @@ async def test_bad_pops_and_acks_are_refused_and_nothing_is_stored(
             NO_MESSAGE, True)
         header, _ = await wire.call(ACK_MESSAGE, ack_fields("%RETRY%cg_orders", 0, 0, good))
         assert header["code"] == 17  # TOPIC_NOT_EXIST: no retry topic yet
-        header, _ = await wire.call(BATCH_ACK_MESSAGE, {}, b"{}")
-        assert header["code"] == REQUEST_CODE_NOT_SUPPORTED
+        header, _ = await wire.call(BATCH_ACK_MESSAGE, {}, b'{"acks":[]}')
+        assert (header["code"], "no ack" in header["remark"]) == (NO_MESSAGE, True)
+        for ack, fragment in [({**batch_ack(ext), "b": "!!"}, "not base64"),
+                              ({**batch_ack(ext), "rq": 7}, "revive queue 7"),
+                              ({**batch_ack(ext), "r": "x"}, "'r'")]:
+            header, _ = await wire.call(BATCH_ACK_MESSAGE, {}, json.dumps(
+                {"brokerName": "broker-a", "acks": [batch_ack(ext), ack]}).encode())
+            assert header["code"] == INVALID_PARAMETER, header
+            assert "ack 1" in header["remark"] and fragment in header["remark"]
         assert len(revive_records(a)) == stored
 
         # Stale: the invisible time ran out.
@@ -261,3 +277,26 @@ async def test_bad_pops_and_acks_are_refused_and_nothing_is_stored(
                 header, again = await wire.pop(poll=5000)
         assert [m["body"] for m in again] == [b"x"]
 
+
+
+async def test_a_batch_ack_acks_several_messages_at_once(tmp_path, kind, clock) -> None:
+    async with broker_and_wire(kind, tmp_path) as (a, wire):
+        for body in (b"m0", b"m1", b"m2"):
+            await wire.send(body)
+        header, _ = await wire.pop()
+        ext = header["extFields"]
+        # Offsets 0 and 2 (bits 0 and 2 of the BitSet), in fastjson's long names too.
+        long_names = {"consumerGroup": "cg", "topic": "orders", "retry": "0",
+                      "startOffset": 0, "queueId": 0, "reviveQueueId": int(ext["reviveQid"]),
+                      "popTime": int(ext["popTime"]), "invisibleTime": 10000,
+                      "bitSet": base64.b64encode(bytes([0b100])).decode()}
+        header, _ = await wire.call(BATCH_ACK_MESSAGE, {}, json.dumps(
+            {"brokerName": "broker-a", "acks": [batch_ack(ext, 0b1), long_names]}).encode())
+        assert header["code"] == SUCCESS, header.get("remark")
+        acks = [r for r in revive_records(a) if r.properties["TAGS"] == "bAck"]
+        assert [json.loads(r.body)["aol"] for r in acks] == [[0], [2]]
+        again: list[dict] = []
+        with trio.fail_after(60):
+            while not again:
+                header, again = await wire.pop(poll=5000)
+        assert [m["body"] for m in again] == [b"m1"]

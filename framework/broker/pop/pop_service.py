@@ -1,4 +1,5 @@
-"""POP_MESSAGE 200050, ACK_MESSAGE 200051 and CHANGE_MESSAGE_INVISIBLETIME 200053 at run time.
+"""POP_MESSAGE 200050, ACK_MESSAGE 200051, CHANGE_MESSAGE_INVISIBLETIME 200053 and
+BATCH_ACK_MESSAGE 200151 at run time.
 
 The rules are in ``triomq.broker.pop.core`` (``pop``: the header, the
 refusals and what a pop takes; ``receipt``: the handles; ``checkpoint``: the
@@ -17,10 +18,11 @@ A pop that finds nothing waits up to its ``pollTime`` for records to land
 with the broker's clock (RocketMQ refuses a pop older than its pollTime
 plus 500 ms): clients' clocks are their own.
 
-BATCH_ACK_MESSAGE 200151 is not built (its ``BitSet`` body is fastjson's
-own encoding): it is not registered, so the RPC layer answers
-REQUEST_CODE_NOT_SUPPORTED. Only a master pops: a slave refuses all three
-requests with SERVICE_NOT_AVAILABLE.
+BATCH_ACK_MESSAGE 200151 (``core.batch_ack``) writes one batch ack per
+checkpoint it names, once every offset of every ack passes the checks a
+single ack's handle does (one refusal refuses the request: nothing is
+stored). Only a master pops: a slave refuses all four requests with
+SERVICE_NOT_AVAILABLE.
 
 Pop times are the wall clock at the broker's start moved on by trio's
 clock (``PopClock``), so a test's mock clock moves them too.
@@ -44,6 +46,7 @@ from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.broker.core.escape_bridge import EscapeBridge, EscapedMessage
 from triomq.broker.metadata.core.topic_table import TopicRefused
 from triomq.broker.metadata.topics import TopicService
+from triomq.broker.pop.core.batch_ack import BatchAck, parse_batch_ack
 from triomq.broker.pop.core.checkpoint import AckMsg, CheckPoint
 from triomq.broker.pop.core.pop import (
     PopHeader,
@@ -124,6 +127,7 @@ class PopService:
         server.register(RequestCode.POP_MESSAGE, self.pop_message)
         server.register(RequestCode.ACK_MESSAGE, self.ack_message)
         server.register(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible_time)
+        server.register(RequestCode.BATCH_ACK_MESSAGE, self.batch_ack_message)
 
     def appended(self) -> None:
         """Records landed in the log: waiting pops look again."""
@@ -330,6 +334,54 @@ class PopService:
         return RemotingCommand.response(ext_fields={
             "popTime": str(now), "invisibleTime": str(invisible_time),
             "reviveQid": str(receipt.revive_queue_id)})
+
+    async def batch_ack_message(self, request: RemotingCommand, peer: RpcConnection
+                                ) -> RemotingCommand:
+        refused = self._not_master("BATCH_ACK_MESSAGE")
+        if refused is not None:
+            return refused
+        try:
+            broker_name, acks = parse_batch_ack(request.body)
+        except PopRefused as exc:
+            return _refused(exc.code, exc.remark)
+        broker_name = broker_name or self.config.broker_name
+        records: list[tuple[AckMsg, int]] = []
+        now = self.clock()
+        for index, ack in enumerate(acks):
+            refusal = self._batch_refusal(ack, broker_name, now)
+            if refusal is not None:
+                return _refused(refusal.code, f"BATCH_ACK_MESSAGE: ack {index}: {refusal.remark}")
+            queue_min = self.log.queue_min_offset(ack.topic, ack.queue_id)
+            queue_max = self.log.queue_max_offset(ack.topic, ack.queue_id)
+            # RocketMQ passes over the offsets its queue does not hold.
+            offsets = [o for o in ack.offsets if queue_min <= o < queue_max]
+            if offsets:
+                records.append((AckMsg(ack.topic, ack.group, ack.queue_id, ack.start_offset,
+                                       ack.pop_time, broker_name, offsets, batch=True),
+                                ack.revive_queue_id))
+        for record, revive_qid in records:
+            if not await self._put_revive(record, revive_qid):
+                return _refused(ResponseCode.SYSTEM_ERROR, "BATCH_ACK_MESSAGE: an ack could "
+                                f"not be stored in {self.revive_topic}")
+        return RemotingCommand.response()
+
+    def _batch_refusal(self, ack: BatchAck, broker_name: str, now: int
+                       ) -> ReceiptRefused | None:
+        topic = self.topics.table.get(ack.topic)
+        if topic is None:
+            return ReceiptRefused(ResponseCode.TOPIC_NOT_EXIST,
+                                  f"topic[{ack.topic[:80]}] not exist, apply first please!")
+        if ack.queue_id >= topic.read_queue_nums:
+            return ReceiptRefused(ResponseCode.MESSAGE_ILLEGAL,
+                                  f"queueId[{ack.queue_id}] is illegal, topic:"
+                                  f"[{ack.topic[:80]}]")
+        for offset in ack.offsets:
+            refusal = receipt_refusal(ack.receipt(broker_name, offset), topic=ack.topic,
+                                      group=ack.group, queue_id=ack.queue_id, offset=offset,
+                                      now_ms=now, revive_queue_num=self.config.revive_queue_num)
+            if refusal is not None:
+                return refusal
+        return None
 
     def ensure_retry_topic(self, name: str) -> bool:
         """Create the pop retry topic ``name`` when missing (False: it cannot be)."""
