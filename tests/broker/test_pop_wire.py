@@ -300,3 +300,38 @@ async def test_a_batch_ack_acks_several_messages_at_once(tmp_path, kind, clock) 
             while not again:
                 header, again = await wire.pop(poll=5000)
         assert [m["body"] for m in again] == [b"m1"]
+
+
+async def test_a_long_polling_pop_is_answered_when_a_message_lands(
+        tmp_path, kind, clock) -> None:
+    async with broker_and_wire(kind, tmp_path) as (a, wire):
+        await wire.send(b"first")  # the topic exists; the group's first pop starts here
+        header, got = await wire.pop()
+        assert [m["body"] for m in got] == [b"first"]
+        async with trio.open_nursery() as nursery:
+            answers: list = []
+
+            async def waiting_pop() -> None:
+                answers.append(await wire.pop(poll=30_000))
+
+            nursery.start_soon(waiting_pop)
+            await trio.sleep(10)  # held, with nothing to pop
+            assert answers == []
+            async with await a.node.connect(a.node.address) as other:
+                await Wire(other).send(b"later")
+        ((header, got),) = answers
+        assert header["code"] == SUCCESS and [m["body"] for m in got] == [b"later"]
+
+
+async def test_a_slave_refuses_pops_and_acks(tmp_path, clock) -> None:
+    cluster = Cluster("inproc", tmp_path)
+    async with (cluster.broker("a", extra=EXTRA) as a,
+                cluster.broker("b", broker_id=1, master=a.ha_address, extra=EXTRA) as b,
+                cluster.client() as client,
+                await client.connect(b.node.address) as stream):
+        wire = Wire(stream)
+        header, _ = await wire.pop()
+        assert header["code"] == 14 and "not master" in header["remark"]
+        header, _ = await wire.call(ACK_MESSAGE, ack_fields("orders", 0, 0, "0 1 1 0 0 b 0 0"))
+        assert header["code"] == 14 and "ACK_MESSAGE" in header["remark"]
+        assert revive_records(b) == []
