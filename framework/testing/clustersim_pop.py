@@ -240,7 +240,6 @@ class SimPops:
         plan = plan_pop(master.log, header, Subscription(), topic=TopicConfig(
             TOPIC, TOPIC_QUEUES, TOPIC_QUEUES), retry=retry, random_q=self.rng.randrange(100),
             pop_offset=lambda topic, queue: offsets.get((topic, queue)),
-            busy=lambda topic, queue: False,
             confirm_offset=master.term.confirmed(master.log.max_offset),
             pop_from_retry_probability=20, scan_limit=64)
         pick = next((p for p in plan.picks if p.entries), None)

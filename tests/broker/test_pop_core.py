@@ -168,7 +168,7 @@ class Store:
 def plan(header: PopHeader, **kwargs):
     options = {"topic": TopicConfig("orders", 2, 2), "retry": TopicConfig("%RETRY%cg_orders", 1, 1),
                "random_q": 50, "pop_offset": lambda topic, queue: None,
-               "busy": lambda topic, queue: False, "confirm_offset": 10_000,
+               "confirm_offset": 10_000,
                "pop_from_retry_probability": 20, "scan_limit": 800, **kwargs}
     return plan_pop(Store(), header, parse_subscription("*"), **options)
 
@@ -182,12 +182,12 @@ def test_a_pop_reads_the_topic_then_its_retry_topic() -> None:
     assert popped.offset_infos() == ("0 0 0;1 0 0", "0 0 0,1,2;1 0 0")
     # random_q below pop_from_retry_probability: the retry topic first.
     assert plan(header, random_q=5).picks[0].topic == "%RETRY%cg_orders"
-    # A tag filter takes what matches and moves past the rest; a busy queue is passed over.
+    # A tag filter takes what matches and moves past the rest.
     tagged = plan_pop(Store(), header, parse_subscription("x"), topic=TopicConfig("orders", 2, 2),
                       retry=None, random_q=0, pop_offset=lambda t, q: 1,
-                      busy=lambda t, q: q == 1, confirm_offset=10_000,
-                      pop_from_retry_probability=20, scan_limit=800)
-    (pick,) = tagged.picks
+                      confirm_offset=10_000, pop_from_retry_probability=20, scan_limit=800)
+    pick = tagged.picks[0]
+    assert [(p.queue_id, p.entries) for p in tagged.picks] == [(0, ()), (1, ())]
     assert pick.start_offset == 1 and pick.next_offset == 3
     ck = pick.checkpoint(header, NOW, "broker-a")
     assert ck.start_offset == 1 and ck.offset_diffs == tuple(e[0] - 1 for e in pick.entries)

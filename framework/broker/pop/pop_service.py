@@ -119,7 +119,6 @@ class PopService:
         self.clock = clock
         self.revive_topic = revive_topic(config.cluster_name)
         self._revive_counter = 0
-        self._busy: set[tuple[str, str, int]] = set()
         self._appended = trio.Event()
 
     def register(self, server: RpcServer) -> None:
@@ -168,8 +167,6 @@ class PopService:
                 random_q=random.randrange(100),
                 pop_offset=lambda name, queue_id: self.offsets.table.query(
                     header.consumer_group, name, queue_id),
-                busy=lambda name, queue_id: (header.consumer_group, name, queue_id)
-                in self._busy,
                 confirm_offset=self.broker.confirm_offset,
                 pop_from_retry_probability=self.config.pop_from_retry_probability,
                 scan_limit=max(header.max_msg_nums, self.config.max_filter_message_size // 20))
@@ -177,6 +174,13 @@ class PopService:
                 break
             with trio.move_on_at(deadline):
                 await waiter.wait()
+        # The pop takes its offsets now, before its checkpoints are stored (no await since
+        # the plan): a concurrent pop of the queue reads on from there, where RocketMQ's
+        # queue lock has it pass the queue over.
+        group = header.consumer_group
+        for pick in plan.picks:
+            if self.offsets.table.query(group, pick.topic, pick.queue_id) != pick.next_offset:
+                self.offsets.commit(group, pick.topic, pick.queue_id, pick.next_offset)
         taken = await self._check_in(header, plan.picks, pop_time, revive_qid)
         fields = {"popTime": str(pop_time), "invisibleTime": str(header.invisible_time),
                   "reviveQid": str(revive_qid), "restNum": str(plan.rest())}
@@ -195,26 +199,21 @@ class PopService:
 
     async def _check_in(self, header: PopHeader, picks: tuple[QueuePick, ...], pop_time: int,
                         revive_qid: int) -> list[QueuePick]:
-        """Store each pick's checkpoint, then move the group's pop offset; the picks whose
-        checkpoint is stored (a pick of nothing just moves the offset)."""
+        """Store each pick's checkpoint; the picks whose checkpoint is stored. One that is
+        not moves the group's pop offset back to where the pick started: its messages are
+        popped again, and so are those later pops took meanwhile (at least once)."""
         kept: list[QueuePick] = []
         group = header.consumer_group
         for pick in picks:
-            key = (group, pick.topic, pick.queue_id)
-            if key in self._busy:  # another pop took the queue meanwhile
+            if not pick.entries:
                 continue
-            if pick.entries:
-                self._busy.add(key)
-                try:
-                    stored = await self._put_revive(
-                        pick.checkpoint(header, pop_time, self.config.broker_name), revive_qid)
-                finally:
-                    self._busy.discard(key)
-                if not stored:
-                    continue
+            if await self._put_revive(pick.checkpoint(header, pop_time, self.config.broker_name),
+                                      revive_qid):
                 kept.append(pick)
-            if self.offsets.table.query(group, pick.topic, pick.queue_id) != pick.next_offset:
-                self.offsets.commit(group, pick.topic, pick.queue_id, pick.next_offset)
+                continue
+            now = self.offsets.table.query(group, pick.topic, pick.queue_id)
+            if now is None or now > pick.start_offset:
+                self.offsets.commit(group, pick.topic, pick.queue_id, pick.start_offset)
         return kept
 
     async def _put_revive(self, record: CheckPoint | AckMsg, revive_qid: int) -> bool:

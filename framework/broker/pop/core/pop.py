@@ -216,13 +216,10 @@ def _pick(store: QueueStore, topic: str, queue_id: int, start: int, want: int,
 
 def plan_pop(store: QueueStore, header: PopHeader, subscription: Subscription, *,
              topic: TopicConfig, retry: TopicConfig | None, random_q: int,
-             pop_offset: Callable[[str, int], int | None],
-             busy: Callable[[str, int], bool], confirm_offset: int,
+             pop_offset: Callable[[str, int], int | None], confirm_offset: int,
              pop_from_retry_probability: int, scan_limit: int) -> PopPlan:
     """What the pop takes now. ``random_q`` is in [0, 100); ``pop_offset(topic, queue)``
-    the group's stored pop offset (None: it has none); ``busy(topic, queue)`` whether
-    another pop of the group is storing its checkpoint of the queue (it is passed over,
-    as RocketMQ's queue lock does)."""
+    the group's stored pop offset (None: it has none)."""
     picks: list[QueuePick] = []
     every = Subscription()
 
@@ -238,8 +235,6 @@ def plan_pop(store: QueueStore, header: PopHeader, subscription: Subscription, *
             if want <= 0:
                 return
             name = config.topic_name
-            if busy(name, queue_id):
-                continue
             start = _start_offset(store, name, queue_id, pop_offset(name, queue_id),
                                   header.init_mode, is_retry)
             # A retry topic holds only what the group's pops left un-acked: every message.
