@@ -342,7 +342,7 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     revive = broker.revive = ReviveService(
         config=config, log=log, offsets=offsets, broker=view,
         bridge=LocalEscapeBridge(processor.put_own), clock=pop_clock,
-        ensure_retry_topic=pops.ensure_retry_topic)
+        ensure_retry_topic=pops.ensure_retry_topic, ensure_revive_topic=pops.ensure_revive_topic)
 
     def appended() -> None:
         pulls.appended()

@@ -172,6 +172,8 @@ async def test_an_unacked_pop_comes_back_after_its_invisible_time_an_acked_one_n
         assert retry_handle[4] == "1" and retry_handle[5] == "broker-a"
         assert props["1ST_POP_TIME"] == ext["popTime"]
         assert "%RETRY%cg_orders" in a.topics.table
+        revive = a.topics.table.get(REVIVE_TOPIC)
+        assert revive is not None and revive.read_queue_nums == 2
         header, _ = await wire.call(ACK_MESSAGE, ack_fields(
             "%RETRY%cg_orders", int(retry_handle[6]), int(retry_handle[7]),
             props["POP_CK"]))

@@ -382,15 +382,23 @@ class PopService:
                 return refusal
         return None
 
+    def ensure_revive_topic(self) -> None:
+        """Create the revive topic when missing, ``revive_queue_num`` queues, as RocketMQ's
+        broker does at its start (a master's: slaves copy its topics)."""
+        self._ensure(TopicConfig(self.revive_topic, self.config.revive_queue_num,
+                                 self.config.revive_queue_num, perm=PERM_READ | PERM_WRITE))
+
     def ensure_retry_topic(self, name: str) -> bool:
         """Create the pop retry topic ``name`` when missing (False: it cannot be)."""
-        config = pop_retry_topic_config(name)
+        return self._ensure(pop_retry_topic_config(name))
+
+    def _ensure(self, config: TopicConfig) -> bool:
         if config.topic_name in self.topics.table:
             return True
         try:
             self.topics.table.update(config, wall_ms(), system=True)
         except TopicRefused as exc:
-            log.warning("pop retry topic %s not created: %s", config.topic_name, exc.remark)
+            log.warning("topic %s not created: %s", config.topic_name, exc.remark)
             return False
         self.topics.changed()
         return True

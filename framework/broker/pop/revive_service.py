@@ -49,8 +49,8 @@ class ReviveService:
 
     def __init__(self, *, config: BrokerConfig, log: CommitLog,
                  offsets: ConsumerOffsetService, broker: ComponentView, bridge: EscapeBridge,
-                 clock: Callable[[], int], ensure_retry_topic: Callable[[str], bool]
-                 ) -> None:
+                 clock: Callable[[], int], ensure_retry_topic: Callable[[str], bool],
+                 ensure_revive_topic: Callable[[], None]) -> None:
         self.config = config
         self.log = log
         self.offsets = offsets
@@ -58,12 +58,14 @@ class ReviveService:
         self.bridge = bridge
         self.clock = clock
         self.ensure_retry_topic = ensure_retry_topic
+        self.ensure_revive_topic = ensure_revive_topic
         self.topic = revive_topic(config.cluster_name)
         #: The running flows, by revive queue (for tests and admin views).
         self.flows: dict[int, ReviveQueue] = {}
 
     async def revive(self) -> None:
         """The master term's task: every revive queue's flow, until cancelled."""
+        self.ensure_revive_topic()
         async with trio.open_nursery() as nursery:
             for queue_id in range(self.config.revive_queue_num):
                 done = self.offsets.table.query(REVIVE_GROUP, self.topic, queue_id)
