@@ -3,12 +3,13 @@ BATCH_ACK_MESSAGE 200151 at run time.
 
 The rules are in ``triomq.broker.pop.core`` (``pop``: the header, the
 refusals and what a pop takes; ``receipt``: the handles; ``checkpoint``: the
-revive topic's records). This driver reads the queues, writes each pop's
-checkpoints and each ack to the revive topic ``rmq_sys_REVIVE_LOG_<cluster>``
-through the escape bridge (a checkpoint not stored drops its queue's
-messages from the answer and leaves the group's pop offset where it was),
-moves the group's pop offsets (its consumer offsets, which slaves copy) and
-answers with the records back to back, as a pull does. A message of the
+revive topic's records). This driver reads the queues, moves the group's
+pop offsets (its consumer offsets, which slaves copy) past what it took,
+writes each pop's checkpoints and each ack to the revive topic
+``rmq_sys_REVIVE_LOG_<cluster>`` through the escape bridge (a checkpoint
+not stored drops its queue's messages from the answer and moves the pop
+offset back to where they start) and answers with the records back to
+back, as a pull does. A message of the
 group's pop retry topic is answered re-encoded under the popped topic with
 its ``POP_CK`` handle, as RocketMQ does; the others carry none, and a
 client builds their handles from ``startOffsetInfo``/``msgOffsetInfo``.
