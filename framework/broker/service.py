@@ -184,7 +184,9 @@ class Broker:
         self.transactions: TransactionService | None = None
         #: Delayed messages' delivery and offsets (set when the service starts).
         self.schedule: ScheduleMessageService | None = None
-        #: The revive of un-acked pops (set when the service starts).
+        #: Pops and their acks, and the revive of un-acked pops (set when the service
+        #: starts).
+        self.pops: PopService | None = None
         self.revive: ReviveService | None = None
         #: The components the broker runs (set when the service starts).
         self.components: ComponentHost | None = None
@@ -336,7 +338,7 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         config=config, broker=view, bridge=LocalEscapeBridge(processor.put_own),
         offsets=offsets, producer_connection=clients.table.producer_connection)
     pop_clock = PopClock()
-    pops = PopService(config=config, log=log, topics=topics, offsets=offsets,
+    pops = broker.pops = PopService(config=config, log=log, topics=topics, offsets=offsets,
                       find_group=clients.find_group, bridge=LocalEscapeBridge(processor.put_own),
                       broker=view, clock=pop_clock)
     revive = broker.revive = ReviveService(

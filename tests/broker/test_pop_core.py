@@ -298,3 +298,10 @@ def test_a_batch_ack_body_reads_as_fastjson_writes_it() -> None:
 def test_any_batch_ack_body_is_read_or_refused(body: bytes) -> None:
     with contextlib.suppress(PopRefused):
         parse_batch_ack(body)
+
+
+@given(st.dictionaries(st.sampled_from(sorted(pop_fields())), st.text(max_size=12)))
+def test_any_pop_header_is_read_or_refused(changes: dict[str, str]) -> None:
+    with contextlib.suppress(PopRefused):
+        header = parse_pop_header(pop_fields(**changes))
+        assert header.invisible_time >= 0 and 0 < header.max_msg_nums <= 32

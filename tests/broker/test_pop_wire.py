@@ -20,6 +20,7 @@ from test_pull_wire import decode_messages, receive_exactly
 from test_send_wire import SEND_MESSAGE_V2, properties
 from trio.testing import MockClock
 
+from triomq.broker.core.escape_bridge import EscapeResult
 from triomq.broker.service import Broker
 
 POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME = 200050, 200051, 200053
@@ -337,3 +338,25 @@ async def test_a_slave_refuses_pops_and_acks(tmp_path, clock) -> None:
         header, _ = await wire.call(ACK_MESSAGE, ack_fields("orders", 0, 0, "0 1 1 0 0 b 0 0"))
         assert header["code"] == 14 and "ACK_MESSAGE" in header["remark"]
         assert revive_records(b) == []
+
+
+class Refusing:
+    """An escape bridge that refuses every put, as a master stepping down does."""
+
+    async def put_message(self, message) -> EscapeResult:
+        return EscapeResult(code=14, remark="refused for the test")
+
+
+async def test_a_checkpoint_not_stored_pops_nothing_and_leaves_the_message(
+        tmp_path, kind, clock) -> None:
+    async with broker_and_wire(kind, tmp_path) as (a, wire):
+        await wire.send(b"kept")
+        assert a.pops is not None
+        bridge, a.pops.bridge = a.pops.bridge, Refusing()
+        header, got = await wire.pop()
+        assert (header["code"], got) == (POLLING_TIMEOUT, [])
+        assert revive_records(a) == []
+        assert a.offsets.table.query("cg", "orders", 0) == 0
+        a.pops.bridge = bridge
+        header, got = await wire.pop()
+        assert [m["body"] for m in got] == [b"kept"]
