@@ -18,7 +18,8 @@ Invariants:
 
 - safety: no master revives a popped message whose ack was answered
   SUCCESS before its revive time (the pop's sim time plus nine tenths of its
-  invisible time, a margin for the brokers' clock rates);
+  invisible time, a margin for the brokers' clock rates), unless an unclean
+  election may have lost the ack (the invariants' ``relaxed_before``);
 - liveness (after healing): every acknowledged pop's messages are acked (or
   their ack stored, though not answered SUCCESS) or revived (a revive put
   answered SUCCESS) within ``POP_HEAL_LIMIT_MS``.
@@ -90,6 +91,8 @@ Key = tuple[tuple[str, str, int, int, int, str], int]
 @attrs.define
 class _Popped:
     ck: CheckPoint
+    #: The master epoch that stored the checkpoint.
+    epoch: int
     #: Sim time of the pop's answer, and of its revive time (with the clock margin).
     at: int
     revive_at: int
@@ -124,8 +127,9 @@ class SimPops:
         self._flows: dict[str, _Flow] = {}
         #: Acknowledged pops, by checkpoint key.
         self.popped: dict[tuple[str, str, int, int, int, str], _Popped] = {}
-        #: (checkpoint key, offset) -> sim time its ack was answered SUCCESS.
-        self.acked: dict[Key, int] = {}
+        #: (checkpoint key, offset) -> sim time its ack was answered SUCCESS, and the
+        #: master epoch that stored it.
+        self.acked: dict[Key, tuple[int, int]] = {}
         #: Acks stored but not answered SUCCESS (a replication timeout): they may count.
         self.maybe_acked: set[Key] = set()
         #: (checkpoint key, offset) revived by a put answered SUCCESS.
@@ -221,10 +225,13 @@ class SimPops:
         return records
 
     def _check_not_acked(self, broker: SimBroker, put: Put) -> None:
-        key = (put.checkpoint.merge_key, put.offset)
-        acked_at = self.acked.get(key)
+        acked = self.acked.get((put.checkpoint.merge_key, put.offset))
         popped = self.popped.get(put.checkpoint.merge_key)
-        if acked_at is not None and popped is not None and acked_at < popped.revive_at:
+        if acked is None or popped is None:
+            return
+        acked_at, epoch = acked
+        # An unclean election may lose what was acked before it (the invariants' rule).
+        if acked_at < popped.revive_at and epoch >= self.sim.relaxed_before:
             self.sim.violation(
                 f"{broker.name} revives {put.checkpoint.topic} offset {put.offset} of the pop "
                 f"at {popped.at} ms, acked at {acked_at} ms, before its revive time "
@@ -248,7 +255,7 @@ class SimPops:
         pop_time = master.now_ms()
         ck = pick.checkpoint(header, pop_time, GROUP)
         self._busy = True
-        sent = self.sim.now
+        sent, epoch = self.sim.now, master.term.epoch
 
         def done(result: EscapeResult) -> None:
             self._busy = False
@@ -258,7 +265,7 @@ class SimPops:
             self.pops += 1
             acks = {o: self.sim.now + self.rng.randrange(invisible * 2)
                     for o in ck.offsets if self.rng.random() < self.p_ack}
-            self.popped[ck.merge_key] = _Popped(ck, self.sim.now,
+            self.popped[ck.merge_key] = _Popped(ck, epoch, self.sim.now,
                                                 sent + invisible * 9 // 10, acks)
 
         self._put(master, EscapedMessage(
@@ -281,13 +288,14 @@ class SimPops:
             return  # stale (or, across a failover, a clock ahead): the message comes back
         key = (ck.merge_key, offset)
         self._acking.add(key)
+        epoch = master.term.epoch
         ack = AckMsg(ck.topic, ck.group, ck.queue_id, ck.start_offset, ck.pop_time,
                      ck.broker_name, (offset,))
 
         def done(result: EscapeResult) -> None:
             self._acking.discard(key)
             if result.ok:
-                self.acked.setdefault(key, self.sim.now)
+                self.acked.setdefault(key, (self.sim.now, epoch))
             elif result.stored:  # timed out after the append: it may yet count
                 self.maybe_acked.add(key)
 
@@ -298,8 +306,9 @@ class SimPops:
     # -- liveness ----------------------------------------------------------------------
 
     def unresolved(self) -> list[str]:
-        """Acknowledged pops' messages neither acked nor revived yet."""
+        """Acknowledged pops' messages neither acked nor revived yet (not those of a
+        checkpoint an unclean election may have lost)."""
+        done = set(self.acked) | self.revived | self.maybe_acked | self._acking
         return [f"{p.ck.topic} offset {o} of the pop at {p.at} ms"
-                for key, p in self.popped.items() for o in p.ck.offsets
-                if (key, o) not in self.acked and (key, o) not in self.revived
-                and (key, o) not in self.maybe_acked and (key, o) not in self._acking]
+                for key, p in self.popped.items() if p.epoch >= self.sim.relaxed_before
+                for o in p.ck.offsets if (key, o) not in done]
