@@ -39,7 +39,13 @@ fsync and ``all_ack_in_sync_state_set = true``; 1 KiB bodies, 8 queues.
   them all;
 - **retries**: 64 tasks each sending CONSUMER_SEND_MSG_BACK for a message
   the plain sends stored, for ``--seconds`` (each one a put into the
-  schedule topic at the retry's delay level).
+  schedule topic at the retry's delay level);
+- **pop receive-and-ack against pull**: over the messages the plain sends
+  stored, 64 tasks each popping one message (POP_MESSAGE, ``maxMsgNums`` 1,
+  every queue, a 60 s invisible time: a checkpoint put into the revive
+  topic) and acking it (ACK_MESSAGE: an ack put) for ``--seconds``, one
+  round trip counting both; beside it, 64 tasks each pulling one message
+  (PULL_MESSAGE, ``maxMsgNums`` 1, their own queue and offset, no commit).
 
 Each row also gives the three brokers' CPU per message, and the CPU seconds
 per second of the master and of this process (the clients).
@@ -53,9 +59,6 @@ per second of the master and of this process (the clients).
   delivered (each put answered PUT_OK at once), the checkpoint moved. It
   must be flat: a tick costs its slot, not the wheel; the "empty" column
   is a tick with nothing due.
-
-Not built in triomq, so no row: POP receive-and-ack. The script says so in
-its output.
 
 ``--profile DIR`` runs the restarted brokers under cProfile (DIR/<name>.prof).
 Prints the machine line, then a Markdown table; BENCHMARKS.md's "Secondary
@@ -128,10 +131,10 @@ TIMER_BENCH_TOPIC = "BenchTimer"
 TIMER_DUE_AFTER_S = 3.0
 SEND_MESSAGE_V2 = 310
 CONSUMER_SEND_MSG_BACK = 36
+PULL_MESSAGE, POP_MESSAGE, ACK_MESSAGE = 11, 200050, 200051
 BROKERS = ("broker-0", "broker-1", "broker-2")
 #: How far back the delayed messages were stored: past the longest default level (2 h).
 STORED_AGO_MS = 3 * 3600 * 1000
-NOT_BUILT = ("POP receive-and-ack (POP_MESSAGE / ACK_MESSAGE): not built in triomq; no row",)
 #: Timer messages due in each slot of the tick benchmark, and the ticks timed.
 TIMER_DUE_PER_SLOT = 10
 TIMER_TICKS = 90
@@ -508,6 +511,57 @@ async def retries(node, processes: Processes, master: str, seconds: float,
     return {"retry": rate, **meter.results("retry", done)}
 
 
+async def pops(node, processes: Processes, master: str, seconds: float) -> dict[str, float]:
+    """Pop + ack of one message from 64 tasks for ``seconds``, then pulls of one message
+    from 64 tasks for as long."""
+    address = f"tcp://{master}"
+    pop_fields = {"consumerGroup": "bench-pop", "topic": TOPIC, "queueId": "-1",
+                  "maxMsgNums": "1", "invisibleTime": "60000", "pollTime": "0",
+                  "bornTime": "0", "initMode": "1"}
+    popped = 0
+
+    async def pop_and_ack() -> int:
+        nonlocal popped
+        answer = await node.rpc.invoke(address, POP_MESSAGE, pop_fields)
+        if answer.code == 210:  # POLLING_TIMEOUT: every stored message popped
+            return 0
+        assert answer.code == 0, (answer.code, answer.remark)
+        fields = answer.ext_fields
+        kind, queue_id, start = fields["startOffsetInfo"].split(" ")
+        offset = fields["msgOffsetInfo"].split(" ")[2]
+        handle = " ".join([start, fields["popTime"], fields["invisibleTime"],
+                           fields["reviveQid"], kind, "broker", queue_id, offset])
+        acked = await node.rpc.invoke(address, ACK_MESSAGE, {
+            "consumerGroup": "bench-pop", "topic": TOPIC, "queueId": queue_id,
+            "offset": offset, "extraInfo": handle})
+        assert acked.code == 0, (acked.code, acked.remark)
+        popped += 1
+        return 1
+
+    meter = Meter(processes)
+    results = {"pop": await for_seconds(seconds, IN_FLIGHT, pop_and_ack)}
+    results.update(meter.results("pop", popped))
+    pulled = 0
+
+    async def pull() -> int:
+        nonlocal pulled
+        # Round the queues, over the first 100 messages of each (the plain sends stored
+        # more): every pull finds its message.
+        n, pulled = pulled, pulled + 1
+        answer = await node.rpc.invoke(address, PULL_MESSAGE, {
+            "consumerGroup": "bench-pull", "topic": TOPIC, "queueId": str(n % QUEUES),
+            "queueOffset": str(n // QUEUES % 100), "maxMsgNums": "1", "sysFlag": "4",
+            "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
+            "subVersion": "0"})
+        assert answer.code == 0, (answer.code, answer.remark)
+        return 1
+
+    meter = Meter(processes)
+    results["pull"] = await for_seconds(seconds, IN_FLIGHT, pull)
+    results.update(meter.results("pull", pulled))
+    return results
+
+
 async def run(args: argparse.Namespace, root: Path) -> dict[str, float]:
     namesrv, brokers, base = await prepare(root)
     print(f"the group stopped; filling three stores with {args.count:,} delayed messages",
@@ -538,6 +592,8 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, float]:
             if not args.no_retry:
                 results.update(await retries(node, processes, brokers[0], args.seconds,
                                              offsets))
+            if not args.no_pop:
+                results.update(await pops(node, processes, brokers[0], args.seconds))
     return results
 
 
@@ -554,6 +610,7 @@ def main() -> None:
                         help="skip the timer sends and their delivery")
     parser.add_argument("--timer-only", action="store_true",
                         help="measure the timer wheel's ticks alone (no brokers)")
+    parser.add_argument("--no-pop", action="store_true", help="skip pop and pull")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="run the restarted brokers under cProfile, writing "
                              "DIR/<name>.prof (read them with python -m pstats)")
@@ -571,8 +628,6 @@ def main() -> None:
     print(f"fixture: {args.count:,} delayed messages over {args.levels} level(s) written in "
           f"{r['fill_seconds']:.1f} s; first delivery seen {r['delayed_first']:.1f} s after "
           f"the start, the last {r['delayed_seconds']:.1f} s after it")
-    for line in NOT_BUILT:
-        print(line)
     spread = "in level 1" if args.levels == 1 else f"over {args.levels} levels"
     rows = [(f"delayed, {args.count:,} due at once {spread}: delivered", "delayed"),
             ("plain sends, one at a time", "one"),
@@ -580,7 +635,9 @@ def main() -> None:
             (f"timer sends, {IN_FLIGHT} in flight (TIMER_DELIVER_MS)", "timer_send"),
             (f"timer, {r.get('timer_count', 0):,.0f} due in one slot: delivered", "timer"),
             (f"transactional, {IN_FLIGHT} in flight: half + commit", "tx"),
-            (f"retries, {IN_FLIGHT} in flight: CONSUMER_SEND_MSG_BACK", "retry")]
+            (f"retries, {IN_FLIGHT} in flight: CONSUMER_SEND_MSG_BACK", "retry"),
+            (f"pop receive-and-ack, {IN_FLIGHT} in flight: round trips", "pop"),
+            (f"pulls of one message, {IN_FLIGHT} in flight", "pull")]
     inflight = r["inflight"]
     print("\n| 1 KiB messages | msgs/s | vs plain 64 in flight | brokers' CPU per message, "
           "µs | master's CPU busy | clients' CPU busy |")

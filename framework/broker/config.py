@@ -364,6 +364,18 @@ class BrokerConfig:
                              max_delay_sec=self.timer_max_delay_sec,
                              precision_ms=self.timer_precision_ms)
 
+    revive_queue_num: int = setting(
+        8, doc="Queues of the revive topic rmq_sys_REVIVE_LOG_<cluster>, where pops write "
+               "their checkpoints and acks, each revived by its own flow (RocketMQ's "
+               "reviveQueueNum).", check=positive)
+    revive_interval: int = setting(
+        1000, doc="ms between two scans of a revive queue for acks and checkpoints whose "
+                  "invisible time ran out (RocketMQ's reviveInterval).", check=positive)
+    pop_from_retry_probability: int = setting(
+        20, doc="Percent of pops that read the group's pop retry topic before the topic; "
+                "the others read it after, when not full (RocketMQ's "
+                "popFromRetryProbability).", check=_percent)
+
     def __attrs_post_init__(self) -> None:
         if self.enable_controller_mode and not self.controller_addresses:
             raise ConfigError("required in controller mode", "controller_addresses")

@@ -55,6 +55,8 @@ from triomq.broker.index.index_service import IndexService
 from triomq.broker.index.queries import QueryService
 from triomq.broker.metadata.core.topic_table import TopicTable
 from triomq.broker.metadata.topics import TopicService, load_topics
+from triomq.broker.pop.pop_service import PopClock, PopService
+from triomq.broker.pop.revive_service import ReviveService
 from triomq.broker.registration.core.namesrv_registration import (
     BrokerRegistrationInfo,
     RegistrationFlow,
@@ -188,6 +190,10 @@ class Broker:
         #: Timer messages' wheel and checkpoint (set when the service starts, with
         #: ``timer_wheel_enable``).
         self.timer: TimerMessageService | None = None
+        #: Pops and their acks, and the revive of un-acked pops (set when the service
+        #: starts).
+        self.pops: PopService | None = None
+        self.revive: ReviveService | None = None
         #: The components the broker runs (set when the service starts).
         self.components: ComponentHost | None = None
         #: The name-server registration, when ``namesrv_addr`` names any.
@@ -325,7 +331,6 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         registered=lambda group, topic: registered_subscription(
             clients.subscription(group, topic)),
         got=stats.got, stats=processor.stats)
-    replicas.on_appended = pulls.appended
     if config.message_index_enable:
         broker.index = IndexService(log, root, config)
     queries = QueryService(log, broker.index, config)
@@ -338,6 +343,20 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     transactions = broker.transactions = TransactionService(
         config=config, broker=view, bridge=LocalEscapeBridge(processor.put_own),
         offsets=offsets, producer_connection=clients.table.producer_connection)
+    pop_clock = PopClock()
+    pops = broker.pops = PopService(config=config, log=log, topics=topics, offsets=offsets,
+                      find_group=clients.find_group, bridge=LocalEscapeBridge(processor.put_own),
+                      broker=view, clock=pop_clock)
+    revive = broker.revive = ReviveService(
+        config=config, log=log, offsets=offsets, broker=view,
+        bridge=LocalEscapeBridge(processor.put_own), clock=pop_clock,
+        ensure_retry_topic=pops.ensure_retry_topic, ensure_revive_topic=pops.ensure_revive_topic)
+
+    def appended() -> None:
+        pulls.appended()
+        pops.appended()
+
+    replicas.on_appended = appended
     schedule = broker.schedule = ScheduleMessageService(
         root, config, delay_offsets, log=log, broker=view,
         bridge=LocalEscapeBridge(processor.put_own))
@@ -369,6 +388,8 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         Component("delay-offsets", register=schedule.register, soon=[
             schedule.persist_loop, functools.partial(schedule.copy_from_master, node.rpc)]),
         Component("schedule", scope=Scope.MASTER_TERM, soon=[schedule.deliver]),
+        Component("pop", scope=Scope.MASTER_TERM, register=pops.register,
+                  soon=[revive.revive]),
     ]
     if config.timer_wheel_enable:
         timer = broker.timer = TimerMessageService(

@@ -29,7 +29,8 @@ rules, the others drive them:
   ``LitePullConsumer``; both on ``consumer_base`` (membership, rebalancing,
   pulling, locks) and ``offset_store``, which drive the pure ``allocate``,
   ``pull``, ``process_queue``, ``consume_from``, ``subscription``, ``wire``,
-  ``listener`` and ``consume_retry``.
+  ``listener`` and ``consume_retry``; ``simple_consumer``: ``SimpleConsumer``
+  (pop consumption: receive, ack, change the invisible time), on ``pop`` (pure).
 - ``instance``: routes and connections a client shares; ``codes`` and
   ``errors``.
 """
@@ -61,6 +62,7 @@ from triomq.client.core.transaction import (
 from triomq.client.lite_pull_consumer import LitePullConsumer
 from triomq.client.producer import Producer
 from triomq.client.push_consumer import PushConsumer
+from triomq.client.simple_consumer import Received, SimpleConsumer
 from triomq.client.transaction_producer import TransactionProducer
 
 __all__ = [
@@ -82,8 +84,10 @@ __all__ = [
     "Producer",
     "PullThresholds",
     "PushConsumer",
+    "Received",
     "SendResult",
     "SendStatus",
+    "SimpleConsumer",
     "TransactionListener",
     "TransactionProducer",
     "TransactionSendResult",

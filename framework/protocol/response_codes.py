@@ -42,6 +42,11 @@ class ResponseCode(enum.IntEnum):
     NOT_IN_CURRENT_UNIT = 205
     CONSUMER_NOT_ONLINE = 206
     CONSUME_MSG_TIMEOUT = 207
+    #: Pop: no message in flight for an ack's receipt handle.
+    NO_MESSAGE = 208
+    POLLING_FULL = 209
+    #: Pop: nothing to pop within the request's pollTime.
+    POLLING_TIMEOUT = 210
     ILLEGAL_OPERATION = 604
     CONTROLLER_FENCED_MASTER_EPOCH = 2000
     CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001

@@ -31,7 +31,9 @@ and whether unclean election is enabled. The name servers' and the
 consumers' counts and faults come from random streams of their own.
 ``Simulation(seed, transactions=N)`` adds a transactional producer
 (``clustersim_transactions``, a stream of its own too; its seeds replay
-with ``python -m triomq.testing.clustersim_transactions``).
+with ``python -m triomq.testing.clustersim_transactions``);
+``Simulation(seed, pops=True)`` a pop consumer and the masters' revive
+(``clustersim_pop``).
 
 Invariants, checked throughout (a ``Violation`` names the seed's replay command; those
 on the committed state and the logs are ``clustersim_invariants``):
@@ -79,7 +81,10 @@ on the committed state and the logs are ``clustersim_invariants``):
   election may have lost, nor those acked after it at queue offsets the
   history it replaced served consumers: the stored offsets may count them),
   and with transactions, every acknowledged one has ended (rolled back,
-  committed or discarded) within ``TX_HEAL_LIMIT_MS``.
+  committed or discarded) within ``TX_HEAL_LIMIT_MS``;
+- with pops (``clustersim_pop``): no master revives a popped message whose ack
+  was answered before its revive time, and once healed every popped message
+  is acked or revived within ``POP_HEAL_LIMIT_MS``.
 
 Replay one seed: ``python -m triomq.testing.clustersim --seeds 1 --start SEED``.
 The test suite runs 120 seeds (about 30 s); a longer run, e.g. ``python -m
@@ -145,6 +150,7 @@ from triomq.testing.clustersim_parts import (
     PutRequest,
     PutResponse,
 )
+from triomq.testing.clustersim_pop import POP_HEAL_LIMIT_MS, SimPops
 from triomq.testing.clustersim_producer import MAX_SENDS, PRODUCER, SimProducer, send_header
 from triomq.testing.clustersim_transactions import TX_HEAL_LIMIT_MS, TX_PRODUCER, SimTxProducer
 from triomq.testing.seeds import SimSummary
@@ -201,7 +207,8 @@ class Simulation(Invariants):
     def __init__(self, seed: int, *, replicas: int | None = None, unclean: bool | None = None,
                  chaos: bool = True, broker_settings: BrokerSettings | None = None,
                  namesrvs: int | None = None, consumers: int | None = None,
-                 transactions: int = 0, delayed: bool | None = None) -> None:
+                 transactions: int = 0, delayed: bool | None = None,
+                 pops: bool = False) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         rng = self.rng
@@ -241,6 +248,8 @@ class Simulation(Invariants):
                    if transactions else None)
         if self.tx is not None:
             self.replay_module = "triomq.testing.clustersim_transactions"
+        # A pop consumer and the masters' revive, from a stream of their own too.
+        self.pops = SimPops(self, random.Random(f"pop-{seed}")) if pops else None
         # Delayed messages, too, from a stream of their own (a chaos run's choice).
         self.delayed = (delayed if delayed is not None
                         else chaos and random.Random(f"delayed-{seed}").random() < 0.5)
@@ -288,6 +297,8 @@ class Simulation(Invariants):
         self.producer.step()
         if self.tx is not None:
             self.tx.step(self.producing and self.now < CHAOS_MS)
+        if self.pops is not None:
+            self.pops.step(self.producing and self.now < CHAOS_MS)
         if (not self.producing or len(self.producer.sends) >= MAX_SENDS
                 or self.rng.random() >= self.p_put):
             return
@@ -503,6 +514,9 @@ class Simulation(Invariants):
                 self.run_until(self.tx.all_ended, TX_HEAL_LIMIT_MS,
                                "every acknowledged transaction ended")
                 self.tx.check_logs()
+            if self.pops is not None:
+                self.run_until(lambda: not self.pops.unresolved(), POP_HEAL_LIMIT_MS,
+                               "every popped message acked or revived")
             self.check_prefixes()
             self.check_holders()
         except Violation as violation:

@@ -46,6 +46,7 @@ from triomq.testing.clustersim_consumer import (
     consumer_name,
 )
 from triomq.testing.clustersim_parts import TOPIC_QUEUES, WAITING_TOPICS
+from triomq.testing.clustersim_pop import is_pop_topic
 
 if TYPE_CHECKING:
     from triomq.testing.clustersim import Simulation
@@ -179,8 +180,9 @@ class ConsumerGroup:
             found = self._acked.get(acked.record)
             if found is None:
                 record = message.decode(acked.record, 0)[0]
+                # Pops' checkpoints, acks and revived copies are not the topic's.
                 found = self._acked[acked.record] = (
-                    None if record.topic in WAITING_TOPICS
+                    None if record.topic in WAITING_TOPICS or is_pop_topic(record.topic)
                     else (record.queue_id, record.queue_offset, record.body))
             if found is not None:
                 out.append(found)

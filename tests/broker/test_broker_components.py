@@ -130,9 +130,9 @@ async def test_the_broker_runs_its_own_parts_as_components(tmp_path, mock_clock)
         assert {"sends", "pulls", "offsets", "clients", "topics"} <= set(names)
         assert all(isinstance(c, BrokerComponent) for c in a.components.components)
         # While master: consumers' failed messages taken back, transactions checked,
-        # delayed and timer messages delivered.
+        # delayed and timer messages delivered, pops served and the un-acked ones revived.
         assert [c.name for c in a.components.scoped(Scope.MASTER_TERM)] == [
-            "send-back", "transactions", "schedule", "timer"]
+            "send-back", "transactions", "schedule", "pop", "timer"]
 
 
 class Scoped:

@@ -88,6 +88,9 @@ ROCKETMQ_NAMES: Mapping[str, str] = {
     "timer_max_delay_sec": "timerMaxDelaySec",
     "timer_precision_ms": "timerPrecisionMs",
     "timer_flush_interval_ms": "timerFlushIntervalMs",
+    "revive_queue_num": "reviveQueueNum",
+    "revive_interval": "reviveInterval",
+    "pop_from_retry_probability": "popFromRetryProbability",
 }
 
 #: ``[broker]`` keys without a RocketMQ name, or given from ``Facts`` instead.

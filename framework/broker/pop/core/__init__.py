@@ -1,0 +1,1 @@
+"""Pop consumption's rules, pure."""

@@ -1,0 +1,130 @@
+"""The revive of popped messages at run time: one ``ReviveQueue`` flow per revive queue.
+
+``triomq.broker.pop.core.revive`` holds the rules; in each master term this
+driver runs one flow per queue of ``rmq_sys_REVIVE_LOG_<cluster>``
+(``revive_queue_num``), reading the queue as consumers do (up to the
+confirm offset), the popped messages from the commit log, and putting the
+revived copies through the escape bridge, never onto the log directly.
+Each flow starts from its queue's revive offset, the consumer offset of
+group ``CID_RMQ_SYS_REVIVE_GROUP`` on that queue, as RocketMQ keeps it: it is
+in ``config/consumerOffset.json``, which slaves copy, so a new master goes on
+where the old one was.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+
+import trio
+
+from triomq.broker.components import ComponentView
+from triomq.broker.config import BrokerConfig
+from triomq.broker.consume.core.pull_lookup import confirmed_queue_max
+from triomq.broker.consume.offset_service import ConsumerOffsetService
+from triomq.broker.core.escape_bridge import EscapeBridge
+from triomq.broker.pop.core.receipt import REVIVE_GROUP, revive_topic
+from triomq.broker.pop.core.revive import (
+    NotRevived,
+    ReadMessage,
+    ReadRevive,
+    Revive,
+    ReviveAction,
+    ReviveQueue,
+    ReviveRecord,
+    StoreReviveOffset,
+    WakeAt,
+)
+from triomq.protocol.message import PROPERTY_TAGS, MessageRecord, RecordError
+from triomq.store import CommitLog, StoreError
+
+__all__ = ["ReviveService"]
+
+log = logging.getLogger("triomq.broker")
+
+
+class ReviveService:
+    """The master term's revive of un-acked pops (``revive``), one task per revive queue."""
+
+    def __init__(self, *, config: BrokerConfig, log: CommitLog,
+                 offsets: ConsumerOffsetService, broker: ComponentView, bridge: EscapeBridge,
+                 clock: Callable[[], int], ensure_retry_topic: Callable[[str], bool],
+                 ensure_revive_topic: Callable[[], None]) -> None:
+        self.config = config
+        self.log = log
+        self.offsets = offsets
+        self.broker = broker
+        self.bridge = bridge
+        self.clock = clock
+        self.ensure_retry_topic = ensure_retry_topic
+        self.ensure_revive_topic = ensure_revive_topic
+        self.topic = revive_topic(config.cluster_name)
+        #: The running flows, by revive queue (for tests and admin views).
+        self.flows: dict[int, ReviveQueue] = {}
+
+    async def revive(self) -> None:
+        """The master term's task: every revive queue's flow, until cancelled."""
+        self.ensure_revive_topic()
+        async with trio.open_nursery() as nursery:
+            for queue_id in range(self.config.revive_queue_num):
+                done = self.offsets.table.query(REVIVE_GROUP, self.topic, queue_id)
+                flow = self.flows[queue_id] = ReviveQueue(
+                    queue_id, -1 if done is None else done,
+                    broker_name=self.config.broker_name,
+                    interval_ms=self.config.revive_interval)
+                nursery.start_soon(self._run, flow)
+
+    async def _run(self, flow: ReviveQueue) -> None:
+        actions: deque[ReviveAction] = deque(flow.start(self.clock()))
+        while actions:
+            action = actions.popleft()
+            if isinstance(action, ReadRevive):
+                actions.extend(flow.records_read(self._read_revive(action), self.clock()))
+            elif isinstance(action, ReadMessage):
+                actions.extend(flow.message_read(self._read_message(action), self.clock()))
+            elif isinstance(action, Revive):
+                ok = self.ensure_retry_topic(action.message.topic)
+                if ok:
+                    result = await self.bridge.put_message(action.message)
+                    ok = result.stored
+                    if not ok:
+                        log.info("revive into %s failed (%d %s); retrying",
+                                 action.message.topic, result.code, result.remark)
+                actions.extend(flow.put_done(ok, self.clock()))
+            elif isinstance(action, StoreReviveOffset):
+                self.offsets.commit(REVIVE_GROUP, self.topic, action.queue_id, action.offset)
+            elif isinstance(action, NotRevived):
+                log.warning("revive queue %d: %s", flow.queue_id, action.reason)
+            elif isinstance(action, WakeAt):
+                await trio.sleep(max(0, action.at_ms - self.clock()) / 1000)
+                actions.extend(flow.woke(self.clock()))
+
+    def _read_revive(self, read: ReadRevive) -> list[ReviveRecord]:
+        queue_min = self.log.queue_min_offset(self.topic, read.queue_id)
+        queue_max = confirmed_queue_max(self.log, self.topic, read.queue_id,
+                                        self.broker.confirm_offset)
+        start = max(read.start, queue_min)
+        count = min(read.max_count, queue_max - start)
+        records = []
+        for queue_offset, physical, _, _ in (
+                self.log.queue_entries(self.topic, read.queue_id, start, count)
+                if count > 0 else ()):
+            record = self._record(physical)
+            if record is not None:
+                records.append(ReviveRecord(queue_offset, record.properties.get(PROPERTY_TAGS),
+                                            record.body))
+        return records
+
+    def _read_message(self, read: ReadMessage) -> MessageRecord | None:
+        entries = self.log.queue_entries(read.topic, read.queue_id, read.offset, 1)
+        if not entries or entries[0][0] != read.offset:
+            return None
+        return self._record(entries[0][1])
+
+    def _record(self, physical: int) -> MessageRecord | None:
+        try:
+            return self.log.read_record(physical)
+        except (StoreError, RecordError) as exc:
+            log.warning("record at %d unreadable for the revive: %s", physical, exc)
+            return None
