@@ -122,9 +122,12 @@ from typing import Any
 import attrs
 
 from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.client.core.message import MessageQueue
+from triomq.client.core.pull import pull_header
 from triomq.controller.core.requests import UpdateControllerConfig
 from triomq.controller.core.service_core import Elected
 from triomq.controller.core.wire import ReplicaInfo
+from triomq.protocol.heartbeat import SubscriptionData
 from triomq.protocol.remoting import RemotingCommand
 from triomq.testing import seeds
 from triomq.testing.clustersim_broker import SimBroker
@@ -145,6 +148,7 @@ from triomq.testing.clustersim_namesrv import (
 from triomq.testing.clustersim_net import NetFaults, Network
 from triomq.testing.clustersim_parts import (
     GROUP,
+    TOPIC,
     TOPIC_QUEUES,
     BrokerSettings,
     PutRequest,
@@ -152,6 +156,7 @@ from triomq.testing.clustersim_parts import (
 )
 from triomq.testing.clustersim_pop import POP_HEAL_LIMIT_MS, SimPops
 from triomq.testing.clustersim_producer import MAX_SENDS, PRODUCER, SimProducer, send_header
+from triomq.testing.clustersim_pulls import ConsumerRequest, ConsumerResponse
 from triomq.testing.clustersim_transactions import TX_HEAL_LIMIT_MS, TX_PRODUCER, SimTxProducer
 from triomq.testing.seeds import SimSummary
 
@@ -165,6 +170,8 @@ NAMESRV_HEAL_LIMIT_MS = 5_000
 DELIVER_HEAL_LIMIT_MS = 20_000
 #: The brokers' timer_precision_ms (RocketMQ's default: the put core's).
 TIMER_PRECISION_MS = 1000
+#: The consumer group of a scenario's pulls (``pull``).
+SCENARIO_GROUP = "scenario-reader"
 
 
 @attrs.frozen
@@ -264,6 +271,8 @@ class Simulation(Invariants):
         self.producer = SimProducer(self)
         #: The puts of ``put``: request id -> (broker, sent at).
         self.outstanding: dict[int, tuple[str, int]] = {}
+        #: The answers to ``pull``, by request id.
+        self.pulled: dict[int, ConsumerResponse] = {}
         self.producing = True
         self._next_body = 0
 
@@ -318,6 +327,20 @@ class Simulation(Invariants):
         request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext_fields=header,
                                           body=body)
         self.network.send(PRODUCER, broker, PutRequest(rid, request), self.now)
+        return rid
+
+    def pull(self, broker: str, queue_id: int, offset: int) -> int:
+        """Send one PULL_MESSAGE of the topic's queue ``queue_id`` from ``offset`` to
+        ``broker``, answered at once (a scenario's); return its request id. The answer
+        lands in ``pulled``."""
+        rid = self.next_request_id()
+        self.outstanding[rid] = (broker, self.now)
+        queue = MessageQueue(TOPIC, GROUP, queue_id)
+        fields = pull_header(SCENARIO_GROUP, queue, offset, 32,
+                             SubscriptionData.build(TOPIC, "*", 0), suspend_ms=None,
+                             with_subscription=True)
+        request = ConsumerRequest(rid, RequestCode.PULL_MESSAGE, fields)
+        self.network.send(PRODUCER, broker, request, self.now)
         return rid
 
     def _on_put_response(self, src: str, response: PutResponse) -> None:
@@ -444,6 +467,9 @@ class Simulation(Invariants):
                     self._on_put_response(src, payload)
                 elif isinstance(payload, NamesrvResponse):
                     self.producer.route_answered(payload)
+                elif isinstance(payload, ConsumerResponse):
+                    self.outstanding.pop(payload.id, None)
+                    self.pulled[payload.id] = payload
             elif dst in self.brokers:
                 self.brokers[dst].receive(src, payload)
             elif dst in self.namesrvs:

@@ -33,6 +33,9 @@ from triomq.testing.scenarios import (
     KillLeaderAtElection,
     KillMaster,
     Launch,
+    PullAll,
+    Pulled,
+    PullOne,
     Put,
     PutOne,
     Scenario,
@@ -53,6 +56,8 @@ __all__ = ["LIVENESS_MS", "ScenarioRun"]
 
 #: How long a wait may take before its outcome is reported as it stands (ms).
 LIVENESS_MS = 15_000
+#: Pulls of one queue by ``PullAll`` at most (each serves up to 32 messages).
+MAX_PULLS = 100
 
 _Script = Generator[Command, tuple[ClusterSnapshot, object], None]
 
@@ -155,6 +160,8 @@ class ScenarioRun:
             return (yield from self._start(step, snapshot))
         if isinstance(step, Put):
             return (yield from self._put(step, snapshot))
+        if isinstance(step, PullAll):
+            return (yield from self._pull_all(step, snapshot))
         if isinstance(step, KillMaster):
             master, snapshot = yield from self._mark_fault(snapshot)
             snapshot, _ = yield from self._do(KillBroker(master))
@@ -228,6 +235,30 @@ class ScenarioRun:
             snapshot, answer = yield from self._do(PutOne(target))
             counts[str(answer)] = counts.get(str(answer), 0) + 1
         return ", ".join(f"{n} {code}" for code, n in sorted(counts.items())), snapshot
+
+    def _pull_all(self, step: PullAll, snapshot: ClusterSnapshot) -> Generator[
+            Command, tuple[ClusterSnapshot, object], tuple[str | None, ClusterSnapshot]]:
+        if step.on == "master":
+            snapshot = yield from self._wait(snapshot, lambda s: s.serving_master() is not None)
+        target = self.resolve(step.on, snapshot)
+        served: list[bytes] = []
+        for queue_id in range(snapshot.queues):
+            offset = 0
+            for _ in range(MAX_PULLS):
+                snapshot, answer = yield from self._do(PullOne(target, queue_id, offset))
+                assert isinstance(answer, Pulled), answer
+                if answer.code != "SUCCESS":
+                    break
+                served += answer.bodies
+                offset = answer.next_offset
+        acked = snapshot.acked
+        got = [body for body in served if body in acked]
+        have = set(got)
+        outcome = (f"{step.on} serves every acknowledged message" if have >= acked
+                   else f"{step.on} serves {len(have)} of {len(acked)} acknowledged messages")
+        if len(got) > len(have):
+            outcome += f", {len(got) - len(have)} twice"
+        return outcome, snapshot
 
     def _observe(self, step: Step, snapshot: ClusterSnapshot) -> Generator[
             Command, tuple[ClusterSnapshot, object], tuple[str | None, ClusterSnapshot]]:

@@ -1,6 +1,6 @@
 """Failover scenarios written once, run by the simulation and by a real cluster.
 
-A ``Scenario`` is a short script of steps (start, put, kill the master, cut
+A ``Scenario`` is a short script of steps (start, put, pull, kill the master, cut
 it from the controllers, kill the controller leader during an election,
 turn unclean election on, wait for a master...) and, for the steps that
 observe something, the outcome expected (``SCENARIOS`` at the end).
@@ -28,6 +28,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import attrs
+
+from triomq.client.core.message import decode_messages
+from triomq.protocol.response_codes import ResponseCode
 
 # -- what a pump shows ------------------------------------------------------------------
 
@@ -65,6 +68,10 @@ class ClusterSnapshot:
     loss_reported: frozenset[int] = frozenset()
     #: Whether the controller leader was killed during an election (``KillLeaderAtElection``).
     leader_killed: bool = False
+    #: The bodies of the messages acknowledged so far, and how many queues of the
+    #: scenario's topic the puts spread over.
+    acked: frozenset[bytes] = frozenset()
+    queues: int = 1
 
     def serving_master(self) -> str | None:
         """The committed master when it runs as master of the committed epoch."""
@@ -138,8 +145,39 @@ class PutOne:
     name: str
 
 
+@attrs.frozen
+class PullOne:
+    """PULL_MESSAGE of queue ``queue_id`` of the scenario's topic from ``offset`` on broker
+    ``name``, answered at once (no suspend, the subscription ``*`` sent with it, as a
+    consumer without a stored offset); the answer is a ``Pulled``."""
+
+    name: str
+    queue_id: int
+    offset: int
+
+
+@attrs.frozen
+class Pulled:
+    """A pull's answer: the broker's response code name (``SUCCESS``, ``PULL_NOT_FOUND``,
+    ``PULL_OFFSET_MOVED``, ``SERVICE_NOT_AVAILABLE``... or ``NO_ANSWER``), the offset to
+    pull from next and the bodies of the messages it served."""
+
+    code: str
+    next_offset: int = 0
+    bodies: tuple[bytes, ...] = ()
+
+    @classmethod
+    def of(cls, code: int, fields: Mapping[str, str], body: bytes) -> Pulled:
+        """The ``Pulled`` of a PULL_MESSAGE response (code, extFields, body)."""
+        name = ResponseCode(code).name if code in set(ResponseCode) else str(code)
+        if code != ResponseCode.SUCCESS:
+            return cls(name)
+        return cls(name, int(fields.get("nextBeginOffset", "0")),
+                   tuple(m.body for m in decode_messages(body)))
+
+
 Action = (StartControllers | StartBroker | KillBroker | CutFromControllers | CutReplication
-          | Heal | SetUncleanElection | ArmLeaderKill | PutOne)
+          | Heal | SetUncleanElection | ArmLeaderKill | PutOne | PullOne)
 
 
 @attrs.frozen
@@ -281,6 +319,16 @@ class ExpectElectedOnce:
 
 
 @attrs.frozen
+class PullAll:
+    """Pull every queue of the topic from ``on`` (a part or a broker name) from offset 0
+    to its end, as a new consumer group does. Outcome: the acknowledged messages it
+    served (``every acknowledged message``, or ``N of M``), and any served twice."""
+
+    on: str = "master"
+    expect: str | None = None
+
+
+@attrs.frozen
 class CheckAcked:
     """Wait until the SyncStateSet members caught up with the master. Outcome: the
     acknowledged messages the master and the members lack (``none``)."""
@@ -291,7 +339,7 @@ class CheckAcked:
 Step = (Start | Launch | Put | KillMaster | CutMasterFromControllers
         | CutSlaveReplication | CutReplicationOf | HealAll | UncleanElection
         | KillLeaderAtElection | Settle | WaitMaster | WaitNewEpoch | WaitRole | ExpectRole
-        | WaitSyncStateSet | ExpectElectedOnce | CheckAcked)
+        | WaitSyncStateSet | ExpectElectedOnce | PullAll | CheckAcked)
 
 
 @attrs.frozen
@@ -324,6 +372,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         Put(5, expect="5 SUCCESS"),
         WaitSyncStateSet(("new master", "replica"),
                          expect="SyncStateSet (new master, replica)"),
+        PullAll(expect="master serves every acknowledged message"),
         CheckAcked(expect=_NONE_LACKING),
     )),
     Scenario("master cut off from the controllers, not from its clients", 3, (
@@ -340,6 +389,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         WaitRole("old master", "slave", expect="old master: slave of epoch +1"),
         WaitSyncStateSet(("new master", "old master", "replica"),
                          expect="SyncStateSet (new master, old master, replica)"),
+        PullAll(expect="master serves every acknowledged message"),
         CheckAcked(expect=_NONE_LACKING),
     )),
     Scenario("controller leader killed during an election", 3, (
@@ -352,6 +402,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         ExpectElectedOnce(expect="leader killed, 2 controllers at epoch +1; "
                                  "brokers at epoch +1; 1 master"),
         Put(5, expect="5 SUCCESS"),
+        PullAll(expect="master serves every acknowledged message"),
         CheckAcked(expect=_NONE_LACKING),
     )),
     Scenario("unclean election off, then on", 2, (
@@ -371,6 +422,8 @@ SCENARIOS: tuple[Scenario, ...] = (
         WaitMaster(expect="new master from outside the SyncStateSet, epoch +2, "
                           "possible message loss reported"),
         Put(3, expect="3 SUCCESS"),
+        # Consumers of the new master find the 3 it took and never the 5 it lacks.
+        PullAll(expect="master serves 3 of 8 acknowledged messages"),
         CheckAcked(expect="acknowledged messages lacking: new master lacks 5"),
     )),
     Scenario("a group of two replicas", 2, (
@@ -385,6 +438,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         Put(1, on="old master", expect="1 SERVICE_NOT_AVAILABLE"),
         WaitSyncStateSet(("new master", "old master"),
                          expect="SyncStateSet (new master, old master)"),
+        PullAll(expect="master serves every acknowledged message"),
         CheckAcked(expect=_NONE_LACKING),
     )),
     Scenario("a lagging slave shrunk out of the SyncStateSet, then expanded back", 3, (
@@ -396,6 +450,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         HealAll(),
         WaitSyncStateSet(("lagging", "master", "replica"),
                          expect="SyncStateSet (lagging, master, replica)"),
+        PullAll(expect="master serves every acknowledged message"),
         CheckAcked(expect=_NONE_LACKING),
     )),
 )

@@ -15,12 +15,15 @@ import trio
 
 import triomq.plugins.broker
 import triomq.plugins.controller_dledger
-from triomq.broker.core.codes import ResponseCode
+from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.client.core.message import MessageQueue
+from triomq.client.core.pull import pull_header
 from triomq.controller.client import ControllerClient
 from triomq.controller.core.service_core import Elected, Output
 from triomq.controller.service import ControllerService, controller_of
 from triomq.plugin_manager import PluginManager
 from triomq.plugins.transport_inproc import get_network
+from triomq.protocol.heartbeat import SubscriptionData
 from triomq.rpc import RpcError
 from triomq.runtime import Node
 from triomq.testing import scenarios as sc
@@ -34,6 +37,8 @@ BROKER = {"ha_send_heartbeat_interval": 50, "flush_policy": "none",
           "all_ack_in_sync_state_set": True, "sync_flush_timeout": 1000,
           "ha_max_time_slave_not_catchup": 1000, "check_sync_state_set_period": 200}
 STORE = {"options": {"segment_size": 65536}}
+#: The topic the scenario puts to and pulls from.
+TOPIC = "orders"
 
 
 def controller_plugins() -> PluginManager:
@@ -161,6 +166,8 @@ class ClusterPump:
             self._arm_leader_kill()
         elif isinstance(action, sc.PutOne):
             return await self._put(action.name)
+        elif isinstance(action, sc.PullOne):
+            return await self._pull(action)
         else:
             raise TypeError(f"not an action: {action!r}")
         return None
@@ -170,13 +177,25 @@ class ClusterPump:
         body = b"scenario-%d" % self._bodies
         producer = DirectProducer(self.client.rpc, self.addresses[name], timeout=5.0)
         try:
-            result = await producer.send("orders", body)
+            result = await producer.send(TOPIC, body)
         except SendError as error:
             return ResponseCode(error.code).name
         except RpcError:
             return "NO_ANSWER"
         self.acked.append((result.physical_offset, body))
         return "SUCCESS"
+
+    async def _pull(self, action: sc.PullOne) -> sc.Pulled:
+        queue = MessageQueue(TOPIC, BROKER_NAME, action.queue_id)
+        fields = pull_header("scenario-reader", queue, action.offset, 32,
+                             SubscriptionData.build(TOPIC, "*", 0), suspend_ms=None,
+                             with_subscription=True)
+        try:
+            response = await self.client.rpc.invoke(
+                self.addresses[action.name], RequestCode.PULL_MESSAGE, fields, timeout=5.0)
+        except RpcError:
+            return sc.Pulled("NO_ANSWER")
+        return sc.Pulled.of(response.code, response.ext_fields, response.body)
 
     # -- what it shows ---------------------------------------------------------------------
 
@@ -208,18 +227,20 @@ class ClusterPump:
         now_ms = round(trio.current_time() * 1000)
         epochs = tuple(g.master_epoch for s in self.controllers().values()
                        if (g := s.manager.group(BROKER_NAME)) is not None)
+        # The puts go to queue 0 of the topic (``DirectProducer``'s default).
+        acked = frozenset(body for _, body in self.acked)
         found = self.leader()
         group = found[1].manager.group(BROKER_NAME) if found is not None else None
         if group is None:
             return sc.ClusterSnapshot(now_ms, brokers, controller_epochs=epochs,
                                loss_reported=frozenset(self.losses),
-                               leader_killed=self.leader_killed)
+                               leader_killed=self.leader_killed, acked=acked)
         members = frozenset(n for i in group.sync_state_set
                             if (n := _name(group.address_of(i))) is not None)
         return sc.ClusterSnapshot(now_ms, brokers, master=_name(group.master_address),
                            master_epoch=group.master_epoch, sync_state_set=members,
                            controller_epochs=epochs, loss_reported=frozenset(self.losses),
-                           leader_killed=self.leader_killed)
+                           leader_killed=self.leader_killed, acked=acked)
 
 
 async def run_on_cluster(scenario: sc.Scenario, root: Path) -> ScenarioRun:

@@ -9,11 +9,12 @@ scenario also fails on a ``Violation``.
 from __future__ import annotations
 
 from triomq.broker.core.codes import ResponseCode
+from triomq.protocol.message import decode
 from triomq.testing import scenarios as sc
 from triomq.testing.clustersim import Simulation
 from triomq.testing.clustersim_broker import GROUP
 from triomq.testing.clustersim_controller import controller_name
-from triomq.testing.clustersim_parts import PutResponse
+from triomq.testing.clustersim_parts import TOPIC_QUEUES, PutResponse
 from triomq.testing.scenario_run import ScenarioRun
 
 #: Long enough to stay down for the whole scenario.
@@ -102,6 +103,8 @@ class SimulationPump:
             self.leader_kill_armed = True
         elif isinstance(action, sc.PutOne):
             return self._put(action.name)
+        elif isinstance(action, sc.PullOne):
+            return self._pull(action)
         else:
             raise TypeError(f"not an action: {action!r}")
         return None
@@ -112,6 +115,16 @@ class SimulationPump:
         while rid in sim.outstanding:  # the producer gives up on a put after 1.5 s
             self._step()
         return sim.answers[rid].name if rid in sim.answers else "NO_ANSWER"
+
+    def _pull(self, action: sc.PullOne) -> sc.Pulled:
+        sim = self.sim
+        rid = sim.pull(action.name, action.queue_id, action.offset)
+        while rid in sim.outstanding:  # given up after 1.5 s, as a put
+            self._step()
+        answer = sim.pulled.pop(rid, None)
+        if answer is None:
+            return sc.Pulled("NO_ANSWER")
+        return sc.Pulled.of(answer.code, answer.fields, answer.body)
 
     # -- what it shows ------------------------------------------------------------------
 
@@ -137,15 +150,18 @@ class SimulationPump:
                        if c.up and (g := c.manager.group(GROUP)) is not None)
         losses = frozenset(info.master_epoch for _, _, _, info in sim.elections
                            if info.possible_message_loss)
+        acked = frozenset(decode(m.record)[0].body for m in sim.acked)
         if group is None:
             return sc.ClusterSnapshot(sim.now, brokers, controller_epochs=epochs,
-                               loss_reported=losses, leader_killed=self.leader_killed)
+                               loss_reported=losses, leader_killed=self.leader_killed,
+                               acked=acked, queues=TOPIC_QUEUES)
         members = frozenset(a for a in map(group.address_of, group.sync_state_set)
                             if a is not None)
         return sc.ClusterSnapshot(sim.now, brokers, master=group.master_address,
                            master_epoch=group.master_epoch, sync_state_set=members,
                            controller_epochs=epochs, loss_reported=losses,
-                           leader_killed=self.leader_killed)
+                           leader_killed=self.leader_killed, acked=acked,
+                           queues=TOPIC_QUEUES)
 
 
 def run_on_simulation(scenario: sc.Scenario, seed: int = 7) -> ScenarioRun:
