@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from triomq.broker.consume.core.pull_lookup import confirmed_queue_max
 from triomq.broker.consume.core.subscription import Subscription
 from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
 from triomq.broker.pop.core.checkpoint import AckMsg, CheckPoint
@@ -63,6 +62,8 @@ from triomq.broker.pop.core.revive import (
     ReviveRecord,
     StoreReviveOffset,
     WakeAt,
+    popped_record,
+    revive_records,
 )
 from triomq.protocol.message import PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from triomq.protocol.route import TopicConfig
@@ -192,9 +193,7 @@ class SimPops:
             if isinstance(action, ReadRevive):
                 running.actions.extend(flow.records_read(self._read_revive(broker, action), now))
             elif isinstance(action, ReadMessage):
-                entries = broker.log.queue_entries(action.topic, action.queue_id, action.offset, 1)
-                record = (broker.log.read_record(entries[0][1])
-                          if entries and entries[0][0] == action.offset else None)
+                record = popped_record(broker.log, action, broker.log.read_record)
                 running.actions.extend(flow.message_read(record, now))
             elif isinstance(action, Revive):
                 self._check_not_acked(broker, action)
@@ -212,17 +211,8 @@ class SimPops:
 
     def _read_revive(self, broker: SimBroker, read: ReadRevive) -> list[ReviveRecord]:
         log = broker.log
-        queue_max = confirmed_queue_max(log, REVIVE_TOPIC, 0,
-                                        broker.term.confirmed(log.max_offset))
-        start = max(read.start, log.queue_min_offset(REVIVE_TOPIC, 0))
-        count = min(read.max_count, queue_max - start)
-        records = []
-        for queue_offset, physical, _, _ in (
-                log.queue_entries(REVIVE_TOPIC, 0, start, count) if count > 0 else ()):
-            record = log.read_record(physical)
-            records.append(ReviveRecord(queue_offset, record.properties.get(PROPERTY_TAGS),
-                                        record.body))
-        return records
+        return revive_records(log, REVIVE_TOPIC, read, broker.term.confirmed(log.max_offset),
+                              log.read_record)
 
     def _check_not_acked(self, broker: SimBroker, put: Revive) -> None:
         acked = self.acked.get((put.checkpoint.merge_key, put.offset))

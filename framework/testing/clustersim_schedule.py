@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from triomq.broker.consume.core.pull_lookup import confirmed_queue_max
+from triomq.broker.consume.core.pull_lookup import confirmed_entries
 from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
 from triomq.broker.secondary.core.delay_offsets import DelayOffsetTable
 from triomq.broker.secondary.core.schedule import (
@@ -79,13 +79,10 @@ class SimSchedule:
                 broker.sim.violation(f"{broker.name}: delayed message {action.queue_offset} "
                                      f"of level {flow.level} skipped: {action.reason}")
             elif isinstance(action, ReadEntries):
-                log = broker.log
-                queue_max = confirmed_queue_max(log, SCHEDULE_TOPIC, action.queue_id,
-                                                term.confirmed(log.max_offset))
-                count = min(action.max_count, queue_max - action.start)
-                entries = (log.queue_entries(SCHEDULE_TOPIC, action.queue_id, action.start,
-                                             count) if count > 0 else [])
-                actions.extend(flow.entries_read(entries, 0, queue_max, broker.now_ms()))
+                found = confirmed_entries(broker.log, SCHEDULE_TOPIC, action.queue_id,
+                                          action.start, action.max_count,
+                                          term.confirmed(broker.log.max_offset))
+                actions.extend(flow.entries_read(*found, broker.now_ms()))
             elif isinstance(action, ReadRecord):
                 record = decode(broker.log.read(action.physical_offset, action.size))[0]
                 actions.extend(flow.record_read(record, broker.now_ms()))

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from triomq.broker.consume.core.pull_lookup import confirmed_queue_max
+from triomq.broker.consume.core.pull_lookup import confirmed_entries
 from triomq.broker.core.codes import ResponseCode
 from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
 from triomq.broker.secondary.core.schedule_put import TIMER_TOPIC
@@ -87,14 +87,12 @@ class SimTimer:
                                          f"{action.queue_offset} skipped: {action.reason}")
                 elif isinstance(action, ReadEntries):
                     log = broker.log
-                    queue_max = confirmed_queue_max(log, TIMER_TOPIC, 0,
-                                                    term.confirmed(log.max_offset))
-                    count = min(action.max_count, queue_max - action.start)
-                    entries = (log.queue_entries(TIMER_TOPIC, 0, action.start, count)
-                               if count > 0 else [])
+                    found = confirmed_entries(log, TIMER_TOPIC, action.queue_id, action.start,
+                                              action.max_count,
+                                              term.confirmed(log.max_offset))
                     actions.extend(flow.entries_read(
-                        entries, 0, queue_max, broker.now_ms(),
-                        log_max=log.queue_max_offset(TIMER_TOPIC, 0)))
+                        *found, broker.now_ms(),
+                        log_max=log.queue_max_offset(TIMER_TOPIC, action.queue_id)))
                 elif isinstance(action, ReadRecord):
                     record = decode(broker.log.read(action.physical_offset, action.size))[0]
                     actions.extend(flow.record_read(record, broker.now_ms()))

@@ -37,6 +37,8 @@ from triomq.broker.pop.core.revive import (
     ReviveRecord,
     StoreReviveOffset,
     WakeAt,
+    popped_record,
+    revive_records,
 )
 from triomq.protocol.message import MessageRecord
 from triomq.protocol.route import TopicConfig
@@ -305,3 +307,35 @@ def test_any_pop_header_is_read_or_refused(changes: dict[str, str]) -> None:
     with contextlib.suppress(PopRefused):
         header = parse_pop_header(pop_fields(**changes))
         assert header.invisible_time >= 0 and 0 < header.max_msg_nums <= 32
+
+
+class CutStore(Store):
+    """The store above with "orders" queue 0 cut below offset 1, as a clean-up leaves it."""
+
+    def queue_min_offset(self, topic: str, queue_id: int) -> int:
+        return 1 if (topic, queue_id) == ("orders", 0) else 0
+
+    def queue_entries(self, topic: str, queue_id: int, start: int, max_count: int):
+        return [e for e in super().queue_entries(topic, queue_id, start, max_count)
+                if e[0] >= self.queue_min_offset(topic, queue_id)]
+
+
+def test_the_revive_reads_its_queue_from_its_first_entry_up_to_the_confirmed_end() -> None:
+    bodies = {100 * o: MessageRecord(topic="orders", body=b"r%d" % o,
+                                     properties={"TAGS": "ck"}) for o in range(3)}
+    read = ReadRevive(0, 0, 32)
+    # Cut below the offset asked: from the first entry; the confirmed end stops it.
+    got = revive_records(CutStore(), "orders", read, 10_000, bodies.get)
+    assert got == [ReviveRecord(1, "ck", b"r1"), ReviveRecord(2, "ck", b"r2")]
+    assert [r.queue_offset for r in revive_records(Store(), "orders", read, 200,
+                                                   bodies.get)] == [0, 1]
+    # An unreadable record is left out.
+    assert revive_records(Store(), "orders", read, 10_000,
+                          {0: bodies[0]}.get) == [ReviveRecord(0, "ck", b"r0")]
+
+
+def test_the_revive_finds_a_popped_message_only_at_its_offset() -> None:
+    record = MessageRecord(topic="orders", body=b"m")
+    assert popped_record(Store(), ReadMessage("orders", 0, 2), {200: record}.get) is record
+    assert popped_record(CutStore(), ReadMessage("orders", 0, 0), {0: record}.get) is None
+    assert popped_record(Store(), ReadMessage("orders", 0, 9), {0: record}.get) is None

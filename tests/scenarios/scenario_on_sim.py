@@ -44,6 +44,8 @@ class SimulationPump:
         for node_id in sim.controller_ids:
             sim.crash_controller(node_id, FOREVER_MS)
         self.run = ScenarioRun(scenario)
+        #: The bodies of the acknowledged records, decoded once (a snapshot a step).
+        self._bodies: dict[bytes, bytes] = {}
         self.leader_kill_armed = False
         self.leader_killed = False
 
@@ -150,7 +152,10 @@ class SimulationPump:
                        if c.up and (g := c.manager.group(GROUP)) is not None)
         losses = frozenset(info.master_epoch for _, _, _, info in sim.elections
                            if info.possible_message_loss)
-        acked = frozenset(decode(m.record)[0].body for m in sim.acked)
+        for m in sim.acked:
+            if m.record not in self._bodies:
+                self._bodies[m.record] = decode(m.record)[0].body
+        acked = frozenset(self._bodies[m.record] for m in sim.acked)
         if group is None:
             return sc.ClusterSnapshot(sim.now, brokers, controller_epochs=epochs,
                                loss_reported=losses, leader_killed=self.leader_killed,

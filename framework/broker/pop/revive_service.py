@@ -21,7 +21,6 @@ import trio
 
 from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
-from triomq.broker.consume.core.pull_lookup import confirmed_queue_max
 from triomq.broker.consume.offset_service import ConsumerOffsetService
 from triomq.broker.core.escape_bridge import EscapeBridge
 from triomq.broker.pop.core.receipt import REVIVE_GROUP, revive_topic
@@ -35,8 +34,10 @@ from triomq.broker.pop.core.revive import (
     ReviveRecord,
     StoreReviveOffset,
     WakeAt,
+    popped_record,
+    revive_records,
 )
-from triomq.protocol.message import PROPERTY_TAGS, MessageRecord, RecordError
+from triomq.protocol.message import MessageRecord, RecordError
 from triomq.store import CommitLog, StoreError
 
 __all__ = ["ReviveService"]
@@ -82,7 +83,8 @@ class ReviveService:
             if isinstance(action, ReadRevive):
                 actions.extend(flow.records_read(self._read_revive(action), self.clock()))
             elif isinstance(action, ReadMessage):
-                actions.extend(flow.message_read(self._read_message(action), self.clock()))
+                record = popped_record(self.log, action, self._record)
+                actions.extend(flow.message_read(record, self.clock()))
             elif isinstance(action, Revive):
                 ok = self.ensure_retry_topic(action.message.topic)
                 if ok:
@@ -101,26 +103,9 @@ class ReviveService:
                 actions.extend(flow.woke(self.clock()))
 
     def _read_revive(self, read: ReadRevive) -> list[ReviveRecord]:
-        queue_min = self.log.queue_min_offset(self.topic, read.queue_id)
-        queue_max = confirmed_queue_max(self.log, self.topic, read.queue_id,
-                                        self.broker.confirm_offset)
-        start = max(read.start, queue_min)
-        count = min(read.max_count, queue_max - start)
-        records = []
-        for queue_offset, physical, _, _ in (
-                self.log.queue_entries(self.topic, read.queue_id, start, count)
-                if count > 0 else ()):
-            record = self._record(physical)
-            if record is not None:
-                records.append(ReviveRecord(queue_offset, record.properties.get(PROPERTY_TAGS),
-                                            record.body))
-        return records
+        return revive_records(self.log, self.topic, read, self.broker.confirm_offset,
+                              self._record)
 
-    def _read_message(self, read: ReadMessage) -> MessageRecord | None:
-        entries = self.log.queue_entries(read.topic, read.queue_id, read.offset, 1)
-        if not entries or entries[0][0] != read.offset:
-            return None
-        return self._record(entries[0][1])
 
     def _record(self, physical: int) -> MessageRecord | None:
         try:

@@ -28,7 +28,7 @@ import trio
 
 from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
-from triomq.broker.consume.core.pull_lookup import confirmed_queue_max
+from triomq.broker.consume.core.pull_lookup import confirmed_entries
 from triomq.broker.core.codes import RequestCode
 from triomq.broker.core.escape_bridge import EscapeBridge
 from triomq.broker.metadata import config_files
@@ -117,13 +117,9 @@ class ScheduleMessageService:
                 actions.extend(flow.woke(wall_ms()))
 
     def _read_entries(self, flow: LevelDelivery, read: ReadEntries) -> list[ScheduleAction]:
-        queue_min = self.log.queue_min_offset(SCHEDULE_TOPIC, read.queue_id)
-        queue_max = confirmed_queue_max(self.log, SCHEDULE_TOPIC, read.queue_id,
-                                        self.broker.confirm_offset)
-        count = min(read.max_count, queue_max - read.start)
-        entries = (self.log.queue_entries(SCHEDULE_TOPIC, read.queue_id, read.start, count)
-                   if count > 0 and read.start >= queue_min else [])
-        return flow.entries_read(entries, queue_min, queue_max, wall_ms())
+        found = confirmed_entries(self.log, SCHEDULE_TOPIC, read.queue_id, read.start,
+                                  read.max_count, self.broker.confirm_offset)
+        return flow.entries_read(*found, wall_ms())
 
     def _read_record(self, read: ReadRecord) -> MessageRecord | None:
         try:

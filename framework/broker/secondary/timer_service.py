@@ -30,7 +30,7 @@ import trio
 
 from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
-from triomq.broker.consume.core.pull_lookup import confirmed_queue_max
+from triomq.broker.consume.core.pull_lookup import confirmed_entries
 from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.broker.core.escape_bridge import EscapeBridge, EscapeResult
 from triomq.broker.metadata import config_files
@@ -152,13 +152,10 @@ class TimerMessageService:
         return []
 
     def _read_entries(self, flow: TimerDelivery, read: ReadEntries) -> list[TimerAction]:
-        queue_min = self.log.queue_min_offset(TIMER_TOPIC, 0)
-        queue_max = confirmed_queue_max(self.log, TIMER_TOPIC, 0, self.broker.confirm_offset)
-        count = min(read.max_count, queue_max - read.start)
-        entries = (self.log.queue_entries(TIMER_TOPIC, 0, read.start, count)
-                   if count > 0 and read.start >= queue_min else [])
-        return flow.entries_read(entries, queue_min, queue_max, wall_ms(),
-                                 log_max=self.log.queue_max_offset(TIMER_TOPIC, 0))
+        found = confirmed_entries(self.log, TIMER_TOPIC, read.queue_id, read.start,
+                                  read.max_count, self.broker.confirm_offset)
+        return flow.entries_read(*found, wall_ms(),
+                                 log_max=self.log.queue_max_offset(TIMER_TOPIC, read.queue_id))
 
     def _read_record(self, read: ReadRecord) -> MessageRecord | None:
         try:

@@ -10,6 +10,9 @@ sequences them:
   ``slave_read_enable`` refusing pulls while its group has a master;
 - ``confirmed_queue_max``: a queue's end as consumers see it, up to its
   last record within the confirm offset (``pull.confirmed_max_offset``);
+- ``confirmed_entries``: a batch of a queue's entries within that end, with
+  the queue's bounds: what the broker's own readers of a queue (the
+  schedule, the timer wheel, the revive) ask for;
 - ``look_up``: the queue's offsets and entries from the store, then
   ``get_messages`` and ``answer``;
 - ``reset_answer``: the answer to the group's first pull of a queue after an
@@ -19,7 +22,7 @@ sequences them:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from triomq.broker.consume.core.pull import (
     Entry,
@@ -38,7 +41,9 @@ from triomq.protocol.route import TopicConfig
 
 __all__ = [
     "SYSTEM_BUSY",
+    "ConfirmedEntries",
     "QueueStore",
+    "confirmed_entries",
     "confirmed_queue_max",
     "look_up",
     "reset_answer",
@@ -88,6 +93,27 @@ def confirmed_queue_max(store: QueueStore, topic: str, queue_id: int, confirm_of
     return confirmed_max_offset(store.queue_min_offset(topic, queue_id),
                                 store.queue_max_offset(topic, queue_id), confirm_offset,
                                 entry_end)
+
+
+class ConfirmedEntries(NamedTuple):
+    """Entries of a queue from an offset, and the queue's bounds as consumers see them."""
+
+    entries: Sequence[Entry]
+    queue_min: int
+    queue_max: int
+
+
+def confirmed_entries(store: QueueStore, topic: str, queue_id: int, start: int,
+                      max_count: int, confirm_offset: int) -> ConfirmedEntries:
+    """Up to ``max_count`` entries of the queue from ``start``, below its confirmed end;
+    none when ``start`` is below the queue's first entry (the reader moves to
+    ``queue_min``, which comes with them)."""
+    queue_min = store.queue_min_offset(topic, queue_id)
+    queue_max = confirmed_queue_max(store, topic, queue_id, confirm_offset)
+    count = min(max_count, queue_max - start)
+    entries = (store.queue_entries(topic, queue_id, start, count)
+               if count > 0 and start >= queue_min else [])
+    return ConfirmedEntries(entries, queue_min, queue_max)
 
 
 def look_up(store: QueueStore, header: PullHeader, subscription: Subscription, *,

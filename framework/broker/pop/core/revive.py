@@ -30,10 +30,11 @@ a ``NotRevived``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
+from triomq.broker.consume.core.pull_lookup import QueueStore, confirmed_entries
 from triomq.broker.core.escape_bridge import EscapedMessage
 from triomq.broker.pop.core.checkpoint import (
     AckMsg,
@@ -50,7 +51,7 @@ from triomq.broker.pop.core.receipt import (
     pop_retry_topic,
 )
 from triomq.broker.secondary.core.schedule import WakeAt
-from triomq.protocol.message import MessageRecord
+from triomq.protocol.message import PROPERTY_TAGS, MessageRecord
 from triomq.protocol.topic_rules import RETRY_GROUP_TOPIC_PREFIX
 
 __all__ = [
@@ -65,7 +66,9 @@ __all__ = [
     "ReviveRecord",
     "StoreReviveOffset",
     "WakeAt",
+    "popped_record",
     "retry_message",
+    "revive_records",
 ]
 
 #: ms after a checkpoint's revive time before it is revived (RocketMQ's
@@ -132,6 +135,33 @@ class NotRevived:
 
 
 ReviveAction = ReadRevive | ReadMessage | Revive | StoreReviveOffset | WakeAt | NotRevived
+
+
+def revive_records(store: QueueStore, topic: str, read: ReadRevive, confirm_offset: int,
+                   record_at: Callable[[int], MessageRecord | None]) -> list[ReviveRecord]:
+    """The records ``read`` asks for, as ``ReviveQueue.records_read`` takes them: from the
+    queue's first entry when it was cut below ``read.start``, up to its confirmed end;
+    ``record_at`` reads the record at a commit-log offset (None: unreadable, left out)."""
+    start = max(read.start, store.queue_min_offset(topic, read.queue_id))
+    found = confirmed_entries(store, topic, read.queue_id, start, read.max_count,
+                              confirm_offset)
+    records = []
+    for queue_offset, physical, _, _ in found.entries:
+        record = record_at(physical)
+        if record is not None:
+            records.append(ReviveRecord(queue_offset, record.properties.get(PROPERTY_TAGS),
+                                        record.body))
+    return records
+
+
+def popped_record(store: QueueStore, read: ReadMessage,
+                  record_at: Callable[[int], MessageRecord | None]) -> MessageRecord | None:
+    """The popped message ``read`` asks for, as ``ReviveQueue.message_read`` takes it:
+    None when its queue no longer holds that offset."""
+    entries = store.queue_entries(read.topic, read.queue_id, read.offset, 1)
+    if not entries or entries[0][0] != read.offset:
+        return None
+    return record_at(entries[0][1])
 
 
 def retry_message(ck: CheckPoint, record: MessageRecord) -> EscapedMessage:
