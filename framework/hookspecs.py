@@ -159,10 +159,12 @@ def triomq_broker_components(node: Node, broker: ComponentView
     and before it takes a role; ``broker`` is all a component may know of
     the broker (role, epoch, confirm offset, commit log, master address).
     A component (``triomq.broker.components.BrokerComponent``) registers its
-    request handlers, runs in its scope (always, or each master term: started
-    in the term's nursery and cancelled with it) and hears of role changes.
-    A component scoped to the acting-master term is refused (not built), as
-    is one named like another. Return ``None`` to add nothing.
+    request handlers, runs in its scope (always; each master term, started
+    in the term's nursery and cancelled with it; or each acting term of a
+    slave acting for its absent master) and hears of role changes. A
+    component scoped to the acting term is refused by a broker without
+    ``enable_slave_acting_master``, as is one named like another. Return
+    ``None`` to add nothing.
     """
 
 

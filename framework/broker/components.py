@@ -9,9 +9,13 @@ role changes (``BrokerComponent``). Its ``scope`` says when it runs:
   HA service runs and the role shows, and cancelled with the term when the replica steps down
   (the ``ReplicasManager`` ends a term by cancelling its nursery, so a
   master-only task never checks whether it is still master);
-- ``ACTING_TERM``: a slave serving for its absent master (RocketMQ's slave
-  acting master). No broker holds such a term yet: a component scoped to
-  it is refused when the broker starts, never left unstarted.
+- ``ACTING_TERM``: a slave acting for its absent master (RIP-32,
+  RocketMQ's ``changeSpecialServiceStatus``): started in the acting term's
+  nursery when the broker's acting-master policy (a plugin's component)
+  begins a term with ``ComponentView.start_acting``, and cancelled when it ends it
+  or the replica's role changes. A broker without
+  ``enable_slave_acting_master`` never acts: a component scoped to the
+  acting term is refused when it starts, never left unstarted.
 
 Every component's handlers are registered once, when the broker starts
 (an RPC server keeps its handlers); a handler of a term-scoped component
@@ -37,6 +41,7 @@ from triomq.rpc import RpcServer
 from triomq.store import CommitLog
 
 __all__ = [
+    "ActingTerm",
     "BrokerComponent",
     "Component",
     "ComponentHost",
@@ -85,6 +90,23 @@ class ComponentView(Protocol):
         """The group's master's RPC address as this replica knows it (None: unknown)."""
         ...
 
+    @property
+    def broker_id(self) -> int:
+        """This replica's brokerId (the controllers' in controller mode)."""
+        ...
+
+    @property
+    def acting(self) -> bool:
+        """True during an acting term: a slave acting for its absent master."""
+        ...
+
+    async def start_acting(self) -> ActingTerm:
+        """Begin an acting term: the ``ACTING_TERM`` components start, in the slave
+        term's nursery, so a role change ends the acting term with the slave
+        term. ``RuntimeError`` if the broker may not act now (no
+        ``enable_slave_acting_master``, not a slave, or a term still runs)."""
+        ...
+
 
 @runtime_checkable
 class BrokerComponent(Protocol):
@@ -116,6 +138,26 @@ class BrokerComponent(Protocol):
 
 
 Task = Callable[..., Awaitable[None]]
+
+
+class ActingTerm:
+    """A running acting term's handle (``ComponentView.start_acting``)."""
+
+    def __init__(self) -> None:
+        self._scope = trio.CancelScope()
+        self._ended = trio.Event()
+
+    @property
+    def ended(self) -> bool:
+        """True once the term's components are cancelled and gone."""
+        return self._ended.is_set()
+
+    def end(self) -> None:
+        """End the term: its components are cancelled (``wait_ended`` to see them go)."""
+        self._scope.cancel()
+
+    async def wait_ended(self) -> None:
+        await self._ended.wait()
 
 
 class Component:
@@ -166,7 +208,8 @@ class ComponentHost:
     nursery; ``role_changed`` tells every component of a change.
     """
 
-    def __init__(self, components: Iterable[BrokerComponent]) -> None:
+    def __init__(self, components: Iterable[BrokerComponent], *,
+                 may_act: bool = False) -> None:
         self.components = tuple(components)
         for component in self.components:
             if not isinstance(component, BrokerComponent):
@@ -175,10 +218,10 @@ class ComponentHost:
             if not isinstance(component.scope, Scope):
                 raise PluginError(f"broker component {component.name!r}: scope "
                                   f"{component.scope!r} is not a triomq.broker.components.Scope")
-            if component.scope is Scope.ACTING_TERM:
+            if component.scope is Scope.ACTING_TERM and not may_act:
                 raise PluginError(
                     f"broker component {component.name!r} runs in the acting-master term, "
-                    "which this broker does not hold: slave acting master is not built")
+                    "which this broker never holds: enable_slave_acting_master is off")
         names = [component.name for component in self.components]
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
@@ -199,12 +242,33 @@ class ComponentHost:
     async def run_term(self, role: BrokerRole, *,
                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the components of ``role``'s term until the term's scope is cancelled."""
-        scope = Scope.MASTER_TERM if role is BrokerRole.MASTER else None
+        if role is BrokerRole.MASTER:
+            await self.run_scope(Scope.MASTER_TERM, task_status=task_status)
+        else:
+            task_status.started()
+
+    async def run_scope(self, scope: Scope, *,
+                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the components of a term's ``scope``, in order, until cancelled."""
         async with trio.open_nursery() as nursery:
             for component in self.components:
                 if component.scope is scope:
                     await nursery.start(component.run)
             task_status.started()
+
+    async def run_acting_term(self, *, task_status: trio.TaskStatus[ActingTerm]
+                              = trio.TASK_STATUS_IGNORED) -> None:
+        """Run an acting term's components until its handle ends it (or this is
+        cancelled); reports the handle once they started."""
+        term = ActingTerm()
+        try:
+            with term._scope:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(self.run_scope, Scope.ACTING_TERM)
+                    task_status.started(term)
+                    await trio.sleep_forever()
+        finally:
+            term._ended.set()
 
     def role_changed(self, role: BrokerRole, master_epoch: int) -> None:
         """Tell every component, in order."""

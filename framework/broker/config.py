@@ -208,6 +208,18 @@ class BrokerConfig:
                    "sent as heartbeatTimeoutMillis with each registration (RocketMQ's "
                    "brokerNotActiveTimeoutMillis); a closed connection drops it at once.",
         check=positive)
+    enable_slave_acting_master: bool = setting(
+        False, doc="Slave acting master (RIP-32): when the group's master is gone, the "
+                   "alive slave with the smallest broker id acts for it (the name servers "
+                   "route it as a read-only master when they support_acting_master). Needs "
+                   "namesrv_addr (RocketMQ's enableSlaveActingMaster).")
+    sync_broker_member_group_period: int = setting(
+        1000, doc="ms between GET_BROKER_MEMBER_GROUP polls of the name servers for the "
+                  "group's alive members, with enable_slave_acting_master (RocketMQ's "
+                  "syncBrokerMemberGroupPeriod).", check=positive)
+    send_heartbeat_timeout: int = setting(
+        1000, doc="ms a heartbeat to a name server, and a member-group poll, waits for its "
+                  "answer (RocketMQ's sendHeartbeatTimeoutMillis).", check=positive)
     auto_create_topic_enable: bool = setting(
         True, doc="A send to an unknown topic creates it from the default topic TBW102 "
                   "(RocketMQ's autoCreateTopicEnable).")
@@ -383,6 +395,9 @@ class BrokerConfig:
                 and not self.enable_controller_mode):
             raise ConfigError(
                 f"required for a slave (broker_id = {self.broker_id})", "ha_master_address")
+        if self.enable_slave_acting_master and not self.namesrv_addr:
+            raise ConfigError("needs namesrv_addr: a slave learns from the name servers "
+                              "that its master is gone", "enable_slave_acting_master")
         if self.ha_reconnect_max < self.ha_reconnect_min:
             raise ConfigError(
                 f"must be >= ha_reconnect_min ({self.ha_reconnect_min}), "

@@ -31,6 +31,7 @@ Hosts and tests reach a node's running broker with ``broker_of(node)``.
 from __future__ import annotations
 
 import functools
+import logging
 import weakref
 from typing import TYPE_CHECKING
 
@@ -38,7 +39,13 @@ import trio
 
 from triomq.broker.admin.consume_stats_service import ConsumeStatsService
 from triomq.broker.admin.runtime_info import RuntimeInfoService
-from triomq.broker.components import BrokerComponent, Component, ComponentHost, Scope
+from triomq.broker.components import (
+    ActingTerm,
+    BrokerComponent,
+    Component,
+    ComponentHost,
+    Scope,
+)
 from triomq.broker.config import BrokerConfig
 from triomq.broker.consume.clients import ClientService, load_subscription_groups
 from triomq.broker.consume.group_names import register_group_checks
@@ -94,6 +101,8 @@ __all__ = [
     "local_escape_bridge",
     "store_root",
 ]
+
+log = logging.getLogger("triomq.broker")
 
 _brokers: weakref.WeakKeyDictionary[Node, Broker] = weakref.WeakKeyDictionary()
 
@@ -154,6 +163,17 @@ class BrokerComponentView:
         # Looked up at each call, so a host (or a test) may redirect the broker's.
         return self._broker.master_rpc_address()
 
+    @property
+    def broker_id(self) -> int:
+        return self._broker.broker_id
+
+    @property
+    def acting(self) -> bool:
+        return self._broker.acting
+
+    async def start_acting(self) -> ActingTerm:
+        return await self._broker.start_acting()
+
 
 class Broker:
     """A running broker: its commit log, flush service, replicas manager and handlers."""
@@ -196,6 +216,8 @@ class Broker:
         self.revive: ReviveService | None = None
         #: The components the broker runs (set when the service starts).
         self.components: ComponentHost | None = None
+        #: The acting term (``start_acting``) while one runs or last ran.
+        self.acting_term: ActingTerm | None = None
         #: The name-server registration, when ``namesrv_addr`` names any.
         self.namesrv: NamesrvClient | None = None
         if self.config.namesrv_addr:
@@ -204,7 +226,9 @@ class Broker:
                 register_period=self.config.register_name_server_period,
                 heartbeat_interval=self.config.broker_heartbeat_interval,
                 retry_interval=min(1000, self.config.register_name_server_period))
-            self.namesrv = NamesrvClient(node.rpc, flow, lambda: self.topics.table)
+            self.namesrv = NamesrvClient(
+                node.rpc, flow, lambda: self.topics.table,
+                heartbeat_timeout=self.config.send_heartbeat_timeout / 1000)
             self.topics.on_change = self.namesrv.topics_changed
 
     @property
@@ -243,7 +267,28 @@ class Broker:
             self.config.cluster_name, self.config.broker_name,
             0 if role is BrokerRole.MASTER else self.broker_id,
             _route_address(self.node.address or self.node.name),
-            _route_address(self.ha_address), self.config.broker_not_active_timeout)
+            _route_address(self.ha_address), self.config.broker_not_active_timeout,
+            enable_acting_master=self.config.enable_slave_acting_master)
+
+    @property
+    def acting(self) -> bool:
+        """True while an acting term runs (a slave acting for its absent master)."""
+        return self.acting_term is not None and not self.acting_term.ended
+
+    async def start_acting(self) -> ActingTerm:
+        """Begin an acting term in the slave term's nursery (``ComponentView.start_acting``)."""
+        if not self.config.enable_slave_acting_master:
+            raise RuntimeError("enable_slave_acting_master is off: this broker never acts")
+        if self.replicas.role is not BrokerRole.SLAVE:
+            raise RuntimeError(f"a {self.replicas.role.value} does not act for its master")
+        if self.acting:
+            raise RuntimeError("an acting term runs already")
+        assert self.components is not None
+        term: ActingTerm = await self.replicas.start_in_term(self.components.run_acting_term)
+        self.acting_term = term
+        log.warning("broker %s id %d acts for its absent master", self.config.broker_name,
+                    self.broker_id)
+        return term
 
     def master_rpc_address(self) -> str | None:
         """The group's master, for a slave's copies: as the controllers named it in
@@ -449,7 +494,8 @@ async def broker_service(node: Node, *,
         broker = Broker(node, log, flush, replicas, table)
         try:
             host = broker.components = ComponentHost(
-                await built_in_components(broker, root) + plugin_components(broker))
+                await built_in_components(broker, root) + plugin_components(broker),
+                may_act=config.enable_slave_acting_master)
         except BaseException:
             # A file or a component refused: the HA port is not served (replicas.run
             # closes it once it runs).

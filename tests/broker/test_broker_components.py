@@ -146,8 +146,8 @@ class Scoped:
 
 @pytest.mark.parametrize(("name", "scope", "message"), [
     ("acting-task", Scope.ACTING_TERM,
-     "broker component 'acting-task' runs in the acting-master term, which this broker does "
-     "not hold: slave acting master is not built"),
+     "broker component 'acting-task' runs in the acting-master term, which this broker never "
+     "holds: enable_slave_acting_master is off"),
     ("pulls", Scope.ALWAYS, "broker components named twice: pulls"),
 ])
 async def test_a_component_the_broker_cannot_run_is_refused_at_start(
@@ -181,3 +181,54 @@ async def test_what_is_no_component_is_refused(tmp_path, mock_clock, component, 
     with pytest.raises(ServiceCrashed, match=message):
         async with cluster.broker("a"):
             pass
+
+
+class ActingTask(MasterTask):
+    """An acting-term component: records its starts and cancellations."""
+
+    name = "acting-task"
+    scope = Scope.ACTING_TERM
+
+
+class ActingPlugin:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, int]] = []
+        self.views: list[ComponentView] = []
+
+    @hookimpl
+    def triomq_broker_components(self, node, broker):
+        self.views.append(broker)
+        return [ActingTask(broker, self.events), MasterTask(broker, self.events)]
+
+
+async def test_an_acting_term_runs_in_the_slave_term_and_ends_with_it(tmp_path, mock_clock):
+    cluster = Cluster("inproc", tmp_path)
+    plugin = ActingPlugin()
+    cluster.pm.register(plugin, name="acting")
+
+    def runs() -> list[tuple[str, str, int]]:
+        return [event for event in plugin.events if event[0] != "role"]
+
+    # No name server answers here: nothing but this test begins a term.
+    extra = 'enable_slave_acting_master = true\nnamesrv_addr = ["inproc://nobody-ns"]'
+    async with cluster.broker("a", broker_id=1, master="inproc://nobody-ha",
+                              extra=extra) as a:
+        (view,) = plugin.views
+        assert view.role is BrokerRole.SLAVE and not view.acting and view.broker_id == 1
+        assert runs() == []
+        term = await view.start_acting()
+        assert view.acting and runs() == [("started", "slave", 1)]
+        with pytest.raises(RuntimeError, match="runs already"):
+            await view.start_acting()
+        # Its handle ends it.
+        term.end()
+        await term.wait_ended()
+        assert not view.acting and runs()[-1] == ("cancelled", "slave", 1)
+        # A role change ends a running term with the slave term, before the master's starts.
+        await view.start_acting()
+        await a.replicas.change_to_master(2)
+        assert not view.acting
+        assert runs()[2:] == [("started", "slave", 1), ("cancelled", "none", -1),
+                              ("started", "master", 2)]
+        with pytest.raises(RuntimeError, match="does not act"):
+            await view.start_acting()

@@ -137,5 +137,5 @@ def test_notices_go_to_the_group_when_its_smallest_id_changes() -> None:
     address, command = notice
     assert address == "g:10911"
     assert command.code == RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE and command.is_oneway
-    assert command.ext_fields == {"minBrokerId": "1", "minBrokerAddr": "g:10911",
-                                  "offlineBrokerAddr": "h:10911"}
+    assert command.ext_fields == {"brokerName": "broker-a", "minBrokerId": "1",
+                                  "minBrokerAddr": "g:10911", "offlineBrokerAddr": "h:10911"}

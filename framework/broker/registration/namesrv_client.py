@@ -32,7 +32,7 @@ __all__ = ["NamesrvClient", "rpc_address"]
 
 log = logging.getLogger("triomq.broker")
 
-#: Seconds a registration request waits for its answer.
+#: Seconds a registration waits for its answer (a heartbeat: ``heartbeat_timeout``).
 REQUEST_TIMEOUT = 3.0
 
 
@@ -45,8 +45,9 @@ class NamesrvClient:
     """Registers the broker with its name servers and keeps it registered."""
 
     def __init__(self, rpc: RpcClient, flow: RegistrationFlow,
-                 topics: Callable[[], TopicTable]) -> None:
+                 topics: Callable[[], TopicTable], *, heartbeat_timeout: float = 1.0) -> None:
         self.rpc = rpc
+        self.heartbeat_timeout = heartbeat_timeout
         self.flow = flow
         self.topics = topics
         self._wake = trio.Event()
@@ -82,7 +83,9 @@ class NamesrvClient:
         try:
             answer = await self.rpc.invoke(rpc_address(sent.namesrv), request.code,
                                            request.ext_fields, request.body,
-                                           timeout=REQUEST_TIMEOUT)
+                                           timeout=REQUEST_TIMEOUT
+                                           if isinstance(sent, Register)
+                                           else self.heartbeat_timeout)
         except RpcError as exc:
             log.info("%s to name server %s failed: %s", type(sent).__name__.lower(),
                      sent.namesrv, exc)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Hashable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -384,6 +384,14 @@ class ReplicasManager:
         assert self.auth is not None
         return self.auth.handshake_credential(self.address, now_ms=wall_ms(),
                                               nonce=secrets.token_hex(16))
+
+    async def start_in_term(self, task: Callable[..., Awaitable[Any]]) -> Any:
+        """``nursery.start(task)`` in the current term's nursery: the term's end (any
+        role change) cancels it, before the next term starts."""
+        term = self._term
+        if term is None or term.nursery is None:
+            raise RuntimeError("no term runs: the replica's role is changing")
+        return await term.nursery.start(task)
 
     async def _end_term(self) -> None:
         term, self._term = self._term, None

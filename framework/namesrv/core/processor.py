@@ -155,7 +155,8 @@ class NameServerCore:
         """NOTIFY_MIN_BROKER_ID_CHANGE requests (oneway) and the broker address for each."""
         out: list[tuple[str, RemotingCommand]] = []
         for notice in self.route.take_notices():
-            fields = {"minBrokerId": str(notice.min_broker_id),
+            fields = {"brokerName": notice.broker_name,
+                      "minBrokerId": str(notice.min_broker_id),
                       "minBrokerAddr": notice.min_broker_address}
             if notice.offline_broker_address is not None:
                 fields["offlineBrokerAddr"] = notice.offline_broker_address

@@ -1,0 +1,41 @@
+"""Slave acting master (seed 003) as a plugin (entry point ``acting_master``).
+
+- ``triomq_broker_components``: on a broker with ``enable_slave_acting_master``,
+  the ``acting-master`` component (``member_group_service``): it learns the
+  group's alive members from the name servers (GET_BROKER_MEMBER_GROUP and
+  NOTIFY_MIN_BROKER_ID_CHANGE) and, on the alive slave with the smallest
+  brokerId while the master is gone, runs the broker's acting term (the
+  components scoped ``Scope.ACTING_TERM``) until the master or a smaller
+  slave is back. The rule is ``core.member_group.GroupWatch``, pure.
+
+What the acting term runs for the master (its secondary-message services,
+escaped to another master, and the master-only requests) is not built yet:
+an acting slave serves reads, and refuses what only a master does, as any
+slave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from triomq.hookspecs import hookimpl
+from triomq.plugins.acting_master.member_group_service import MemberGroupService
+
+if TYPE_CHECKING:
+    from triomq.broker.components import BrokerComponent, ComponentView
+    from triomq.runtime import Node
+
+__all__ = ["MemberGroupService"]
+
+
+@hookimpl
+def triomq_broker_components(node: Node, broker: ComponentView
+                             ) -> Iterable[BrokerComponent] | None:
+    config = node.config.broker
+    if not config.enable_slave_acting_master:
+        return None
+    return [MemberGroupService(
+        broker, node.rpc, cluster=config.cluster_name, broker_name=config.broker_name,
+        namesrvs=tuple(config.namesrv_addr), sync_period=config.sync_broker_member_group_period,
+        timeout_ms=config.send_heartbeat_timeout)]

@@ -1,0 +1,1 @@
+"""The acting-master plugin's pure rules: no clock, no I/O."""
