@@ -213,6 +213,11 @@ class BrokerConfig:
                    "alive slave with the smallest broker id acts for it (the name servers "
                    "route it as a read-only master when they support_acting_master). Needs "
                    "namesrv_addr (RocketMQ's enableSlaveActingMaster).")
+    acting_escape_bridges: tuple[str, ...] = setting(
+        ("container",), doc="Escape bridges (triomq_escape_bridge names) a slave acting "
+                            "for its absent master puts its secondary messages' output "
+                            "through, tried in order: 'container' is a master of the "
+                            "cluster running in the same process.")
     sync_broker_member_group_period: int = setting(
         1000, doc="ms between GET_BROKER_MEMBER_GROUP polls of the name servers for the "
                   "group's alive members, with enable_slave_acting_master (RocketMQ's "
@@ -398,6 +403,9 @@ class BrokerConfig:
         if self.enable_slave_acting_master and not self.namesrv_addr:
             raise ConfigError("needs namesrv_addr: a slave learns from the name servers "
                               "that its master is gone", "enable_slave_acting_master")
+        if self.enable_slave_acting_master and not self.acting_escape_bridges:
+            raise ConfigError("needs a bridge at least: an acting slave never writes its "
+                              "own log", "acting_escape_bridges")
         if self.ha_reconnect_max < self.ha_reconnect_min:
             raise ConfigError(
                 f"must be >= ha_reconnect_min ({self.ha_reconnect_min}), "

@@ -99,6 +99,7 @@ __all__ = [
     "built_in_components",
     "ha_listen_address",
     "local_escape_bridge",
+    "running_brokers",
     "store_root",
 ]
 
@@ -337,6 +338,12 @@ def broker_of(node: Node) -> Broker:
         return _brokers[node]
     except KeyError:
         raise PluginError(f"node {node.name!r} runs no broker") from None
+
+
+def running_brokers() -> list[Broker]:
+    """Every broker running in this process, by node name (a host embedding several
+    brokers, as RocketMQ's BrokerContainer holds them)."""
+    return sorted(_brokers.values(), key=lambda broker: broker.node.name)
 
 
 def local_escape_bridge(node: Node) -> LocalEscapeBridge:

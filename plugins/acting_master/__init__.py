@@ -8,6 +8,9 @@
   components scoped ``Scope.ACTING_TERM``) until the master or a smaller
   slave is back. The rule is ``core.member_group.GroupWatch``, pure.
 
+- ``triomq_escape_bridge``: ``"container"`` (``container_bridge``), a put on
+  a master of the cluster running in the same process.
+
 What the acting term runs for the master (its secondary-message services,
 escaped to another master, and the master-only requests) is not built yet:
 an acting slave serves reads, and refuses what only a master does, as any
@@ -16,17 +19,23 @@ slave.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from triomq.hookspecs import hookimpl
+from triomq.hookspecs import EscapeBridgeFactory, hookimpl
+from triomq.plugins.acting_master.container_bridge import ContainerEscapeBridge
 from triomq.plugins.acting_master.member_group_service import MemberGroupService
 
 if TYPE_CHECKING:
     from triomq.broker.components import BrokerComponent, ComponentView
     from triomq.runtime import Node
 
-__all__ = ["MemberGroupService"]
+__all__ = ["ContainerEscapeBridge", "MemberGroupService"]
+
+
+@hookimpl
+def triomq_escape_bridge() -> Mapping[str, EscapeBridgeFactory]:
+    return {"container": ContainerEscapeBridge}
 
 
 @hookimpl

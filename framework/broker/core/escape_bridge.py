@@ -10,6 +10,9 @@ and go to a master elsewhere. Those services write only through an
   store's checks, the append, then the wait for the flush and the
   replicas every send waits for), for a master. A broker that is not
   master refuses with SERVICE_NOT_AVAILABLE, as a send to it is refused.
+- ``FallbackEscapeBridge``: several bridges tried in order, as a slave
+  acting for its absent master escapes (seed 003: a master in the same
+  process first, another one of the cluster next).
 
 Bridges come from plugins (hook ``triomq_escape_bridge``, by name; the
 broker plugin provides ``"local"``); ``triomq.testing.escape_bridge_suite``
@@ -18,7 +21,7 @@ states what every bridge must do.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
 import attrs
@@ -26,7 +29,13 @@ import attrs
 from triomq.broker.core.codes import ResponseCode
 from triomq.protocol.remoting import RemotingCommand
 
-__all__ = ["EscapeBridge", "EscapeResult", "EscapedMessage", "LocalEscapeBridge"]
+__all__ = [
+    "EscapeBridge",
+    "EscapeResult",
+    "EscapedMessage",
+    "FallbackEscapeBridge",
+    "LocalEscapeBridge",
+]
 
 
 @attrs.frozen
@@ -100,3 +109,28 @@ class LocalEscapeBridge:
 
     async def put_message(self, message: EscapedMessage) -> EscapeResult:
         return EscapeResult.of_response(await self._put_own(message))
+
+
+class FallbackEscapeBridge:
+    """Puts through the first of ``bridges`` that stores the message.
+
+    A bridge that stored it (even if a flush or replication wait then timed
+    out) ends the search: trying the next one would store it twice. Refused
+    everywhere, the answer is the last refusal, its remark naming each.
+    """
+
+    def __init__(self, bridges: Sequence[tuple[str, EscapeBridge]]) -> None:
+        if not bridges:
+            raise ValueError("a fallback escape bridge needs at least one bridge")
+        self.bridges = tuple(bridges)
+
+    async def put_message(self, message: EscapedMessage) -> EscapeResult:
+        refusals: list[str] = []
+        result: EscapeResult | None = None
+        for name, bridge in self.bridges:
+            result = await bridge.put_message(message)
+            if result.stored:
+                return result
+            refusals.append(f"{name}: {result.remark or result.code}")
+        assert result is not None
+        return attrs.evolve(result, remark="; ".join(refusals))
