@@ -60,6 +60,8 @@ __all__ = ["DEFAULT_MAX_NUM", "add_pending_commands", "ask_pending", "delayed_te
 
 #: Messages listed per level or view unless told.
 DEFAULT_MAX_NUM = 32
+#: The most a broker lists (GET_PENDING_MESSAGES' bound on maxNum).
+MAX_NUM_LIMIT = 65536
 _MASTER_ID = 0
 
 _COMMANDS = {
@@ -109,7 +111,7 @@ async def ask_pending(kind: str, args: argparse.Namespace, node: Node
         names = [n for n in names if n == args.broker_name]
         if not names:
             failures[args.broker_name] = "no such broker group in the cluster info"
-    fields = {"kind": kind, "maxNum": str(max(1, args.max_num))}
+    fields = {"kind": kind, "maxNum": str(min(max(1, args.max_num), MAX_NUM_LIMIT))}
     for name in names:
         master = info.broker_addr_table[name].broker_addrs.get(_MASTER_ID)
         if master is None:
