@@ -6,7 +6,8 @@ re-consumption of a stored message, broker and name-server configuration, the
 name server's KV and write-permission commands, the controller's
 configuration, broker-data cleaning and an administrator's designated
 election (ELECT_MASTER with ``designateElect``; a broker's own election
-request stays open). ``ADMIN_CODES`` lists them by RocketMQ's numbers.
+request stays open); and triomq's view of a broker's pending messages
+(GET_PENDING_MESSAGES). ``ADMIN_CODES`` lists them by their codes.
 
 With credentials configured (``[security]``), an admin request passes when
 it comes over mutual TLS with a client certificate the configuration names
@@ -80,6 +81,9 @@ ADMIN_CODES: Mapping[int, str] = {
     ELECT_MASTER: "CONTROLLER_ELECT_MASTER",
     1009: "UPDATE_CONTROLLER_CONFIG",
     1011: "CLEAN_BROKER_DATA",
+    # triomq's own: what waits in a broker's system topics (their messages' ids, topics
+    # and producer groups) is for the admin alone.
+    7001: "GET_PENDING_MESSAGES",
 }
 
 _FINGERPRINT = re.compile(r"sha256:((?:[0-9a-fA-F]{2}:?){31}[0-9a-fA-F]{2})", re.ASCII)

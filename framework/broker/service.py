@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from triomq.broker.admin.consume_stats_service import ConsumeStatsService
+from triomq.broker.admin.pending_service import PendingMessagesService
 from triomq.broker.admin.runtime_info import RuntimeInfoService
 from triomq.broker.components import (
     ActingTerm,
@@ -76,6 +77,7 @@ from triomq.broker.replication.replicas_manager import (
     ReplicasManager,
     check_replica_address,
 )
+from triomq.broker.secondary.core.transaction import HALF_TOPIC
 from triomq.broker.secondary.schedule_service import ScheduleMessageService, load_delay_offsets
 from triomq.broker.secondary.send_back_service import SendBackService
 from triomq.broker.secondary.timer_service import TimerMessageService, load_timer_checkpoint
@@ -452,6 +454,11 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
                 timer.persist_loop, functools.partial(timer.copy_from_master, node.rpc)]),
             Component("timer", scope=Scope.MASTER_TERM, soon=[timer.deliver]),
         ]
+    pending = PendingMessagesService(
+        config=config, log=log, broker=view, delay_offsets=schedule.table,
+        timer_checkpoint=broker.timer.table if broker.timer is not None else None,
+        offsets=offsets, half_progress=lambda: transactions.progress(HALF_TOPIC))
+    parts.append(Component("pending-messages", register=pending.register))
     if broker.namesrv is not None:
         parts.append(Component("namesrv-registration", start=[broker.namesrv.run]))
     if config.enable_controller_mode:

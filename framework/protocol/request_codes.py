@@ -8,6 +8,7 @@ a controller), so the numbers and names live here once, as RocketMQ's
 answers. Each role's ``codes`` module re-exports both; their docstrings say
 which requests that role serves. A code listed here is one triomq sends or
 serves; anything else a peer sends is answered REQUEST_CODE_NOT_SUPPORTED.
+One is triomq's own (``GET_PENDING_MESSAGES``, docs/COMPATIBILITY.md).
 """
 
 from __future__ import annotations
@@ -114,3 +115,7 @@ class RequestCode(enum.IntEnum):
     ACK_MESSAGE = 200051
     CHANGE_MESSAGE_INVISIBLETIME = 200053
     BATCH_ACK_MESSAGE = 200151
+    # triomq's own, at a number RocketMQ's RequestCode leaves unused.
+    #: An admin's view of the messages waiting in a broker's system topics: delayed and
+    #: timer messages not yet delivered, open transactions, pops not yet acked.
+    GET_PENDING_MESSAGES = 7001

@@ -9,7 +9,10 @@ After RocketMQ's quickstart and ``mqadmin``:
   ``broker-status`` (``broker_status``, served by the broker's
   GET_BROKER_RUNTIME_INFO, ``triomq.broker.admin.runtime_info``),
   ``dead-letters`` and ``resend-dead-letter`` (``dead_letters``: a group's
-  ``%DLQ%<group>``).
+  ``%DLQ%<group>``), ``pending-delayed``, ``pending-half`` and
+  ``pending-popped`` (``pending``: what waits in the brokers' system topics,
+  served by the broker's GET_PENDING_MESSAGES,
+  ``triomq.broker.admin.pending_service``).
 
 Each command runs in a node of its own (``session``); messages and send
 results are shown by the pure ``message_text``. The kernel's ``triomq``
@@ -24,6 +27,7 @@ from triomq.hookspecs import hookimpl
 from triomq.plugins.client_cli.broker_status import add_broker_status_command
 from triomq.plugins.client_cli.consume import add_consume_command
 from triomq.plugins.client_cli.dead_letters import add_dead_letter_commands
+from triomq.plugins.client_cli.pending import add_pending_commands
 from triomq.plugins.client_cli.produce import add_produce_command
 from triomq.plugins.client_cli.progress import add_consumer_progress_command
 from triomq.plugins.client_cli.query import add_query_commands
@@ -41,3 +45,4 @@ def triomq_add_admin_commands(commands: argparse._SubParsersAction) -> None:
     add_query_commands(commands)
     add_broker_status_command(commands)
     add_dead_letter_commands(commands)
+    add_pending_commands(commands)

@@ -113,7 +113,7 @@ class TransactionService:
             header = parse_end_transaction(request.ext_fields)
         except HeaderFieldError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
-        self.reads.catch_up(self.ledger, self._progress(HALF_TOPIC))
+        self.reads.catch_up(self.ledger, self.progress(HALF_TOPIC))
         # This term's ledger, even if the term ends while the puts wait.
         ledger = self.ledger
         decision = end_transaction(
@@ -153,14 +153,16 @@ class TransactionService:
             await trio.sleep(self.settings.transaction_check_interval / 1000)
             await self.check_once()
 
-    def _progress(self, topic: str) -> int:
+    def progress(self, topic: str) -> int:
+        """Where the check goes on in ``topic`` (the half queue or the op queue): its stored
+        progress, or the queue's first entry."""
         stored = self.offsets.table.query(TRANSACTION_GROUP, topic, 0)
         first = self.broker.log.queue_min_offset(topic, 0)
         return first if stored is None else max(stored, first)
 
     async def check_once(self) -> None:
         """One round: check, renew or discard the open half messages due."""
-        start = self._progress(HALF_TOPIC)
+        start = self.progress(HALF_TOPIC)
         self.reads.catch_up(self.ledger, start)
         plan = plan_round(self.reads.queue_records(HALF_TOPIC, start, MAX_SCAN), self.ledger.ended,
                           self.settings, start=start, now_ms=wall_ms())
@@ -184,7 +186,7 @@ class TransactionService:
     def _commit_progress(self, start: int, progress: int) -> None:
         if progress != start:
             self.offsets.commit(TRANSACTION_GROUP, HALF_TOPIC, 0, progress)
-        op_start = self._progress(OP_HALF_TOPIC)
+        op_start = self.progress(OP_HALF_TOPIC)
         ops = self.reads.queue_records(OP_HALF_TOPIC, op_start, MAX_SCAN)
         op_done = op_progress(op_start, [op_offsets(op.record) if op.record else []
                                          for op in ops], progress)

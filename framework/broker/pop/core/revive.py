@@ -58,6 +58,7 @@ __all__ = [
     "REVIVE_BATCH",
     "REVIVE_MARGIN_MS",
     "NotRevived",
+    "PendingCheckpoint",
     "ReadMessage",
     "ReadRevive",
     "Revive",
@@ -179,7 +180,9 @@ def retry_message(ck: CheckPoint, record: MessageRecord) -> EscapedMessage:
 
 
 @attrs.define
-class _Pending:
+class PendingCheckpoint:
+    """A checkpoint with offsets neither acked nor revived yet."""
+
     ck: CheckPoint
     #: The checkpoint's own offset in the revive queue.
     revive_offset: int
@@ -201,7 +204,7 @@ class ReviveQueue:
         #: The next revive-queue offset to read.
         self.next_read = done + 1
         #: Checkpoints with offsets left, in revive-queue order.
-        self.pending: dict[MergeKey, _Pending] = {}
+        self.pending: dict[MergeKey, PendingCheckpoint] = {}
         self._work: deque[tuple[MergeKey, int]] = deque()
         self._current: tuple[MergeKey, int] | None = None
         self._put_failed = False
@@ -217,16 +220,23 @@ class ReviveQueue:
     def records_read(self, records: Sequence[ReviveRecord], now_ms: int
                      ) -> list[ReviveAction]:
         """The records of the last ``ReadRevive``, in order (fewer than asked: the end)."""
-        actions: list[ReviveAction] = []
-        for record in records:
-            self.next_read = record.queue_offset + 1
-            skipped = self._take(record)
-            if skipped is not None:
-                actions.append(skipped)
+        actions: list[ReviveAction] = list(self.pair(records))
         if len(records) >= self.batch:
             actions.append(ReadRevive(self.queue_id, self.next_read, self.batch))
             return actions
         return actions + self._revive_due(now_ms)
+
+    def pair(self, records: Sequence[ReviveRecord]) -> list[NotRevived]:
+        """Take ``records`` (the queue's next, in order) into ``pending``: each checkpoint
+        with offsets, each ack struck off its checkpoint; what is neither, skipped.
+        Nothing is revived (``records_read`` does that next; an admin view stops here)."""
+        skipped: list[NotRevived] = []
+        for record in records:
+            self.next_read = record.queue_offset + 1
+            refused = self._take(record)
+            if refused is not None:
+                skipped.append(refused)
+        return skipped
 
     def message_read(self, record: MessageRecord | None, now_ms: int) -> list[ReviveAction]:
         """The record a ``ReadMessage`` asked for (None: it is gone)."""
@@ -264,7 +274,7 @@ class ReviveQueue:
                 if not ck.broker_name:
                     ck = attrs.evolve(ck, broker_name=self.broker_name)
                 if ck.offset_diffs:
-                    self.pending[ck.merge_key] = _Pending(ck, record.queue_offset,
+                    self.pending[ck.merge_key] = PendingCheckpoint(ck, record.queue_offset,
                                                           list(ck.offsets))
             elif record.tags in (ACK_TAG, BATCH_ACK_TAG):
                 self._ack(decode_ack(record.body, batch=record.tags == BATCH_ACK_TAG))
@@ -286,7 +296,7 @@ class ReviveQueue:
             if offset in pending.left:
                 self._resolve(pending, offset)
 
-    def _resolve(self, pending: _Pending, offset: int) -> None:
+    def _resolve(self, pending: PendingCheckpoint, offset: int) -> None:
         pending.left.remove(offset)
         if not pending.left:
             del self.pending[pending.ck.merge_key]

@@ -45,6 +45,12 @@ class TimerCheckpoint:
     #: 0 before any delivery: the wheel starts at the clock.
     read_time_ms: int = 0
 
+    def delivered(self, queue_offset: int, slot_ms: int) -> bool:
+        """Whether the entry at ``queue_offset`` (at or after ``queue_offset`` S), due in
+        the slot starting at ``slot_ms``, was delivered: scanned before F, due before T.
+        The rebuild skips it; every other entry from S is pending."""
+        return queue_offset < self.scan_offset and slot_ms < self.read_time_ms
+
 
 class TimerCheckpointTable:
     """The broker's checkpoint, its DataVersion and revision (for the writes)."""

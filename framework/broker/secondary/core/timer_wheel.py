@@ -252,8 +252,8 @@ class TimerDelivery:
         self.enqueued = 0
         self.dequeued = 0
         self._stored = checkpoint
-        self._rebuild_until = checkpoint.scan_offset
-        self._rebuild_before = checkpoint.read_time_ms
+        #: What the rebuild reads back: the checkpoint, its scan cut to the queue's end.
+        self._rebuild = checkpoint
         self._done = _Done(checkpoint.queue_offset)
         self._entries: deque[Sequence[int]] = deque()
         self._more = False
@@ -281,7 +281,7 @@ class TimerDelivery:
     @property
     def rebuilding(self) -> bool:
         """Still reading back what the checkpoint's scan had reached."""
-        return self.scan_offset < self._rebuild_until
+        return self.scan_offset < self._rebuild.scan_offset
 
     def pending(self) -> int:
         """Timer messages scanned and not yet delivered."""
@@ -331,7 +331,8 @@ class TimerDelivery:
                 # an unclean election): the offsets from its end are new entries'.
                 self._done.cut(end)
             # What the queue no longer holds is not rebuilt.
-            self._rebuild_until = min(self._rebuild_until, self.scan_offset)
+            self._rebuild = attrs.evolve(
+                self._rebuild, scan_offset=min(self._rebuild.scan_offset, self.scan_offset))
             return self._advance(now_ms)
         self._entries = deque(e for e in entries if e[0] >= self.scan_offset)
         self._more = len(entries) == BATCH
@@ -352,8 +353,8 @@ class TimerDelivery:
             self._done.append(True)
             return [Skipped(queue_offset, out), *self._scan_next(now_ms)]
         slot = out // self.precision_ms * self.precision_ms
-        if queue_offset < self._rebuild_until and slot < self._rebuild_before:
-            self._done.append(True)  # delivered before the checkpoint
+        if self._rebuild.delivered(queue_offset, slot):
+            self._done.append(True)
             return self._scan_next(now_ms)
         self._done.append(False)
         self.enqueued += 1
