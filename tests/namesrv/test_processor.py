@@ -139,3 +139,13 @@ def test_notices_go_to_the_group_when_its_smallest_id_changes() -> None:
     assert command.code == RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE and command.is_oneway
     assert command.ext_fields == {"brokerName": "broker-a", "minBrokerId": "1",
                                   "minBrokerAddr": "g:10911", "offlineBrokerAddr": "h:10911"}
+
+
+def test_a_member_group_query_for_an_unknown_group_is_refused() -> None:
+    core = NameServerCore()
+    core.handle(register(0, "h:10911"), "m", 0)
+    answer = ask(core, RequestCode.GET_BROKER_MEMBER_GROUP,
+                 {"clusterName": "DefaultCluster", "brokerName": "broker-x"})
+    assert answer.code == ResponseCode.SYSTEM_ERROR
+    assert answer.remark == ("get broker member group: no broker of group 'broker-x' in "
+                             "cluster 'DefaultCluster' is registered")

@@ -217,11 +217,20 @@ def test_without_acting_master_support_a_masterless_group_has_no_id_0() -> None:
     assert addrs(route) == {1: "h:2"}
 
 
-def test_member_group_of_another_cluster_is_empty() -> None:
+def test_member_group_of_an_unknown_group_is_refused() -> None:
     route = RouteInfo()
-    route.register(reg(0, "h:1"), now=0)
+    route.register(reg(0, "h:1"), now=0, connection="m")
     assert route.member_group("c1", "broker-a").broker_addrs == {0: "h:1"}
-    assert route.member_group("c2", "broker-a").broker_addrs == {}
+    before = route.snapshot()
+    for cluster, group in (("c2", "broker-a"), ("c1", "broker-b")):
+        with pytest.raises(RouteRefused, match=f"no broker of group '{group}' in cluster "
+                                               f"'{cluster}' is registered"):
+            route.member_group(cluster, group)
+    assert route.snapshot() == before
+    # A group whose last member left is unknown again.
+    route.connection_closed("m")
+    with pytest.raises(RouteRefused):
+        route.member_group("c1", "broker-a")
 
 
 def test_register_topic_needs_registered_groups() -> None:

@@ -471,10 +471,15 @@ class RouteInfo:
                            {c: frozenset(ns) for c, ns in sorted(self._clusters.items())})
 
     def member_group(self, cluster: str, broker_name: str) -> BrokerMemberGroup:
-        """GET_BROKER_MEMBER_GROUP: the group's registered ids and addresses."""
+        """GET_BROKER_MEMBER_GROUP: the group's registered ids and addresses;
+        ``RouteRefused`` for a group no broker of ``cluster`` registered (or none of
+        whose members is left)."""
         group = self._groups.get(broker_name)
-        addrs = {} if group is None or group.cluster != cluster else dict(group.addrs)
-        return BrokerMemberGroup(cluster, broker_name, addrs)
+        if group is None or group.cluster != cluster:
+            raise RouteRefused(SYSTEM_ERROR, (
+                f"get broker member group: no broker of group {broker_name!r} in cluster "
+                f"{cluster!r} is registered"))
+        return BrokerMemberGroup(cluster, broker_name, dict(group.addrs))
 
     def topics(self) -> list[str]:
         return sorted(self._topics)
