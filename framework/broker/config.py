@@ -213,11 +213,17 @@ class BrokerConfig:
                    "alive slave with the smallest broker id acts for it (the name servers "
                    "route it as a read-only master when they support_acting_master). Needs "
                    "namesrv_addr (RocketMQ's enableSlaveActingMaster).")
+    enable_remote_escape: bool = setting(
+        False, doc="An acting slave may send its secondary messages' output to a master of "
+                   "another group of the cluster over the network (the 'remote' escape "
+                   "bridge; RocketMQ's enableRemoteEscape).")
     acting_escape_bridges: tuple[str, ...] = setting(
-        ("container",), doc="Escape bridges (triomq_escape_bridge names) a slave acting "
-                            "for its absent master puts its secondary messages' output "
-                            "through, tried in order: 'container' is a master of the "
-                            "cluster running in the same process.")
+        ("container", "remote"), doc="Escape bridges (triomq_escape_bridge names) a slave "
+                                     "acting for its absent master puts its secondary "
+                                     "messages' output through, tried in order: "
+                                     "'container' is a master of the cluster running in "
+                                     "the same process, 'remote' one of another group "
+                                     "(with enable_remote_escape).")
     sync_broker_member_group_period: int = setting(
         1000, doc="ms between GET_BROKER_MEMBER_GROUP polls of the name servers for the "
                   "group's alive members, with enable_slave_acting_master (RocketMQ's "

@@ -9,7 +9,9 @@
   slave is back. The rule is ``core.member_group.GroupWatch``, pure.
 
 - ``triomq_escape_bridge``: ``"container"`` (``container_bridge``), a put on
-  a master of the cluster running in the same process.
+  a master of the cluster running in the same process; ``"remote"``
+  (``remote_bridge``), with ``enable_remote_escape``, a send to a master of
+  another group of the cluster.
 
 What the acting term runs for the master (its secondary-message services,
 escaped to another master, and the master-only requests) is not built yet:
@@ -25,17 +27,18 @@ from typing import TYPE_CHECKING
 from triomq.hookspecs import EscapeBridgeFactory, hookimpl
 from triomq.plugins.acting_master.container_bridge import ContainerEscapeBridge
 from triomq.plugins.acting_master.member_group_service import MemberGroupService
+from triomq.plugins.acting_master.remote_bridge import RemoteEscapeBridge
 
 if TYPE_CHECKING:
     from triomq.broker.components import BrokerComponent, ComponentView
     from triomq.runtime import Node
 
-__all__ = ["ContainerEscapeBridge", "MemberGroupService"]
+__all__ = ["ContainerEscapeBridge", "MemberGroupService", "RemoteEscapeBridge"]
 
 
 @hookimpl
 def triomq_escape_bridge() -> Mapping[str, EscapeBridgeFactory]:
-    return {"container": ContainerEscapeBridge}
+    return {"container": ContainerEscapeBridge, "remote": RemoteEscapeBridge}
 
 
 @hookimpl

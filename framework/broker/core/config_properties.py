@@ -56,6 +56,7 @@ ROCKETMQ_NAMES: Mapping[str, str] = {
     "enable_slave_acting_master": "enableSlaveActingMaster",
     "sync_broker_member_group_period": "syncBrokerMemberGroupPeriod",
     "send_heartbeat_timeout": "sendHeartbeatTimeoutMillis",
+    "enable_remote_escape": "enableRemoteEscape",
     "auto_create_topic_enable": "autoCreateTopicEnable",
     "default_topic_queue_nums": "defaultTopicQueueNums",
     "max_message_size": "maxMessageSize",
