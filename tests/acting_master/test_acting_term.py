@@ -10,6 +10,8 @@ waits are liveness bounds, never timing assertions.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import trio
 from acting_nodes import Groups, acting_namesrv, create_topic, route, wait_for
@@ -99,3 +101,61 @@ async def test_an_acting_term_component_needs_enable_slave_acting_master(tmp_pat
         data["broker"] = {"broker_name": "broker-a", "ha_listen_port": 0}
         with pytest.raises(Exception, match="enable_slave_acting_master is off"):
             await cluster.start("a0", from_mapping(NodeConfig, data))
+
+
+def send_fields(n: int) -> dict[str, str]:
+    """SEND_MESSAGE_V2's header as RocketMQ's clients build it, to orders queue 0."""
+    return {"a": "pg", "b": "orders", "c": "TBW102", "d": "4", "e": "0", "f": "0",
+            "g": str(1_700_000_000_000 + n), "h": "0", "i": f"KEYS\x01k{n}\x02", "j": "0",
+            "k": "false", "m": "false"}
+
+
+def lock_body(client_id: str) -> bytes:
+    return json.dumps({"consumerGroup": "cg", "clientId": client_id, "onlyThisBroker": False,
+                       "mqSet": [{"topic": "orders", "brokerName": "broker-a", "queueId": 0}]
+                       }).encode()
+
+
+@pytest.mark.parametrize("transport", ["inproc", "tcp"])
+async def test_the_acting_slave_answers_what_only_a_master_answers(tmp_path, transport):
+    async with open_cluster(tmp_path, transport=transport, controllers=0, brokers=0,
+                            namesrvs=1) as cluster:
+        acting_namesrv(cluster)
+        await cluster.start_namesrvs()
+        group = Groups(cluster)
+        for name in ("a0", "a1"):
+            await group.start(name)
+        client = await cluster.start("client")
+        await create_topic(client, cluster.node("a0").address, "orders")
+        for n in range(3):
+            answer = await client.rpc.invoke(cluster.node("a0").address, 310, send_fields(n),
+                                             b"m%d" % n)
+            assert answer.code == 0, answer.remark
+        master, slave = cluster.broker("a0"), cluster.broker("a1")
+        await cluster.wait_for(lambda: slave.log.max_offset == master.log.max_offset
+                               and "orders" in slave.topics.table)
+        first_store_time = master.log.read_record(0).store_timestamp
+        await cluster.kill("a0")
+        await cluster.wait_for(lambda: slave.acting, timeout=20)
+
+        async def ask(code: int, fields: dict[str, str], body: bytes = b""):
+            answer = await client.rpc.invoke(cluster.node("a1").address, code, fields, body)
+            assert answer.code == 0, (code, answer.remark)
+            return answer
+
+        queue = {"topic": "orders", "queueId": "0"}
+        assert (await ask(30, queue)).ext_fields["offset"] == "3"  # GET_MAX_OFFSET
+        assert (await ask(31, queue)).ext_fields["offset"] == "0"  # GET_MIN_OFFSET
+        earliest = await ask(32, queue)  # GET_EARLIEST_MSG_STORETIME
+        assert earliest.ext_fields["timestamp"] == str(first_store_time)
+        search = await ask(29, {**queue, "timestamp": str(first_store_time)})
+        assert search.ext_fields["offset"] == "0"  # SEARCH_OFFSET_BY_TIMESTAMP
+        # LOCK_BATCH_MQ and UNLOCK_BATCH_MQ: an orderly consumer keeps its queue.
+        locked = json.loads((await ask(41, {}, lock_body("c1"))).body)["lockOKMQSet"]
+        assert [mq["queueId"] for mq in locked] == [0]
+        assert json.loads((await ask(41, {}, lock_body("c2"))).body)["lockOKMQSet"] == []
+        await ask(42, {}, lock_body("c1"))
+        locked = json.loads((await ask(41, {}, lock_body("c2"))).body)["lockOKMQSet"]
+        assert [mq["queueId"] for mq in locked] == [0]
+        # It wrote nothing of its own.
+        assert slave.log.max_offset == master.log.max_offset
