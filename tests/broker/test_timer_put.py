@@ -102,7 +102,7 @@ def test_a_timer_delivery_is_not_routed_again() -> None:
     flow = PutFlow(SETTINGS, now=1.0)
     message = EscapedMessage("orders", 3, b"x", {"TIMER_DELAY_SEC": "9",
                                                  "TIMER_OUT_MS": "1700000000000"})
-    topic, queue_id, _ = stored(flow.start_own(message, MASTER, wall_ms=5, new_id=new_id))
+    topic, queue_id, _ = stored(flow.start_own(message, MASTER, store_ms=5, new_id=new_id))
     assert (topic, queue_id) == ("orders", 3)
 
 

@@ -163,7 +163,7 @@ def route_put(topic: str, queue_id: int, properties: Mapping[str, str], sys_flag
               max_delay_level: int, timer: TimerSettings, now_ms: int
               ) -> Routed | RemotingCommand:
     """Where one message with these fields is stored, or the put's refusal
-    (``now_ms``: the wall clock, for a timer message's relative delay)."""
+    (``now_ms``: the broker's clock, the put's store time, for a timer message's time)."""
     level = delay_level_of(properties)
     if level is None:
         return _illegal_delay(properties)
