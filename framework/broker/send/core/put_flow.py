@@ -253,7 +253,7 @@ class PutFlow:
             return PutReply(refusal)
         routed = route_put(message.topic, message.queue_id, message.properties,
                            message.sys_flag, max_delay_level=settings.max_delay_level,
-                           timer=settings.timer, now_ms=store_ms)
+                           timer=settings.timer, now_ms=store_ms, own=True)
         if isinstance(routed, RemotingCommand):
             return PutReply(routed)
         return Append((MessageRecord(
