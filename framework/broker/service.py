@@ -25,6 +25,10 @@ consume-queue entries carry delivery times by it). The HA address is
 ``broker.ha_listen_address``, else derived from the node's ``listen``
 address (``ha_listen_address``).
 
+The broker's clock (``Broker.clock``, a ``triomq.clock.EpochClock``) is made
+once and handed to the puts (store times, timer times) and to the schedule,
+timer, transaction, pop and revive services: every time they compare is on it.
+
 Hosts and tests reach a node's running broker with ``broker_of(node)``.
 """
 
