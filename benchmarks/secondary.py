@@ -258,7 +258,7 @@ def fill_stores(root: Path, master: str, count: int, levels: int) -> float:
             for i in range(count):
                 flow = PutFlow(settings, now=0.0)
                 action = flow.start(delayed_send(i, levels, stored_ms, client_ids),
-                                    "127.0.0.1:50000", state, table, wall_ms=stored_ms,
+                                    "127.0.0.1:50000", state, table, store_ms=stored_ms,
                                     new_id=broker_ids.next_id)
                 assert isinstance(action, Append), action
                 (record,) = action.records

@@ -373,7 +373,8 @@ class BrokerConfig:
         check=positive)
     timer_precision_ms: int = setting(
         1000, doc="ms of one slot of the timer wheel: a timer message is delivered at or after "
-                  "its time, less than this after it (RocketMQ's timerPrecisionMs).",
+                  "its time, less than this after it; a client's TIMER_DELIVER_MS more than "
+                  "this before the broker's clock is refused (RocketMQ's timerPrecisionMs).",
         check=positive)
     timer_flush_interval_ms: int = setting(
         1000, doc="ms between writes of config/timerCheckpoint.json, where the timer wheel's "

@@ -25,6 +25,10 @@ consume-queue entries carry delivery times by it). The HA address is
 ``broker.ha_listen_address``, else derived from the node's ``listen``
 address (``ha_listen_address``).
 
+The broker's clock (``Broker.clock``, a ``triomq.clock.EpochClock``) is made
+once and handed to the puts (store times, timer times) and to the schedule,
+timer, transaction, pop and revive services: every time they compare is on it.
+
 Hosts and tests reach a node's running broker with ``broker_of(node)``.
 """
 
@@ -63,7 +67,7 @@ from triomq.broker.index.index_service import IndexService
 from triomq.broker.index.queries import QueryService
 from triomq.broker.metadata.core.topic_table import TopicTable
 from triomq.broker.metadata.topics import TopicService, load_topics
-from triomq.broker.pop.pop_service import PopClock, PopService
+from triomq.broker.pop.pop_service import PopService
 from triomq.broker.pop.revive_service import ReviveService
 from triomq.broker.registration.core.namesrv_registration import (
     BrokerRegistrationInfo,
@@ -84,7 +88,7 @@ from triomq.broker.secondary.timer_service import TimerMessageService, load_time
 from triomq.broker.secondary.transaction_service import TransactionService
 from triomq.broker.send.core.put_checks import host_port
 from triomq.broker.send.processor import BrokerProcessor
-from triomq.clock import now_ms
+from triomq.clock import EpochClock, now_ms
 from triomq.errors import ConfigError, PluginError
 from triomq.ha.checkpoint import EpochCheckpointFile
 from triomq.store import CommitLog, FlushService
@@ -188,12 +192,15 @@ class Broker:
         self.log = log
         self.flush = flush
         self.replicas = replicas
+        #: The broker's clock (epoch ms), made once: its store times, and every time a
+        #: delayed, timer, transactional or popped message waits for.
+        self.clock = EpochClock()
         #: What the broker's components see of it.
         self.view = BrokerComponentView(self)
         self.topics = TopicService(store_root(node), self.config, table, broker=self.view)
         self.processor = BrokerProcessor(log=log, flush=flush, replicas=replicas,
                                          config=self.config, store_host=host_port(node.address),
-                                         topics=self.topics)
+                                         topics=self.topics, clock=self.clock)
         self.confirm_checkpoint = ConfirmOffsetCheckpoint(store_root(node))
         #: Clients, consumer groups and their configs (set when the service starts).
         self.clients: ClientService | None = None
@@ -396,14 +403,14 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         broker_ip=processor.store_host[0])
     transactions = broker.transactions = TransactionService(
         config=config, broker=view, bridge=LocalEscapeBridge(processor.put_own),
-        offsets=offsets, producer_connection=clients.table.producer_connection)
-    pop_clock = PopClock()
+        offsets=offsets, producer_connection=clients.table.producer_connection,
+        clock=broker.clock)
     pops = broker.pops = PopService(config=config, log=log, topics=topics, offsets=offsets,
                       find_group=clients.find_group, bridge=LocalEscapeBridge(processor.put_own),
-                      broker=view, clock=pop_clock)
+                      broker=view, clock=broker.clock)
     revive = broker.revive = ReviveService(
         config=config, log=log, offsets=offsets, broker=view,
-        bridge=LocalEscapeBridge(processor.put_own), clock=pop_clock,
+        bridge=LocalEscapeBridge(processor.put_own), clock=broker.clock,
         ensure_retry_topic=pops.ensure_retry_topic, ensure_revive_topic=pops.ensure_revive_topic)
 
     def appended() -> None:
@@ -413,7 +420,7 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     replicas.on_appended = appended
     schedule = broker.schedule = ScheduleMessageService(
         root, config, delay_offsets, log=log, broker=view,
-        bridge=LocalEscapeBridge(processor.put_own))
+        bridge=LocalEscapeBridge(processor.put_own), clock=broker.clock)
     parts = [
         Component("role", role_changed=broker.role_changed),
         Component("flush", start=[broker.flush.run]),
@@ -448,7 +455,8 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     if config.timer_wheel_enable:
         timer = broker.timer = TimerMessageService(
             root, config, await trio.to_thread.run_sync(load_timer_checkpoint, root),
-            log=log, broker=view, bridge=LocalEscapeBridge(processor.put_own))
+            log=log, broker=view, bridge=LocalEscapeBridge(processor.put_own),
+            clock=broker.clock)
         parts += [
             Component("timer-checkpoint", register=timer.register, soon=[
                 timer.persist_loop, functools.partial(timer.copy_from_master, node.rpc)]),

@@ -39,7 +39,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
@@ -67,6 +66,7 @@ from triomq.client.instance import (
     dial_address,
     local_ip,
 )
+from triomq.clock import epoch_ms
 from triomq.protocol.message import properties_to_bytes
 from triomq.protocol.remoting import ROCKETMQ_VERSION
 from triomq.protocol.unique_id import UniqueIdGenerator
@@ -78,8 +78,9 @@ log = logging.getLogger("triomq.client")
 
 
 def now_ms() -> int:
-    """Wall-clock milliseconds: born timestamps and ids are compared across hosts."""
-    return time.time_ns() // 1_000_000
+    """Epoch milliseconds on the run's ``EpochClock``: born timestamps and ids are
+    compared across hosts, and with the brokers' store times (a transaction's age)."""
+    return epoch_ms()
 
 
 class Producer:

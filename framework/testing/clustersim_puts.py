@@ -73,7 +73,7 @@ class SimPuts:
         broker = self.broker
         flow = PutFlow(self.settings, now=broker.now_ms() / 1000)
         action = flow.start(put.command, src, self._state(broker.term), broker.topics,
-                            wall_ms=broker.now_ms(), new_id=self.unique_ids.next_id)
+                            store_ms=broker.now_ms(), new_id=self.unique_ids.next_id)
         self._pump(lambda response: self._send(src, PutResponse(put.id, response)), flow,
                    action)
 
@@ -82,7 +82,7 @@ class SimPuts:
         hears how it ended, as ``LocalEscapeBridge.put_message`` answers."""
         broker = self.broker
         flow = PutFlow(self.settings, now=broker.now_ms() / 1000)
-        action = flow.start_own(message, self._state(broker.term), wall_ms=broker.now_ms(),
+        action = flow.start_own(message, self._state(broker.term), store_ms=broker.now_ms(),
                                 new_id=self.unique_ids.next_id)
         self._pump(lambda response: done(EscapeResult.of_response(response)), flow, action)
 

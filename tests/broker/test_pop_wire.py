@@ -13,12 +13,10 @@ import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import pytest
 import trio
 from broker_nodes import Cluster
 from test_pull_wire import decode_messages, receive_exactly
 from test_send_wire import SEND_MESSAGE_V2, properties
-from trio.testing import MockClock
 
 from triomq.broker.core.escape_bridge import EscapeResult
 from triomq.broker.service import Broker
@@ -28,19 +26,6 @@ BATCH_ACK_MESSAGE = 200151
 REVIVE_TOPIC = "rmq_sys_REVIVE_LOG_DefaultCluster"
 SUCCESS, INVALID_PARAMETER, NO_MESSAGE, POLLING_TIMEOUT = 0, 29, 208, 210
 EXTRA = "revive_queue_num = 2\nrevive_interval = 500"
-
-
-@pytest.fixture(params=["inproc", "tcp"])
-def kind(request) -> str:
-    return request.param
-
-
-@pytest.fixture
-def clock(kind: str) -> MockClock:
-    """Mock time that jumps ahead when every task waits, over TCP too: a jump while a
-    frame crosses the loopback moves time on by one of the broker's timers at most,
-    which no assertion here is that close to."""
-    return MockClock(autojump_threshold=0)
 
 
 def frame(code: int, opaque: int, ext_fields: dict, body: bytes = b"") -> bytes:

@@ -61,7 +61,7 @@ def start(req: RemotingCommand, broker: BrokerState = MASTER, topics: TopicTable
           settings: PutSettings = SETTINGS, now: float = 10.0) -> tuple[PutFlow, object]:
     flow = PutFlow(settings, now=now)
     action = flow.start(req, PEER, broker, topics if topics is not None else table(),
-                        wall_ms=1_700_000_000_500, new_id=new_id)
+                        store_ms=1_700_000_000_500, new_id=new_id)
     return flow, action
 
 
@@ -225,16 +225,16 @@ def test_send_message_v1_spells_the_header_out_and_its_batch_field_decides() -> 
 def test_the_brokers_own_put_passes_the_stores_checks_only() -> None:
     message = EscapedMessage(topic="SCHEDULE_TOPIC_XXXX", queue_id=3, body=b"later")
     flow = PutFlow(SETTINGS, now=0.0)
-    action = flow.start_own(message, MASTER, wall_ms=99, new_id=new_id)
+    action = flow.start_own(message, MASTER, store_ms=99, new_id=new_id)
     assert isinstance(action, Append)  # a topic clients may not send to
     (record,) = action.records
     assert (record.born_timestamp, record.born_host, record.store_host) == (99, STORE, STORE)
     assert record.properties == {"CLUSTER": "DefaultCluster", "UNIQ_KEY": "ID-99"}
     flow = PutFlow(SETTINGS, now=0.0)
-    code, _ = refused(flow.start_own(message, SLAVE, wall_ms=99, new_id=new_id))
+    code, _ = refused(flow.start_own(message, SLAVE, store_ms=99, new_id=new_id))
     assert code == ResponseCode.SERVICE_NOT_AVAILABLE
     strict = attrs.evolve(SETTINGS, min_in_sync_replicas=3)
-    code, _ = refused(PutFlow(strict, now=0.0).start_own(message, MASTER, wall_ms=99,
+    code, _ = refused(PutFlow(strict, now=0.0).start_own(message, MASTER, store_ms=99,
                                                           new_id=new_id))
     assert code == ResponseCode.SYSTEM_ERROR
 

@@ -97,6 +97,6 @@ def test_a_delayed_batch_is_refused(header: dict[str, str], inner: dict[str, str
 def test_the_brokers_own_delayed_message_is_delayed_too() -> None:
     flow = PutFlow(SETTINGS, now=1.0)
     action = flow.start_own(EscapedMessage("orders", 3, b"x", {"DELAY": "1"}), MASTER,
-                            wall_ms=5, new_id=new_id)
+                            store_ms=5, new_id=new_id)
     topic, queue_id, properties = stored(action)
     assert (topic, queue_id, properties["REAL_QID"]) == ("SCHEDULE_TOPIC_XXXX", 0, "3")

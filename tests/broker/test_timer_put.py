@@ -16,7 +16,7 @@ from triomq.broker.core.escape_bridge import EscapedMessage
 from triomq.broker.secondary.core.schedule_put import TimerSettings
 from triomq.broker.send.core.put_flow import PutFlow, PutReply
 
-#: ``start``'s wall clock.
+#: ``start``'s store time (the broker's clock).
 NOW = 1_700_000_000_500
 
 
@@ -55,13 +55,35 @@ def test_the_delay_in_seconds_wins_then_the_delay_in_ms() -> None:
 
 
 @pytest.mark.parametrize("name, value", [("TIMER_DELIVER_MS", str(NOW)),
-                                         ("TIMER_DELIVER_MS", "5000"),
-                                         ("TIMER_DELAY_SEC", "0"), ("TIMER_DELAY_MS", "-5")])
-def test_a_time_already_past_is_stored_as_it_came(name: str, value: str) -> None:
+                                         ("TIMER_DELIVER_MS", str(NOW - 1000)),
+                                         ("TIMER_DELAY_SEC", "0"), ("TIMER_DELAY_MS", "0")])
+def test_a_time_now_or_within_the_precision_past_is_stored_as_it_came(
+        name: str, value: str) -> None:
     _, action = start(request(i=props(**{name: value})))
     topic, queue_id, properties = stored(action)
     assert (topic, queue_id) == ("orders", 1)
     assert "TIMER_OUT_MS" not in properties and properties[name] == value
+
+
+@pytest.mark.parametrize("name, value, why", [
+    ("TIMER_DELIVER_MS", str(NOW - 1001), "1001 ms before the broker's time"),
+    ("TIMER_DELIVER_MS", "5000", "timer_precision_ms (1000)"),
+    ("TIMER_DELAY_SEC", "-1", "must not be negative, got -1"),
+    ("TIMER_DELAY_MS", "-5", "must not be negative, got -5"),
+])
+def test_a_time_in_the_past_is_refused_naming_the_property(name: str, value: str,
+                                                           why: str) -> None:
+    code, remark = refused(start(request(i=props(**{name: value})))[1])
+    assert code == ResponseCode.MESSAGE_ILLEGAL
+    assert remark.startswith(f"timer message illegal: property {name}") and why in remark
+
+
+def test_the_brokers_own_put_of_a_time_past_is_due_at_once() -> None:
+    # A transaction committed after its timer time: delivered, not refused.
+    flow = PutFlow(SETTINGS, now=1.0)
+    message = EscapedMessage("orders", 3, b"x", {"TIMER_DELIVER_MS": "5000"})
+    topic, queue_id, _ = stored(flow.start_own(message, MASTER, store_ms=NOW, new_id=new_id))
+    assert (topic, queue_id) == ("orders", 3)
 
 
 @pytest.mark.parametrize("name, value", [("TIMER_DELIVER_MS", "soon"),
@@ -102,7 +124,7 @@ def test_a_timer_delivery_is_not_routed_again() -> None:
     flow = PutFlow(SETTINGS, now=1.0)
     message = EscapedMessage("orders", 3, b"x", {"TIMER_DELAY_SEC": "9",
                                                  "TIMER_OUT_MS": "1700000000000"})
-    topic, queue_id, _ = stored(flow.start_own(message, MASTER, wall_ms=5, new_id=new_id))
+    topic, queue_id, _ = stored(flow.start_own(message, MASTER, store_ms=5, new_id=new_id))
     assert (topic, queue_id) == ("orders", 3)
 
 

@@ -1,10 +1,14 @@
-"""Transactional messages over real TCP with frames built by hand from RocketMQ's protocol.
+"""Transactional messages over inproc and TCP, with frames built by hand from RocketMQ's
+protocol, under trio's ``MockClock``.
 
 A half message is a SEND_MESSAGE_V2 whose properties carry ``TRAN_MSG`` and
 ``PGROUP`` and whose sysFlag is PREPARED (4), as ``DefaultMQProducerImpl``
 sends it; END_TRANSACTION (37) carries ``EndTransactionRequestHeader``'s
 fields. Producers send END_TRANSACTION oneway; the bad-input cases here ask
-for an answer (flag 0) to read the refusal.
+for an answer (flag 0) to read the refusal. An unknown transaction is
+checked back with CHECK_TRANSACTION_STATE (39) on its producer group's
+connection once ``transaction_time_out`` has passed, within one check
+interval after (by the broker's clock), and ends as the answer says.
 """
 
 from __future__ import annotations
@@ -14,19 +18,21 @@ import struct
 
 import trio
 from broker_nodes import Cluster, wait_until
-from test_pull_wire import PULL_MESSAGE, call, decode_messages
+from test_delay_wire import stream_to
+from test_pull_wire import PULL_MESSAGE, call, decode_messages, receive_exactly
 from test_send_wire import properties
 
 from triomq.broker.secondary.core.transaction import real_message
 
-SEND_MESSAGE_V2, END_TRANSACTION = 310, 37
+SEND_MESSAGE_V2, END_TRANSACTION, CHECK_TRANSACTION_STATE, HEART_BEAT = 310, 37, 39, 34
 SUCCESS, SYSTEM_ERROR, NO_PERMISSION, SLAVE_NOT_AVAILABLE = 0, 1, 16, 11
 INVALID_PARAMETER, PULL_NOT_FOUND, ILLEGAL_OPERATION = 29, 19, 604
 
 
-def send_fields(body_properties: str, sys_flag: int, group: str = "tx-group") -> dict:
+def send_fields(body_properties: str, sys_flag: int, group: str = "tx-group",
+                born_ms: int = 1700000000000) -> dict:
     return {"a": group, "b": "orders", "c": "TBW102", "d": "4", "e": "0", "f": str(sys_flag),
-            "g": "1700000000000", "h": "0", "i": body_properties, "j": "0", "k": "false",
+            "g": str(born_ms), "h": "0", "i": body_properties, "j": "0", "k": "false",
             "m": "false", "n": "broker-a"}
 
 
@@ -63,13 +69,18 @@ async def pull_orders(stream, opaque: int) -> list[dict]:
     return decode_messages(body)
 
 
-async def open_stream(broker) -> trio.SocketStream:
-    host, _, port = broker.node.address.removeprefix("tcp://").rpartition(":")
-    return await trio.open_tcp_stream(host, int(port))
+async def receive_request(stream: trio.abc.Stream) -> tuple[dict, bytes]:
+    """The next frame the broker writes: its JSON header and its body."""
+    (length,) = struct.unpack(">i", await receive_exactly(stream, 4))
+    rest = await receive_exactly(stream, length)
+    header_length = struct.unpack_from(">I", rest)[0] & 0xFFFFFF
+    return json.loads(rest[4:4 + header_length]), rest[4 + header_length:]
 
 
-async def test_a_half_message_is_hidden_until_committed_and_ends_once(tmp_path) -> None:
-    async with Cluster("tcp", tmp_path).broker("a") as a, await open_stream(a) as stream:
+async def test_a_half_message_is_hidden_until_committed_and_ends_once(
+        tmp_path, kind, clock) -> None:
+    cluster = Cluster(kind, tmp_path)
+    async with cluster.broker("a") as a, stream_to(cluster, a) as stream:
         # A plain message first, so the real topic exists.
         plain, _ = await call(stream, SEND_MESSAGE_V2, 1, send_fields("", 0), b"plain")
         assert plain["code"] == SUCCESS, plain.get("remark")
@@ -117,8 +128,10 @@ async def test_a_half_message_is_hidden_until_committed_and_ends_once(tmp_path) 
         assert a.log.queue_max_offset("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0) == 2
 
 
-async def test_bad_end_transactions_are_refused_and_store_nothing(tmp_path) -> None:
-    async with Cluster("tcp", tmp_path).broker("a") as a, await open_stream(a) as stream:
+async def test_bad_end_transactions_are_refused_and_store_nothing(tmp_path, kind,
+                                                                  clock) -> None:
+    cluster = Cluster(kind, tmp_path)
+    async with cluster.broker("a") as a, stream_to(cluster, a) as stream:
         plain, _ = await call(stream, SEND_MESSAGE_V2, 1, send_fields("", 0), b"plain")
         half, _ = await call(stream, SEND_MESSAGE_V2, 2,
                              send_fields(half_properties(1), 4), b"paid")
@@ -150,22 +163,25 @@ async def test_bad_end_transactions_are_refused_and_store_nothing(tmp_path) -> N
         assert [m["body"] for m in await pull_orders(stream, 22)] == [b"plain", b"paid"]
 
 
-async def test_a_broker_rejecting_transactions_refuses_half_messages(tmp_path) -> None:
-    cluster = Cluster("tcp", tmp_path)
+async def test_a_broker_rejecting_transactions_refuses_half_messages(tmp_path, kind,
+                                                                     clock) -> None:
+    cluster = Cluster(kind, tmp_path)
     async with cluster.broker("a", extra="reject_transaction_message = true") as a, \
-            await open_stream(a) as stream:
+            stream_to(cluster, a) as stream:
         answer, _ = await call(stream, SEND_MESSAGE_V2, 1,
                                send_fields(half_properties(1), 4), b"paid")
         assert answer["code"] == NO_PERMISSION
-        assert answer["remark"] == "the broker[127.0.0.1] sending transaction message is forbidden"
+        # The broker's store host (127.0.0.1 over TCP).
+        assert answer["remark"] == (f"the broker[{a.processor.store_host[0]}] sending "
+                                    "transaction message is forbidden")
         assert a.log.max_offset == 0
 
 
-async def test_only_a_master_ends_transactions(tmp_path) -> None:
-    cluster = Cluster("tcp", tmp_path)
+async def test_only_a_master_ends_transactions(tmp_path, kind, clock) -> None:
+    cluster = Cluster(kind, tmp_path)
     async with cluster.broker("a") as a, \
             cluster.broker("b", broker_id=1, master=a.ha_address) as b, \
-            await open_stream(b) as stream:
+            stream_to(cluster, b) as stream:
         fields = {"producerGroup": "tx-group", "tranStateTableOffset": "0",
                   "commitLogOffset": "0", "commitOrRollback": "8", "msgId": "x"}
         answer, _ = await call(stream, END_TRANSACTION, 1, fields)
@@ -173,17 +189,18 @@ async def test_only_a_master_ends_transactions(tmp_path) -> None:
         assert "not master" in answer["remark"]
 
 
-async def test_a_restarted_master_knows_what_ended_and_where_its_check_was(tmp_path) -> None:
-    cluster = Cluster("tcp", tmp_path)
+async def test_a_restarted_master_knows_what_ended_and_where_its_check_was(
+        tmp_path, kind, clock) -> None:
+    cluster = Cluster(kind, tmp_path)
     # No producer is connected: each round counts a check in a copy and moves on.
     extra = "transaction_check_interval = 100\ntransaction_time_out = 1"
     half_topic, group = "RMQ_SYS_TRANS_HALF_TOPIC", "CID_SYS_RMQ_TRANS"
-    async with cluster.broker("a", extra=extra) as a, await open_stream(a) as stream:
+    async with cluster.broker("a", extra=extra) as a, stream_to(cluster, a) as stream:
         half, _ = await call(stream, SEND_MESSAGE_V2, 1,
                              send_fields(half_properties(1), 4), b"paid")
         await wait_until(lambda: (a.offsets.table.query(group, half_topic, 0) or 0) >= 1)
         progress = a.offsets.table.query(group, half_topic, 0)
-    async with cluster.broker("a", extra=extra) as a, await open_stream(a) as stream:
+    async with cluster.broker("a", extra=extra) as a, stream_to(cluster, a) as stream:
         # The check's progress came back from consumerOffset.json.
         assert a.offsets.table.query(group, half_topic, 0) >= progress
         answer, _ = await call(stream, END_TRANSACTION, 2, end_fields(half, 8))
@@ -196,7 +213,7 @@ async def test_a_restarted_master_knows_what_ended_and_where_its_check_was(tmp_p
             commitLogOffset=str(copy.physical_offset), fromTransactionCheck="true"))
         assert answer["code"] == ILLEGAL_OPERATION, answer.get("remark")
         assert [m["body"] for m in await pull_orders(stream, 4)] == [b"paid"]
-    async with cluster.broker("a", extra=extra) as a, await open_stream(a) as stream:
+    async with cluster.broker("a", extra=extra) as a, stream_to(cluster, a) as stream:
         # A new term reads the op records again.
         answer, _ = await call(stream, END_TRANSACTION, 5, end_fields(half, 8))
         assert answer["code"] == ILLEGAL_OPERATION
@@ -204,9 +221,10 @@ async def test_a_restarted_master_knows_what_ended_and_where_its_check_was(tmp_p
         assert [m["body"] for m in await pull_orders(stream, 6)] == [b"paid"]
 
 
-async def test_a_commit_whose_op_record_was_lost_is_not_committed_again(tmp_path) -> None:
-    cluster = Cluster("tcp", tmp_path)
-    async with cluster.broker("a") as a, await open_stream(a) as stream:
+async def test_a_commit_whose_op_record_was_lost_is_not_committed_again(
+        tmp_path, kind, clock) -> None:
+    cluster = Cluster(kind, tmp_path)
+    async with cluster.broker("a") as a, stream_to(cluster, a) as stream:
         half, _ = await call(stream, SEND_MESSAGE_V2, 1,
                              send_fields(half_properties(1), 4), b"paid")
         stored = next(r for r in a.log.iter_records() if r.topic == "RMQ_SYS_TRANS_HALF_TOPIC")
@@ -216,9 +234,52 @@ async def test_a_commit_whose_op_record_was_lost_is_not_committed_again(tmp_path
         assert put.code == SUCCESS
         committed = next(r for r in a.log.iter_records() if r.topic == "orders")
         assert committed.prepared_transaction_offset == stored.physical_offset
-    async with cluster.broker("a") as a, await open_stream(a) as stream:
+    async with cluster.broker("a") as a, stream_to(cluster, a) as stream:
         for opaque, how in ((2, 8), (3, 12)):
             answer, _ = await call(stream, END_TRANSACTION, opaque, end_fields(half, how))
             assert answer["code"] == ILLEGAL_OPERATION
             assert "already ended (commit)" in answer["remark"]
         assert [m["body"] for m in await pull_orders(stream, 4)] == [b"paid"]
+
+
+async def test_an_unknown_transaction_is_checked_back_after_its_time_out_then_ended(
+        tmp_path, kind, clock) -> None:
+    interval, time_out = 1000, 3000
+    cluster = Cluster(kind, tmp_path)
+    extra = f"transaction_check_interval = {interval}\ntransaction_time_out = {time_out}"
+    async with cluster.broker("a", extra=extra) as a, stream_to(cluster, a) as stream:
+        # The producer group's connection, as a producer's heartbeat names it.
+        beat, _ = await call(stream, HEART_BEAT, 1, {}, json.dumps({
+            "clientID": "producer@1", "consumerDataSet": [],
+            "producerDataSet": [{"groupName": "tx-group"}]}).encode())
+        assert beat["code"] == SUCCESS, beat.get("remark")
+        born = a.clock()
+        half, _ = await call(stream, SEND_MESSAGE_V2, 2,
+                             send_fields(half_properties(1), 4, born_ms=born), b"paid")
+        assert half["code"] == SUCCESS, half.get("remark")
+        unknown, _ = await call(stream, END_TRANSACTION, 3, end_fields(half, 0))
+        assert unknown["code"] == SUCCESS
+
+        with trio.fail_after(60):
+            check, body = await receive_request(stream)
+        assert (check["code"], check["flag"] & 2) == (CHECK_TRANSACTION_STATE, 2)
+        fields = check["extFields"]
+        # Not before its time out, and in the first round after it: the copy the check
+        # names was stored at its round (a mock-time jump while the frame crossed the
+        # loopback would not move that).
+        checked_at = a.log.read_record(int(fields["commitLogOffset"])).store_timestamp
+        assert born + time_out <= checked_at <= born + time_out + interval
+        assert fields["transactionId"] == "C0A80001000030390000000000000001"
+        assert fields["bname"] == "broker-a"
+        (message,) = decode_messages(body)
+        assert (message["topic"], message["body"]) == ("orders", b"paid")
+        assert properties(message["properties"])["TRANSACTION_CHECK_TIMES"] == "1"
+
+        # The producer's answer ends it, as its check said: committed, once.
+        commit = {**end_fields(half, 8), "tranStateTableOffset": fields["tranStateTableOffset"],
+                  "commitLogOffset": fields["commitLogOffset"], "fromTransactionCheck": "true"}
+        await stream.send_all(oneway_frame(END_TRANSACTION, 4, commit))
+        await wait_until(lambda: a.log.queue_max_offset("orders", 0) == 1)
+        assert [m["body"] for m in await pull_orders(stream, 5)] == [b"paid"]
+        await trio.sleep(5 * interval / 1000)
+        assert a.transactions is not None and a.transactions.checks_sent == 1

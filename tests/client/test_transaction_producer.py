@@ -1,6 +1,11 @@
-"""Transactional messages through triomq.client: commit, rollback, checks and discards."""
+"""Transactional messages through triomq.client: commit, rollback, checks and discards;
+the checks over inproc and TCP under trio's ``MockClock``: an unknown transaction is
+checked back once transaction_time_out has passed (within one check interval after),
+then ended as the producer's checker says."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import trio
@@ -31,6 +36,9 @@ UNKNOW = LocalTransactionState.UNKNOW
 QUEUE = MessageQueue("orders", "broker-a", 0)
 #: Checks every 100 ms of half messages older than 1 ms.
 QUICK_CHECKS = {"transaction_check_interval": 100, "transaction_time_out": 1}
+#: Checks every second of half messages older than 3 s (under the mock clock).
+INTERVAL, TIME_OUT = 1000, 3000
+CHECKS = {"transaction_check_interval": INTERVAL, "transaction_time_out": TIME_OUT}
 
 
 class Listener:
@@ -109,48 +117,64 @@ async def test_a_committed_transaction_is_consumed_once_a_rolled_back_one_never(
         assert listener.checked == []
 
 
-@pytest.mark.parametrize("transport", ["inproc", "tcp"])
+def check_copies(broker) -> list:
+    """The half message's copies the checks put, each at its check's round."""
+    return [r for r in broker.log.iter_records()
+            if r.topic == HALF_TOPIC and "TRANSACTION_CHECK_TIMES" in r.properties]
+
+
 async def test_an_unknown_transaction_is_checked_then_ended_by_the_checker(
-        tmp_path, transport) -> None:
-    async with open_groups(tmp_path, transport, **QUICK_CHECKS) as groups:
+        tmp_path, transport, autojump) -> None:
+    async with open_groups(tmp_path, transport, **CHECKS) as groups:
         await groups.create_topic("orders", queues=1)
         app = await groups.client("app")
+        broker = broker_of(groups.cluster.node("a"))
         listener = Listener(check_answer=COMMIT)
         producer = TransactionProducer("tx", groups.namesrv, transaction_listener=listener)
         async with producer.start(app.connect):
             result = await producer.send_message_in_transaction(Message("orders", b"later"))
             assert result.local_transaction_state is UNKNOW
-            await wait_for(lambda: listener.checked)
+            (half,) = [r for r in broker.log.iter_records() if r.topic == HALF_TOPIC]
+            # Not checked before its time out.
+            await broker.clock.sleep_until(half.born_timestamp + TIME_OUT - 1)
+            assert listener.checked == [] and check_copies(broker) == []
+            await wait_for(lambda: listener.checked, timeout=60)
             got = await consumed(groups, 1)
         assert [m.body for m in got] == [b"later"]
+        # Checked in the first round after its time out (measured by the broker's clock:
+        # the copy the check put, stored at its round).
+        (copy,) = check_copies(broker)
+        checked_at = half.born_timestamp + TIME_OUT
+        assert checked_at <= copy.store_timestamp <= checked_at + INTERVAL
+        assert got[0].store_timestamp >= copy.store_timestamp
         checked = listener.checked[0]
         # The check carries the message in its real topic, the producer's id kept.
         assert (checked.topic, checked.queue_id, checked.body) == ("orders", 0, b"later")
         assert checked.msg_id == result.transaction_id
         assert checked.properties["TRANSACTION_CHECK_TIMES"] == "1"
-        transactions = broker_of(groups.cluster.node("a")).transactions
-        assert transactions is not None and transactions.checks_sent >= 1
+        assert broker.transactions is not None and broker.transactions.checks_sent == 1
 
 
-@pytest.mark.parametrize("transport", ["inproc", "tcp"])
 async def test_a_transaction_still_unknown_after_the_max_checks_is_discarded(
-        tmp_path, transport) -> None:
-    async with open_groups(tmp_path, transport, transaction_check_max=3,
-                           **QUICK_CHECKS) as groups:
+        tmp_path, transport, autojump) -> None:
+    async with open_groups(tmp_path, transport, transaction_check_max=3, **CHECKS) as groups:
         await groups.create_topic("orders", queues=1)
         app = await groups.client("app")
         listener = Listener(check_answer=UNKNOW)
         producer = TransactionProducer("tx", groups.namesrv, transaction_listener=listener)
         async with producer.start(app.connect):
             await producer.send_message_in_transaction(Message("orders", b"never"))
-            await wait_for(lambda: queue_size(groups, CHECK_MAX_TIME_TOPIC) == 1)
+            await wait_for(lambda: queue_size(groups, CHECK_MAX_TIME_TOPIC) == 1, timeout=60)
             await wait_for(lambda: len(listener.checked) == 3)
         assert [m.properties["TRANSACTION_CHECK_TIMES"] for m in listener.checked] == \
             ["1", "2", "3"]
         broker = broker_of(groups.cluster.node("a"))
+        # One check a round once it timed out, then the discard the round after.
         discarded = [r for r in broker.log.iter_records() if r.topic == CHECK_MAX_TIME_TOPIC]
         assert [r.body for r in discarded] == [b"never"]
         assert discarded[0].properties["REAL_TOPIC"] == "orders"
+        rounds = [r.store_timestamp for r in [*check_copies(broker), *discarded]]
+        assert all(INTERVAL <= b - a < 2 * INTERVAL for a, b in itertools.pairwise(rounds))
         # The check's progress is group CID_SYS_RMQ_TRANS's offset, past every half message.
         await wait_for(lambda: broker.offsets.table.query(TRANSACTION_GROUP, HALF_TOPIC, 0)
                        == broker.log.queue_max_offset(HALF_TOPIC, 0))

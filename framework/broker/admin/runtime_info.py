@@ -22,7 +22,6 @@ import datetime
 import json
 import os
 import struct
-import time
 from typing import TYPE_CHECKING
 
 import attrs
@@ -129,7 +128,7 @@ class RuntimeInfoService:
                   if master is not None else [])
         index = broker.index
         return {
-            **self.stats.table(time.time_ns() // 1_000_000),
+            **self.stats.table(broker.clock()),
             **store_table(
                 earliest_message_time=earliest_message_time(broker.log), disk=disk,
                 commit_log_path=os.path.join(self.root, "commitlog"),

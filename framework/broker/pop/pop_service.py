@@ -25,8 +25,8 @@ single ack's handle does (one refusal refuses the request: nothing is
 stored). Only a master pops: a slave refuses all four requests with
 SERVICE_NOT_AVAILABLE.
 
-Pop times are the wall clock at the broker's start moved on by trio's
-clock (``PopClock``), so a test's mock clock moves them too.
+Pop times are the broker's clock (``triomq.clock.EpochClock``), so a test's
+mock clock moves them too.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ from triomq.broker.pop.core.receipt import (
     revive_topic,
     topic_kind,
 )
-from triomq.clock import wall_ms
+from triomq.clock import EpochClock
 from triomq.protocol.header_fields import INT32, INT64, HeaderFields
 from triomq.protocol.message import PROPERTY_TAGS, PROPERTY_UNIQ_KEY, encode
 from triomq.protocol.remoting import RemotingCommand
@@ -77,20 +77,9 @@ from triomq.protocol.route import PERM_READ, PERM_WRITE, TopicConfig
 from triomq.rpc import RpcConnection, RpcServer
 from triomq.store import CommitLog, StoreError
 
-__all__ = ["PopClock", "PopService", "pop_retry_topic_config"]
+__all__ = ["PopService", "pop_retry_topic_config"]
 
 log = logging.getLogger("triomq.broker")
-
-
-class PopClock:
-    """ms since the epoch: the wall clock when made, moved on by trio's clock."""
-
-    def __init__(self) -> None:
-        self._wall = wall_ms()
-        self._trio = trio.current_time()
-
-    def __call__(self) -> int:
-        return self._wall + round((trio.current_time() - self._trio) * 1000)
 
 
 def pop_retry_topic_config(name: str) -> TopicConfig:
@@ -109,7 +98,7 @@ class PopService:
     def __init__(self, *, config: BrokerConfig, log: CommitLog, topics: TopicService,
                  offsets: ConsumerOffsetService,
                  find_group: Callable[[str], SubscriptionGroupConfig | None],
-                 bridge: EscapeBridge, broker: ComponentView, clock: PopClock) -> None:
+                 bridge: EscapeBridge, broker: ComponentView, clock: EpochClock) -> None:
         self.config = config
         self.log = log
         self.topics = topics
@@ -397,7 +386,7 @@ class PopService:
         if config.topic_name in self.topics.table:
             return True
         try:
-            self.topics.table.update(config, wall_ms(), system=True)
+            self.topics.table.update(config, self.clock(), system=True)
         except TopicRefused as exc:
             log.warning("topic %s not created: %s", config.topic_name, exc.remark)
             return False

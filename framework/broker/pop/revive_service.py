@@ -37,6 +37,7 @@ from triomq.broker.pop.core.revive import (
     popped_record,
     revive_records,
 )
+from triomq.clock import EpochClock
 from triomq.protocol.message import MessageRecord, RecordError
 from triomq.store import CommitLog, StoreError
 
@@ -50,7 +51,7 @@ class ReviveService:
 
     def __init__(self, *, config: BrokerConfig, log: CommitLog,
                  offsets: ConsumerOffsetService, broker: ComponentView, bridge: EscapeBridge,
-                 clock: Callable[[], int], ensure_retry_topic: Callable[[str], bool],
+                 clock: EpochClock, ensure_retry_topic: Callable[[str], bool],
                  ensure_revive_topic: Callable[[], None]) -> None:
         self.config = config
         self.log = log
@@ -99,7 +100,7 @@ class ReviveService:
             elif isinstance(action, NotRevived):
                 log.warning("revive queue %d: %s", flow.queue_id, action.reason)
             elif isinstance(action, WakeAt):
-                await trio.sleep(max(0, action.at_ms - self.clock()) / 1000)
+                await self.clock.sleep_until(action.at_ms)
                 actions.extend(flow.woke(self.clock()))
 
     def _read_revive(self, read: ReadRevive) -> list[ReviveRecord]:

@@ -43,7 +43,7 @@ from triomq.broker.secondary.core.schedule import (
     StoreOffset,
     WakeAt,
 )
-from triomq.clock import wall_ms
+from triomq.clock import EpochClock
 from triomq.protocol.delay_levels import SCHEDULE_TOPIC
 from triomq.protocol.message import MessageRecord, RecordError
 from triomq.protocol.remoting import RemotingCommand
@@ -68,13 +68,16 @@ class ScheduleMessageService:
     """The broker's delayed messages: their delivery, their offsets' file and copy."""
 
     def __init__(self, root: str, config: BrokerConfig, table: DelayOffsetTable, *,
-                 log: CommitLog, broker: ComponentView, bridge: EscapeBridge) -> None:
+                 log: CommitLog, broker: ComponentView, bridge: EscapeBridge,
+                 clock: EpochClock) -> None:
         self.root = root
         self.config = config
         self.table = table
         self.log = log
         self.broker = broker
         self.bridge = bridge
+        #: The broker's clock: the store times the levels' delivery times come from.
+        self.clock = clock
         self._revision_on_disk = table.revision
 
     def register(self, server: RpcServer) -> None:
@@ -93,33 +96,33 @@ class ScheduleMessageService:
                                    LevelDelivery(level, delay, self.table.offset(level)))
 
     async def _deliver_level(self, flow: LevelDelivery) -> None:
-        actions: deque[ScheduleAction] = deque(flow.start(wall_ms()))
+        actions: deque[ScheduleAction] = deque(flow.start(self.clock()))
         while actions:
             action = actions.popleft()
             if isinstance(action, StoreOffset):
-                self.table.update(action.level, action.offset, wall_ms())
+                self.table.update(action.level, action.offset, self.clock())
             elif isinstance(action, Skipped):
                 log.warning("delayed message %d of level %d not delivered: %s",
                             action.queue_offset, flow.level, action.reason)
             elif isinstance(action, ReadEntries):
                 actions.extend(self._read_entries(flow, action))
             elif isinstance(action, ReadRecord):
-                actions.extend(flow.record_read(self._read_record(action), wall_ms()))
+                actions.extend(flow.record_read(self._read_record(action), self.clock()))
             elif isinstance(action, Deliver):
                 result = await self.bridge.put_message(action.message)
                 if not result.ok:
                     log.info("delivery of delayed message %d of level %d to %s failed "
                              "(%d %s); retrying", flow.offset, flow.level,
                              action.message.topic, result.code, result.remark)
-                actions.extend(flow.put_done(result.ok, wall_ms()))
+                actions.extend(flow.put_done(result.ok, self.clock()))
             elif isinstance(action, WakeAt):
-                await trio.sleep(max(0, action.at_ms - wall_ms()) / 1000)
-                actions.extend(flow.woke(wall_ms()))
+                await self.clock.sleep_until(action.at_ms)
+                actions.extend(flow.woke(self.clock()))
 
     def _read_entries(self, flow: LevelDelivery, read: ReadEntries) -> list[ScheduleAction]:
         found = confirmed_entries(self.log, SCHEDULE_TOPIC, read.queue_id, read.start,
                                   read.max_count, self.broker.confirm_offset)
-        return flow.entries_read(*found, wall_ms())
+        return flow.entries_read(*found, self.clock())
 
     def _read_record(self, read: ReadRecord) -> MessageRecord | None:
         try:

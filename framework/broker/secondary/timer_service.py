@@ -49,7 +49,7 @@ from triomq.broker.secondary.core.timer_wheel import (
     TimerDelivery,
     WakeAt,
 )
-from triomq.clock import wall_ms
+from triomq.clock import EpochClock
 from triomq.protocol.message import MessageRecord, RecordError
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcClient, RpcConnection, RpcServer
@@ -74,17 +74,20 @@ class TimerMessageService:
     """The broker's timer messages: their wheel, its checkpoint's file and copy."""
 
     def __init__(self, root: str, config: BrokerConfig, table: TimerCheckpointTable, *,
-                 log: CommitLog, broker: ComponentView, bridge: EscapeBridge) -> None:
+                 log: CommitLog, broker: ComponentView, bridge: EscapeBridge,
+                 clock: EpochClock) -> None:
         self.root = root
         self.config = config
         self.table = table
         self.log = log
         self.broker = broker
         self.bridge = bridge
+        #: The broker's clock: the store times the timers' delivery times come from.
+        self.clock = clock
         #: The wheel of the current master term (None outside one).
         self.flow: TimerDelivery | None = None
         self._revision_on_disk = table.revision
-        #: ``(wall ms, enqueued, dequeued)`` at the start and the end of the last window.
+        #: ``(ms, enqueued, dequeued)`` at the start and the end of the last window.
         self._rates: deque[tuple[int, int, int]] = deque(maxlen=2)
 
     def register(self, server: RpcServer) -> None:
@@ -104,7 +107,7 @@ class TimerMessageService:
         in_flight = 0
         try:
             async with trio.open_nursery() as nursery:
-                actions: deque[TimerAction] = deque(flow.start(wall_ms()))
+                actions: deque[TimerAction] = deque(flow.start(self.clock()))
                 while True:
                     while actions:
                         action = actions.popleft()
@@ -118,8 +121,8 @@ class TimerMessageService:
                             actions.extend(self._read_entries(flow, action))
                         elif isinstance(action, WakeAt):
                             self._sample(flow)
-                            await trio.sleep(max(0, action.at_ms - wall_ms()) / 1000)
-                            actions.extend(flow.woke(wall_ms()))
+                            await self.clock.sleep_until(action.at_ms)
+                            actions.extend(flow.woke(self.clock()))
                         else:
                             actions.extend(self._do(flow, action))
                     if not in_flight:
@@ -127,7 +130,7 @@ class TimerMessageService:
                     put, result = await ended.receive()
                     in_flight -= 1
                     actions.extend(flow.put_done(
-                        put.queue_offset, result.ok, wall_ms(),
+                        put.queue_offset, result.ok, self.clock(),
                         illegal=result.code == ResponseCode.MESSAGE_ILLEGAL))
         finally:
             self.flow = None
@@ -143,18 +146,18 @@ class TimerMessageService:
 
     def _do(self, flow: TimerDelivery, action: TimerAction) -> list[TimerAction]:
         if isinstance(action, StoreCheckpoint):
-            self.table.update(action.checkpoint, wall_ms())
+            self.table.update(action.checkpoint, self.clock())
         elif isinstance(action, Skipped):
             log.warning("timer message %d not delivered: %s", action.queue_offset,
                         action.reason)
         elif isinstance(action, ReadRecord):
-            return flow.record_read(self._read_record(action), wall_ms())
+            return flow.record_read(self._read_record(action), self.clock())
         return []
 
     def _read_entries(self, flow: TimerDelivery, read: ReadEntries) -> list[TimerAction]:
         found = confirmed_entries(self.log, TIMER_TOPIC, read.queue_id, read.start,
                                   read.max_count, self.broker.confirm_offset)
-        return flow.entries_read(*found, wall_ms(),
+        return flow.entries_read(*found, self.clock(),
                                  log_max=self.log.queue_max_offset(TIMER_TOPIC, read.queue_id))
 
     def _read_record(self, read: ReadRecord) -> MessageRecord | None:
@@ -165,7 +168,7 @@ class TimerMessageService:
             return None
 
     def _sample(self, flow: TimerDelivery) -> None:
-        now = wall_ms()
+        now = self.clock()
         if not self._rates or now - self._rates[-1][0] >= RATE_WINDOW_MS:
             self._rates.append((now, flow.enqueued, flow.dequeued))
 
@@ -185,7 +188,7 @@ class TimerMessageService:
             if t1 > t0:
                 enqueue_tps = (e1 - e0) * 1000 / (t1 - t0)
                 dequeue_tps = (d1 - d0) * 1000 / (t1 - t0)
-        return {"timerReadBehind": max(0, wall_ms() - flow.read_time_ms) // 1000,
+        return {"timerReadBehind": max(0, self.clock() - flow.read_time_ms) // 1000,
                 "timerOffsetBehind": max(0, queue_max - flow.scan_offset),
                 "timerCongestNum": flow.pending(),
                 "timerEnqueueTps": enqueue_tps, "timerDequeueTps": dequeue_tps}

@@ -59,7 +59,7 @@ from triomq.broker.secondary.core.transaction_check import (
     plan_round,
 )
 from triomq.broker.secondary.core.transaction_reads import TransactionReads
-from triomq.clock import wall_ms
+from triomq.clock import EpochClock
 from triomq.protocol.header_fields import HeaderFieldError
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection, RpcError, RpcServer
@@ -77,11 +77,13 @@ class TransactionService:
 
     def __init__(self, *, config: BrokerConfig, broker: ComponentView, bridge: EscapeBridge,
                  offsets: ConsumerOffsetService,
-                 producer_connection: Callable[[str], object]) -> None:
+                 producer_connection: Callable[[str], object], clock: EpochClock) -> None:
         self.config = config
         self.broker = broker
         self.bridge = bridge
         self.offsets = offsets
+        #: The broker's clock: a half message's age is its store time's distance from it.
+        self.clock = clock
         #: The connection of a producer group to send its checks to (None: none).
         self.producer_connection = producer_connection
         self.settings = CheckSettings(
@@ -118,7 +120,7 @@ class TransactionService:
         ledger = self.ledger
         decision = end_transaction(
             header, self.reads.record_at(header.commit_log_offset), ended=ledger.ended,
-            now_ms=wall_ms(), transaction_time_out=self.settings.transaction_time_out)
+            now_ms=self.clock(), transaction_time_out=self.settings.transaction_time_out)
         if decision is None or isinstance(decision, RemotingCommand):
             if decision is not None:
                 log.info("END_TRANSACTION from %s refused: %s", peer.peer, decision.remark)
@@ -165,7 +167,7 @@ class TransactionService:
         start = self.progress(HALF_TOPIC)
         self.reads.catch_up(self.ledger, start)
         plan = plan_round(self.reads.queue_records(HALF_TOPIC, start, MAX_SCAN), self.ledger.ended,
-                          self.settings, start=start, now_ms=wall_ms())
+                          self.settings, start=start, now_ms=self.clock())
         progress = plan.stop
         for action in plan.actions:
             if isinstance(action, (Renew, Discard)):

@@ -3,7 +3,9 @@
 The sends (SEND_MESSAGE_V2, SEND_MESSAGE, SEND_BATCH_MESSAGE) and the
 broker's own puts (the local escape bridge's) run the put core,
 ``triomq.broker.send.core.put_flow`` (its checks, refusals and answers are there):
-this driver gives it the broker's state and the clocks, and carries out
+this driver gives it the broker's state and the clocks (trio's for the
+waits, the broker's ``EpochClock`` for the store time and the delivery
+times computed from it), and carries out
 what it asks: save a topic it created, append to the commit log (waking
 the HA connections at once and counting the put), wait for the flush
 and for the replication.
@@ -18,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import time
 
 import trio
 
@@ -39,6 +40,7 @@ from triomq.broker.send.core.put_flow import (
     WaitFlushed,
     WaitReplicated,
 )
+from triomq.clock import EpochClock
 from triomq.protocol.message import RecordError
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.unique_id import UniqueIdGenerator
@@ -54,10 +56,12 @@ class BrokerProcessor:
     """Handles the broker's requests against its commit log and replicas."""
 
     def __init__(self, *, log: CommitLog, flush: FlushService, replicas: ReplicasManager,
-                 config: BrokerConfig, topics: TopicService,
+                 config: BrokerConfig, topics: TopicService, clock: EpochClock,
                  store_host: tuple[str, int] = UNKNOWN_HOST,
                  stats: StoreStats | None = None) -> None:
         self.log = log
+        #: The broker's clock: store times, and the timer times computed at the put.
+        self.clock = clock
         self.topics = topics
         self.flush = flush
         self.replicas = replicas
@@ -77,7 +81,7 @@ class BrokerProcessor:
         #: This replica's id (the controllers' in controller mode), for refusals.
         self.broker_id = config.broker_id
         #: Counts the messages stored (GET_BROKER_RUNTIME_INFO's rates and totals).
-        self.stats = stats if stats is not None else StoreStats(time.time_ns() // 1_000_000)
+        self.stats = stats if stats is not None else StoreStats(clock())
         self.unique_ids = UniqueIdGenerator(store_host[0], os.getpid(), random.getrandbits(32))
 
     def register(self, server: RpcServer) -> None:
@@ -99,14 +103,13 @@ class BrokerProcessor:
         """A send (single, V1 or batch): check, store, flush and replicate it."""
         flow = PutFlow(self.settings, now=trio.current_time())
         action = flow.start(request, peer.peer, self._state(), self.topics.table,
-                            wall_ms=time.time_ns() // 1_000_000,
-                            new_id=self.unique_ids.next_id)
+                            store_ms=self.clock(), new_id=self.unique_ids.next_id)
         return await self._run(flow, action)
 
     async def put_own(self, message: EscapedMessage) -> RemotingCommand:
         """Store a message the broker itself writes (the local escape bridge's)."""
         flow = PutFlow(self.settings, now=trio.current_time())
-        action = flow.start_own(message, self._state(), wall_ms=time.time_ns() // 1_000_000,
+        action = flow.start_own(message, self._state(), store_ms=self.clock(),
                                 new_id=self.unique_ids.next_id)
         return await self._run(flow, action)
 

@@ -30,8 +30,9 @@ totals); ``StoreStats.table`` writes the keys as RocketMQ does:
 ``StoreStats`` also counts each topic's puts over the last minute
 (``topic_put_tps``: GET_TOPIC_STATS_INFO's ``topicPutTps``). Nothing here
 reads a clock: times are passed in, a monotonic clock's for the rates
-(``sample``'s milliseconds, ``put``'s seconds) and the wall clock's for
-``boot_ms`` and ``table``'s ``wall_ms``.
+(``sample``'s milliseconds, ``put``'s seconds) and the broker's epoch clock's
+(``triomq.clock.EpochClock``, its store times') for ``boot_ms`` and ``table``'s
+``now_ms``.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class RateSamples:
 
 
 class StoreStats:
-    """A broker's counters since ``boot_ms`` (wall clock), their samples and the midnight
+    """A broker's counters since ``boot_ms`` (epoch ms), their samples and the midnight
     totals."""
 
     def __init__(self, boot_ms: int) -> None:
@@ -183,13 +184,13 @@ class StoreStats:
             rates.append(java_double((found or 0.0) + (miss or 0.0)))
         return " ".join(rates)
 
-    def table(self, wall_ms: int) -> dict[str, str]:
-        """The runtime-info keys these counters give at ``wall_ms`` (see the module)."""
+    def table(self, now_ms: int) -> dict[str, str]:
+        """The runtime-info keys these counters give at ``now_ms`` (see the module)."""
         transferred = self._transferred_samples.rates_text()
         times = max(1, self.put_messages)
         return {
             "bootTimestamp": str(self.boot_ms),
-            "runtime": runtime_text(wall_ms - self.boot_ms),
+            "runtime": runtime_text(now_ms - self.boot_ms),
             "putMessageTimesTotal": str(times),
             "putMessageSizeTotal": str(self.put_bytes),
             "putMessageAverageSize": java_double(self.put_bytes / times),

@@ -5,8 +5,9 @@ its consume-queue entry's tags code its delivery time
 (``triomq.protocol.delay_levels``). ``LevelDelivery`` walks that queue
 from the level's offset (``delayOffset.json``) in order, one message at a
 time. Its driver (``triomq.broker.secondary.schedule_service`` over trio, the
-cluster simulation's broker over virtual time) feeds it the wall clock
-(ms) and what it asked for, and does what it returns:
+cluster simulation's broker over virtual time) feeds it the broker's clock
+(epoch ms, the clock of its store times) and what it asked for, and does
+what it returns:
 
 - ``ReadEntries``: read up to ``max_count`` entries from ``start`` (only
   those replicated enough: a consumer's view of the queue), then
@@ -16,7 +17,7 @@ cluster simulation's broker over virtual time) feeds it the wall clock
   ``put_done`` with whether it succeeded (PUT_OK: stored, flushed and
   replicated as the master's policy asks);
 - ``StoreOffset``: the level's offset moved (the driver records it);
-- ``WakeAt``: call ``woke`` at wall time ``at_ms``.
+- ``WakeAt``: call ``woke`` when the clock reads ``at_ms``.
 
 A due message (its delivery time at or before now; a delivery time
 further away than the level's delay, as after the clock went back, counts

@@ -17,10 +17,12 @@ carries) is delivered at ``TIMER_DELAY_SEC`` seconds after now, else
 ``TIMER_DELAY_MS`` ms after now, else at ``TIMER_DELIVER_MS`` (epoch ms),
 in that order, as RocketMQ's ``transformTimerMessage``. A time already
 past (or now) is no delay: the message is stored as it came, at once
-consumable. A time ahead is stored under ``rmq_sys_wheel_timer`` queue 0
-with ``REAL_TOPIC``, ``REAL_QID`` and ``TIMER_OUT_MS``: the time rounded
-down to ``timer_precision_ms`` (a time on the precision, one precision
-less), the start of the wheel slot the timer service
+consumable; a client's send may be up to ``timer_precision_ms`` late (its
+clock behind the broker's, the send on its way), not more (below). A time
+ahead is stored under ``rmq_sys_wheel_timer`` queue 0 with ``REAL_TOPIC``,
+``REAL_QID`` and ``TIMER_OUT_MS``: the time rounded down to
+``timer_precision_ms`` (a time on the precision, one precision less), the
+start of the wheel slot the timer service
 (``triomq.broker.secondary.core.timer_wheel``) puts it back from once that
 slot has passed, so at or after its time and less than one precision
 after it.
@@ -34,6 +36,12 @@ Refused, nothing stored:
 - a timer property that is not an integer, or a time further ahead than
   ``timer_max_delay_sec``: MESSAGE_ILLEGAL (RocketMQ's
   WHEEL_TIMER_MSG_ILLEGAL), the remark naming the property and its value;
+- in a client's send, a negative ``TIMER_DELAY_SEC`` or ``TIMER_DELAY_MS``,
+  or a ``TIMER_DELIVER_MS`` more than ``timer_precision_ms`` before the
+  broker's clock: MESSAGE_ILLEGAL naming the property (RocketMQ stores
+  either and delivers it at once). The broker's own puts (a transaction's
+  commit, whose time may have passed while it was open) are not refused:
+  a time past is due at once;
 - a timer deletion (``TIMER_DEL_UNIQKEY``): MESSAGE_ILLEGAL, not built;
 - a batch carrying a delay level above 0 or a timer property:
   MESSAGE_ILLEGAL (RocketMQ's ``CommitLog.asyncPutMessages`` refuses a
@@ -126,8 +134,19 @@ def _long(text: str) -> int | None:
     return value if -_MAX_LONG - 1 <= value <= _MAX_LONG else None
 
 
+def _past(name: str, value: int, now_ms: int, timer: TimerSettings) -> str | None:
+    """Why a client's timer time is in the past, if it is beyond the tolerance."""
+    if name != "TIMER_DELIVER_MS":
+        return f"property {name} must not be negative, got {value}" if value < 0 else None
+    if now_ms - value <= timer.precision_ms:
+        return None
+    return (f"property {name} {value} is {now_ms - value} ms before the broker's time "
+            f"{now_ms}, more than timer_precision_ms ({timer.precision_ms}): a time in "
+            "the past")
+
+
 def _route_timer(topic: str, queue_id: int, properties: Mapping[str, str],
-                 timer: TimerSettings, now_ms: int) -> Routed | RemotingCommand:
+                 timer: TimerSettings, now_ms: int, own: bool) -> Routed | RemotingCommand:
     if not timer.enable:
         return _timer_refused()
     name = next(name for name in TIMER_PROPERTIES if name in properties)
@@ -135,6 +154,9 @@ def _route_timer(topic: str, queue_id: int, properties: Mapping[str, str],
     if value is None:
         return _timer_illegal(f"property {name} must be an integer, got "
                               f"{properties[name][:80]!r}")
+    past = None if own else _past(name, value, now_ms, timer)
+    if past is not None:
+        return _timer_illegal(past)
     deliver_ms = {"TIMER_DELAY_SEC": now_ms + value * 1000,
                   "TIMER_DELAY_MS": now_ms + value}.get(name, value)
     if deliver_ms <= now_ms:
@@ -160,10 +182,11 @@ def _route_timer(topic: str, queue_id: int, properties: Mapping[str, str],
 
 
 def route_put(topic: str, queue_id: int, properties: Mapping[str, str], sys_flag: int, *,
-              max_delay_level: int, timer: TimerSettings, now_ms: int
+              max_delay_level: int, timer: TimerSettings, now_ms: int, own: bool = False
               ) -> Routed | RemotingCommand:
     """Where one message with these fields is stored, or the put's refusal
-    (``now_ms``: the wall clock, for a timer message's relative delay)."""
+    (``now_ms``: the broker's clock, the put's store time, for a timer message's time;
+    ``own``: the broker's own put, whose timer time is not refused for being past)."""
     level = delay_level_of(properties)
     if level is None:
         return _illegal_delay(properties)
@@ -171,7 +194,7 @@ def route_put(topic: str, queue_id: int, properties: Mapping[str, str], sys_flag
         return Routed(topic, queue_id, properties)
     if level <= 0:
         if is_timer_message(topic, properties):
-            return _route_timer(topic, queue_id, properties, timer, now_ms)
+            return _route_timer(topic, queue_id, properties, timer, now_ms, own)
         return Routed(topic, queue_id, properties)
     level = min(level, max_delay_level)
     stored = {name: value for name, value in properties.items()

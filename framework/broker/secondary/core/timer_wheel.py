@@ -19,8 +19,9 @@ An entry scanned after its slot passed (a message due within the
 precision, a scan behind) is delivered at once, before the slots.
 
 Its driver (``triomq.broker.secondary.timer_service`` over trio, the
-cluster simulation's broker over virtual time) feeds it the wall clock
-(ms) and what it asked for, and does what it returns:
+cluster simulation's broker over virtual time) feeds it the broker's clock
+(epoch ms, the clock of its store times) and what it asked for, and does
+what it returns:
 
 - ``ReadEntries``: read up to ``max_count`` entries of the timer queue from
   ``start`` (a consumer's view: only those replicated enough), then
@@ -30,7 +31,7 @@ cluster simulation's broker over virtual time) feeds it the wall clock
   ``put_done`` (up to ``MAX_IN_FLIGHT`` at once: the driver answers them as
   they end, and the flow waits, asking nothing, while any is under way);
 - ``StoreCheckpoint``: the checkpoint moved (the driver records it);
-- ``WakeAt``: call ``woke`` at wall time ``at_ms`` (the next slot's end:
+- ``WakeAt``: call ``woke`` when the clock reads ``at_ms`` (the next slot's end:
   the wheel ticks every precision, scanning the queue's new entries);
 - ``Skipped``: an entry that cannot be delivered (no ``TIMER_OUT_MS``, no
   ``REAL_TOPIC``, a record gone, a put refused as illegal), and why.

@@ -168,9 +168,9 @@ class PutFlow:
     # -- the request ---------------------------------------------------------------
 
     def start(self, request: RemotingCommand, peer: str, broker: BrokerState,
-              topics: TopicTable, *, wall_ms: int, new_id: Callable[[int], str]
+              topics: TopicTable, *, store_ms: int, new_id: Callable[[int], str]
               ) -> PutAction:
-        """A client's send from ``peer``; ``wall_ms`` is the store time, ``new_id`` makes
+        """A client's send from ``peer``; ``store_ms`` is the store time, ``new_id`` makes
         a message id from it."""
         fields = request.ext_fields
         batch = request.code == RequestCode.SEND_BATCH_MESSAGE
@@ -186,7 +186,7 @@ class PutFlow:
             return _illegal(f"batch request does not support retry group {header.topic}")
         self.topic, self.queue_id = header.topic, header.queue_id
         action = self._checked(header, request.body, fields, peer, broker, topics,
-                               wall_ms, new_id, batch)
+                               store_ms, new_id, batch)
         if self._created:
             self._resumed = action
             return TopicCreated(header.topic)
@@ -199,7 +199,7 @@ class PutFlow:
         return action
 
     def _checked(self, header: SendHeader, body: bytes, fields: Mapping[str, str], peer: str,
-                 broker: BrokerState, topics: TopicTable, wall_ms: int,
+                 broker: BrokerState, topics: TopicTable, store_ms: int,
                  new_id: Callable[[int], str], batch: bool) -> PutAction:
         settings = self.settings
         refusal = check_master(settings, broker) or check_size(settings, len(body))
@@ -213,7 +213,7 @@ class PutFlow:
         born_host = host_port(peer)
         if batch:
             try:
-                records = batch_records(settings, header, body, born_host, wall_ms)
+                records = batch_records(settings, header, body, born_host, store_ms)
             except BatchError as exc:
                 return _illegal(str(exc))
             refusal = check_batch((r.properties for r in records), timer=settings.timer)
@@ -224,12 +224,12 @@ class PutFlow:
         record = MessageRecord(
             topic=header.topic, body=body, queue_id=header.queue_id, flag=header.flag,
             sys_flag=header.sys_flag, born_timestamp=header.born_timestamp,
-            born_host=born_host, store_timestamp=wall_ms, store_host=settings.store_host,
+            born_host=born_host, store_timestamp=store_ms, store_host=settings.store_host,
             reconsume_times=header.reconsume_times,
-            properties=self._properties(header.properties, wall_ms, new_id))  # type: ignore[arg-type]
+            properties=self._properties(header.properties, store_ms, new_id))  # type: ignore[arg-type]
         routed = route_put(record.topic, record.queue_id, record.properties, record.sys_flag,
                            max_delay_level=settings.max_delay_level, timer=settings.timer,
-                           now_ms=wall_ms)
+                           now_ms=store_ms)
         if isinstance(routed, RemotingCommand):
             return PutReply(routed)
         if transaction.is_prepared(record.properties, record.reconsume_times):
@@ -241,7 +241,7 @@ class PutFlow:
             record, topic=routed.topic, queue_id=routed.queue_id,
             properties=routed.properties),), batch=False)  # type: ignore[arg-type]
 
-    def start_own(self, message: EscapedMessage, broker: BrokerState, *, wall_ms: int,
+    def start_own(self, message: EscapedMessage, broker: BrokerState, *, store_ms: int,
                   new_id: Callable[[int], str]) -> PutAction:
         """A message the broker writes itself: the store's checks (master, size, in-sync
         replicas), none of a client's send's (topic table, producer group)."""
@@ -253,24 +253,24 @@ class PutFlow:
             return PutReply(refusal)
         routed = route_put(message.topic, message.queue_id, message.properties,
                            message.sys_flag, max_delay_level=settings.max_delay_level,
-                           timer=settings.timer, now_ms=wall_ms)
+                           timer=settings.timer, now_ms=store_ms, own=True)
         if isinstance(routed, RemotingCommand):
             return PutReply(routed)
         return Append((MessageRecord(
             topic=routed.topic, body=message.body, queue_id=routed.queue_id,
             flag=message.flag, sys_flag=message.sys_flag,
-            born_timestamp=message.born_timestamp or wall_ms,
-            born_host=message.born_host or settings.store_host, store_timestamp=wall_ms,
+            born_timestamp=message.born_timestamp or store_ms,
+            born_host=message.born_host or settings.store_host, store_timestamp=store_ms,
             store_host=settings.store_host, reconsume_times=message.reconsume_times,
             prepared_transaction_offset=message.prepared_transaction_offset,
-            properties=self._properties(routed.properties, wall_ms, new_id)),),  # type: ignore[arg-type]
+            properties=self._properties(routed.properties, store_ms, new_id)),),  # type: ignore[arg-type]
             batch=False)
 
-    def _properties(self, properties: Mapping[str, str], wall_ms: int,
+    def _properties(self, properties: Mapping[str, str], store_ms: int,
                     new_id: Callable[[int], str]) -> dict[str, str]:
         stored = {**properties, PROPERTY_CLUSTER: self.settings.cluster_name}
         if not stored.get(PROPERTY_UNIQ_KEY):
-            stored[PROPERTY_UNIQ_KEY] = new_id(wall_ms)
+            stored[PROPERTY_UNIQ_KEY] = new_id(store_ms)
         return stored
 
     # -- the store and the replicas ------------------------------------------------
