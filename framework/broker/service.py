@@ -50,6 +50,7 @@ from triomq.broker.components import (
     Component,
     ComponentHost,
     Scope,
+    Task,
 )
 from triomq.broker.config import BrokerConfig
 from triomq.broker.consume.clients import ClientService, load_subscription_groups
@@ -62,7 +63,12 @@ from triomq.broker.consume.pull_service import (
     pull_limits,
     registered_subscription,
 )
-from triomq.broker.core.escape_bridge import LocalEscapeBridge
+from triomq.broker.core.escape_bridge import (
+    EscapedMessage,
+    EscapeResult,
+    FallbackEscapeBridge,
+    LocalEscapeBridge,
+)
 from triomq.broker.index.index_service import IndexService
 from triomq.broker.index.queries import QueryService
 from triomq.broker.metadata.core.topic_table import TopicTable
@@ -201,6 +207,7 @@ class Broker:
         self.processor = BrokerProcessor(log=log, flush=flush, replicas=replicas,
                                          config=self.config, store_host=host_port(node.address),
                                          topics=self.topics, clock=self.clock)
+        self.processor.acting = lambda: self.acting
         self.confirm_checkpoint = ConfirmOffsetCheckpoint(store_root(node))
         #: Clients, consumer groups and their configs (set when the service starts).
         self.clients: ClientService | None = None
@@ -355,6 +362,25 @@ def running_brokers() -> list[Broker]:
     return sorted(_brokers.values(), key=lambda broker: broker.node.name)
 
 
+class ActingEscapeBridge:
+    """What a slave acting for its absent master puts through: the escape bridges named
+    by ``acting_escape_bridges``, tried in order (``FallbackEscapeBridge``), made from
+    their plugins at the first put (the broker runs by then)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        # Looked up now: a name no plugin provides stops the broker's start.
+        self._factories = [(name, node.plugins.escape_bridge(name))
+                           for name in node.config.broker.acting_escape_bridges]
+        self._bridge: FallbackEscapeBridge | None = None
+
+    async def put_message(self, message: EscapedMessage) -> EscapeResult:
+        if self._bridge is None:
+            self._bridge = FallbackEscapeBridge(
+                [(name, factory(self.node)) for name, factory in self._factories])
+        return await self._bridge.put_message(message)
+
+
 def local_escape_bridge(node: Node) -> LocalEscapeBridge:
     """The escape bridge ``"local"``: puts through the put flow of the broker running
     in ``node`` (``PluginError`` if it runs none)."""
@@ -372,6 +398,13 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     delay_offsets = await trio.to_thread.run_sync(
         load_delay_offsets, root, config.delay_offset_update_version_step)
     window = memory_window(config)
+    acting_bridge = ActingEscapeBridge(node) if config.enable_slave_acting_master else None
+
+    def acting(tasks: list[tuple[str, Task]]) -> list[BrokerComponent]:
+        # An acting slave runs these for its absent master, escaping what they put.
+        if acting_bridge is None:
+            return []
+        return [Component(name, scope=Scope.ACTING_TERM, soon=[task]) for name, task in tasks]
 
     def group_known(group: str) -> bool:
         # A group unknown yet is created by its consumers' heartbeat.
@@ -449,6 +482,7 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         Component("delay-offsets", register=schedule.register, soon=[
             schedule.persist_loop, functools.partial(schedule.copy_from_master, node.rpc)]),
         Component("schedule", scope=Scope.MASTER_TERM, soon=[schedule.deliver]),
+        *acting([("acting-schedule", functools.partial(schedule.deliver, acting_bridge))]),
         Component("pop", scope=Scope.MASTER_TERM, register=pops.register,
                   soon=[revive.revive]),
     ]
@@ -461,6 +495,7 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
             Component("timer-checkpoint", register=timer.register, soon=[
                 timer.persist_loop, functools.partial(timer.copy_from_master, node.rpc)]),
             Component("timer", scope=Scope.MASTER_TERM, soon=[timer.deliver]),
+            *acting([("acting-timer", functools.partial(timer.deliver, acting_bridge))]),
         ]
     pending = PendingMessagesService(
         config=config, log=log, broker=view, delay_offsets=schedule.table,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from triomq.broker.core.codes import ResponseCode
 from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
 from triomq.broker.registration.namesrv_client import rpc_address
-from triomq.clock import wall_ms
+from triomq.clock import epoch_ms
 from triomq.errors import TriomqError
 from triomq.plugins.acting_master.core.remote_escape import escape_targets, send_fields
 from triomq.protocol.remoting import RemotingCommand
@@ -62,11 +62,11 @@ class RemoteEscapeBridge:
         if not targets:
             return _refused(f"no master of another group of cluster {self.config.cluster_name} "
                             f"takes topic {message.topic}")
-        unique_id = self._ids.next_id(wall_ms())
+        unique_id = self._ids.next_id(epoch_ms())
         result = _refused("not sent")
         for target in targets[:RETRIES]:
             fields = send_fields(message, producer_group=self.producer_group,
-                                 queue_id=target.queue_id, unique_id=unique_id, now_ms=wall_ms())
+                                 queue_id=target.queue_id, unique_id=unique_id, now_ms=epoch_ms())
             try:
                 answer = await self.node.rpc.invoke(
                     rpc_address(target.address), RequestCode.SEND_MESSAGE_V2, dict(fields),

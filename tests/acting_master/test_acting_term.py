@@ -157,5 +157,34 @@ async def test_the_acting_slave_answers_what_only_a_master_answers(tmp_path, tra
         await ask(42, {}, lock_body("c1"))
         locked = json.loads((await ask(41, {}, lock_body("c2"))).body)["lockOKMQSet"]
         assert [mq["queueId"] for mq in locked] == [0]
+        # PULL_MESSAGE: consumers read on from it, slave_read_enable or not.
+        pull = {"consumerGroup": "cg", "topic": "orders", "queueId": "0", "queueOffset": "1",
+                "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0",
+                "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"}
+        answer = await ask(11, pull)
+        assert (answer.ext_fields["nextBeginOffset"], answer.ext_fields["maxOffset"]) == ("3", "3")
         # It wrote nothing of its own.
         assert slave.log.max_offset == master.log.max_offset
+
+
+async def test_a_send_to_the_acting_slave_is_refused_no_permission(tmp_path):
+    async with open_cluster(tmp_path, controllers=0, brokers=0, namesrvs=1) as cluster:
+        acting_namesrv(cluster)
+        await cluster.start_namesrvs()
+        group = Groups(cluster)
+        for name in ("a0", "a1"):
+            await group.start(name)
+        client = await cluster.start("client")
+        await create_topic(client, cluster.node("a0").address, "orders")
+        await cluster.wait_for(lambda: "orders" in cluster.broker("a1").topics.table)
+        slave = cluster.broker("a1")
+        answer = await client.rpc.invoke(cluster.node("a1").address, 310, send_fields(0), b"x")
+        assert answer.code == 14  # a slave with its master: SERVICE_NOT_AVAILABLE
+        await cluster.kill("a0")
+        await cluster.wait_for(lambda: slave.acting, timeout=20)
+        held = slave.log.max_offset
+        answer = await client.rpc.invoke(cluster.node("a1").address, 310, send_fields(1), b"x")
+        assert (answer.code, answer.remark) == (16, (
+            "broker broker-a id 1 acts read-only for its absent master: messages go to a "
+            "group with a master"))
+        assert slave.log.max_offset == held

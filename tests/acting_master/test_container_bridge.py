@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 import pytest
-from acting_nodes import Groups
+from acting_nodes import Groups, create_topic
 
 from triomq.broker.core.codes import ResponseCode
 from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
@@ -76,3 +76,15 @@ async def test_with_no_master_in_the_process_it_refuses_and_says_so(tmp_path):
             EscapedMessage(topic="escaped", queue_id=0, body=b"x"))
     assert (result.code, result.stored) == (ResponseCode.SERVICE_NOT_AVAILABLE, False)
     assert result.remark == "no master of cluster DefaultCluster runs in this process to escape to"
+
+
+async def test_it_prefers_a_master_that_holds_the_topic(tmp_path):
+    async with slave_beside(tmp_path, "b0", "c0") as cluster:
+        client = await cluster.start("client")
+        await create_topic(client, cluster.node("c0").address, "orders")
+        target = ContainerTarget(cluster.broker("a1"), cluster.broker("c0"))
+        result = await target.bridge.put_message(
+            EscapedMessage(topic="orders", queue_id=1, body=b"o"))
+        assert result.ok, result
+        assert (await target.stored(result)).topic == "orders"
+        assert cluster.broker("b0").log.max_offset == 0

@@ -6,14 +6,20 @@ from __future__ import annotations
 
 import json
 
+import trio
 from broker_nodes import Cluster
-from test_delay_wire import connect, send_fields
+from test_delay_wire import send_fields
 from test_pull_wire import PULL_MESSAGE, call
 from test_send_wire import SEND_MESSAGE_V2
 
 from triomq.protocol import acl
 
 GET_PENDING_MESSAGES = 7001
+
+
+async def connect(broker) -> trio.SocketStream:
+    host, _, port = broker.node.address.removeprefix("tcp://").rpartition(":")
+    return await trio.open_tcp_stream(host, int(port))
 SUCCESS, NO_PERMISSION, TOPIC_NOT_EXIST = 0, 16, 17
 SECURED = ('message_delay_level = "1h"\n'
            '\n[security]\nadmin_access_key = "ops"\nadmin_secret_key = "s3cret"\n')

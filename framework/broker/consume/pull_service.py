@@ -31,8 +31,8 @@ Consumers read a queue only as far as the confirm offset
 hold, which a failover keeps.
 
 A slave serves pulls with ``slave_read_enable``, and without it while its
-group has no master (``master_online`` false), so consumers read from it
-then; otherwise it refuses them with SYSTEM_BUSY, as RocketMQ's
+group has no master (``master_online`` false: none known, or the slave acts
+for it), so consumers read from it then; otherwise it refuses them with SYSTEM_BUSY, as RocketMQ's
 ``rejectRequest`` does.
 """
 
@@ -200,8 +200,8 @@ class PullService:
 
     @property
     def master_online(self) -> bool:
-        """On a slave, whether its group has a master."""
-        return self.broker.master_address() is not None
+        """On a slave, whether its group has a master (not while it acts for it)."""
+        return not self.broker.acting and self.broker.master_address() is not None
 
     def _role(self) -> PullRole:
         return PullRole(self.broker.is_master, self.master_online, self.broker.confirm_offset)

@@ -88,14 +88,15 @@ class ScheduleMessageService:
                                    ) -> RemotingCommand:
         return RemotingCommand.response(body=self.table.encode())
 
-    async def deliver(self) -> None:
-        """The master term's task: every level's delivery, until cancelled."""
+    async def deliver(self, bridge: EscapeBridge | None = None) -> None:
+        """A term's task: every level's delivery through ``bridge`` (the master's own,
+        by default; an acting slave's escapes), until cancelled."""
         async with trio.open_nursery() as nursery:
             for level, delay in enumerate(self.config.delay_levels, 1):
-                nursery.start_soon(self._deliver_level,
+                nursery.start_soon(self._deliver_level, bridge or self.bridge,
                                    LevelDelivery(level, delay, self.table.offset(level)))
 
-    async def _deliver_level(self, flow: LevelDelivery) -> None:
+    async def _deliver_level(self, bridge: EscapeBridge, flow: LevelDelivery) -> None:
         actions: deque[ScheduleAction] = deque(flow.start(self.clock()))
         while actions:
             action = actions.popleft()
@@ -109,7 +110,7 @@ class ScheduleMessageService:
             elif isinstance(action, ReadRecord):
                 actions.extend(flow.record_read(self._read_record(action), self.clock()))
             elif isinstance(action, Deliver):
-                result = await self.bridge.put_message(action.message)
+                result = await bridge.put_message(action.message)
                 if not result.ok:
                     log.info("delivery of delayed message %d of level %d to %s failed "
                              "(%d %s); retrying", flow.offset, flow.level,

@@ -97,9 +97,11 @@ class TimerMessageService:
                                     ) -> RemotingCommand:
         return RemotingCommand.response(ResponseCode.SUCCESS, body=self.table.encode())
 
-    async def deliver(self) -> None:
-        """The master term's task: the wheel, rebuilt from the checkpoint, until cancelled
-        (its puts under way, several at once, are cancelled with it)."""
+    async def deliver(self, bridge: EscapeBridge | None = None) -> None:
+        """A term's task: the wheel, rebuilt from the checkpoint, delivering through
+        ``bridge`` (the master's own, by default; an acting slave's escapes) until
+        cancelled (its puts under way, several at once, are cancelled with it)."""
+        bridge = bridge or self.bridge
         flow = self.flow = TimerDelivery(self.config.timer_precision_ms,
                                          self.table.checkpoint)
         self._rates.clear()
@@ -113,7 +115,7 @@ class TimerMessageService:
                         action = actions.popleft()
                         if isinstance(action, Deliver):
                             in_flight += 1
-                            nursery.start_soon(self._put, action, ended_send)
+                            nursery.start_soon(self._put, bridge, action, ended_send)
                         elif isinstance(action, ReadEntries):
                             # A rebuild or a backlog reads many batches: the broker
                             # serves between two.
@@ -135,9 +137,9 @@ class TimerMessageService:
         finally:
             self.flow = None
 
-    async def _put(self, put: Deliver,
+    async def _put(self, bridge: EscapeBridge, put: Deliver,
                    ended: trio.MemorySendChannel[tuple[Deliver, EscapeResult]]) -> None:
-        result = await self.bridge.put_message(put.message)
+        result = await bridge.put_message(put.message)
         if not result.ok:
             log.info("delivery of timer message %d to %s failed (%d %s); %s",
                      put.queue_offset, put.message.topic, result.code, result.remark,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+from collections.abc import Callable
 
 import trio
 
@@ -80,6 +81,8 @@ class BrokerProcessor:
             max_delay_level=len(config.delay_levels), timer=config.timer)
         #: This replica's id (the controllers' in controller mode), for refusals.
         self.broker_id = config.broker_id
+        #: Whether the replica acts for its absent master (its broker tells).
+        self.acting: Callable[[], bool] = lambda: False
         #: Counts the messages stored (GET_BROKER_RUNTIME_INFO's rates and totals).
         self.stats = stats if stats is not None else StoreStats(clock())
         self.unique_ids = UniqueIdGenerator(store_host[0], os.getpid(), random.getrandbits(32))
@@ -96,7 +99,8 @@ class BrokerProcessor:
         replicas = self.replicas
         return BrokerState(broker_id=self.broker_id, role=replicas.role.value,
                            is_master=replicas.is_master,
-                           in_sync_replicas=len(replicas.sync_state_set))
+                           in_sync_replicas=len(replicas.sync_state_set),
+                           acting=self.acting())
 
     async def send_message(self, request: RemotingCommand, peer: RpcConnection
                            ) -> RemotingCommand:

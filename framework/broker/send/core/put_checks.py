@@ -124,9 +124,16 @@ class BrokerState:
     is_master: bool
     #: How many replicas the master counts acks over (its effective SyncStateSet).
     in_sync_replicas: int
+    #: A slave acting for its absent master (read-only, as its route says).
+    acting: bool = False
 
 
 def check_master(settings: PutSettings, broker: BrokerState) -> RemotingCommand | None:
+    if broker.acting:
+        return RemotingCommand.response(
+            ResponseCode.NO_PERMISSION,
+            remark=f"broker {settings.broker_name} id {broker.broker_id} acts read-only for "
+                   f"its absent master: messages go to a group with a master")
     if not broker.is_master:
         return RemotingCommand.response(
             ResponseCode.SERVICE_NOT_AVAILABLE,
