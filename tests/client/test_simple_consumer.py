@@ -1,6 +1,7 @@
-"""Simple consumers (pop consumption) through ``triomq.client``, over inproc (mock time)
-and TCP: what is not acked comes back after its invisible time, once per revive, what is
-acked never does; a longer invisible time holds a message back; a stale ack is refused."""
+"""Simple consumers (pop consumption) through ``triomq.client``, over inproc and TCP under
+trio's MockClock: what is not acked comes back after its invisible time, once per revive,
+what is acked never does; a longer invisible time holds a message back; a stale ack is
+refused."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ async def receive_until(consumer: SimpleConsumer, count: int, **kwargs) -> list[
     return got
 
 
-async def test_unacked_messages_come_back_acked_ones_never(tmp_path, transport, clock) -> None:
+async def test_unacked_messages_come_back_acked_ones_never(tmp_path, transport, autojump) -> None:
     async with open_groups(tmp_path, transport, groups=2, broker=BROKER) as groups:
         await groups.create_topic("orders", queues=2)
         app = await groups.client()
@@ -37,6 +38,7 @@ async def test_unacked_messages_come_back_acked_ones_never(tmp_path, transport, 
             assert await consumer.receive() == [] and await consumer.receive() == []
             for n in range(6):
                 await producer.send(Message("orders", b"m%d" % n, tags="t"))
+            popped_after = trio.current_time()
             first = await receive_until(consumer, 6)
             assert sorted(r.message.body for r in first) == [b"m%d" % n for n in range(6)]
             assert {r.message.broker_name for r in first} == {"broker-a", "broker-b"}
@@ -45,6 +47,8 @@ async def test_unacked_messages_come_back_acked_ones_never(tmp_path, transport, 
                 if received.message.body not in keep:
                     await consumer.ack(received)
             again = await receive_until(consumer, 2)
+            # Not before its invisible time (1 s from its pop) ran out: one clock for all.
+            assert trio.current_time() >= popped_after + 1.0
             assert sorted(r.message.body for r in again) == sorted(keep)
             assert all(r.message.reconsume_times == 1 and r.message.topic == "orders"
                        for r in again)
@@ -55,7 +59,7 @@ async def test_unacked_messages_come_back_acked_ones_never(tmp_path, transport, 
                 assert await consumer.receive(await_duration=1.0) == []
 
 
-async def test_a_longer_invisible_time_and_a_stale_ack(tmp_path, transport, clock) -> None:
+async def test_a_longer_invisible_time_and_a_stale_ack(tmp_path, transport, autojump) -> None:
     async with open_groups(tmp_path, transport, broker=BROKER) as groups:
         await groups.create_topic("orders", queues=1)
         app = await groups.client()

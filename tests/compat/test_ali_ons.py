@@ -72,11 +72,11 @@ def namesrv(groups: Groups) -> str:
 
 
 async def produce(groups: Groups, count: int, *, tags: str = "TagA", keys: str = "key-{i}",
-                  body: str = "body {i}") -> list[dict[str, Any]]:
+                  body: str = "body {i}", delay_level: int = 0) -> list[dict[str, Any]]:
     """What produce.js sent and the broker answered, a dict per message."""
     argv = [NODE, "produce.js", "--namesrv", namesrv(groups), "--topic", TOPIC,
             "--group", "ali-producer", "--count", str(count), "--tags", tags,
-            "--keys", keys, "--body", body]
+            "--keys", keys, "--body", body, "--delay-level", str(delay_level)]
     with trio.fail_after(WAIT):
         done = await trio.run_process(argv, cwd=SCRIPTS, capture_stdout=True,
                                       capture_stderr=True, check=False)
@@ -118,12 +118,14 @@ class Consumer:
 
 @asynccontextmanager
 async def consuming(groups: Groups, group: str, *, count: int | None = None, expression: str = "*",
-                    broadcast: bool = False, rebalance_ms: int = 10_000
+                    broadcast: bool = False, rebalance_ms: int = 10_000, fail_times: int = 0
                     ) -> AsyncIterator[Consumer]:
     """consume.js in ``group`` until the block ends (it stops earlier after ``count``
-    messages): its stdin is closed then, and it stores its offsets and leaves."""
+    messages): its stdin is closed then, and it stores its offsets and leaves. Its
+    handler fails a message consumed fewer than ``fail_times`` times before."""
     argv = [NODE, "consume.js", "--namesrv", namesrv(groups), "--topic", TOPIC,
-            "--group", group, "--expression", expression, "--rebalance-ms", str(rebalance_ms)]
+            "--group", group, "--expression", expression, "--rebalance-ms", str(rebalance_ms),
+            "--fail-times", str(fail_times)]
     argv += (["--count", str(count)] if count is not None else []) \
         + (["--broadcast"] if broadcast else [])
     stderr = groups.cluster.root / f"consume-{group}-{next(_RUNS)}.stderr"
@@ -250,3 +252,48 @@ async def test_broadcast_consumers_each_receive_every_message(groups) -> None:
         for consumer in (one, two):
             await consumer.receive(4)
             assert sorted(map(as_sent, consumer.messages)) == sorted(map(as_sent, sent))
+
+
+#: Short delay levels, so that a delayed send and a consumer's retries (level 3 +
+#: reconsumeTimes) come due within the test.
+SHORT_LEVELS = "200ms 1s 300ms 400ms 500ms"
+
+
+@pytest.fixture
+async def short_levels(tmp_path: Path) -> AsyncIterator[Groups]:
+    async with open_groups(tmp_path, "tcp", broker={"message_delay_level": SHORT_LEVELS}
+                           ) as harness:
+        await harness.create_topic(TOPIC, queues=len(QUEUES))
+        yield harness
+
+
+async def test_a_delayed_message_ali_ons_sent_is_consumed_after_its_level(short_levels) -> None:
+    groups = short_levels
+    (sent,) = await produce(groups, 1, delay_level=2, body="later")
+    assert sent["sendStatus"] == "SEND_OK"
+    broker = groups.cluster.broker("a")
+    (waiting,) = [r for r in broker.log.iter_records() if r.topic == "SCHEDULE_TOPIC_XXXX"]
+    assert (waiting.properties["REAL_TOPIC"], waiting.properties["DELAY"]) == (TOPIC, "2")
+    async with consuming(groups, "ali-delayed", count=1) as consumer:
+        await consumer.receive(1)
+    (got,) = consumer.messages
+    assert (got["body"], got["reconsumeTimes"]) == ("later", 0)
+    (delivered,) = [r for r in broker.log.iter_records() if r.topic == TOPIC]
+    # Level 2 is 1 s: not stored on its topic before that.
+    assert delivered.store_timestamp - waiting.store_timestamp >= 1000
+
+
+async def test_ali_ons_retries_what_its_handler_failed_through_the_retry_topic(
+        short_levels) -> None:
+    groups = short_levels
+    (sent,) = await produce(groups, 1, body="flaky")
+    async with consuming(groups, "ali-retry", count=1, fail_times=2) as consumer:
+        await consumer.receive(3)
+    # Failed twice (each sent back with CONSUMER_SEND_MSG_BACK), consumed the third time.
+    assert [(m["body"], m["failed"], m["reconsumeTimes"]) for m in consumer.messages] == [
+        ("flaky", True, 0), ("flaky", True, 1), ("flaky", False, 2)]
+    broker = groups.cluster.broker("a")
+    retries = [r for r in broker.log.iter_records() if r.topic == "%RETRY%ali-retry"]
+    assert len(retries) == 2
+    assert all(r.properties["ORIGIN_MESSAGE_ID"] == sent["msgId"] for r in retries)
+    assert [r.reconsume_times for r in retries] == [1, 2]

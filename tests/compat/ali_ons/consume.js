@@ -3,7 +3,9 @@
 // Consumer and prints one JSON line per message consumed, and a
 // {"queues": [...]} line whenever a rebalance changes the topic's queues it
 // pulls. Stops, storing its offsets on the brokers, once it has consumed
-// --count messages or when its stdin closes.
+// --count messages or when its stdin closes. With --fail-times N its handler
+// throws for a message consumed fewer than N times before (ali-ons then sends
+// it back to the broker to be retried), printing it with "failed": true.
 const { parseArgs } = require('node:util');
 const { Consumer } = require('ali-ons');
 
@@ -16,6 +18,7 @@ const { values: args } = parseArgs({
     count: { type: 'string' },
     broadcast: { type: 'boolean', default: false },
     'rebalance-ms': { type: 'string', default: '10000' },
+    'fail-times': { type: 'string', default: '0' },
   },
 });
 
@@ -40,15 +43,20 @@ consumer.on(`topic_${args.topic}_queue_changed`, () => {
 
 let consumed = 0;
 consumer.subscribe(args.topic, args.expression, async (msg, mq) => {
+  const failed = msg.reconsumeTimes < Number(args['fail-times']);
   console.log(JSON.stringify({
+    failed,
+    reconsumeTimes: msg.reconsumeTimes,
     msgId: msg.msgId,
     body: msg.body.toString(),
     tags: msg.tags,
     keys: msg.keys,
-    brokerName: mq.brokerName,
+    // ali-ons hands a retried message (from the group's retry topic) over without its queue.
+    brokerName: mq ? mq.brokerName : null,
     queueId: msg.queueId,
     queueOffset: msg.queueOffset,
   }));
+  if (failed) throw new Error(`failing message ${msg.msgId} on purpose`);
   consumed += 1;
   if (args.count && consumed === Number(args.count)) {
     // Once this handler has returned: ali-ons moves the queue's offset past the message then.

@@ -1,7 +1,8 @@
 'use strict';
 // Sends --count messages with ali-ons' Producer and prints one JSON line per
 // message: what was sent and the broker's answer. Tags cycle through --tags
-// (comma-separated); {i} in --keys and --body is the message's number.
+// (comma-separated); {i} in --keys and --body is the message's number;
+// --delay-level sets each message's delayTimeLevel (RocketMQ's DELAY).
 const { parseArgs } = require('node:util');
 const { Producer, Message } = require('ali-ons');
 
@@ -14,6 +15,7 @@ const { values: args } = parseArgs({
     tags: { type: 'string', default: 'TagA' },
     keys: { type: 'string', default: 'key-{i}' },
     body: { type: 'string', default: 'body {i}' },
+    'delay-level': { type: 'string', default: '0' },
   },
 });
 
@@ -33,6 +35,7 @@ async function main() {
     const body = fill(args.body);
     const msg = new Message(args.topic, tags[i % tags.length], body);
     msg.keys = [ fill(args.keys) ];
+    if (Number(args['delay-level'])) msg.delayTimeLevel = Number(args['delay-level']);
     const result = await producer.send(msg);
     console.log(JSON.stringify({
       sendStatus: result.sendStatus,
