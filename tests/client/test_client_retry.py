@@ -63,7 +63,7 @@ class DeadLetters:
 
 
 async def test_a_message_failed_once_comes_back_under_its_topic(
-        tmp_path, transport, clock) -> None:
+        tmp_path, transport, autojump) -> None:
     async with retry_groups(tmp_path, transport) as groups:
         await groups.create_topic("orders", queues=1)
         app = await groups.client()
@@ -94,7 +94,7 @@ async def test_a_message_failed_once_comes_back_under_its_topic(
 
 
 async def test_a_message_failing_every_time_ends_in_the_dead_letter_queue(
-        tmp_path, transport, clock) -> None:
+        tmp_path, transport, autojump) -> None:
     async with retry_groups(tmp_path, transport) as groups:
         await groups.create_topic("orders", queues=1)
         app = await groups.client()
