@@ -177,7 +177,8 @@ async def main(args: argparse.Namespace) -> None:
                      "the delayed message delivered, after it came due"]
             for i, name in enumerate(names):
                 values = [row[i] * 1000 for row in rows]
-                print(f"| {name} | {statistics.median(values):,.0f} | {max(values):,.0f} |")
+                p50, top = round(statistics.median(values)), round(max(values))
+                print(f"| {name} | {p50:,} | {top:,} |")
 
             plugins = cluster.node("a1").plugins
             container = plugins.escape_bridge("container")(cluster.node("a1"))
