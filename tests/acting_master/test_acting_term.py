@@ -188,3 +188,27 @@ async def test_a_send_to_the_acting_slave_is_refused_no_permission(tmp_path):
             "broker broker-a id 1 acts read-only for its absent master: messages go to a "
             "group with a master"))
         assert slave.log.max_offset == held
+
+
+async def test_a_master_cut_off_from_the_name_server_is_acted_for_after_its_timeout(tmp_path):
+    """Its connection stays open: the name server drops it only when its heartbeats have
+    been missing for broker_not_active_timeout (1 s here), at the next scan."""
+    async with open_cluster(tmp_path, controllers=0, brokers=0, namesrvs=1) as cluster:
+        acting_namesrv(cluster)
+        (namesrv,) = cluster.namesrv_addresses.values()
+        await cluster.start_namesrvs()
+        group = Groups(cluster)
+        for name in ("a0", "a1"):
+            await group.start(name)
+        client = await cluster.start("client")
+        await create_topic(client, cluster.node("a0").address, "orders")
+        slave = cluster.broker("a1")
+        network = cluster.node("a0").transport("inproc").network
+        network.partition("inproc://a0", namesrv)
+        cut = trio.current_time()
+        await cluster.wait_for(lambda: slave.acting, timeout=20)
+        assert trio.current_time() - cut >= 1.0  # never before the name server's timeout
+        network.heal()
+        await cluster.wait_for(lambda: not slave.acting, timeout=20)
+        answer = await client.rpc.invoke(namesrv, 105, {"topic": "orders"})
+        assert json.loads(answer.body)["brokerDatas"][0]["brokerAddrs"]["0"] == "inproc://a0"
