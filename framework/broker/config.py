@@ -228,6 +228,12 @@ class BrokerConfig:
         1000, doc="ms between GET_BROKER_MEMBER_GROUP polls of the name servers for the "
                   "group's alive members, with enable_slave_acting_master (RocketMQ's "
                   "syncBrokerMemberGroupPeriod).", check=positive)
+    compatible_with_old_name_srv: bool = setting(
+        False, doc="For name servers older than RocketMQ 5: heartbeats go as "
+                   "QUERY_DATA_VERSION and an acting master learns its group from the route "
+                   "of topic rmq_sys_SYNC_BROKER_MEMBER_<broker_name>, which the broker then "
+                   "registers (RocketMQ's compatibleWithOldNameSrv, true there; triomq's name "
+                   "servers serve BROKER_HEARTBEAT and GET_BROKER_MEMBER_GROUP).")
     send_heartbeat_timeout: int = setting(
         1000, doc="ms a heartbeat to a name server, and a member-group poll, waits for its "
                   "answer (RocketMQ's sendHeartbeatTimeoutMillis).", check=positive)

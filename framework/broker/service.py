@@ -97,6 +97,8 @@ from triomq.broker.send.processor import BrokerProcessor
 from triomq.clock import EpochClock, now_ms
 from triomq.errors import ConfigError, PluginError
 from triomq.ha.checkpoint import EpochCheckpointFile
+from triomq.protocol.route import PERM_INHERIT, TopicConfig
+from triomq.protocol.topic_rules import SYNC_BROKER_MEMBER_GROUP_PREFIX
 from triomq.store import CommitLog, FlushService
 from triomq.transport import split_address
 
@@ -242,7 +244,8 @@ class Broker:
                 tuple(self.config.namesrv_addr),
                 register_period=self.config.register_name_server_period,
                 heartbeat_interval=self.config.broker_heartbeat_interval,
-                retry_interval=min(1000, self.config.register_name_server_period))
+                retry_interval=min(1000, self.config.register_name_server_period),
+                heartbeat_via_data_version=self.config.compatible_with_old_name_srv)
             self.namesrv = NamesrvClient(
                 node.rpc, flow, lambda: self.topics.table,
                 heartbeat_timeout=self.config.send_heartbeat_timeout / 1000)
@@ -399,6 +402,10 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         load_delay_offsets, root, config.delay_offset_update_version_step)
     window = memory_window(config)
     acting_bridge = ActingEscapeBridge(node) if config.enable_slave_acting_master else None
+    if acting_bridge is not None and config.compatible_with_old_name_srv:
+        # Its route names the group's alive members to an old name server's brokers.
+        topics.table.update(TopicConfig(SYNC_BROKER_MEMBER_GROUP_PREFIX + config.broker_name,
+                                        1, 1, perm=PERM_INHERIT), broker.clock(), system=True)
 
     def acting(tasks: list[tuple[str, Task]]) -> list[BrokerComponent]:
         # An acting slave runs these for its absent master, escaping what they put.

@@ -18,6 +18,7 @@ __all__ = [
     "DLQ_GROUP_TOPIC_PREFIX",
     "NOT_ALLOWED_SEND_TOPICS",
     "RETRY_GROUP_TOPIC_PREFIX",
+    "SYNC_BROKER_MEMBER_GROUP_PREFIX",
     "SYSTEM_TOPICS",
     "SYSTEM_TOPIC_PREFIX",
     "IllegalName",
@@ -29,6 +30,9 @@ __all__ = [
 
 AUTO_CREATE_TOPIC = "TBW102"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+#: A group's member topic: its route names the group's alive members, for brokers that
+#: cannot ask GET_BROKER_MEMBER_GROUP (RocketMQ's ``compatibleWithOldNameSrv``).
+SYNC_BROKER_MEMBER_GROUP_PREFIX = SYSTEM_TOPIC_PREFIX + "SYNC_BROKER_MEMBER_"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 

@@ -50,4 +50,5 @@ def triomq_broker_components(node: Node, broker: ComponentView
     return [MemberGroupService(
         broker, node.rpc, cluster=config.cluster_name, broker_name=config.broker_name,
         namesrvs=tuple(config.namesrv_addr), sync_period=config.sync_broker_member_group_period,
-        timeout_ms=config.send_heartbeat_timeout)]
+        timeout_ms=config.send_heartbeat_timeout,
+        compatible=config.compatible_with_old_name_srv)]

@@ -1,6 +1,10 @@
 """The acting-master component: a thin trio driver of ``core.member_group.GroupWatch``.
 
-It polls GET_BROKER_MEMBER_GROUP (901) over the node's RPC client, answers
+It polls GET_BROKER_MEMBER_GROUP (901) over the node's RPC client (with
+``compatible_with_old_name_srv``, the route of topic
+``rmq_sys_SYNC_BROKER_MEMBER_<brokerName>`` instead, whose broker data names
+the group's alive members, as RocketMQ's ``getBrokerMemberGroupCompatible``
+reads them from a name server older than 901), answers
 NOTIFY_MIN_BROKER_ID_CHANGE (905) from the name servers, and begins and ends
 the broker's acting term (``ComponentView.start_acting``) as the watch
 decides. The acting term runs in the slave term's nursery, so a role change
@@ -30,7 +34,8 @@ from triomq.protocol.header_fields import HeaderFields
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.request_codes import RequestCode
 from triomq.protocol.response_codes import ResponseCode
-from triomq.protocol.route import BrokerMemberGroup
+from triomq.protocol.route import BrokerMemberGroup, TopicRouteData
+from triomq.protocol.topic_rules import SYNC_BROKER_MEMBER_GROUP_PREFIX
 from triomq.rpc import RpcClient, RpcConnection, RpcError, RpcServer
 
 __all__ = ["MemberGroupService"]
@@ -45,8 +50,10 @@ class MemberGroupService:
     scope = Scope.ALWAYS
 
     def __init__(self, view: ComponentView, rpc: RpcClient, *, cluster: str, broker_name: str,
-                 namesrvs: tuple[str, ...], sync_period: int, timeout_ms: int) -> None:
+                 namesrvs: tuple[str, ...], sync_period: int, timeout_ms: int,
+                 compatible: bool = False) -> None:
         self.view = view
+        self.compatible = compatible
         self.rpc = rpc
         self.cluster = cluster
         self.broker_name = broker_name
@@ -112,20 +119,33 @@ class MemberGroupService:
             self.term.end()
 
     async def _query(self, namesrv: str) -> None:
-        addrs = None
+        addrs: dict[int, str] | None = None
+        if self.compatible:
+            code = RequestCode.GET_ROUTEINFO_BY_TOPIC
+            fields = {"topic": SYNC_BROKER_MEMBER_GROUP_PREFIX + self.broker_name}
+        else:
+            code = RequestCode.GET_BROKER_MEMBER_GROUP
+            fields = {"clusterName": self.cluster, "brokerName": self.broker_name}
         try:
-            answer = await self.rpc.invoke(
-                rpc_address(namesrv), RequestCode.GET_BROKER_MEMBER_GROUP,
-                {"clusterName": self.cluster, "brokerName": self.broker_name},
-                timeout=self.timeout_ms / 1000)
+            answer = await self.rpc.invoke(rpc_address(namesrv), code, fields,
+                                           timeout=self.timeout_ms / 1000)
             if answer.code != ResponseCode.SUCCESS:
-                log.info("name server %s refused GET_BROKER_MEMBER_GROUP: %s (%d)",
-                         namesrv, answer.remark, answer.code)
+                log.info("name server %s refused %s: %s (%d)", namesrv, RequestCode(code).name,
+                         answer.remark, answer.code)
+            elif self.compatible:
+                addrs = self._members(TopicRouteData.decode(answer.body or b""))
             else:
-                addrs = BrokerMemberGroup.decode(answer.body or b"").broker_addrs
+                addrs = dict(BrokerMemberGroup.decode(answer.body or b"").broker_addrs)
         except (RpcError, TriomqError) as exc:
-            log.info("GET_BROKER_MEMBER_GROUP to name server %s failed: %s", namesrv, exc)
+            log.info("%s to name server %s failed: %s", RequestCode(code).name, namesrv, exc)
         self._carry_out(self.watch.member_group(namesrv, addrs, now_ms()))
+
+    def _members(self, route: TopicRouteData) -> dict[int, str]:
+        """The group's alive members as its member topic's route names them."""
+        for broker in route.broker_datas:
+            if broker.broker_name == self.broker_name and broker.cluster == self.cluster:
+                return dict(broker.broker_addrs)
+        return {}
 
     async def _notified(self, request: RemotingCommand, peer: RpcConnection
                         ) -> RemotingCommand | None:

@@ -212,3 +212,26 @@ async def test_a_master_cut_off_from_the_name_server_is_acted_for_after_its_time
         await cluster.wait_for(lambda: not slave.acting, timeout=20)
         answer = await client.rpc.invoke(namesrv, 105, {"topic": "orders"})
         assert json.loads(answer.body)["brokerDatas"][0]["brokerAddrs"]["0"] == "inproc://a0"
+
+
+async def test_with_an_old_name_servers_requests_only_the_slave_still_acts(tmp_path):
+    """compatible_with_old_name_srv: heartbeats as QUERY_DATA_VERSION and the group's
+    members from the route of rmq_sys_SYNC_BROKER_MEMBER_<group>, no 904 nor 901."""
+    async with open_cluster(tmp_path, controllers=0, brokers=0, namesrvs=1) as cluster:
+        acting_namesrv(cluster)
+        (ns,) = await cluster.start_namesrvs()
+        seen: dict[int, int] = {}
+        for code in (322, 901, 904, 105):
+            ns.rpc_server.observe(code, lambda request, _peer: seen.update(
+                {request.code: seen.get(request.code, 0) + 1}))
+        group = Groups(cluster, compatible_with_old_name_srv=True)
+        for name in ("a0", "a1"):
+            await group.start(name)
+        slave = cluster.broker("a1")
+        assert "rmq_sys_SYNC_BROKER_MEMBER_broker-a" in slave.topics.table
+        await cluster.wait_for(lambda: seen.get(322, 0) >= 2 and seen.get(105, 0) >= 2)
+        await cluster.kill("a0")
+        await cluster.wait_for(lambda: slave.acting, timeout=20)
+        await group.start("a0")
+        await cluster.wait_for(lambda: not slave.acting, timeout=20)
+        assert seen.get(901, 0) == 0 and seen.get(904, 0) == 0

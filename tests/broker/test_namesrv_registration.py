@@ -126,3 +126,29 @@ def test_replies_from_a_name_server_drive_the_flow_and_name_the_master() -> None
 
 def _route(topic: str) -> RemotingCommand:
     return RemotingCommand.request(105, {"topic": topic})
+
+
+def test_heartbeats_as_data_version_queries_for_an_old_name_server() -> None:
+    f = RegistrationFlow(("ns1",), register_period=30_000, heartbeat_interval=1_000,
+                         retry_interval=500, heartbeat_via_data_version=True)
+    f.identify(MASTER, now=0)
+    (register,) = f.poll(0)
+    topics = TopicTable()
+    core = NameServerCore()
+    answer = core.handle(request_for(register, topics), "broker", 0)
+    f.replied(register, answer, now=1)
+    (beat,) = f.poll(1_001)
+    assert beat == Heartbeat("ns1", MASTER, via_data_version=True)
+    request = request_for(beat, topics)
+    assert request.code == 322 and json.loads(request.body)["counter"] == 0
+    # The name server counts it as a heartbeat and answers the DataVersion it holds.
+    answer = core.handle(request, "broker", 9_000)
+    assert answer.code == 0 and answer.ext_fields["changed"] == "false"
+    assert core.route.next_expiry() == 9_000 + 3_000 + 1
+    f.replied(beat, answer, now=9_000)
+    assert f.next_wakeup() == 10_000
+    # A name server that forgot the broker holds no DataVersion: it registers again at once.
+    (beat,) = f.poll(10_000)
+    f.replied(beat, NameServerCore().handle(request_for(beat, topics), "broker", 10_000),
+              now=10_001)
+    assert f.poll(10_001) == [Register("ns1", MASTER)]

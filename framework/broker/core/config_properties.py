@@ -57,6 +57,7 @@ ROCKETMQ_NAMES: Mapping[str, str] = {
     "sync_broker_member_group_period": "syncBrokerMemberGroupPeriod",
     "send_heartbeat_timeout": "sendHeartbeatTimeoutMillis",
     "enable_remote_escape": "enableRemoteEscape",
+    "compatible_with_old_name_srv": "compatibleWithOldNameSrv",
     "auto_create_topic_enable": "autoCreateTopicEnable",
     "default_topic_queue_nums": "defaultTopicQueueNums",
     "max_message_size": "maxMessageSize",

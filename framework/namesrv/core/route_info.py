@@ -60,7 +60,7 @@ from triomq.protocol.route import (
     TopicConfig,
     TopicRouteData,
 )
-from triomq.protocol.topic_rules import IllegalName, check_group
+from triomq.protocol.topic_rules import SYNC_BROKER_MEMBER_GROUP_PREFIX, IllegalName, check_group
 
 __all__ = [
     "DEFAULT_BROKER_TIMEOUT_MS",
@@ -453,7 +453,7 @@ class RouteInfo:
             return None
         brokers = [g.data() for g in groups]
         queue_datas = [queues[g.broker_name] for g in groups]
-        if self.support_acting_master and not topic.startswith("rmq_sys_SYNC_BROKER_MEMBER_"):
+        if self.support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):
             brokers = [self._acting(b, queues[b.broker_name]) for b in brokers]
         return TopicRouteData(tuple(queue_datas), tuple(brokers))
 

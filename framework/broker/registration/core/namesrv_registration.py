@@ -7,7 +7,11 @@
   changes (``identify``) and when a topic changes (``topics_changed``), and
   every ``register_period`` in any case;
 - BROKER_HEARTBEAT (the lightweight one) every ``heartbeat_interval`` in
-  between, so the name server can drop a silent broker within its timeout;
+  between, so the name server can drop a silent broker within its timeout
+  (QUERY_DATA_VERSION instead with ``heartbeat_via_data_version``, for a
+  name server that predates BROKER_HEARTBEAT: it counts a registered
+  broker's query as a sign of life, and answers no DataVersion for a broker
+  it forgot);
 - a registration that failed is sent again after ``retry_interval``, and a
   heartbeat the name server refused (it forgot the broker: restarted, or
   timed it out) is followed by a registration at once.
@@ -28,19 +32,21 @@ import attrs
 
 from triomq.broker.metadata.core.topic_table import TopicTable
 from triomq.protocol.remoting import RemotingCommand
-from triomq.protocol.route import RegisterBrokerBody, encode_register_broker_body
+from triomq.protocol.route import RegisterBrokerBody, dumps, encode_register_broker_body
 
 __all__ = [
     "BrokerRegistrationInfo",
     "Heartbeat",
     "Register",
     "RegistrationFlow",
+    "data_version_heartbeat_request",
     "heartbeat_request",
     "register_request",
     "request_for",
 ]
 
 REGISTER_BROKER = 103
+QUERY_DATA_VERSION = 322
 BROKER_HEARTBEAT = 904
 SUCCESS = 0
 
@@ -68,6 +74,9 @@ class Register:
 class Heartbeat:
     namesrv: str
     info: BrokerRegistrationInfo
+    #: Sent as QUERY_DATA_VERSION, for a name server without BROKER_HEARTBEAT
+    #: (RocketMQ's ``compatibleWithOldNameSrv``).
+    via_data_version: bool = False
 
 
 Output = Register | Heartbeat
@@ -87,8 +96,10 @@ class RegistrationFlow:
     """When to register and heartbeat with each name server."""
 
     def __init__(self, namesrv_addresses: tuple[str, ...], *, register_period: int,
-                 heartbeat_interval: int, retry_interval: int) -> None:
+                 heartbeat_interval: int, retry_interval: int,
+                 heartbeat_via_data_version: bool = False) -> None:
         self.register_period = register_period
+        self.heartbeat_via_data_version = heartbeat_via_data_version
         self.heartbeat_interval = heartbeat_interval
         self.retry_interval = retry_interval
         self._servers = {address: _Namesrv() for address in namesrv_addresses}
@@ -128,12 +139,15 @@ class RegistrationFlow:
                 out.append(Register(address, self.info))
             elif server.registered and server.heartbeat_at <= now:
                 server.in_flight = True
-                out.append(Heartbeat(address, self.info))
+                out.append(Heartbeat(address, self.info, self.heartbeat_via_data_version))
         return out
 
     def replied(self, sent: Output, answer: RemotingCommand | None, now: int) -> None:
         """The name server's ``answer`` to ``sent``; None: it failed or timed out."""
         ok = answer is not None and answer.code == SUCCESS
+        if ok and isinstance(sent, Heartbeat) and sent.via_data_version:
+            assert answer is not None
+            ok = bool(answer.body)  # no DataVersion held: the name server forgot the broker
         if ok and isinstance(sent, Register):
             assert answer is not None
             self.master_address = answer.ext_fields.get("masterAddr") or None
@@ -197,8 +211,18 @@ def heartbeat_request(info: BrokerRegistrationInfo) -> RemotingCommand:
     return RemotingCommand.request(BROKER_HEARTBEAT, fields)
 
 
+def data_version_heartbeat_request(info: BrokerRegistrationInfo,
+                                   topics: TopicTable) -> RemotingCommand:
+    """QUERY_DATA_VERSION as a heartbeat (RocketMQ's ``sendHeartbeatViaDataVersion``):
+    a name server counts it as one from a registered broker."""
+    return RemotingCommand.request(QUERY_DATA_VERSION, _identity_fields(info),
+                                   dumps(topics.data_version.to_json()))
+
+
 def request_for(sent: Output, topics: TopicTable) -> RemotingCommand:
     """The request frame that carries ``sent`` (a registration with ``topics``)."""
     if isinstance(sent, Register):
         return register_request(sent.info, topics)
+    if sent.via_data_version:
+        return data_version_heartbeat_request(sent.info, topics)
     return heartbeat_request(sent.info)
