@@ -228,6 +228,16 @@ class BrokerConfig:
         1000, doc="ms between GET_BROKER_MEMBER_GROUP polls of the name servers for the "
                   "group's alive members, with enable_slave_acting_master (RocketMQ's "
                   "syncBrokerMemberGroupPeriod).", check=positive)
+    lock_in_strict_mode: bool = setting(
+        False, doc="An orderly consumer's queue lock needs a majority of total_replicas "
+                   "replicas of the group to grant it, so that a master back from a failure "
+                   "cannot lock a queue a consumer still holds on its acting slave "
+                   "(RocketMQ's lockInStrictMode; the group's members come from the name "
+                   "servers).")
+    total_replicas: int = setting(
+        1, doc="Replicas of the broker's group, masters and slaves: the majority a strict "
+               "queue lock needs is total_replicas // 2 + 1 (RocketMQ's totalReplicas).",
+        check=positive)
     compatible_with_old_name_srv: bool = setting(
         False, doc="For name servers older than RocketMQ 5: heartbeats go as "
                    "QUERY_DATA_VERSION and an acting master learns its group from the route "
@@ -416,6 +426,9 @@ class BrokerConfig:
         if self.enable_slave_acting_master and not self.namesrv_addr:
             raise ConfigError("needs namesrv_addr: a slave learns from the name servers "
                               "that its master is gone", "enable_slave_acting_master")
+        if self.lock_in_strict_mode and not self.namesrv_addr:
+            raise ConfigError("needs namesrv_addr: a strict lock asks the group's other "
+                              "replicas, which the name servers name", "lock_in_strict_mode")
         if self.enable_slave_acting_master and not self.acting_escape_bridges:
             raise ConfigError("needs a bridge at least: an acting slave never writes its "
                               "own log", "acting_escape_bridges")

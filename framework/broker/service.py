@@ -79,6 +79,7 @@ from triomq.broker.registration.core.namesrv_registration import (
     BrokerRegistrationInfo,
     RegistrationFlow,
 )
+from triomq.broker.registration.member_group import query_member_group
 from triomq.broker.registration.namesrv_client import NamesrvClient, rpc_address
 from triomq.broker.replication.confirm_checkpoint import ConfirmOffsetCheckpoint
 from triomq.broker.replication.controller_mode import ControllerMode
@@ -214,7 +215,7 @@ class Broker:
         #: Clients, consumer groups and their configs (set when the service starts).
         self.clients: ClientService | None = None
         #: Orderly consumers' queue locks (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ).
-        self.locks = QueueLockService(self.config)
+        self.locks = QueueLockService(self.config, rpc=node.rpc, peers=self.group_peers)
         #: The message index (message_index_enable; set when the service starts).
         self.index: IndexService | None = None
         #: Consumer offsets and pulls (set when the service starts).
@@ -289,6 +290,20 @@ class Broker:
             _route_address(self.node.address or self.node.name),
             _route_address(self.ha_address), self.config.broker_not_active_timeout,
             enable_acting_master=self.config.enable_slave_acting_master)
+
+    async def group_peers(self) -> list[str]:
+        """The RPC addresses of the group's other alive replicas, as the first name server
+        that answers names them (none: no name server answered)."""
+        own = _route_address(self.node.address or self.node.name)
+        for namesrv in self.config.namesrv_addr:
+            members = await query_member_group(
+                self.node.rpc, namesrv, cluster=self.config.cluster_name,
+                broker_name=self.config.broker_name,
+                compatible=self.config.compatible_with_old_name_srv,
+                timeout=self.config.send_heartbeat_timeout / 1000)
+            if members is not None:
+                return [rpc_address(a) for a in sorted(set(members.values())) if a != own]
+        return []
 
     @property
     def acting(self) -> bool:

@@ -20,7 +20,7 @@ import trio
 
 from triomq.broker.components import ActingTerm, ComponentView, Scope
 from triomq.broker.core.role import BrokerRole
-from triomq.broker.registration.namesrv_client import rpc_address
+from triomq.broker.registration.member_group import query_member_group
 from triomq.clock import now_ms
 from triomq.errors import TriomqError
 from triomq.plugins.acting_master.core.member_group import (
@@ -34,9 +34,7 @@ from triomq.protocol.header_fields import HeaderFields
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.request_codes import RequestCode
 from triomq.protocol.response_codes import ResponseCode
-from triomq.protocol.route import BrokerMemberGroup, TopicRouteData
-from triomq.protocol.topic_rules import SYNC_BROKER_MEMBER_GROUP_PREFIX
-from triomq.rpc import RpcClient, RpcConnection, RpcError, RpcServer
+from triomq.rpc import RpcClient, RpcConnection, RpcServer
 
 __all__ = ["MemberGroupService"]
 
@@ -119,33 +117,10 @@ class MemberGroupService:
             self.term.end()
 
     async def _query(self, namesrv: str) -> None:
-        addrs: dict[int, str] | None = None
-        if self.compatible:
-            code = RequestCode.GET_ROUTEINFO_BY_TOPIC
-            fields = {"topic": SYNC_BROKER_MEMBER_GROUP_PREFIX + self.broker_name}
-        else:
-            code = RequestCode.GET_BROKER_MEMBER_GROUP
-            fields = {"clusterName": self.cluster, "brokerName": self.broker_name}
-        try:
-            answer = await self.rpc.invoke(rpc_address(namesrv), code, fields,
-                                           timeout=self.timeout_ms / 1000)
-            if answer.code != ResponseCode.SUCCESS:
-                log.info("name server %s refused %s: %s (%d)", namesrv, RequestCode(code).name,
-                         answer.remark, answer.code)
-            elif self.compatible:
-                addrs = self._members(TopicRouteData.decode(answer.body or b""))
-            else:
-                addrs = dict(BrokerMemberGroup.decode(answer.body or b"").broker_addrs)
-        except (RpcError, TriomqError) as exc:
-            log.info("%s to name server %s failed: %s", RequestCode(code).name, namesrv, exc)
+        addrs = await query_member_group(
+            self.rpc, namesrv, cluster=self.cluster, broker_name=self.broker_name,
+            compatible=self.compatible, timeout=self.timeout_ms / 1000)
         self._carry_out(self.watch.member_group(namesrv, addrs, now_ms()))
-
-    def _members(self, route: TopicRouteData) -> dict[int, str]:
-        """The group's alive members as its member topic's route names them."""
-        for broker in route.broker_datas:
-            if broker.broker_name == self.broker_name and broker.cluster == self.cluster:
-                return dict(broker.broker_addrs)
-        return {}
 
     async def _notified(self, request: RemotingCommand, peer: RpcConnection
                         ) -> RemotingCommand | None:

@@ -58,6 +58,8 @@ ROCKETMQ_NAMES: Mapping[str, str] = {
     "send_heartbeat_timeout": "sendHeartbeatTimeoutMillis",
     "enable_remote_escape": "enableRemoteEscape",
     "compatible_with_old_name_srv": "compatibleWithOldNameSrv",
+    "lock_in_strict_mode": "lockInStrictMode",
+    "total_replicas": "totalReplicas",
     "auto_create_topic_enable": "autoCreateTopicEnable",
     "default_topic_queue_nums": "defaultTopicQueueNums",
     "max_message_size": "maxMessageSize",
