@@ -20,6 +20,7 @@ from typing import Literal
 
 import attrs
 
+from triomq.broker.secondary.core.schedule import MAX_IN_FLIGHT
 from triomq.broker.secondary.core.schedule_put import TimerSettings
 from triomq.errors import ConfigError
 from triomq.ha.master_driver import HAMasterConfig
@@ -379,6 +380,14 @@ class BrokerConfig:
     delay_offset_update_version_step: int = setting(
         200, doc="Delivery offset moves between two steps of delayOffset.json's dataVersion "
                  "(RocketMQ's delayOffsetUpdateVersionStep).", check=positive)
+    schedule_max_in_flight: int = setting(
+        MAX_IN_FLIGHT,
+        doc="Delayed messages of one level put through the escape bridge at once, each "
+            "waiting for its PUT_OK; a level's offset moves only past those stored, and "
+            "those in flight together may land in any order; 1 delivers one at a time, "
+            "in order, as RocketMQ does by default (its enableScheduleAsyncDeliver = "
+            "true with scheduleAsyncDeliverMaxPendingLimit is the like of a larger "
+            "value).", check=positive)
     timer_wheel_enable: bool = setting(
         True, doc="Timer messages (a put's TIMER_DELIVER_MS, TIMER_DELAY_SEC or TIMER_DELAY_MS) "
                   "wait in rmq_sys_wheel_timer and the master's timer wheel delivers them; "

@@ -6,9 +6,10 @@ While a broker is master, one task per delay level runs
 ``SCHEDULE_TOPIC_XXXX``'s queue of its level up to the confirm offset (the
 consume queues ``MemLog`` makes from its records, their tags codes the
 delivery times by RocketMQ's default ``messageDelayLevel``), waits on the
-broker's clock and puts each due message through the broker's own put
-(``SimPuts.put_own``, the local escape bridge's), its offset moving only
-past what a PUT_OK stored. The tasks end with the master term.
+broker's clock and puts the due messages through the broker's own put
+(``SimPuts.put_own``, the local escape bridge's), up to the core's
+``MAX_IN_FLIGHT`` at once, its offset moving only past what a PUT_OK
+stored (and everything before it). The tasks end with the master term.
 
 The offsets survive a crash (``delayOffset.json``) but a slave does not
 copy its master's: a new master delivers from its own, at least once
@@ -71,27 +72,37 @@ class SimSchedule:
     def _deliver(self, term: Term, flow: LevelDelivery) -> TaskGen:
         broker = self.broker
         actions: deque[ScheduleAction] = deque(flow.start(broker.now_ms()))
-        while actions:
-            action = actions.popleft()
-            if isinstance(action, StoreOffset):
-                self.offsets.update(action.level, action.offset, broker.now_ms())
-            elif isinstance(action, Skipped):
-                broker.sim.violation(f"{broker.name}: delayed message {action.queue_offset} "
-                                     f"of level {flow.level} skipped: {action.reason}")
-            elif isinstance(action, ReadEntries):
-                found = confirmed_entries(broker.log, SCHEDULE_TOPIC, action.queue_id,
-                                          action.start, action.max_count,
-                                          term.confirmed(broker.log.max_offset))
-                actions.extend(flow.entries_read(*found, broker.now_ms()))
-            elif isinstance(action, ReadRecord):
-                record = decode(broker.log.read(action.physical_offset, action.size))[0]
-                actions.extend(flow.record_read(record, broker.now_ms()))
-            elif isinstance(action, Deliver):
-                answers: list[EscapeResult] = []
-                self._puts.append((action.message, answers.append))
-                yield from wait_for(lambda got=answers: bool(got))
-                ok = answers[0].ok
-                actions.extend(flow.put_done(ok, broker.now_ms()))
-            elif isinstance(action, WakeAt):
-                yield from wait_for(lambda at=action.at_ms: broker.now_ms() >= at)
-                actions.extend(flow.woke(broker.now_ms()))
+        #: The puts under way, and those that ended: (queue offset, answer).
+        in_flight = 0
+        ended: list[tuple[int, EscapeResult]] = []
+        while True:
+            while actions:
+                action = actions.popleft()
+                if isinstance(action, StoreOffset):
+                    self.offsets.update(action.level, action.offset, broker.now_ms())
+                elif isinstance(action, Skipped):
+                    broker.sim.violation(f"{broker.name}: delayed message "
+                                         f"{action.queue_offset} of level {flow.level} "
+                                         f"skipped: {action.reason}")
+                elif isinstance(action, ReadEntries):
+                    found = confirmed_entries(broker.log, SCHEDULE_TOPIC, action.queue_id,
+                                              action.start, action.max_count,
+                                              term.confirmed(broker.log.max_offset))
+                    actions.extend(flow.entries_read(*found, broker.now_ms()))
+                elif isinstance(action, ReadRecord):
+                    record = decode(broker.log.read(action.physical_offset, action.size))[0]
+                    actions.extend(flow.record_read(record, broker.now_ms()))
+                elif isinstance(action, Deliver):
+                    in_flight += 1
+                    self._puts.append((action.message, lambda answer, key=action.queue_offset:
+                                       ended.append((key, answer))))
+                elif isinstance(action, WakeAt):
+                    yield from wait_for(lambda at=action.at_ms: broker.now_ms() >= at)
+                    actions.extend(flow.woke(broker.now_ms()))
+            if not in_flight:
+                return
+            yield from wait_for(lambda: bool(ended))
+            answers, ended[:] = list(ended), []
+            in_flight -= len(answers)
+            for key, answer in answers:
+                actions.extend(flow.put_done(key, answer.ok, broker.now_ms()))

@@ -1,10 +1,13 @@
 """One delay level's delivery without an event loop, with explicit times: due messages
-go to their real topic in order, once; a refused put is retried, never skipped; the
-offset moves only past what was stored; ``delayOffset.json``'s table."""
+go to their real topic once, up to ``max_in_flight`` at once (one at a time: in order);
+a refused put is retried, never skipped; the offset moves only past what was stored and
+everything before it, whatever order the puts end in; ``delayOffset.json``'s table."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from triomq.broker.secondary.core.delay_offsets import DelayOffsetTable
 from triomq.broker.secondary.core.schedule import (
@@ -38,8 +41,9 @@ def record(n: int, **extra: str) -> MessageRecord:
 class Driver:
     """Runs a ``LevelDelivery`` against a queue of (store time) entries, by hand."""
 
-    def __init__(self, store_times: list[int], offset: int = 0) -> None:
-        self.flow = LevelDelivery(2, DELAY, offset)
+    def __init__(self, store_times: list[int], offset: int = 0, max_in_flight: int = 1
+                 ) -> None:
+        self.flow = LevelDelivery(2, DELAY, offset, max_in_flight=max_in_flight)
         self.entries = [(q, 1000 * q, 100, t + DELAY) for q, t in enumerate(store_times)]
         self.records = {1000 * q: record(q) for q in range(len(store_times))}
         self.stored: list[int] = []
@@ -62,10 +66,10 @@ class Driver:
                 actions += self.flow.record_read(self.records.get(action.physical_offset), now)
             elif isinstance(action, Deliver):
                 if refuse:
-                    actions += self.flow.put_done(False, now)
+                    actions += self.flow.put_done(action.queue_offset, False, now)
                 else:
                     self.stored.append(int(action.message.body[1:]))
-                    actions += self.flow.put_done(True, now)
+                    actions += self.flow.put_done(action.queue_offset, True, now)
             else:
                 assert not actions
                 return action
@@ -204,3 +208,128 @@ def test_a_message_stored_after_a_look_is_delivered_at_most_a_scan_interval_late
     delivered_at = wait.at_ms if isinstance(next_step, ReadRecord) else next_step.at_ms
     assert isinstance(next_step, ReadRecord | WakeAt)
     assert due <= delivered_at <= max(due, stored_at + SCAN_INTERVAL_MS)
+
+
+def deliveries(d: Driver, actions: list, now: int) -> list[Deliver]:
+    """Do ``actions``, reading what they ask, up to the puts; return the puts."""
+    puts = []
+    while actions:
+        action = actions.pop(0)
+        if isinstance(action, ReadEntries):
+            got = d.entries[action.start:action.start + action.max_count]
+            actions += d.flow.entries_read(got, 0, len(d.entries), now)
+        elif isinstance(action, ReadRecord):
+            actions += d.flow.record_read(d.records.get(action.physical_offset), now)
+        elif isinstance(action, StoreOffset):
+            d.offsets.append(action.offset)
+        else:
+            assert isinstance(action, Deliver), action
+            puts.append(action)
+    return puts
+
+
+def test_a_level_puts_up_to_max_in_flight_at_once_and_its_offset_waits_for_the_first(
+        ) -> None:
+    d = Driver([0] * 20, max_in_flight=16)
+    puts = deliveries(d, d.flow.start(DELAY), DELAY)
+    assert [p.queue_offset for p in puts] == list(range(16))
+    # The last ends first: stored, but the offset stays before the first, and the
+    # window, full, takes nothing.
+    assert d.flow.put_done(15, True, DELAY) == []
+    assert d.offsets == []
+    more = deliveries(d, d.flow.put_done(0, True, DELAY), DELAY)
+    assert d.offsets == [1] and [p.queue_offset for p in more] == [16]
+    for queue_offset in range(1, 15):
+        more += deliveries(d, d.flow.put_done(queue_offset, True, DELAY), DELAY)
+    assert d.offsets[-1] == 16 and [p.queue_offset for p in more] == list(range(16, 20))
+    for put in more[:-1]:
+        assert deliveries(d, d.flow.put_done(put.queue_offset, True, DELAY), DELAY) == []
+    assert d.flow.put_done(19, True, DELAY) == [StoreOffset(2, 20),
+                                                 WakeAt(DELAY + idle_ms(DELAY))]
+
+
+def test_a_failed_put_holds_the_offset_and_the_taking_until_its_retry_is_stored() -> None:
+    d = Driver([0] * 6, max_in_flight=4)
+    now = DELAY
+    puts = deliveries(d, d.flow.start(now), now)
+    assert [p.queue_offset for p in puts] == [0, 1, 2, 3]
+    assert d.flow.put_done(1, False, now) == []
+    assert d.flow.put_done(0, True, now) == [StoreOffset(2, 1)]  # nothing more taken
+    assert d.flow.put_done(3, True, now) == []
+    # Every put ended: the failed one's back-off, as with one at a time.
+    assert d.flow.put_done(2, True, now) == [WakeAt(now + RETRY_MIN_MS)]
+    (retry,) = d.flow.woke(now + RETRY_MIN_MS)
+    assert retry == Deliver(1, puts[1].message)
+    after = deliveries(d, d.flow.put_done(1, True, now + RETRY_MIN_MS), now + RETRY_MIN_MS)
+    assert d.offsets == [4] and [p.queue_offset for p in after] == [4, 5]
+
+
+def test_one_in_flight_delivers_in_order() -> None:
+    d = Driver([0] * 5, max_in_flight=1)
+    d.run(d.flow.start(DELAY), now=DELAY)
+    assert d.stored == [0, 1, 2, 3, 4] and d.offsets == [1, 2, 3, 4, 5]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 6), st.lists(st.integers(0, 3 * DELAY), min_size=1, max_size=50),
+       st.sets(st.integers(0, 49), max_size=5), st.data())
+def test_whatever_order_and_outcome_the_puts_end_in_every_message_is_delivered_and_the_offset_never_passes_an_unstored_one(  # noqa: E501
+        max_in_flight: int, store_times: list[int], gone: set[int],
+        data: st.DataObject) -> None:
+    d = Driver(store_times, max_in_flight=max_in_flight)
+    for queue_offset in gone:
+        d.records.pop(1000 * queue_offset, None)
+    count = len(store_times)
+    due = {q: t + DELAY for q, t in enumerate(store_times)}
+    #: Queue offset -> its PUT_OKs; the puts under way; the skipped.
+    stored = dict.fromkeys(range(count), 0)
+    skipped: set[int] = set()
+    under_way: dict[int, Deliver] = {}
+    failures = 0
+    now = max(store_times)  # every delivery time within the level's delay
+    offset = 0
+    actions = d.flow.start(now)
+    for _ in range(20 * count + 200):
+        while actions:
+            action = actions.pop(0)
+            if isinstance(action, ReadEntries):
+                got = d.entries[action.start:action.start + action.max_count]
+                actions += d.flow.entries_read(got, 0, count, now)
+            elif isinstance(action, ReadRecord):
+                queue_offset = action.physical_offset // 1000
+                assert due[queue_offset] <= now, "taken before it is due"
+                actions += d.flow.record_read(d.records.get(action.physical_offset), now)
+            elif isinstance(action, Skipped):
+                assert action.queue_offset in gone
+                skipped.add(action.queue_offset)
+            elif isinstance(action, StoreOffset):
+                assert action.offset >= offset
+                offset = action.offset
+                assert all(stored[q] or q in skipped for q in range(offset)), (
+                    "the offset passed a message not stored")
+            elif isinstance(action, Deliver):
+                assert action.queue_offset not in under_way
+                assert not stored[action.queue_offset], "stored, then put again"
+                under_way[action.queue_offset] = action
+                # What is taken and not behind the offset: at most the window.
+                assert len({*under_way, *range(offset, action.queue_offset + 1)}
+                           - {q for q in range(count) if stored[q]} - skipped
+                           ) <= max_in_flight
+            else:
+                assert isinstance(action, WakeAt) and not actions
+                assert not under_way, "a wait while a put is under way"
+                if offset == count:
+                    assert all(stored[q] == 1 for q in range(count) if q not in skipped)
+                    assert skipped == gone & set(range(count))
+                    return
+                assert action.at_ms > now or failures
+                now = max(now, action.at_ms)
+                actions = d.flow.woke(now)
+        assert under_way, "the flow stopped without waiting"
+        key = data.draw(st.sampled_from(sorted(under_way)))
+        under_way.pop(key)
+        ok = failures >= 20 or data.draw(st.booleans())
+        failures += not ok
+        stored[key] += ok
+        actions = d.flow.put_done(key, ok, now)
+    raise AssertionError("not every message delivered")

@@ -5,7 +5,8 @@ per level of ``message_delay_level`` while the broker is master
 (``deliver``, in the master term: cancelled when the broker steps down),
 reading ``SCHEDULE_TOPIC_XXXX`` as consumers do (up to the confirm offset)
 and putting due messages through the escape bridge, never onto the log
-directly.
+directly: up to ``schedule_max_in_flight`` puts of a level at once, each in
+its own task, their answers back through a memory channel.
 
 Each level's offset is in a ``DelayOffsetTable``
 (``triomq.broker.secondary.core.delay_offsets``), written to ``<store
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 from collections import deque
 
@@ -30,7 +32,7 @@ from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
 from triomq.broker.consume.core.pull_lookup import confirmed_entries
 from triomq.broker.core.codes import RequestCode
-from triomq.broker.core.escape_bridge import EscapeBridge
+from triomq.broker.core.escape_bridge import EscapeBridge, EscapeResult
 from triomq.broker.metadata import config_files
 from triomq.broker.secondary.core.delay_offsets import DELAY_OFFSETS_NAME, DelayOffsetTable
 from triomq.broker.secondary.core.schedule import (
@@ -90,35 +92,52 @@ class ScheduleMessageService:
 
     async def deliver(self, bridge: EscapeBridge | None = None) -> None:
         """A term's task: every level's delivery through ``bridge`` (the master's own,
-        by default; an acting slave's escapes), until cancelled."""
+        by default; an acting slave's escapes), until cancelled (the puts under way,
+        up to ``schedule_max_in_flight`` a level, are cancelled with it)."""
         async with trio.open_nursery() as nursery:
             for level, delay in enumerate(self.config.delay_levels, 1):
-                nursery.start_soon(self._deliver_level, bridge or self.bridge,
-                                   LevelDelivery(level, delay, self.table.offset(level)))
+                nursery.start_soon(self._deliver_level, bridge or self.bridge, LevelDelivery(
+                    level, delay, self.table.offset(level),
+                    max_in_flight=self.config.schedule_max_in_flight))
 
     async def _deliver_level(self, bridge: EscapeBridge, flow: LevelDelivery) -> None:
-        actions: deque[ScheduleAction] = deque(flow.start(self.clock()))
-        while actions:
-            action = actions.popleft()
-            if isinstance(action, StoreOffset):
-                self.table.update(action.level, action.offset, self.clock())
-            elif isinstance(action, Skipped):
-                log.warning("delayed message %d of level %d not delivered: %s",
-                            action.queue_offset, flow.level, action.reason)
-            elif isinstance(action, ReadEntries):
-                actions.extend(self._read_entries(flow, action))
-            elif isinstance(action, ReadRecord):
-                actions.extend(flow.record_read(self._read_record(action), self.clock()))
-            elif isinstance(action, Deliver):
-                result = await bridge.put_message(action.message)
-                if not result.ok:
-                    log.info("delivery of delayed message %d of level %d to %s failed "
-                             "(%d %s); retrying", flow.offset, flow.level,
-                             action.message.topic, result.code, result.remark)
-                actions.extend(flow.put_done(result.ok, self.clock()))
-            elif isinstance(action, WakeAt):
-                await self.clock.sleep_until(action.at_ms)
-                actions.extend(flow.woke(self.clock()))
+        ended_send, ended = trio.open_memory_channel[tuple[Deliver, EscapeResult]](math.inf)
+        in_flight = 0
+        async with trio.open_nursery() as nursery:
+            actions: deque[ScheduleAction] = deque(flow.start(self.clock()))
+            while True:
+                while actions:
+                    action = actions.popleft()
+                    if isinstance(action, StoreOffset):
+                        self.table.update(action.level, action.offset, self.clock())
+                    elif isinstance(action, Skipped):
+                        log.warning("delayed message %d of level %d not delivered: %s",
+                                    action.queue_offset, flow.level, action.reason)
+                    elif isinstance(action, ReadEntries):
+                        actions.extend(self._read_entries(flow, action))
+                    elif isinstance(action, ReadRecord):
+                        actions.extend(flow.record_read(self._read_record(action),
+                                                        self.clock()))
+                    elif isinstance(action, Deliver):
+                        in_flight += 1
+                        nursery.start_soon(self._put, bridge, flow.level, action, ended_send)
+                    elif isinstance(action, WakeAt):
+                        await self.clock.sleep_until(action.at_ms)
+                        actions.extend(flow.woke(self.clock()))
+                if not in_flight:
+                    raise AssertionError("the level's flow stopped without waiting")
+                put, result = await ended.receive()
+                in_flight -= 1
+                actions.extend(flow.put_done(put.queue_offset, result.ok, self.clock()))
+
+    async def _put(self, bridge: EscapeBridge, level: int, put: Deliver,
+                   ended: trio.MemorySendChannel[tuple[Deliver, EscapeResult]]) -> None:
+        result = await bridge.put_message(put.message)
+        if not result.ok:
+            log.info("delivery of delayed message %d of level %d to %s failed (%d %s); "
+                     "retrying", put.queue_offset, level, put.message.topic, result.code,
+                     result.remark)
+        ended.send_nowait((put, result))
 
     def _read_entries(self, flow: LevelDelivery, read: ReadEntries) -> list[ScheduleAction]:
         found = confirmed_entries(self.log, SCHEDULE_TOPIC, read.queue_id, read.start,

@@ -3,9 +3,11 @@
 A delayed message waits in ``SCHEDULE_TOPIC_XXXX``, queue ``level - 1``,
 its consume-queue entry's tags code its delivery time
 (``triomq.protocol.delay_levels``). ``LevelDelivery`` walks that queue
-from the level's offset (``delayOffset.json``) in order, one message at a
-time. Its driver (``triomq.broker.secondary.schedule_service`` over trio, the
-cluster simulation's broker over virtual time) feeds it the broker's clock
+from the level's offset (``delayOffset.json``) in order, taking up to
+``max_in_flight`` due messages at once (``schedule_max_in_flight``; 1 is
+RocketMQ's default, ``syncDeliver``). Its driver
+(``triomq.broker.secondary.schedule_service`` over trio, the cluster
+simulation's broker over virtual time) feeds it the broker's clock
 (epoch ms, the clock of its store times) and what it asked for, and does
 what it returns:
 
@@ -14,10 +16,13 @@ what it returns:
   ``entries_read``;
 - ``ReadRecord``: read the record an entry names, then ``record_read``;
 - ``Deliver``: put ``message`` through the escape bridge, then
-  ``put_done`` with whether it succeeded (PUT_OK: stored, flushed and
-  replicated as the master's policy asks);
+  ``put_done`` with its queue offset and whether it succeeded (PUT_OK:
+  stored, flushed and replicated as the master's policy asks). Several are
+  under way at once: the driver answers them as they end, and the flow
+  waits, asking nothing, while any is;
 - ``StoreOffset``: the level's offset moved (the driver records it);
-- ``WakeAt``: call ``woke`` when the clock reads ``at_ms``.
+- ``WakeAt``: call ``woke`` when the clock reads ``at_ms`` (only with no put
+  under way).
 
 A due message (its delivery time at or before now; a delivery time
 further away than the level's delay, as after the clock went back, counts
@@ -25,11 +30,15 @@ as due now, as RocketMQ's ``correctDeliverTimestamp``) is delivered to its
 ``REAL_TOPIC`` / ``REAL_QID`` with ``DELAY`` and the timer properties
 cleared (``REAL_TOPIC`` and ``REAL_QID`` stay, as RocketMQ's
 ``messageTimeUp`` leaves them). The offset moves past a message only once
-its put succeeded, as RocketMQ's ``syncDeliver`` (a put that timed out
-waiting for the slaves may be on this master only, which a failover may
-cut: the offset, copied by the slaves, must not pass it); any other
-outcome is retried after a back-off (doubling from ``RETRY_MIN_MS`` to
-``RETRY_MAX_MS``), never skipped: at least once. A message that
+its put succeeded, and past every message before it, as RocketMQ's
+``syncDeliver`` (a put that timed out waiting for the slaves may be on this
+master only, which a failover may cut: the offset, copied by the slaves,
+must not pass it); any other outcome is retried after a back-off (doubling
+from ``RETRY_MIN_MS`` to ``RETRY_MAX_MS``, once the puts under way ended;
+no message is taken meanwhile), never skipped: at least once. The puts of
+a level's messages in flight together may end, and so land, in any order
+(as a timer slot's); those stored after one not yet stored stay after
+the offset, and a failover then delivers them again. A message that
 cannot be delivered at all (no ``REAL_TOPIC``, a ``REAL_QID`` that is not a
 queue id, a transaction's half topic, a record no longer in the log) is
 skipped with a ``Skipped`` saying why, as RocketMQ skips it.
@@ -55,6 +64,7 @@ from triomq.protocol.message import PROPERTY_DELAY, MessageRecord
 
 __all__ = [
     "IDLE_MAX_MS",
+    "MAX_IN_FLIGHT",
     "RETRY_MAX_MS",
     "RETRY_MIN_MS",
     "SCAN_INTERVAL_MS",
@@ -76,6 +86,9 @@ RETRY_MIN_MS = 100
 RETRY_MAX_MS = 10_000
 #: Entries read at once.
 BATCH = 32
+#: Messages of a level taken at once by default (``schedule_max_in_flight``), as the
+#: timer wheel's: one level due at once is delivered at the rate of the puts in flight.
+MAX_IN_FLIGHT = 16
 #: The properties a delivered message leaves behind (RocketMQ's ``messageTimeUp``).
 _CLEARED = (PROPERTY_DELAY, "TIMER_DELIVER_MS", "TIMER_DELAY_SEC")
 _TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -100,7 +113,7 @@ class ReadRecord:
 @attrs.frozen
 class Deliver:
     """Put ``message``, the entry at ``queue_offset``, through the escape bridge; then
-    ``put_done``. The timer wheel has several under way at once."""
+    ``put_done`` with ``queue_offset``. Several may be under way at once."""
 
     queue_offset: int
     message: EscapedMessage
@@ -155,16 +168,32 @@ def time_up(record: MessageRecord) -> EscapedMessage | str:
 
 class LevelDelivery:
     """One delay level's delivery, from queue offset ``offset`` (``delay_ms``: the
-    level's delay)."""
+    level's delay), up to ``max_in_flight`` messages taken at once."""
 
-    def __init__(self, level: int, delay_ms: int, offset: int) -> None:
+    def __init__(self, level: int, delay_ms: int, offset: int, *,
+                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight {max_in_flight} is not positive")
         self.level = level
         self.delay_ms = delay_ms
-        #: The next queue offset to deliver: every message before it is stored.
+        self.max_in_flight = max_in_flight
+        #: The level's offset: every message before it is stored (or skipped).
         self.offset = offset
+        #: The next queue offset to take: every one before it is taken.
+        self._taken_to = offset
         self._entries: deque[Entry] = deque()
         self._more = False
-        self._message: EscapedMessage | None = None
+        self._reading_entries = False
+        #: The queue offsets taken and not yet behind the offset, in order (at most
+        #: ``max_in_flight``: a failover delivers them again), and those of them done.
+        self._window: deque[int] = deque()
+        self._done: set[int] = set()
+        #: Taken, their records being read, in order.
+        self._reading: deque[int] = deque()
+        #: Queue offset -> the message being put.
+        self._in_flight: dict[int, EscapedMessage] = {}
+        #: Puts that failed: retried once the others ended and a back-off passed.
+        self._failed: dict[int, EscapedMessage] = {}
         self._retry_ms = RETRY_MIN_MS
 
     @property
@@ -176,65 +205,104 @@ class LevelDelivery:
         return [self._read()]
 
     def _read(self) -> ReadEntries:
-        return ReadEntries(self.queue_id, self.offset, BATCH)
+        self._reading_entries = True
+        return ReadEntries(self.queue_id, self._taken_to, BATCH)
 
     def entries_read(self, entries: Sequence[Entry], queue_min: int, queue_max: int,
                      now_ms: int) -> list[ScheduleAction]:
         """The entries from the offset (``queue_min``/``queue_max``: the queue's bounds
         as consumers see them)."""
-        moved: list[ScheduleAction] = []
-        if not entries:
+        self._reading_entries = False
+        self._entries = deque(e for e in entries if e[0] >= self._taken_to)
+        self._more = len(entries) == BATCH
+        if not entries and not self._window:
             # RocketMQ's reset of an offset the queue no longer (or not yet) holds.
             corrected = min(max(self.offset, queue_min), queue_max)
             if corrected != self.offset:
-                self.offset = corrected
-                moved.append(StoreOffset(self.level, corrected))
-                return [*moved, self._read()]
-            return [WakeAt(now_ms + idle_ms(self.delay_ms))]
-        self._entries = deque(e for e in entries if e[0] >= self.offset)
-        self._more = len(entries) == BATCH
-        return self._next(now_ms)
+                self._taken_to = corrected
+                return [*self._store(), self._read()]
+        return self._advance(now_ms)
 
-    def _next(self, now_ms: int) -> list[ScheduleAction]:
-        if not self._entries:
-            return [self._read()] if self._more else [WakeAt(now_ms + idle_ms(self.delay_ms))]
-        queue_offset, physical_offset, size, due = self._entries[0][:4]
-        if queue_offset != self.offset:  # entries past a gap: the queue starts later
-            self.offset = queue_offset
-            return [StoreOffset(self.level, queue_offset), *self._next(now_ms)]
-        if due > now_ms + self.delay_ms:
-            due = now_ms
-        if due > now_ms:
-            return [WakeAt(due)]
-        return [ReadRecord(physical_offset, size)]
+    def _trim(self) -> None:
+        """Drop the done messages at the window's start."""
+        window, done = self._window, self._done
+        while window and window[0] in done:
+            done.remove(window.popleft())
+
+    def _store(self) -> list[ScheduleAction]:
+        """The offset up to the first message taken and not done (or what is taken)."""
+        self._trim()
+        offset = self._window[0] if self._window else self._taken_to
+        if offset == self.offset:
+            return []
+        self.offset = offset
+        return [StoreOffset(self.level, offset)]
+
+    def _advance(self, now_ms: int) -> list[ScheduleAction]:
+        """Take the due messages the window has room for; with nothing under way, the
+        retries' back-off, the next delivery time or the next look."""
+        taken: list[ScheduleAction] = []
+        entries, window = self._entries, self._window
+        self._trim()
+        # A failure stops the taking: a stored message after it would wait in the
+        # window, the offset behind it, and go on failing like it.
+        while entries and not self._failed and len(window) < self.max_in_flight:
+            queue_offset, physical_offset, size, due = entries[0][:4]
+            # Entries past a gap: the queue starts later.
+            self._taken_to = max(self._taken_to, queue_offset)
+            if due > now_ms + self.delay_ms:
+                due = now_ms
+            if due > now_ms:
+                break
+            entries.popleft()
+            window.append(queue_offset)
+            self._reading.append(queue_offset)
+            self._taken_to = queue_offset + 1
+            taken.append(ReadRecord(physical_offset, size))
+        if not entries and self._more and not self._reading_entries:
+            taken.append(self._read())
+        stored = self._store()
+        if self._reading or self._in_flight or self._reading_entries:
+            return [*stored, *taken]
+        if self._failed:
+            wait, self._retry_ms = self._retry_ms, min(2 * self._retry_ms, RETRY_MAX_MS)
+            return [*stored, WakeAt(now_ms + wait)]
+        if entries:  # the first is not due yet
+            return [*stored, WakeAt(entries[0][3])]
+        return [*stored, WakeAt(now_ms + idle_ms(self.delay_ms))]
 
     def record_read(self, record: MessageRecord | None, now_ms: int) -> list[ScheduleAction]:
-        """The first entry's record (None: no longer in the log)."""
+        """The record of the first ``ReadRecord`` not yet answered (None: no longer in
+        the log)."""
+        queue_offset = self._reading.popleft()
         message = time_up(record) if record is not None else "its record is gone"
         if isinstance(message, str):
-            skipped = Skipped(self.offset, message)
-            return [skipped, *self._passed(now_ms)]
-        self._message = message
-        return [Deliver(self.offset, message)]
+            return [Skipped(queue_offset, message), *self._passed(queue_offset, now_ms)]
+        self._in_flight[queue_offset] = message
+        return [Deliver(queue_offset, message)]
 
-    def put_done(self, ok: bool, now_ms: int) -> list[ScheduleAction]:
-        """The delivery's put ended: ``ok`` (PUT_OK), or anything else."""
+    def put_done(self, queue_offset: int, ok: bool, now_ms: int) -> list[ScheduleAction]:
+        """The put of ``Deliver(queue_offset, ...)`` ended: ``ok`` (PUT_OK), or anything
+        else (retried)."""
+        message = self._in_flight.pop(queue_offset)
         if not ok:
-            wait, self._retry_ms = self._retry_ms, min(2 * self._retry_ms, RETRY_MAX_MS)
-            return [WakeAt(now_ms + wait)]
-        self._message = None
-        self._retry_ms = RETRY_MIN_MS
-        return self._passed(now_ms)
+            self._failed[queue_offset] = message
+            return self._advance(now_ms)
+        if not self._failed:
+            self._retry_ms = RETRY_MIN_MS
+        return self._passed(queue_offset, now_ms)
 
-    def _passed(self, now_ms: int) -> list[ScheduleAction]:
-        self._entries.popleft()
-        self.offset += 1
-        return [StoreOffset(self.level, self.offset), *self._next(now_ms)]
+    def _passed(self, queue_offset: int, now_ms: int) -> list[ScheduleAction]:
+        self._done.add(queue_offset)
+        return self._advance(now_ms)
 
     def woke(self, now_ms: int) -> list[ScheduleAction]:
-        """The time a ``WakeAt`` asked for has come."""
-        if self._message is not None:
-            return [Deliver(self.offset, self._message)]
+        """The time a ``WakeAt`` asked for has come: the retries, else the next look."""
+        if self._failed:
+            failed = sorted(self._failed.items())
+            self._failed.clear()
+            self._in_flight.update(failed)
+            return [Deliver(queue_offset, message) for queue_offset, message in failed]
         if self._entries:
-            return self._next(now_ms)
+            return self._advance(now_ms)
         return [self._read()]
