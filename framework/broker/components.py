@@ -209,8 +209,11 @@ class ComponentHost:
     """
 
     def __init__(self, components: Iterable[BrokerComponent], *,
-                 may_act: bool = False) -> None:
+                 may_act: bool = False, online: trio.Event | None = None) -> None:
         self.components = tuple(components)
+        #: Set once the broker may serve as master (a returning master's pre-online
+        #: done): its master-term components wait for it.
+        self.online = online
         for component in self.components:
             if not isinstance(component, BrokerComponent):
                 raise PluginError(f"broker component {component!r} is not a BrokerComponent "
@@ -242,10 +245,16 @@ class ComponentHost:
     async def run_term(self, role: BrokerRole, *,
                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the components of ``role``'s term until the term's scope is cancelled."""
-        if role is BrokerRole.MASTER:
+        if role is not BrokerRole.MASTER:
+            task_status.started()
+        elif self.online is None or self.online.is_set():
             await self.run_scope(Scope.MASTER_TERM, task_status=task_status)
         else:
+            # Isolated: the term runs (its HA service serves the slaves) while its
+            # components wait for the pre-online to end.
             task_status.started()
+            await self.online.wait()
+            await self.run_scope(Scope.MASTER_TERM)
 
     async def run_scope(self, scope: Scope, *,
                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -229,6 +229,15 @@ class BrokerConfig:
         1000, doc="ms between GET_BROKER_MEMBER_GROUP polls of the name servers for the "
                   "group's alive members, with enable_slave_acting_master (RocketMQ's "
                   "syncBrokerMemberGroupPeriod).", check=positive)
+    skip_pre_online: bool = setting(
+        False, doc="A static master with enable_slave_acting_master registers at once, "
+                   "without first taking back the newer consumer offsets, delay offsets and "
+                   "timer checkpoint of the slaves that served while it was gone "
+                   "(RocketMQ's skipPreOnline).")
+    pre_online_wait: int = setting(
+        15000, doc="ms a returning master waits at most, isolated, for its slaves to "
+                   "reconnect and answer before it registers anyway (pre-online).",
+        check=positive)
     lock_in_strict_mode: bool = setting(
         False, doc="An orderly consumer's queue lock needs a majority of total_replicas "
                    "replicas of the group to grant it, so that a master back from a failure "

@@ -54,6 +54,7 @@ from triomq.broker.components import (
 )
 from triomq.broker.config import BrokerConfig
 from triomq.broker.consume.clients import ClientService, load_subscription_groups
+from triomq.broker.consume.core.consumer_offsets import ConsumerOffsetTable
 from triomq.broker.consume.group_names import register_group_checks
 from triomq.broker.consume.locks import QueueLockService
 from triomq.broker.consume.offset_service import ConsumerOffsetService, load_offsets
@@ -63,6 +64,7 @@ from triomq.broker.consume.pull_service import (
     pull_limits,
     registered_subscription,
 )
+from triomq.broker.core.codes import RequestCode
 from triomq.broker.core.escape_bridge import (
     EscapedMessage,
     EscapeResult,
@@ -81,6 +83,7 @@ from triomq.broker.registration.core.namesrv_registration import (
 )
 from triomq.broker.registration.member_group import query_member_group
 from triomq.broker.registration.namesrv_client import NamesrvClient, rpc_address
+from triomq.broker.registration.pre_online_service import MetadataTable, PreOnlineService
 from triomq.broker.replication.confirm_checkpoint import ConfirmOffsetCheckpoint
 from triomq.broker.replication.controller_mode import ControllerMode
 from triomq.broker.replication.replicas_manager import (
@@ -88,6 +91,8 @@ from triomq.broker.replication.replicas_manager import (
     ReplicasManager,
     check_replica_address,
 )
+from triomq.broker.secondary.core.delay_offsets import DelayOffsetTable
+from triomq.broker.secondary.core.timer_checkpoint import TimerCheckpointTable
 from triomq.broker.secondary.core.transaction import HALF_TOPIC
 from triomq.broker.secondary.schedule_service import ScheduleMessageService, load_delay_offsets
 from triomq.broker.secondary.send_back_service import SendBackService
@@ -238,6 +243,15 @@ class Broker:
         self.components: ComponentHost | None = None
         #: The acting term (``start_acting``) while one runs or last ran.
         self.acting_term: ActingTerm | None = None
+        #: A returning static master neither registers nor heartbeats until its
+        #: pre-online took back what its slaves moved on meanwhile (``go_online``).
+        self.isolated = (self.config.enable_slave_acting_master
+                         and not self.config.skip_pre_online
+                         and not self.config.enable_controller_mode and self.config.is_master)
+        #: Set when the broker is not (or no longer) isolated.
+        self.online = trio.Event()
+        if not self.isolated:
+            self.online.set()
         #: The name-server registration, when ``namesrv_addr`` names any.
         self.namesrv: NamesrvClient | None = None
         if self.config.namesrv_addr:
@@ -275,7 +289,7 @@ class Broker:
             # master's registration to a deposed one's (RocketMQ 5 does the same).
             self.topics.table.bump(now_ms(), master_epoch)
             self.topics.changed()
-        if self.namesrv is not None:
+        if self.namesrv is not None and not self.isolated:
             self.namesrv.identify(self.registration_info(role))
         self.node.plugins.hook.triomq_role_changed(
             node=self.node, broker_name=self.config.broker_name,
@@ -291,10 +305,17 @@ class Broker:
             _route_address(self.ha_address), self.config.broker_not_active_timeout,
             enable_acting_master=self.config.enable_slave_acting_master)
 
-    async def group_peers(self) -> list[str]:
-        """The RPC addresses of the group's other alive replicas, as the first name server
-        that answers names them (none: no name server answered)."""
-        own = _route_address(self.node.address or self.node.name)
+    def go_online(self, why: str) -> None:
+        """End the isolation: register with the name servers (pre-online is done) and
+        start the master term's components."""
+        self.isolated = False
+        self.online.set()
+        if self.namesrv is not None:
+            self.namesrv.identify(self.registration_info(self.replicas.role))
+
+    async def member_group(self) -> dict[int, str] | None:
+        """The group's alive members by id (RPC addresses), as the first name server that
+        answers names them (None: none answered)."""
         for namesrv in self.config.namesrv_addr:
             members = await query_member_group(
                 self.node.rpc, namesrv, cluster=self.config.cluster_name,
@@ -302,8 +323,15 @@ class Broker:
                 compatible=self.config.compatible_with_old_name_srv,
                 timeout=self.config.send_heartbeat_timeout / 1000)
             if members is not None:
-                return [rpc_address(a) for a in sorted(set(members.values())) if a != own]
-        return []
+                return {i: rpc_address(a) for i, a in members.items()}
+        return None
+
+    async def group_peers(self) -> list[str]:
+        """The RPC addresses of the group's other alive replicas (none: no name server
+        answered)."""
+        own = rpc_address(_route_address(self.node.address or self.node.name))
+        members = await self.member_group() or {}
+        return sorted({a for a in members.values() if a != own})
 
     @property
     def acting(self) -> bool:
@@ -524,6 +552,8 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         timer_checkpoint=broker.timer.table if broker.timer is not None else None,
         offsets=offsets, half_progress=lambda: transactions.progress(HALF_TOPIC))
     parts.append(Component("pending-messages", register=pending.register))
+    if broker.isolated:
+        parts.append(_pre_online(broker, offsets, schedule))
     if broker.namesrv is not None:
         parts.append(Component("namesrv-registration", start=[broker.namesrv.run]))
     if config.enable_controller_mode:
@@ -531,6 +561,37 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         replicas.reporter = broker.controller_mode
         parts.append(Component("controller-mode", start=[broker.controller_mode.run]))
     return parts
+
+
+def _pre_online(broker: Broker, offsets: ConsumerOffsetService,
+                schedule: ScheduleMessageService) -> BrokerComponent:
+    """The returning master's pre-online, over the tables it takes back."""
+    config = broker.config
+    tables = {
+        "consumer offsets": MetadataTable(
+            RequestCode.GET_ALL_CONSUMER_OFFSET,
+            functools.partial(ConsumerOffsetTable.decode,
+                              version_step=config.consumer_offset_update_version_step),
+            lambda: offsets.table.data_version, offsets.table.adopt_master),
+        "delay offsets": MetadataTable(
+            RequestCode.GET_ALL_DELAY_OFFSET,
+            functools.partial(DelayOffsetTable.decode,
+                              version_step=config.delay_offset_update_version_step),
+            lambda: schedule.table.data_version, schedule.table.adopt_master),
+    }
+    timer = broker.timer
+    if timer is not None:
+        tables["timer checkpoint"] = MetadataTable(
+            RequestCode.GET_TIMER_CHECK_POINT, TimerCheckpointTable.decode,
+            lambda: timer.table.data_version, timer.table.adopt_master)
+    service = PreOnlineService(
+        rpc=broker.node.rpc, own=rpc_address(_route_address(broker.node.address or
+                                                           broker.node.name)),
+        tables=tables, members=broker.member_group,
+        transferring=lambda: broker.replicas.transferring_slaves, go_online=broker.go_online,
+        wait_ms=config.pre_online_wait, poll_ms=config.ha_send_heartbeat_interval)
+    return Component("pre-online", soon=[service.run], role_changed=lambda role, epoch: (
+        service.master_term() if role is BrokerRole.MASTER else None))
 
 
 def plugin_components(broker: Broker) -> list[BrokerComponent]:
@@ -574,7 +635,7 @@ async def broker_service(node: Node, *,
         try:
             host = broker.components = ComponentHost(
                 await built_in_components(broker, root) + plugin_components(broker),
-                may_act=config.enable_slave_acting_master)
+                may_act=config.enable_slave_acting_master, online=broker.online)
         except BaseException:
             # A file or a component refused: the HA port is not served (replicas.run
             # closes it once it runs).

@@ -136,6 +136,11 @@ class HAMaster:
         return self.term.fenced
 
     @property
+    def transferring_slaves(self) -> frozenset[str]:
+        """The addresses of the slaves whose connections passed their handshake."""
+        return frozenset(conn.slave.address for conn in self._joined if conn.slave is not None)
+
+    @property
     def confirm_offset(self) -> int:
         """Min ack over the effective SyncStateSet."""
         return self.term.confirm_offset(self.log.max_offset)

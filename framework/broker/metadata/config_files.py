@@ -124,12 +124,14 @@ async def copy_from_master(*, what: str, code: int, decode: Callable[[bytes], T]
                            adopt: Callable[[T], object], rpc: RpcClient,
                            broker: ComponentView, period_ms: int) -> None:
     """Until cancelled, every ``period_ms`` while a slave with a master: ask it ``code``
-    and ``adopt`` the decoded answer (``what`` names it in the log)."""
+    and ``adopt`` the decoded answer (``what`` names it in the log). Not while the slave
+    acts for its absent master: its tables are the newer then, and a master back from
+    its absence takes them over (pre-online) before any copy goes its way."""
     while True:
         await trio.sleep(period_ms / 1000)
         # Looked up at each copy, so a host (or a test) may redirect it.
         address = broker.master_address()
-        if broker.is_master or address is None:
+        if broker.is_master or broker.acting or address is None:
             continue
         try:
             answer = await rpc.invoke(address, code, timeout=3.0)
@@ -139,5 +141,5 @@ async def copy_from_master(*, what: str, code: int, decode: Callable[[bytes], T]
         except (RpcError, RouteDataError) as exc:
             log.info("copying %s from master %s failed: %s", what, address, exc)
             continue
-        if not broker.is_master:  # the role may have changed while the answer came
+        if not (broker.is_master or broker.acting):  # either may have changed meanwhile
             adopt(master)

@@ -27,8 +27,8 @@ log = logging.getLogger("triomq.broker")
 async def query_member_group(rpc: RpcClient, namesrv: str, *, cluster: str, broker_name: str,
                              compatible: bool = False, timeout: float = 1.0
                              ) -> dict[int, str] | None:
-    """The group's members by broker id as ``namesrv`` answers (``host:port``), or None
-    when it does not answer or refuses."""
+    """The group's members by broker id as ``namesrv`` answers (``host:port``): none when
+    it refuses (it knows no member of the group), None when it does not answer."""
     if compatible:
         code = RequestCode.GET_ROUTEINFO_BY_TOPIC
         fields = {"topic": SYNC_BROKER_MEMBER_GROUP_PREFIX + broker_name}
@@ -40,7 +40,7 @@ async def query_member_group(rpc: RpcClient, namesrv: str, *, cluster: str, brok
         if answer.code != ResponseCode.SUCCESS:
             log.info("name server %s refused %s: %s (%d)", namesrv, RequestCode(code).name,
                      answer.remark, answer.code)
-            return None
+            return {}
         if not compatible:
             return dict(BrokerMemberGroup.decode(answer.body or b"").broker_addrs)
         for broker in TopicRouteData.decode(answer.body or b"").broker_datas:

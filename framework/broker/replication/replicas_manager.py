@@ -226,6 +226,12 @@ class ReplicasManager:
         return -1
 
     @property
+    def transferring_slaves(self) -> frozenset[str]:
+        """The slaves replicating from this master now (none unless master)."""
+        master = self.ha_master
+        return master.transferring_slaves if master is not None else frozenset()
+
+    @property
     def sync_state_set(self) -> frozenset[str]:
         """The SyncStateSet the master counts acks over (empty unless master)."""
         master = self.ha_master
