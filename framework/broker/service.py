@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from triomq.broker.acting import ActingEscapeBridge, pre_online_component
 from triomq.broker.admin.consume_stats_service import ConsumeStatsService
 from triomq.broker.admin.pending_service import PendingMessagesService
 from triomq.broker.admin.runtime_info import RuntimeInfoService
@@ -54,7 +55,6 @@ from triomq.broker.components import (
 )
 from triomq.broker.config import BrokerConfig
 from triomq.broker.consume.clients import ClientService, load_subscription_groups
-from triomq.broker.consume.core.consumer_offsets import ConsumerOffsetTable
 from triomq.broker.consume.group_names import register_group_checks
 from triomq.broker.consume.locks import QueueLockService
 from triomq.broker.consume.offset_service import ConsumerOffsetService, load_offsets
@@ -64,11 +64,7 @@ from triomq.broker.consume.pull_service import (
     pull_limits,
     registered_subscription,
 )
-from triomq.broker.core.codes import RequestCode
 from triomq.broker.core.escape_bridge import (
-    EscapedMessage,
-    EscapeResult,
-    FallbackEscapeBridge,
     LocalEscapeBridge,
 )
 from triomq.broker.index.index_service import IndexService
@@ -83,7 +79,6 @@ from triomq.broker.registration.core.namesrv_registration import (
 )
 from triomq.broker.registration.member_group import query_member_group
 from triomq.broker.registration.namesrv_client import NamesrvClient, rpc_address
-from triomq.broker.registration.pre_online_service import MetadataTable, PreOnlineService
 from triomq.broker.replication.confirm_checkpoint import ConfirmOffsetCheckpoint
 from triomq.broker.replication.controller_mode import ControllerMode
 from triomq.broker.replication.replicas_manager import (
@@ -91,8 +86,6 @@ from triomq.broker.replication.replicas_manager import (
     ReplicasManager,
     check_replica_address,
 )
-from triomq.broker.secondary.core.delay_offsets import DelayOffsetTable
-from triomq.broker.secondary.core.timer_checkpoint import TimerCheckpointTable
 from triomq.broker.secondary.core.transaction import HALF_TOPIC
 from triomq.broker.secondary.schedule_service import ScheduleMessageService, load_delay_offsets
 from triomq.broker.secondary.send_back_service import SendBackService
@@ -329,9 +322,13 @@ class Broker:
     async def group_peers(self) -> list[str]:
         """The RPC addresses of the group's other alive replicas (none: no name server
         answered)."""
-        own = rpc_address(_route_address(self.node.address or self.node.name))
         members = await self.member_group() or {}
-        return sorted({a for a in members.values() if a != own})
+        return sorted({a for a in members.values() if a != self.rpc_address})
+
+    @property
+    def rpc_address(self) -> str:
+        """This broker's address as the group's members dial it."""
+        return rpc_address(_route_address(self.node.address or self.node.name))
 
     @property
     def acting(self) -> bool:
@@ -406,25 +403,6 @@ def running_brokers() -> list[Broker]:
     """Every broker running in this process, by node name (a host embedding several
     brokers, as RocketMQ's BrokerContainer holds them)."""
     return sorted(_brokers.values(), key=lambda broker: broker.node.name)
-
-
-class ActingEscapeBridge:
-    """What a slave acting for its absent master puts through: the escape bridges named
-    by ``acting_escape_bridges``, tried in order (``FallbackEscapeBridge``), made from
-    their plugins at the first put (the broker runs by then)."""
-
-    def __init__(self, node: Node) -> None:
-        self.node = node
-        # Looked up now: a name no plugin provides stops the broker's start.
-        self._factories = [(name, node.plugins.escape_bridge(name))
-                           for name in node.config.broker.acting_escape_bridges]
-        self._bridge: FallbackEscapeBridge | None = None
-
-    async def put_message(self, message: EscapedMessage) -> EscapeResult:
-        if self._bridge is None:
-            self._bridge = FallbackEscapeBridge(
-                [(name, factory(self.node)) for name, factory in self._factories])
-        return await self._bridge.put_message(message)
 
 
 def local_escape_bridge(node: Node) -> LocalEscapeBridge:
@@ -553,7 +531,7 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         offsets=offsets, half_progress=lambda: transactions.progress(HALF_TOPIC))
     parts.append(Component("pending-messages", register=pending.register))
     if broker.isolated:
-        parts.append(_pre_online(broker, offsets, schedule))
+        parts.append(pre_online_component(broker, offsets, schedule))
     if broker.namesrv is not None:
         parts.append(Component("namesrv-registration", start=[broker.namesrv.run]))
     if config.enable_controller_mode:
@@ -561,37 +539,6 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         replicas.reporter = broker.controller_mode
         parts.append(Component("controller-mode", start=[broker.controller_mode.run]))
     return parts
-
-
-def _pre_online(broker: Broker, offsets: ConsumerOffsetService,
-                schedule: ScheduleMessageService) -> BrokerComponent:
-    """The returning master's pre-online, over the tables it takes back."""
-    config = broker.config
-    tables = {
-        "consumer offsets": MetadataTable(
-            RequestCode.GET_ALL_CONSUMER_OFFSET,
-            functools.partial(ConsumerOffsetTable.decode,
-                              version_step=config.consumer_offset_update_version_step),
-            lambda: offsets.table.data_version, offsets.table.adopt_master),
-        "delay offsets": MetadataTable(
-            RequestCode.GET_ALL_DELAY_OFFSET,
-            functools.partial(DelayOffsetTable.decode,
-                              version_step=config.delay_offset_update_version_step),
-            lambda: schedule.table.data_version, schedule.table.adopt_master),
-    }
-    timer = broker.timer
-    if timer is not None:
-        tables["timer checkpoint"] = MetadataTable(
-            RequestCode.GET_TIMER_CHECK_POINT, TimerCheckpointTable.decode,
-            lambda: timer.table.data_version, timer.table.adopt_master)
-    service = PreOnlineService(
-        rpc=broker.node.rpc, own=rpc_address(_route_address(broker.node.address or
-                                                           broker.node.name)),
-        tables=tables, members=broker.member_group,
-        transferring=lambda: broker.replicas.transferring_slaves, go_online=broker.go_online,
-        wait_ms=config.pre_online_wait, poll_ms=config.ha_send_heartbeat_interval)
-    return Component("pre-online", soon=[service.run], role_changed=lambda role, epoch: (
-        service.master_term() if role is BrokerRole.MASTER else None))
 
 
 def plugin_components(broker: Broker) -> list[BrokerComponent]:
