@@ -19,6 +19,7 @@ from __future__ import annotations
 import attrs
 
 from triomq.broker.secondary.core.schedule_put import PROPERTY_TIMER_OUT_MS
+from triomq.broker.secondary.core.timer_wheel import PROPERTY_TIMER_DEQUEUE_MS
 from triomq.controller import ElectMasterEvent
 from triomq.controller.core.events import Event
 from triomq.controller.core.group import BrokerGroup
@@ -175,15 +176,20 @@ class Invariants:
         return [key for key in waiting if key not in delivered]
 
     def check_timer_times(self, precision_ms: int) -> None:
-        """Every acked delivery of a timer message is stored at or after its slot's end
-        (by the delivering master's clock): never before its time."""
+        """Every acked delivery of a timer message is put at or after its slot's end, by
+        the delivering master's clock (``TIMER_DEQUEUE_MS``, which a later copy keeps:
+        a pop's revive or a retry, stored by another broker's clock): never before its
+        time."""
         for acked in self.checked_acked():
             record = self._record(acked)
             out = record.properties.get(PROPERTY_TIMER_OUT_MS)
-            if (record.topic not in WAITING_TOPICS and out is not None
-                    and record.store_timestamp < int(out) + precision_ms):
+            if record.topic in WAITING_TOPICS or out is None:
+                continue
+            dequeued = int(record.properties.get(PROPERTY_TIMER_DEQUEUE_MS,
+                                                  record.store_timestamp))
+            if dequeued < int(out) + precision_ms:
                 self.violation(f"timer message {record.properties.get(PROPERTY_UNIQ_KEY)} "
-                               f"delivered at {record.store_timestamp} by {acked.broker}, "
+                               f"delivered at {dequeued} by {acked.broker}, "
                                f"before its slot {out} ended")
 
     def checked_acked(self, max_epoch: int | None = None) -> list[AckedMessage]:

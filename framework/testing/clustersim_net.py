@@ -51,7 +51,7 @@ class Tasks:
         """Drop a task; it never resumes."""
         for index, (seq, task, _) in enumerate(self._tasks):
             if seq == handle:
-                task.close()
+                _close(task)
                 del self._tasks[index]
                 return
 
@@ -62,7 +62,7 @@ class Tasks:
     def clear(self) -> None:
         """Drop every task (the node crashed)."""
         for _, task, _ in self._tasks:
-            task.close()
+            _close(task)
         self._tasks = []
 
     def run(self, budget: int = 1000) -> None:
@@ -78,13 +78,25 @@ class Tasks:
                     continue
                 budget -= 1
                 moved = True
-                index = self._tasks.index(entry)
                 try:
                     condition = task.send(None)
                 except StopIteration:
-                    self._tasks.remove(entry)
+                    if entry in self._tasks:
+                        self._tasks.remove(entry)
                     continue
-                self._tasks[index] = (seq, task, condition)
+                if entry not in self._tasks:
+                    # Dropped while it ran (it crashed its own node, or cancelled itself).
+                    task.close()
+                    continue
+                # Where it is now: the tasks it spawned or cancelled may have moved it.
+                self._tasks[self._tasks.index(entry)] = (seq, task, condition)
+
+
+def _close(task: TaskGen) -> None:
+    """Close a dropped task, unless it is the one running (``run`` closes it once it
+    yields)."""
+    if not task.gi_running:
+        task.close()
 
 
 @attrs.define
