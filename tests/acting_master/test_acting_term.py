@@ -237,3 +237,29 @@ async def test_with_an_old_name_servers_requests_only_the_slave_still_acts(tmp_p
         await group.start("a0")
         await cluster.wait_for(lambda: not slave.acting, timeout=20)
         assert seen.get(901, 0) == 0 and seen.get(904, 0) == 0
+
+
+async def test_a_bad_min_broker_id_notice_is_refused_and_changes_nothing(tmp_path):
+    async with open_cluster(tmp_path, controllers=0, brokers=0, namesrvs=1) as cluster:
+        acting_namesrv(cluster)
+        await cluster.start_namesrvs()
+        group = Groups(cluster)
+        for name in ("a0", "a1"):
+            await group.start(name)
+        client = await cluster.start("client")
+        slave = cluster.broker("a1")
+        for fields, remark in (
+                ({"brokerName": "broker-z", "minBrokerId": "1"},
+                 "header field 'brokerName': 'broker-z' is not this broker's group"),
+                ({"brokerName": "broker-a", "minBrokerId": "one"}, "'minBrokerId'"),
+                ({"brokerName": "broker-a"}, "'minBrokerId': missing")):
+            answer = await client.rpc.invoke(cluster.node("a1").address, 905, fields)
+            assert answer.code == 1 and remark in (answer.remark or ""), answer.remark
+        assert not slave.acting
+        # A good one (the master is alive, so the next poll undoes it) is taken.
+        answer = await client.rpc.invoke(cluster.node("a1").address, 905,
+                                         {"brokerName": "broker-a", "minBrokerId": "1"})
+        assert answer.code == 0
+        (watcher,) = [c for c in slave.components.components if c.name == "acting-master"]
+        assert watcher.watch.min_broker_id == 1  # until the next poll says otherwise
+        await cluster.wait_for(lambda: watcher.watch.min_broker_id == 0 and not slave.acting)
