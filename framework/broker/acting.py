@@ -53,7 +53,7 @@ class ActingEscapeBridge:
 
 
 def pre_online_component(broker: Broker, offsets: ConsumerOffsetService,
-                schedule: ScheduleMessageService) -> BrokerComponent:
+                         schedule: ScheduleMessageService) -> BrokerComponent:
     """The returning master's pre-online, over the tables it takes back."""
     config = broker.config
     tables = {

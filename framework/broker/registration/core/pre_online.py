@@ -33,7 +33,6 @@ import attrs
 from triomq.protocol.route import DataVersion
 
 __all__ = [
-    "KINDS",
     "MASTER_ID",
     "RETRY_MS",
     "Adopt",
@@ -46,8 +45,6 @@ __all__ = [
 ]
 
 MASTER_ID = 0
-#: The tables a master takes back from its slaves.
-KINDS = ("consumer offsets", "delay offsets", "timer checkpoint")
 #: How long a master waits before asking the name servers again.
 RETRY_MS = 1000
 
