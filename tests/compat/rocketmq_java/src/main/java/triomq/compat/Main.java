@@ -363,12 +363,16 @@ public final class Main {
     }
 
     private static List<MessageExt> pollUntil(DefaultLitePullConsumer consumer, int count) {
+        // Until count distinct messages: a pull under way when a queue is sought may
+        // answer before the seek, and its messages come again after it (at least once).
         List<MessageExt> got = new ArrayList<>();
+        java.util.Set<String> ids = new java.util.HashSet<>();
         long deadline = System.currentTimeMillis() + WAIT_MS;
-        while (got.size() < count && System.currentTimeMillis() < deadline) {
+        while (ids.size() < count && System.currentTimeMillis() < deadline) {
             for (MessageExt m : consumer.poll(1000)) {
                 Json.print(consumed(m));
                 got.add(m);
+                ids.add(m.getMsgId());
             }
         }
         return got;
