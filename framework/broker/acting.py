@@ -5,7 +5,8 @@
   ``acting_escape_bridges`` names (plugins provide them), tried in order;
 - ``pre_online_component``: a returning static master's pre-online
   (``triomq.broker.registration.pre_online_service``) over the tables it takes
-  back from its slaves: consumer offsets, delay offsets, timer checkpoint.
+  back from its slaves (consumer offsets, delay offsets, timer checkpoint),
+  telling them first that it is back (EXCHANGE_BROKER_HA_INFO).
 
 Which slave acts, and when, is the ``acting_master`` plugin's.
 """
@@ -26,6 +27,7 @@ from triomq.broker.secondary.core.timer_checkpoint import TimerCheckpointTable
 
 if TYPE_CHECKING:
     from triomq.broker.consume.offset_service import ConsumerOffsetService
+    from triomq.broker.registration.ha_info_service import HaInfoService
     from triomq.broker.secondary.schedule_service import ScheduleMessageService
     from triomq.broker.service import Broker
     from triomq.runtime import Node
@@ -53,7 +55,8 @@ class ActingEscapeBridge:
 
 
 def pre_online_component(broker: Broker, offsets: ConsumerOffsetService,
-                         schedule: ScheduleMessageService) -> BrokerComponent:
+                         schedule: ScheduleMessageService,
+                         ha_info: HaInfoService) -> BrokerComponent:
     """The returning master's pre-online, over the tables it takes back."""
     config = broker.config
     tables = {
@@ -76,6 +79,7 @@ def pre_online_component(broker: Broker, offsets: ConsumerOffsetService,
     service = PreOnlineService(
         rpc=broker.node.rpc, own=broker.rpc_address,
         tables=tables, members=broker.member_group,
+        announce=functools.partial(ha_info.announce, broker.node.rpc),
         transferring=lambda: broker.replicas.transferring_slaves, go_online=broker.go_online,
         wait_ms=config.pre_online_wait, poll_ms=config.ha_send_heartbeat_interval)
     return Component("pre-online", soon=[service.run], role_changed=lambda role, epoch: (

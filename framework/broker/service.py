@@ -73,10 +73,12 @@ from triomq.broker.metadata.core.topic_table import TopicTable
 from triomq.broker.metadata.topics import TopicService, load_topics
 from triomq.broker.pop.pop_service import PopService
 from triomq.broker.pop.revive_service import ReviveService
+from triomq.broker.registration.core.ha_info import HaInfo
 from triomq.broker.registration.core.namesrv_registration import (
     BrokerRegistrationInfo,
     RegistrationFlow,
 )
+from triomq.broker.registration.ha_info_service import HaInfoService
 from triomq.broker.registration.member_group import query_member_group
 from triomq.broker.registration.namesrv_client import NamesrvClient, rpc_address
 from triomq.broker.replication.confirm_checkpoint import ConfirmOffsetCheckpoint
@@ -530,8 +532,16 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         timer_checkpoint=broker.timer.table if broker.timer is not None else None,
         offsets=offsets, half_progress=lambda: transactions.progress(HALF_TOPIC))
     parts.append(Component("pending-messages", register=pending.register))
+    init_max_offset = log.max_offset
+    ha_info = HaInfoService(
+        broker_name=config.broker_name, broker_id=config.broker_id,
+        static=not config.enable_controller_mode, master_ha_address=config.ha_master_address,
+        replicas=replicas, own=lambda: HaInfo(
+            _route_address(broker.ha_address), init_max_offset,
+            _route_address(node.address or node.name)))
+    parts.append(Component("ha-info", register=ha_info.register))
     if broker.isolated:
-        parts.append(pre_online_component(broker, offsets, schedule))
+        parts.append(pre_online_component(broker, offsets, schedule, ha_info))
     if broker.namesrv is not None:
         parts.append(Component("namesrv-registration", start=[broker.namesrv.run]))
     if config.enable_controller_mode:

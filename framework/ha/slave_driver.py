@@ -121,14 +121,18 @@ class HASlave:
         self.reads_held = 0
         #: The log's range received in place and not yet appended (``_hold``).
         self._held: tuple[int, int] | None = None
+        self._reconnect = Reconnect(self.config.reconnect_min, self.config.reconnect_max)
+        #: Set when the master announces itself during a connection or a wait.
+        self._announced = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Replicate until cancelled, reconnecting with exponential backoff."""
         self.epochs = await self.offload(self.epoch_store.load)
         task_status.started()
-        reconnect = Reconnect(self.config.reconnect_min, self.config.reconnect_max)
+        reconnect = self._reconnect
         said: str | None = None  # the failure last logged as a warning
         while True:
+            self._announced = trio.Event()
             handshook = False
             try:
                 stream = await self.connect()
@@ -146,7 +150,15 @@ class HASlave:
                 said = reason
             if handshook:
                 said = None
-            await trio.sleep(reconnect.delay_after(handshook=handshook) / 1000)
+            if not self._announced.is_set():
+                with trio.move_on_after(reconnect.delay_after(handshook=handshook) / 1000):
+                    await self._announced.wait()
+
+    def master_announced(self) -> None:
+        """The master said it is back (EXCHANGE_BROKER_HA_INFO): a slave waiting to
+        reconnect tries now."""
+        self._reconnect.announced()
+        self._announced.set()
 
     async def run_connection(self, stream: trio.abc.Stream) -> bool:
         """Replicate over one stream until it closes; True if the handshake completed.

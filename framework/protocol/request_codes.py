@@ -96,6 +96,8 @@ class RequestCode(enum.IntEnum):
     #: A broker's lightweight heartbeat with live info, to name servers and controllers.
     BROKER_HEARTBEAT = 904
     NOTIFY_MIN_BROKER_ID_CHANGE = 905
+    #: A returning master tells its slaves where it is (or a broker is asked).
+    EXCHANGE_BROKER_HA_INFO = 906
     # The controller's.
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
     CONTROLLER_ELECT_MASTER = 1002

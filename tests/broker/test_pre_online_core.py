@@ -6,6 +6,7 @@ from __future__ import annotations
 from triomq.broker.registration.core.pre_online import (
     RETRY_MS,
     Adopt,
+    AnnounceHa,
     AskMembers,
     AwaitSlaves,
     Fetch,
@@ -28,7 +29,10 @@ def flow() -> PreOnline:
 
 def test_it_takes_each_kind_from_the_slave_with_the_newest_then_registers() -> None:
     f = flow()
-    assert f.members({0: OWN, 1: S1, 2: S2}, 10) == [AwaitSlaves(frozenset({S1, S2}), 10_000)]
+    slaves = frozenset({S1, S2})
+    # It tells the slaves it is back before it waits for them.
+    assert f.members({0: OWN, 1: S1, 2: S2}, 10) == [AnnounceHa(slaves),
+                                                     AwaitSlaves(slaves, 10_000)]
     assert f.transferring(frozenset({S1}), 20) == []  # S2 not back yet
     assert f.transferring(frozenset({S1, S2}), 30) == [Fetch(S1), Fetch(S2)]
     assert f.fetched(S1, {"consumer offsets": NEWER, "delay offsets": OLD}, 40) == []

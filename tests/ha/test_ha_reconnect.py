@@ -20,6 +20,14 @@ def test_a_completed_handshake_starts_over():
     assert reconnect.delay_after(handshook=False) == 200
 
 
+def test_a_master_that_announces_itself_is_tried_now_and_the_doubling_starts_over():
+    reconnect = Reconnect(100, 5000)
+    for _ in range(8):
+        reconnect.delay_after(handshook=False)
+    reconnect.announced()
+    assert reconnect.delay_after(handshook=False) == 100
+
+
 def test_the_bounds_must_make_sense():
     with pytest.raises(ValueError):
         Reconnect(0, 10)

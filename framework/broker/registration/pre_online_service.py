@@ -2,7 +2,8 @@
 
 It runs once, in a static master with ``enable_slave_acting_master`` (and
 not ``skip_pre_online``) that starts isolated: it asks the name servers for
-the group's members, waits for the slaves' HA connections (the replicas
+the group's members, tells each slave it is back (EXCHANGE_BROKER_HA_INFO,
+``announce``), waits for the slaves' HA connections (the replicas
 manager's master term says which transfer), asks each slave for its
 consumer offsets (GET_ALL_CONSUMER_OFFSET 43), delay offsets
 (GET_ALL_DELAY_OFFSET 45) and timer checkpoint (GET_TIMER_CHECK_POINT 60),
@@ -23,6 +24,7 @@ import trio
 from triomq.broker.core.codes import ResponseCode
 from triomq.broker.registration.core.pre_online import (
     Adopt,
+    AnnounceHa,
     AskMembers,
     AwaitSlaves,
     Fetch,
@@ -60,12 +62,14 @@ class PreOnlineService:
 
     def __init__(self, *, rpc: RpcClient, own: str, tables: Mapping[str, MetadataTable],
                  members: Callable[[], Awaitable[dict[int, str] | None]],
+                 announce: Callable[[str], Awaitable[None]],
                  transferring: Callable[[], frozenset[str]], go_online: Callable[[str], None],
                  wait_ms: int, poll_ms: int) -> None:
         self.rpc = rpc
         self.own = own
         self.tables = tables
         self.members = members
+        self.announce = announce
         self.transferring = transferring
         self.go_online = go_online
         self.wait_ms = wait_ms
@@ -87,6 +91,10 @@ class PreOnlineService:
             if isinstance(action, AskMembers):
                 await trio.sleep_until(action.at_ms / 1000)
                 actions.extend(flow.members(await self.members(), now_ms()))
+            elif isinstance(action, AnnounceHa):
+                async with trio.open_nursery() as nursery:
+                    for slave in sorted(action.slaves):
+                        nursery.start_soon(self.announce, slave)
             elif isinstance(action, AwaitSlaves):
                 while not (ready := flow.transferring(self.transferring(), now_ms())):
                     await trio.sleep(self.poll_ms / 1000)

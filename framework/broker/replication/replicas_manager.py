@@ -391,6 +391,15 @@ class ReplicasManager:
         return self.auth.handshake_credential(self.address, now_ms=wall_ms(),
                                               nonce=secrets.token_hex(16))
 
+    def master_announced(self, master_ha_address: str) -> bool:
+        """The master at ``master_ha_address`` said it is back: a slave following it
+        reconnects now. False if this replica follows no such master."""
+        term = self._term
+        if term is None or term.slave is None or term.master_address != master_ha_address:
+            return False
+        term.slave.master_announced()
+        return True
+
     async def start_in_term(self, task: Callable[..., Awaitable[Any]]) -> Any:
         """``nursery.start(task)`` in the current term's nursery: the term's end (any
         role change) cancels it, before the next term starts."""

@@ -3,7 +3,9 @@
 After a connection ends, or fails to open, the slave waits before the
 next try: ``reconnect_min`` at first, doubling up to ``reconnect_max``
 while tries keep failing; a connection whose handshake completed starts
-the doubling over (the master was reachable: it may well be again).
+the doubling over (the master was reachable: it may well be again). A
+master that announces itself (EXCHANGE_BROKER_HA_INFO, a static master back
+through pre-online) is tried at once, and the doubling starts over.
 """
 
 from __future__ import annotations
@@ -29,3 +31,7 @@ class Reconnect:
         delay = self.backoff_ms
         self.backoff_ms = min(self.backoff_ms * 2, self.maximum_ms)
         return delay
+
+    def announced(self) -> None:
+        """The master said it is back: the next try is now, and the doubling starts over."""
+        self.backoff_ms = self.minimum_ms

@@ -10,6 +10,9 @@ does first:
 
 - ``AskMembers``: ask the name servers for the group's alive members, then
   ``members`` (None: none answered; it asks again after ``RETRY_MS``);
+- ``AnnounceHa``: tell each alive slave this master is back
+  (EXCHANGE_BROKER_HA_INFO), so that one waiting out its HA backoff
+  reconnects now;
 - ``AwaitSlaves``: wait until each slave's HA connection transfers (it
   replicates from this master again), reporting the transferring ones with
   ``transferring``; a slave not there by ``deadline_ms`` is left out;
@@ -36,6 +39,7 @@ __all__ = [
     "MASTER_ID",
     "RETRY_MS",
     "Adopt",
+    "AnnounceHa",
     "AskMembers",
     "AwaitSlaves",
     "Fetch",
@@ -52,6 +56,11 @@ RETRY_MS = 1000
 @attrs.frozen
 class AskMembers:
     at_ms: int
+
+
+@attrs.frozen
+class AnnounceHa:
+    slaves: frozenset[str]
 
 
 @attrs.frozen
@@ -76,7 +85,7 @@ class GoOnline:
     why: str
 
 
-PreOnlineAction = AskMembers | AwaitSlaves | Fetch | Adopt | GoOnline
+PreOnlineAction = AskMembers | AnnounceHa | AwaitSlaves | Fetch | Adopt | GoOnline
 
 
 class PreOnline:
@@ -106,7 +115,7 @@ class PreOnline:
         self.slaves = frozenset(a for i, a in addrs.items() if i != MASTER_ID and a != self.own)
         if not self.slaves:
             return self._online("no slave of the group is alive")
-        return [AwaitSlaves(self.slaves, self.deadline_ms)]
+        return [AnnounceHa(self.slaves), AwaitSlaves(self.slaves, self.deadline_ms)]
 
     def transferring(self, slaves: frozenset[str], now: int) -> list[PreOnlineAction]:
         """The slaves whose HA connections transfer now."""
