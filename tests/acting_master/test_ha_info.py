@@ -6,9 +6,9 @@ any other HA address, or to a master, is refused and changes nothing."""
 from __future__ import annotations
 
 import pytest
+from acting_nodes import Groups, acting_namesrv, create_topic
 from hypothesis import given
 from hypothesis import strategies as st
-from acting_nodes import Groups, acting_namesrv, create_topic
 
 from triomq.broker.core.role import BrokerRole
 from triomq.broker.registration.core.ha_info import Answer, Follow, HaInfo, Refuse, exchange
