@@ -14,7 +14,7 @@ import trustme
 from triomq.errors import ConfigError
 from triomq.plugins.transport_tcp import TcpTransport, TlsOptions, parse_address, triomq_transport
 from triomq.protocol.remoting import RemotingCommand
-from triomq.rpc import RpcConnection, RpcConnectionError, RpcServer, open_rpc_client
+from triomq.rpc import Backoff, RpcConnection, RpcConnectionError, RpcServer, open_rpc_client
 from triomq.testing.transport_suite import connected_pair, transfer
 from triomq.transport import TransportError
 
@@ -211,7 +211,9 @@ async def test_mutual_tls_refusals_say_why_on_both_sides(
     async with trio.open_nursery() as nursery:
         address = await nursery.start(
             server.serve, await TcpTransport(tls=good.tls()).listen("tcp://127.0.0.1:0"))
-        async with open_rpc_client(TcpTransport(tls=client_tls).connect) as client:
+        # A minute's backoff: the second call below comes within it however busy the host.
+        async with open_rpc_client(TcpTransport(tls=client_tls).connect,
+                                   backoff=Backoff(initial=60, maximum=60)) as client:
             with pytest.raises(RpcConnectionError) as refused:
                 await client.invoke(address, ECHO, timeout=10)
             assert f"TLS with {address}: {client_says}" in str(refused.value)
