@@ -66,3 +66,47 @@ async def test_due_messages_are_escaped_while_the_master_is_gone(tmp_path, trans
             assert "DELAY" not in record.properties and record.queue_id == 0
         # The acting slave wrote nothing of its own.
         assert slave.log.max_offset == held
+
+
+@pytest.mark.parametrize(("transport", "bridges"), [("inproc", ["container"]),
+                                                    ("tcp", ["remote"])])
+async def test_delayed_messages_not_due_are_handed_on_for_their_time(tmp_path, transport,
+                                                                      bridges):
+    """A delayed message a minute from due goes to the other master at once, as a timer
+    message for its delivery time; the acting slave's delay offset moves past it (a
+    returning master takes that offset back: it does not deliver the message again)."""
+    async with open_cluster(tmp_path, transport=transport, controllers=0, brokers=0,
+                            namesrvs=1) as cluster:
+        acting_namesrv(cluster)
+        (namesrv,) = cluster.namesrv_addresses.values()
+        await cluster.start_namesrvs()
+        groups = Groups(cluster, message_delay_level="100ms 2s 1m",
+                        acting_escape_bridges=bridges, enable_remote_escape="remote" in bridges)
+        for name in ("a0", "a1", "b0"):
+            await groups.start(name)
+        client = await cluster.start("client")
+        for name in ("a0", "b0"):
+            await create_topic(client, cluster.node(name).address, "orders")
+
+        async def routed() -> bool:
+            return len((await route(client, namesrv, "orders"))["brokerDatas"]) == 2
+        await wait_for(routed)
+        master, slave, other = cluster.broker("a0"), cluster.broker("a1"), cluster.broker("b0")
+        answer = await client.rpc.invoke(cluster.node("a0").address, SEND_MESSAGE_V2,
+                                         send_fields("DELAY\x013\x02", 0), b"later")
+        assert answer.code == 0, answer.remark
+        (waiting,) = records(master, "SCHEDULE_TOPIC_XXXX")
+        due = waiting.store_timestamp + 60_000
+        await cluster.wait_for(lambda: slave.replicas.confirm_offset == master.log.max_offset)
+        await cluster.kill("a0")
+        held = slave.log.max_offset
+
+        await cluster.wait_for(lambda: slave.acting, timeout=20)
+        await cluster.wait_for(lambda: records(other, "rmq_sys_wheel_timer"), timeout=20)
+        (handed,) = records(other, "rmq_sys_wheel_timer")
+        assert handed.body == b"later" and handed.properties["REAL_TOPIC"] == "orders"
+        assert handed.properties["TIMER_DELIVER_MS"] == str(due)
+        assert "DELAY" not in handed.properties
+        assert records(other, "orders") == []  # not before its time
+        await cluster.wait_for(lambda: slave.schedule.table.offset(3) == 1)
+        assert slave.log.max_offset == held

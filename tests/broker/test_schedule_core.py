@@ -41,9 +41,9 @@ def record(n: int, **extra: str) -> MessageRecord:
 class Driver:
     """Runs a ``LevelDelivery`` against a queue of (store time) entries, by hand."""
 
-    def __init__(self, store_times: list[int], offset: int = 0, max_in_flight: int = 1
-                 ) -> None:
-        self.flow = LevelDelivery(2, DELAY, offset, max_in_flight=max_in_flight)
+    def __init__(self, store_times: list[int], offset: int = 0, max_in_flight: int = 1,
+                 early: bool = False) -> None:
+        self.flow = LevelDelivery(2, DELAY, offset, max_in_flight=max_in_flight, early=early)
         self.entries = [(q, 1000 * q, 100, t + DELAY) for q, t in enumerate(store_times)]
         self.records = {1000 * q: record(q) for q in range(len(store_times))}
         self.stored: list[int] = []
@@ -262,6 +262,42 @@ def test_a_failed_put_holds_the_offset_and_the_taking_until_its_retry_is_stored(
     assert retry == Deliver(1, puts[1].message)
     after = deliveries(d, d.flow.put_done(1, True, now + RETRY_MIN_MS), now + RETRY_MIN_MS)
     assert d.offsets == [4] and [p.queue_offset for p in after] == [4, 5]
+
+
+def test_an_acting_slave_hands_on_what_is_not_due_as_timer_messages_for_their_time(
+        ) -> None:
+    d = Driver([0, 500, 1000], max_in_flight=2, early=True)
+    now = 1500  # message 0 is due at 5000
+    puts = deliveries(d, d.flow.start(now), now)
+    assert [p.queue_offset for p in puts] == [0, 1]
+    assert [p.message.properties["TIMER_DELIVER_MS"] for p in puts] == ["5000", "5500"]
+    assert all("DELAY" not in p.message.properties for p in puts)
+    assert puts[0].message.topic == "orders" and puts[0].message.queue_id == 3
+    more = deliveries(d, d.flow.put_done(0, True, now), now)
+    assert [p.queue_offset for p in more] == [2] and d.offsets == [1]
+    deliveries(d, d.flow.put_done(1, True, now), now)
+    assert d.flow.put_done(2, True, now) == [StoreOffset(2, 3), WakeAt(now + idle_ms(DELAY))]
+
+
+def test_a_refused_early_hand_on_ends_it_and_the_message_waits_its_time() -> None:
+    d = Driver([0, 1000], max_in_flight=2, early=True)
+    now = 500
+    puts = deliveries(d, d.flow.start(now), now)
+    assert [p.queue_offset for p in puts] == [0, 1]
+    assert d.flow.put_done(0, False, now) == []  # e.g. the other master runs no timer wheel
+    assert d.flow.put_done(1, True, now) == [WakeAt(now + RETRY_MIN_MS)]
+    # Not tried again before its time, and then as a plain delivery.
+    assert d.flow.woke(now + RETRY_MIN_MS) == [WakeAt(DELAY)]
+    (retry,) = d.flow.woke(DELAY)
+    assert isinstance(retry, Deliver) and retry.queue_offset == 0
+    assert "TIMER_DELIVER_MS" not in retry.message.properties
+    assert d.flow.put_done(0, True, DELAY)[0] == StoreOffset(2, 2)
+    assert not d.flow.early
+
+
+def test_a_master_waits_for_the_delivery_time() -> None:
+    d = Driver([0, 1000])
+    assert d.run(d.flow.start(500), now=500) == WakeAt(DELAY) and d.stored == []
 
 
 def test_one_in_flight_delivers_in_order() -> None:

@@ -43,6 +43,16 @@ cannot be delivered at all (no ``REAL_TOPIC``, a ``REAL_QID`` that is not a
 queue id, a transaction's half topic, a record no longer in the log) is
 skipped with a ``Skipped`` saying why, as RocketMQ skips it.
 
+A slave acting for its absent master (``early``) hands on what is not due
+yet too: such a message goes through the escape bridge at once as a timer
+message for its delivery time (``TIMER_DELIVER_MS``), so that another
+master's timer wheel delivers it then and a returning master (which takes
+back the acting slave's delay offsets) does not deliver it again. A put of
+such a message that fails ends the level's early hand-over: that message
+and the rest are delivered from the acting slave when due, as the
+master's would be (the other master may run no timer wheel, or none may
+be reachable).
+
 With nothing due the level waits for the first entry's delivery time; at
 the queue's end it looks again after ``idle_ms(delay)``: the level's
 delay, within ``SCAN_INTERVAL_MS`` (RocketMQ's 100 ms) and
@@ -90,7 +100,8 @@ BATCH = 32
 #: timer wheel's: one level due at once is delivered at the rate of the puts in flight.
 MAX_IN_FLIGHT = 16
 #: The properties a delivered message leaves behind (RocketMQ's ``messageTimeUp``).
-_CLEARED = (PROPERTY_DELAY, "TIMER_DELIVER_MS", "TIMER_DELAY_SEC")
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+_CLEARED = (PROPERTY_DELAY, PROPERTY_TIMER_DELIVER_MS, "TIMER_DELAY_SEC")
 _TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 
 
@@ -148,8 +159,9 @@ def idle_ms(delay_ms: int) -> int:
     return max(SCAN_INTERVAL_MS, min(delay_ms, IDLE_MAX_MS))
 
 
-def time_up(record: MessageRecord) -> EscapedMessage | str:
-    """The message a due record is delivered as, or why it cannot be."""
+def time_up(record: MessageRecord, deliver_at_ms: int | None = None) -> EscapedMessage | str:
+    """The message a due record is delivered as, or why it cannot be; with
+    ``deliver_at_ms``, as a timer message for that time (handed on before it is due)."""
     properties = record.properties
     topic = properties.get(PROPERTY_REAL_TOPIC)
     queue_id = properties.get(PROPERTY_REAL_QUEUE_ID, "")
@@ -159,24 +171,28 @@ def time_up(record: MessageRecord) -> EscapedMessage | str:
         return f"{PROPERTY_REAL_QUEUE_ID} {queue_id[:40]!r} is not a queue id"
     if topic == _TRANS_HALF_TOPIC:
         return f"its {PROPERTY_REAL_TOPIC} is {_TRANS_HALF_TOPIC}"
+    kept = {k: v for k, v in properties.items() if k not in _CLEARED}
+    if deliver_at_ms is not None:
+        kept[PROPERTY_TIMER_DELIVER_MS] = str(deliver_at_ms)
     return EscapedMessage(
-        topic=topic, queue_id=int(queue_id), body=record.body,
-        properties={k: v for k, v in properties.items() if k not in _CLEARED},
+        topic=topic, queue_id=int(queue_id), body=record.body, properties=kept,
         flag=record.flag, sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
         born_host=record.born_host, reconsume_times=record.reconsume_times)
 
 
 class LevelDelivery:
     """One delay level's delivery, from queue offset ``offset`` (``delay_ms``: the
-    level's delay), up to ``max_in_flight`` messages taken at once."""
+    level's delay), up to ``max_in_flight`` messages taken at once; ``early``: an
+    acting slave's, handing on what is not due yet (module docstring)."""
 
     def __init__(self, level: int, delay_ms: int, offset: int, *,
-                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
+                 max_in_flight: int = MAX_IN_FLIGHT, early: bool = False) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight {max_in_flight} is not positive")
         self.level = level
         self.delay_ms = delay_ms
         self.max_in_flight = max_in_flight
+        self.early = early
         #: The level's offset: every message before it is stored (or skipped).
         self.offset = offset
         #: The next queue offset to take: every one before it is taken.
@@ -188,8 +204,15 @@ class LevelDelivery:
         #: ``max_in_flight``: a failover delivers them again), and those of them done.
         self._window: deque[int] = deque()
         self._done: set[int] = set()
-        #: Taken, their records being read, in order.
-        self._reading: deque[int] = deque()
+        #: Taken, their records being read, in order, with their delivery times.
+        self._reading: deque[tuple[int, int]] = deque()
+        #: Queue offset -> the delivery time of a message handed on before it.
+        self._early: dict[int, int] = {}
+        #: Queue offset -> the record of a message put before its time, whose put failed.
+        self._records: dict[int, MessageRecord] = {}
+        #: Queue offset -> when a failed put may be tried again at the earliest (its
+        #: delivery time, for one that was handed on before it).
+        self._not_before: dict[int, int] = {}
         #: Queue offset -> the message being put.
         self._in_flight: dict[int, EscapedMessage] = {}
         #: Puts that failed: retried once the others ended and a back-off passed.
@@ -252,11 +275,11 @@ class LevelDelivery:
             self._taken_to = max(self._taken_to, queue_offset)
             if due > now_ms + self.delay_ms:
                 due = now_ms
-            if due > now_ms:
+            if due > now_ms and not self.early:
                 break
             entries.popleft()
             window.append(queue_offset)
-            self._reading.append(queue_offset)
+            self._reading.append((queue_offset, due))
             self._taken_to = queue_offset + 1
             taken.append(ReadRecord(physical_offset, size))
         if not entries and self._more and not self._reading_entries:
@@ -274,10 +297,16 @@ class LevelDelivery:
     def record_read(self, record: MessageRecord | None, now_ms: int) -> list[ScheduleAction]:
         """The record of the first ``ReadRecord`` not yet answered (None: no longer in
         the log)."""
-        queue_offset = self._reading.popleft()
-        message = time_up(record) if record is not None else "its record is gone"
+        queue_offset, due = self._reading.popleft()
+        early = due > now_ms
+        message = (time_up(record, due if early else None) if record is not None
+                   else "its record is gone")
         if isinstance(message, str):
             return [Skipped(queue_offset, message), *self._passed(queue_offset, now_ms)]
+        if early:
+            assert record is not None
+            self._early[queue_offset] = due
+            self._records[queue_offset] = record
         self._in_flight[queue_offset] = message
         return [Deliver(queue_offset, message)]
 
@@ -285,7 +314,16 @@ class LevelDelivery:
         """The put of ``Deliver(queue_offset, ...)`` ended: ``ok`` (PUT_OK), or anything
         else (retried)."""
         message = self._in_flight.pop(queue_offset)
+        due = self._early.pop(queue_offset, None)
+        record = self._records.pop(queue_offset, None)
         if not ok:
+            if due is not None and record is not None:
+                # Handed on too early and refused: this one and the rest wait their time.
+                self.early = False
+                delivered = time_up(record)
+                assert not isinstance(delivered, str)  # it was deliverable a moment ago
+                message = delivered
+                self._not_before[queue_offset] = due
             self._failed[queue_offset] = message
             return self._advance(now_ms)
         if not self._failed:
@@ -294,13 +332,19 @@ class LevelDelivery:
 
     def _passed(self, queue_offset: int, now_ms: int) -> list[ScheduleAction]:
         self._done.add(queue_offset)
+        self._not_before.pop(queue_offset, None)
         return self._advance(now_ms)
 
     def woke(self, now_ms: int) -> list[ScheduleAction]:
         """The time a ``WakeAt`` asked for has come: the retries, else the next look."""
         if self._failed:
-            failed = sorted(self._failed.items())
-            self._failed.clear()
+            failed = sorted((queue_offset, message)
+                            for queue_offset, message in self._failed.items()
+                            if self._not_before.get(queue_offset, now_ms) <= now_ms)
+            if not failed:
+                return [WakeAt(min(self._not_before[q] for q in self._failed))]
+            for queue_offset, _ in failed:
+                del self._failed[queue_offset]
             self._in_flight.update(failed)
             return [Deliver(queue_offset, message) for queue_offset, message in failed]
         if self._entries:
