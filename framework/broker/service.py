@@ -534,8 +534,8 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     parts.append(Component("pending-messages", register=pending.register))
     init_max_offset = log.max_offset
     ha_info = HaInfoService(
-        broker_name=config.broker_name, broker_id=config.broker_id,
-        static=not config.enable_controller_mode, master_ha_address=config.ha_master_address,
+        broker_name=config.broker_name, static=not config.enable_controller_mode,
+        master_ha_address=config.ha_master_address,
         replicas=replicas, own=lambda: HaInfo(
             _route_address(broker.ha_address), init_max_offset,
             _route_address(node.address or node.name)))

@@ -21,17 +21,18 @@ MASTER_HA = "tcp://10.0.0.1:10912"
 
 
 def test_the_rule() -> None:
-    def ask(request: HaInfo, broker_id: int = 1, static: bool = True):
-        return exchange(request, broker_name="broker-a", broker_id=broker_id, static=static,
+    def ask(request: HaInfo, master: bool = False, static: bool = True):
+        return exchange(request, broker_name="broker-a", master=master, static=static,
                         master_ha_address=MASTER_HA, own=OWN)
 
-    assert ask(HaInfo(), broker_id=0) == Answer(OWN)
-    assert ask(HaInfo(), broker_id=1) == Answer(HaInfo())
+    assert ask(HaInfo(), master=True) == Answer(OWN)
+    assert ask(HaInfo(), static=False) == Answer(OWN)  # named master, role still changing
+    assert ask(HaInfo()) == Answer(HaInfo())
     assert ask(HaInfo(MASTER_HA, 0, "tcp://10.0.0.1:10911")) == Follow(MASTER_HA)
     refused = ask(HaInfo("tcp://10.6.6.6:1", 0, "tcp://10.0.0.1:10911"))
     assert isinstance(refused, Refuse) and refused.code == NO_PERMISSION
     assert "tcp://10.6.6.6:1 is not broker-a's master's" in refused.remark
-    assert isinstance(ask(HaInfo(MASTER_HA), broker_id=0), Refuse)
+    assert isinstance(ask(HaInfo(MASTER_HA), master=True), Refuse)
     assert "controller mode" in ask(HaInfo(MASTER_HA), static=False).remark  # type: ignore
 
 

@@ -2,8 +2,9 @@
 
 A slave told by its master that it is back reconnects its HA client now
 (``ReplicasManager.master_announced``); a master answers the query form with
-its HA address, its log's end at start and its address; the rest is the
-core's. ``announce`` is the master's side, for its pre-online.
+its HA address, its log's end at start and its address (a controller-mode
+slave asks so before it follows the master the controllers named); the
+rest is the core's. ``announce`` is the master's side, for its pre-online.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.broker.registration.core.ha_info import Answer, Follow, HaInfo, exchange
 from triomq.broker.registration.namesrv_client import rpc_address
-from triomq.broker.replication.replicas_manager import ReplicasManager
+from triomq.broker.replication.replicas_manager import BrokerRole, ReplicasManager
 from triomq.protocol.header_fields import HeaderFieldError
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcClient, RpcConnection, RpcError, RpcServer
@@ -30,11 +31,10 @@ ANNOUNCE_TIMEOUT = 3.0
 class HaInfoService:
     """Answers EXCHANGE_BROKER_HA_INFO, and sends it for a returning master."""
 
-    def __init__(self, *, broker_name: str, broker_id: int, static: bool,
+    def __init__(self, *, broker_name: str, static: bool,
                  master_ha_address: str, replicas: ReplicasManager,
                  own: Callable[[], HaInfo]) -> None:
         self.broker_name = broker_name
-        self.broker_id = broker_id
         self.static = static
         self.master_ha_address = rpc_address(master_ha_address) if master_ha_address else ""
         self.replicas = replicas
@@ -52,7 +52,8 @@ class HaInfoService:
         if info.master_ha_address is not None:
             info = HaInfo(rpc_address(info.master_ha_address), info.master_flush_offset,
                           info.master_address)
-        outcome = exchange(info, broker_name=self.broker_name, broker_id=self.broker_id,
+        outcome = exchange(info, broker_name=self.broker_name,
+                           master=self.replicas.role is BrokerRole.MASTER,
                            static=self.static, master_ha_address=self.master_ha_address,
                            own=self.own())
         if isinstance(outcome, Answer):

@@ -15,15 +15,16 @@ polls, role changes, SyncStateSet proposals: see there). The pump:
   timestamp>"``);
 - changes the ``ReplicasManager``'s role as the flow says: a slave first
   asks the master's broker address for its HA address
-  (EXCHANGE_BROKER_HA_INFO, 906);
+  (EXCHANGE_BROKER_HA_INFO, 906, answered by
+  ``triomq.broker.registration.ha_info_service``);
 - is the ``SyncStateSetReporter`` of the replicas manager: a proposal's
   outcome is the set the controller holds (read back after a refusal),
   None when unknown (the master keeps counting the proposal), or
   ``MasterFenced`` once a newer master exists;
-- answers NOTIFY_BROKER_ROLE_CHANGED pushes (1008), HA-address questions
-  and GET_BROKER_EPOCH_CACHE (1007, for ``mqadmin getBrokerEpoch`` and
-  ``triomq admin get-broker-epoch``: RocketMQ's EpochEntryCache, the broker id
-  0 on a master and the open epoch ending at ``OPEN_END``, as RocketMQ's do).
+- answers NOTIFY_BROKER_ROLE_CHANGED pushes (1008) and GET_BROKER_EPOCH_CACHE
+  (1007, for ``mqadmin getBrokerEpoch`` and ``triomq admin get-broker-epoch``:
+  RocketMQ's EpochEntryCache, the broker id 0 on a master and the open epoch
+  ending at ``OPEN_END``, as RocketMQ's do).
 
 A master cut off from the controllers keeps its role but cannot change its
 SyncStateSet (a change left unanswered stays counted until it is read back),
@@ -69,6 +70,7 @@ from triomq.controller.core.wire import (
     WireError,
     decode_replica_info,
     encode_epoch_cache,
+    rpc_address,
 )
 from triomq.durable_files import replace_atomically
 from triomq.ha.core.errors import EpochError
@@ -80,7 +82,6 @@ if TYPE_CHECKING:
     from triomq.broker.service import Broker
 
 __all__ = [
-    "EXCHANGE_BROKER_HA_INFO",
     "IDENTITY_FILE",
     "BrokerIdentity",
     "ControllerMode",
@@ -89,9 +90,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("triomq.broker.controller")
-
-#: Request code a broker answers with its HA address (``extFields.haServerAddr``).
-EXCHANGE_BROKER_HA_INFO = 906
 
 #: Reconnect backoff towards controllers and other replicas: one that restarted
 #: must be reached at once (the node client's backoff grows to seconds).
@@ -173,10 +171,9 @@ class ControllerMode:
     # -- running --------------------------------------------------------------------
 
     def register_handlers(self) -> None:
-        """Answer role pushes, HA-address and epoch questions on the node's RPC server."""
+        """Answer role pushes and epoch questions on the node's RPC server."""
         server = self.broker.node.rpc_server
         server.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self._on_notify)
-        server.register(EXCHANGE_BROKER_HA_INFO, self._on_ha_info, inline=True)
         server.register(RequestCode.GET_BROKER_EPOCH_CACHE, self._on_epoch_cache)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -307,13 +304,14 @@ class ControllerMode:
         self._pump()
 
     async def _ha_address_of(self, broker_address: str) -> str:
-        response = await self.client.rpc.invoke(broker_address, EXCHANGE_BROKER_HA_INFO,
-                                                timeout=self.client.attempt_timeout)
-        address = response.ext_fields.get("haServerAddr", "")
+        response = await self.client.rpc.invoke(
+            broker_address, RequestCode.EXCHANGE_BROKER_HA_INFO,
+            timeout=self.client.attempt_timeout)
+        address = response.ext_fields.get("masterHaAddress", "")
         if response.code != ResponseCode.SUCCESS or not address:
             raise WireError(f"broker {broker_address} did not tell its HA address "
                             f"(code {response.code}: {response.remark})")
-        return address
+        return rpc_address(address)
 
     async def _offer_or_elect(self, info: ReplicaInfo) -> None:
         self.flow.offer_or_elect(self._now(), info)
@@ -351,10 +349,6 @@ class ControllerMode:
             self.flow.notified(self._now(), info)
             self._pump()
         return RemotingCommand.response()
-
-    async def _on_ha_info(self, request: RemotingCommand, peer: RpcConnection
-                          ) -> RemotingCommand:
-        return RemotingCommand.response(ext_fields={"haServerAddr": self.replicas.ha_address})
 
     async def _on_epoch_cache(self, request: RemotingCommand, peer: RpcConnection
                               ) -> RemotingCommand:

@@ -6,8 +6,11 @@ may be waiting out a backoff of seconds. So it tells each slave its HA
 address (``masterHaAddress``), its broker address (``masterAddress``) and the
 log's end when it started (``masterFlushOffset``), as RocketMQ's
 ``BrokerPreOnlineService`` does. The same request without
-``masterHaAddress`` asks a broker for that information: a master (id 0)
-answers it, any other broker answers with nothing.
+``masterHaAddress`` asks a broker for that information: a master answers
+it, any other static broker answers with nothing. A controller-mode slave
+asks the master the controllers named so before it follows it, and may
+ask before that broker took the role: in controller mode every broker
+answers with its own.
 
 A static slave follows the master its configuration names
 (``ha_master_address``), so what the announcement changes is when: a slave
@@ -78,22 +81,21 @@ class Refuse:
     remark: str
 
 
-def exchange(request: HaInfo, *, broker_name: str, broker_id: int, static: bool,
+def exchange(request: HaInfo, *, broker_name: str, master: bool, static: bool,
              master_ha_address: str, own: HaInfo) -> Follow | Answer | Refuse:
     """What a broker does with an EXCHANGE_BROKER_HA_INFO.
 
-    ``master_ha_address``: the HA address a static slave follows; ``own``: what it
-    answers a query with if it is the master (id 0)."""
+    ``master``: whether it is its group's master now; ``master_ha_address``: the HA
+    address a static slave follows; ``own``: what it answers a query with as master."""
     if request.master_ha_address is None:
-        return Answer(own if broker_id == 0 else HaInfo())
+        return Answer(own if master or not static else HaInfo())
     if not static:
         return Refuse(ResponseCode.NO_PERMISSION,
                       f"{REQUEST}: in controller mode the controllers name "
                       f"{broker_name}'s master")
-    if broker_id == 0:
+    if master:
         return Refuse(ResponseCode.NO_PERMISSION,
-                      f"{REQUEST}: {broker_name} id 0 is the group's master "
-                      "and follows no one")
+                      f"{REQUEST}: this broker is {broker_name}'s master and follows no one")
     if request.master_ha_address != master_ha_address:
         return Refuse(ResponseCode.NO_PERMISSION,
                       f"{REQUEST}: HA address {request.master_ha_address} is not "
