@@ -42,8 +42,9 @@ class Driver:
     """Runs a ``LevelDelivery`` against a queue of (store time) entries, by hand."""
 
     def __init__(self, store_times: list[int], offset: int = 0, max_in_flight: int = 1,
-                 early: bool = False) -> None:
-        self.flow = LevelDelivery(2, DELAY, offset, max_in_flight=max_in_flight, early=early)
+                 hand_on_beyond: int | None = None) -> None:
+        self.flow = LevelDelivery(2, DELAY, offset, max_in_flight=max_in_flight,
+                                  hand_on_beyond_ms=hand_on_beyond)
         self.entries = [(q, 1000 * q, 100, t + DELAY) for q, t in enumerate(store_times)]
         self.records = {1000 * q: record(q) for q in range(len(store_times))}
         self.stored: list[int] = []
@@ -264,10 +265,10 @@ def test_a_failed_put_holds_the_offset_and_the_taking_until_its_retry_is_stored(
     assert d.offsets == [4] and [p.queue_offset for p in after] == [4, 5]
 
 
-def test_an_acting_slave_hands_on_what_is_not_due_as_timer_messages_for_their_time(
+def test_an_acting_slave_hands_on_what_is_due_later_as_timer_messages_for_their_time(
         ) -> None:
-    d = Driver([0, 500, 1000], max_in_flight=2, early=True)
-    now = 1500  # message 0 is due at 5000
+    d = Driver([0, 500, 1000, 4000], max_in_flight=2, hand_on_beyond=1000)
+    now = 1500  # due at 5000, 5500, 6000 (beyond 2500: handed on) and 9000 (due now, >6500)
     puts = deliveries(d, d.flow.start(now), now)
     assert [p.queue_offset for p in puts] == [0, 1]
     assert [p.message.properties["TIMER_DELIVER_MS"] for p in puts] == ["5000", "5500"]
@@ -275,12 +276,19 @@ def test_an_acting_slave_hands_on_what_is_not_due_as_timer_messages_for_their_ti
     assert puts[0].message.topic == "orders" and puts[0].message.queue_id == 3
     more = deliveries(d, d.flow.put_done(0, True, now), now)
     assert [p.queue_offset for p in more] == [2] and d.offsets == [1]
-    deliveries(d, d.flow.put_done(1, True, now), now)
-    assert d.flow.put_done(2, True, now) == [StoreOffset(2, 3), WakeAt(now + idle_ms(DELAY))]
+    (last,) = deliveries(d, d.flow.put_done(1, True, now), now)
+    assert last.queue_offset == 3 and "TIMER_DELIVER_MS" not in last.message.properties
+    assert deliveries(d, d.flow.put_done(2, True, now), now) == []
+    assert d.flow.put_done(3, True, now) == [StoreOffset(2, 4), WakeAt(now + idle_ms(DELAY))]
 
 
-def test_a_refused_early_hand_on_ends_it_and_the_message_waits_its_time() -> None:
-    d = Driver([0, 1000], max_in_flight=2, early=True)
+def test_one_due_within_the_margin_waits_for_its_time_on_the_acting_slave() -> None:
+    d = Driver([0], hand_on_beyond=1000)
+    assert d.run(d.flow.start(4200), now=4200) == WakeAt(DELAY) and d.stored == []
+
+
+def test_a_refused_hand_on_ends_it_and_the_message_waits_its_time() -> None:
+    d = Driver([0, 1000], max_in_flight=2, hand_on_beyond=1000)
     now = 500
     puts = deliveries(d, d.flow.start(now), now)
     assert [p.queue_offset for p in puts] == [0, 1]
@@ -292,7 +300,7 @@ def test_a_refused_early_hand_on_ends_it_and_the_message_waits_its_time() -> Non
     assert isinstance(retry, Deliver) and retry.queue_offset == 0
     assert "TIMER_DELIVER_MS" not in retry.message.properties
     assert d.flow.put_done(0, True, DELAY)[0] == StoreOffset(2, 2)
-    assert not d.flow.early
+    assert d.flow.hand_on_beyond_ms is None
 
 
 def test_a_master_waits_for_the_delivery_time() -> None:

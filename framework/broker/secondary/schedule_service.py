@@ -94,13 +94,14 @@ class ScheduleMessageService:
         """A master term's task: every level's delivery through the master's own
         bridge until cancelled (the puts under way, up to ``schedule_max_in_flight`` a
         level, are cancelled with it); with ``bridge``, an acting slave's, which
-        hands on what is not due yet too."""
+        hands on what is due more than ``timer_precision_ms`` later too."""
         async with trio.open_nursery() as nursery:
             for level, delay in enumerate(self.config.delay_levels, 1):
                 nursery.start_soon(self._deliver_level, bridge or self.bridge, LevelDelivery(
                     level, delay, self.table.offset(level),
                     max_in_flight=self.config.schedule_max_in_flight,
-                    early=bridge is not None))
+                    hand_on_beyond_ms=(None if bridge is None
+                                       else self.config.timer_precision_ms)))
 
     async def _deliver_level(self, bridge: EscapeBridge, flow: LevelDelivery) -> None:
         ended_send, ended = trio.open_memory_channel[tuple[Deliver, EscapeResult]](math.inf)

@@ -43,12 +43,14 @@ cannot be delivered at all (no ``REAL_TOPIC``, a ``REAL_QID`` that is not a
 queue id, a transaction's half topic, a record no longer in the log) is
 skipped with a ``Skipped`` saying why, as RocketMQ skips it.
 
-A slave acting for its absent master (``early``) hands on what is not due
-yet too: such a message goes through the escape bridge at once as a timer
-message for its delivery time (``TIMER_DELIVER_MS``), so that another
-master's timer wheel delivers it then and a returning master (which takes
-back the acting slave's delay offsets) does not deliver it again. A put of
-such a message that fails ends the level's early hand-over: that message
+A slave acting for its absent master hands on what is due more than
+``hand_on_beyond_ms`` later (its timer precision: another master's wheel
+delivers within one) too: such a message goes through the escape bridge at
+once as a timer message for its delivery time (``TIMER_DELIVER_MS``), so
+that another master's timer wheel delivers it then and a returning master
+(which takes back the acting slave's delay offsets) does not deliver it
+again; one due sooner waits for its time, as a master's. A put of
+such a message that fails ends the level's hand-on: that message
 and the rest are delivered from the acting slave when due, as the
 master's would be (the other master may run no timer wheel, or none may
 be reachable).
@@ -182,17 +184,21 @@ def time_up(record: MessageRecord, deliver_at_ms: int | None = None) -> EscapedM
 
 class LevelDelivery:
     """One delay level's delivery, from queue offset ``offset`` (``delay_ms``: the
-    level's delay), up to ``max_in_flight`` messages taken at once; ``early``: an
-    acting slave's, handing on what is not due yet (module docstring)."""
+    level's delay), up to ``max_in_flight`` messages taken at once;
+    ``hand_on_beyond_ms``: an acting slave's, handing on what is due later than that
+    (module docstring)."""
 
     def __init__(self, level: int, delay_ms: int, offset: int, *,
-                 max_in_flight: int = MAX_IN_FLIGHT, early: bool = False) -> None:
+                 max_in_flight: int = MAX_IN_FLIGHT,
+                 hand_on_beyond_ms: int | None = None) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight {max_in_flight} is not positive")
         self.level = level
         self.delay_ms = delay_ms
         self.max_in_flight = max_in_flight
-        self.early = early
+        #: None: no message is handed on before its time (a master's, or an acting
+        #: slave's once a hand-on failed).
+        self.hand_on_beyond_ms = hand_on_beyond_ms
         #: The level's offset: every message before it is stored (or skipped).
         self.offset = offset
         #: The next queue offset to take: every one before it is taken.
@@ -207,7 +213,7 @@ class LevelDelivery:
         #: Taken, their records being read, in order, with their delivery times.
         self._reading: deque[tuple[int, int]] = deque()
         #: Queue offset -> the delivery time of a message handed on before it.
-        self._early: dict[int, int] = {}
+        self._handed_on: dict[int, int] = {}
         #: Queue offset -> the record of a message put before its time, whose put failed.
         self._records: dict[int, MessageRecord] = {}
         #: Queue offset -> when a failed put may be tried again at the earliest (its
@@ -275,7 +281,8 @@ class LevelDelivery:
             self._taken_to = max(self._taken_to, queue_offset)
             if due > now_ms + self.delay_ms:
                 due = now_ms
-            if due > now_ms and not self.early:
+            beyond = self.hand_on_beyond_ms
+            if due > now_ms and (beyond is None or due <= now_ms + beyond):
                 break
             entries.popleft()
             window.append(queue_offset)
@@ -298,14 +305,14 @@ class LevelDelivery:
         """The record of the first ``ReadRecord`` not yet answered (None: no longer in
         the log)."""
         queue_offset, due = self._reading.popleft()
-        early = due > now_ms
-        message = (time_up(record, due if early else None) if record is not None
+        handed_on = due > now_ms
+        message = (time_up(record, due if handed_on else None) if record is not None
                    else "its record is gone")
         if isinstance(message, str):
             return [Skipped(queue_offset, message), *self._passed(queue_offset, now_ms)]
-        if early:
+        if handed_on:
             assert record is not None
-            self._early[queue_offset] = due
+            self._handed_on[queue_offset] = due
             self._records[queue_offset] = record
         self._in_flight[queue_offset] = message
         return [Deliver(queue_offset, message)]
@@ -314,12 +321,12 @@ class LevelDelivery:
         """The put of ``Deliver(queue_offset, ...)`` ended: ``ok`` (PUT_OK), or anything
         else (retried)."""
         message = self._in_flight.pop(queue_offset)
-        due = self._early.pop(queue_offset, None)
+        due = self._handed_on.pop(queue_offset, None)
         record = self._records.pop(queue_offset, None)
         if not ok:
             if due is not None and record is not None:
-                # Handed on too early and refused: this one and the rest wait their time.
-                self.early = False
+                # Handed on before its time and refused: this one and the rest wait it.
+                self.hand_on_beyond_ms = None
                 delivered = time_up(record)
                 assert not isinstance(delivered, str)  # it was deliverable a moment ago
                 message = delivered
