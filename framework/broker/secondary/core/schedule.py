@@ -214,7 +214,8 @@ class LevelDelivery:
         self._reading: deque[tuple[int, int]] = deque()
         #: Queue offset -> the delivery time of a message handed on before it.
         self._handed_on: dict[int, int] = {}
-        #: Queue offset -> the record of a message put before its time, whose put failed.
+        #: Queue offset -> the record of a message handed on, to deliver it plainly at its
+        #: time if the hand-on fails.
         self._records: dict[int, MessageRecord] = {}
         #: Queue offset -> when a failed put may be tried again at the earliest (its
         #: delivery time, for one that was handed on before it).
