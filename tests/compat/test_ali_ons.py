@@ -34,9 +34,13 @@ from triomq.cli import build_parser
 from triomq.client import ConsumeFromWhere, LitePullConsumer, Message, Producer
 from triomq.plugin_manager import PluginManager
 from triomq.plugins.client_cli.progress import consumer_progress
+from triomq.testing.cluster import open_cluster
 
-# The client tests' name server and broker groups.
+# The client tests' name server and broker groups, and the acting-master tests' static ones.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "acting_master"))
+from acting_nodes import Groups as StaticGroups
+from acting_nodes import acting_namesrv, create_topic, route, wait_for
 from client_cluster import Groups, open_groups
 
 SCRIPTS = Path(__file__).resolve().parent / "ali_ons"
@@ -297,3 +301,62 @@ async def test_ali_ons_retries_what_its_handler_failed_through_the_retry_topic(
     assert len(retries) == 2
     assert all(r.properties["ORIGIN_MESSAGE_ID"] == sent["msgId"] for r in retries)
     assert [r.reconsume_times for r in retries] == [1, 2]
+
+
+class ActingCluster:
+    """A name server that supports acting masters and static groups broker-a (a0, a1) and
+    broker-b (b0), in the shape ``produce`` and ``consuming`` take."""
+
+    def __init__(self, cluster: Any, namesrv_address: str) -> None:
+        self.cluster = cluster
+        self.namesrv = [namesrv_address]
+
+
+async def test_ali_ons_follows_an_acting_slave_while_its_master_is_gone(tmp_path) -> None:
+    async with open_cluster(tmp_path, transport="tcp", controllers=0, brokers=0,
+                            namesrvs=1) as cluster:
+        acting_namesrv(cluster)
+        (address,) = cluster.namesrv_addresses.values()
+        await cluster.start_namesrvs()
+        static = StaticGroups(cluster)
+        for name in ("a0", "a1", "b0"):
+            await static.start(name)
+        client = await cluster.start("app")
+        for name in ("a0", "b0"):
+            await create_topic(client, cluster.node(name).address, TOPIC, queues=4)
+
+        async def routes(check: Callable[[dict], bool]) -> None:
+            async def holds() -> bool:
+                return check(await route(client, address, TOPIC))
+            await wait_for(holds)
+
+        def by_group(data: dict) -> dict[str, tuple[int, str | None]]:
+            perms = {q["brokerName"]: q["perm"] for q in data["queueDatas"]}
+            return {b["brokerName"]: (perms[b["brokerName"]], b["brokerAddrs"].get("0"))
+                    for b in data["brokerDatas"]}
+
+        await routes(lambda data: len(data["brokerDatas"]) == 2)
+        acting = ActingCluster(cluster, address)
+        before = await produce(acting, 16, body="before {i}")
+        on_a = [s for s in before if s["brokerName"] == "broker-a"]
+        assert on_a and all(s["sendStatus"] == "SEND_OK" for s in before)
+        master, slave = cluster.broker("a0"), cluster.broker("a1")
+        await cluster.wait_for(lambda: slave.replicas.confirm_offset == master.log.max_offset
+                               and TOPIC in slave.topics.table)
+        await cluster.kill("a0")
+        await routes(lambda data: by_group(data).get("broker-a") == (
+            4, static.location("a1")))
+
+        # The producer skips the read-only group; the consumer reads broker-a from the
+        # acting slave (routed as id 0) and stores its offsets there.
+        during = await produce(acting, 8, body="during {i}")
+        assert {s["brokerName"] for s in during} == {"broker-b"}
+        async with consuming(acting, "ali-acting", count=24) as consumer:
+            await consumer.receive(24)
+        assert sorted(m["body"] for m in consumer.messages) == sorted(
+            s["body"] for s in before + during)
+        expected = {n: sum(1 for s in on_a if s["queueId"] == n) for n in range(4)}
+        with trio.fail_after(WAIT):
+            while {n: slave.offsets.table.query("ali-acting", TOPIC, n) or 0
+                   for n in range(4)} != expected:
+                await trio.sleep(0.05)
