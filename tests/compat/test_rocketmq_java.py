@@ -3,7 +3,8 @@
 ``DefaultMQProducer``, ``TransactionMQProducer``, ``DefaultMQPushConsumer`` and
 ``DefaultLitePullConsumer`` of RocketMQ 5.3.3 and 4.9.8, and 5.3.3's mqadmin, run as
 JVMs against a name server, three controllers and a group of three replicas in
-controller mode over TCP (``conftest.py``, ``scenario_clients.py``); what they print
+controller mode over TCP (``conftest.py``, ``scenario_clients.py``), and against a
+static group whose slave acts for its absent master; what they print
 is held against what was sent, and against what triomq's own client and the brokers
 see.
 
@@ -23,14 +24,17 @@ from typing import Any
 
 import pytest
 
-from triomq.testing.cluster import BROKER_NAME
+from triomq.testing.cluster import BROKER_NAME, open_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "acting_master"))
+from acting_nodes import Groups, acting_namesrv, route, wait_for
 from compat_cluster import CompatCluster, failover, open_compat_cluster, read_until
 from scenario_clients import (
     QUEUES,
     TOPIC,
     assert_stored_as_answered,
+    create_topic,
     java_client,
     offsets_become,
     unavailable_java,
@@ -370,3 +374,46 @@ async def test_a_transaction_producer_commits_rolls_back_and_answers_checks(
         log = cluster.cluster.broker(cluster.master).log
         assert sorted(int(r.properties["seq"]) for r in log.iter_records()
                       if r.topic == TOPIC) == [0, 2, 3, 5, 6, 8]
+
+
+async def test_an_orderly_consumer_locks_and_reads_through_an_acting_slave(tmp_path) -> None:
+    """Its master gone, broker-a is routed to its acting slave as id 0: RocketMQ's orderly
+    push consumer, which locks its queues and stores its offsets on id 0 only, locks them
+    on the acting slave, consumes every message in queue order and stores its offsets
+    there."""
+    async with open_cluster(tmp_path, transport="tcp", controllers=0, brokers=0,
+                            namesrvs=1) as cluster:
+        acting_namesrv(cluster)
+        (namesrv,) = cluster.namesrv_addresses.values()
+        await cluster.start_namesrvs()
+        static = Groups(cluster)
+        for name in ("a0", "a1"):
+            await static.start(name)
+        admin = await cluster.start("app")
+        await create_topic(admin, cluster.node("a0").address, namesrv)
+        java = java_client(cluster)
+        sent = await java.run("send", group="java-producer", count=12, modes="ordered")
+        master, slave = cluster.broker("a0"), cluster.broker("a1")
+        await cluster.wait_for(lambda: slave.replicas.confirm_offset == master.log.max_offset
+                               and TOPIC in slave.topics.table)
+        await cluster.kill("a0")
+
+        async def acting_route() -> bool:
+            (broker,) = (await route(admin, namesrv, TOPIC))["brokerDatas"]
+            return broker["brokerAddrs"].get("0") == static.location("a1")
+        await wait_for(acting_route)
+
+        async with java.running("push", group="java-acting", mode="orderly",
+                                expression="*") as consumer:
+            await consumer.receive(12)
+            await consumer.until(lambda: len(consumer.queues) == QUEUES
+                                 and all(consumer.queues.values()))
+        assert sorted(m["msgId"] for m in consumer.messages) == sorted(s["msgId"] for s in sent)
+        by_queue: dict[int, list[int]] = defaultdict(list)
+        for m in consumer.messages:
+            by_queue[m["queueId"]].append(m["queueOffset"])
+        assert all(offsets == sorted(offsets) for offsets in by_queue.values())
+        per_queue = Counter(s["queueId"] for s in sent)
+        await cluster.wait_for(lambda: all(
+            slave.offsets.table.query("java-acting", TOPIC, n) == per_queue[n]
+            for n in per_queue), timeout=30)
