@@ -70,11 +70,11 @@ async def test_due_messages_are_escaped_while_the_master_is_gone(tmp_path, trans
 
 @pytest.mark.parametrize(("transport", "bridges"), [("inproc", ["container"]),
                                                     ("tcp", ["remote"])])
-async def test_delayed_messages_not_due_are_handed_on_for_their_time(tmp_path, transport,
-                                                                      bridges):
-    """A delayed message a minute from due goes to the other master at once, as a timer
-    message for its delivery time; the acting slave's delay offset moves past it (a
-    returning master takes that offset back: it does not deliver the message again)."""
+async def test_messages_not_due_are_handed_on_for_their_time(tmp_path, transport, bridges):
+    """A delayed and a timer message a minute from due go to the other master at once, as
+    timer messages for when they are due; the acting slave's delay offset and timer
+    checkpoint move past them (a returning master takes those back: it does not deliver
+    them again)."""
     async with open_cluster(tmp_path, transport=transport, controllers=0, brokers=0,
                             namesrvs=1) as cluster:
         acting_namesrv(cluster)
@@ -92,21 +92,26 @@ async def test_delayed_messages_not_due_are_handed_on_for_their_time(tmp_path, t
             return len((await route(client, namesrv, "orders"))["brokerDatas"]) == 2
         await wait_for(routed)
         master, slave, other = cluster.broker("a0"), cluster.broker("a1"), cluster.broker("b0")
-        answer = await client.rpc.invoke(cluster.node("a0").address, SEND_MESSAGE_V2,
-                                         send_fields("DELAY\x013\x02", 0), b"later")
-        assert answer.code == 0, answer.remark
-        (waiting,) = records(master, "SCHEDULE_TOPIC_XXXX")
-        due = waiting.store_timestamp + 60_000
+        for n, properties in enumerate(["DELAY\x013\x02", "TIMER_DELAY_MS\x0160000\x02"]):
+            answer = await client.rpc.invoke(cluster.node("a0").address, SEND_MESSAGE_V2,
+                                             send_fields(properties, n), b"later-%d" % n)
+            assert answer.code == 0, answer.remark
+        (delayed,) = records(master, "SCHEDULE_TOPIC_XXXX")
+        (timer,) = records(master, "rmq_sys_wheel_timer")
+        slot_end = int(timer.properties["TIMER_OUT_MS"]) + slave.config.timer_precision_ms
+        due = {b"later-0": str(delayed.store_timestamp + 60_000), b"later-1": str(slot_end)}
         await cluster.wait_for(lambda: slave.replicas.confirm_offset == master.log.max_offset)
         await cluster.kill("a0")
         held = slave.log.max_offset
 
         await cluster.wait_for(lambda: slave.acting, timeout=20)
-        await cluster.wait_for(lambda: records(other, "rmq_sys_wheel_timer"), timeout=20)
-        (handed,) = records(other, "rmq_sys_wheel_timer")
-        assert handed.body == b"later" and handed.properties["REAL_TOPIC"] == "orders"
-        assert handed.properties["TIMER_DELIVER_MS"] == str(due)
-        assert "DELAY" not in handed.properties
-        assert records(other, "orders") == []  # not before its time
-        await cluster.wait_for(lambda: slave.schedule.table.offset(3) == 1)
+        await cluster.wait_for(lambda: len(records(other, "rmq_sys_wheel_timer")) == 2,
+                               timeout=20)
+        handed = records(other, "rmq_sys_wheel_timer")
+        assert {r.body: r.properties["TIMER_DELIVER_MS"] for r in handed} == due
+        assert all(r.properties["REAL_TOPIC"] == "orders" and "DELAY" not in r.properties
+                   for r in handed)
+        assert records(other, "orders") == []  # not before their time
+        await cluster.wait_for(lambda: slave.schedule.table.offset(3) == 1
+                               and slave.timer.table.checkpoint.queue_offset == 1)
         assert slave.log.max_offset == held

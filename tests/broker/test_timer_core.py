@@ -47,8 +47,9 @@ class Driver:
     """Runs a ``TimerDelivery`` against a timer queue of records, by hand."""
 
     def __init__(self, outs: list[int], checkpoint: TimerCheckpoint | None = None,
-                 queue_min: int = 0) -> None:
-        self.flow = TimerDelivery(P, checkpoint or TimerCheckpoint())
+                 queue_min: int = 0, hand_on: bool = False) -> None:
+        self.flow = TimerDelivery(P, checkpoint or TimerCheckpoint(), hand_on=hand_on)
+        self.handed_on: list[Deliver] = []
         self.records: dict[int, MessageRecord] = {}
         self.entries: list[tuple[int, int, int, int]] = []
         self.queue_min = queue_min
@@ -83,6 +84,8 @@ class Driver:
                 if refuse:
                     actions += self.flow.put_done(action.queue_offset, False, now)
                 else:
+                    if "TIMER_OUT_MS" not in action.message.properties:
+                        self.handed_on.append(action)
                     self.stored.append(int(action.message.body[1:]))
                     actions += self.flow.put_done(action.queue_offset, True, now)
             else:
@@ -211,6 +214,36 @@ def test_a_rebuilt_wheel_delivers_what_was_pending_not_what_was_delivered() -> N
     # Only the pending ones and the new one, which the old wheel never scanned.
     assert again.stored == [5, 1, 3]
     assert again.checkpoints[-1] == TimerCheckpoint(6, 6, 50_000)
+
+
+def test_an_acting_slave_hands_on_what_is_not_due_for_the_end_of_its_slot() -> None:
+    d = Driver([9_000, 12_000, 40_000], hand_on=True)
+    assert d.run(d.flow.start(10_400), now=10_400) == WakeAt(11_000)
+    # The one whose slot passed is delivered; the others are handed on at once.
+    assert sorted(d.stored) == [0, 1, 2]
+    assert [int(p.message.body[1:]) for p in d.handed_on] == [1, 2]
+    handed = d.handed_on[0].message
+    assert (handed.topic, handed.queue_id) == ("orders", 3)
+    assert handed.properties["TIMER_DELIVER_MS"] == "13000"  # when this wheel would have
+    assert not {"REAL_TOPIC", "REAL_QID", "TIMER_OUT_MS"} & set(handed.properties)
+    # Counted as delivered: a master rebuilt from the checkpoint delivers none again.
+    checkpoint = d.checkpoints[-1]
+    assert (checkpoint.queue_offset, checkpoint.scan_offset) == (3, 3)
+    again = Driver([], checkpoint)
+    again.entries, again.records = d.entries, d.records
+    again.run(again.flow.start(50_000), now=50_000)
+    assert again.stored == []
+
+
+def test_a_refused_hand_on_ends_it_and_the_entries_wait_in_the_wheel() -> None:
+    d = Driver([12_000, 13_000], hand_on=True)
+    d.run(d.flow.start(10_400), now=10_400, refuse=True)
+    assert not d.flow.hand_on and d.stored == [] and d.flow.pending() == 2
+    d.run(d.flow.woke(13_000), now=13_000)
+    assert d.stored == [0] and d.handed_on == []  # delivered in its slot, plainly
+    d.run(d.flow.woke(14_000), now=14_000)
+    assert d.stored == [0, 1]
+    assert d.checkpoints[-1] == TimerCheckpoint(2, 2, 14_000)
 
 
 def test_a_checkpoint_does_not_move_while_its_wheel_rebuilds() -> None:

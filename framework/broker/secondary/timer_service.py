@@ -98,12 +98,13 @@ class TimerMessageService:
         return RemotingCommand.response(ResponseCode.SUCCESS, body=self.table.encode())
 
     async def deliver(self, bridge: EscapeBridge | None = None) -> None:
-        """A term's task: the wheel, rebuilt from the checkpoint, delivering through
-        ``bridge`` (the master's own, by default; an acting slave's escapes) until
-        cancelled (its puts under way, several at once, are cancelled with it)."""
-        bridge = bridge or self.bridge
+        """A term's task: the wheel, rebuilt from the checkpoint, delivering through the
+        master's own bridge until cancelled (its puts under way, several at once, are
+        cancelled with it); with ``bridge``, an acting slave's, which hands on what is
+        not due yet too."""
         flow = self.flow = TimerDelivery(self.config.timer_precision_ms,
-                                         self.table.checkpoint)
+                                         self.table.checkpoint, hand_on=bridge is not None)
+        bridge = bridge or self.bridge
         self._rates.clear()
         ended_send, ended = trio.open_memory_channel[tuple[Deliver, EscapeResult]](math.inf)
         in_flight = 0

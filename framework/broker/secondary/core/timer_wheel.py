@@ -18,6 +18,16 @@ a dict lookup, the next non-empty slot the heap's top.
 An entry scanned after its slot passed (a message due within the
 precision, a scan behind) is delivered at once, before the slots.
 
+A slave acting for its absent master (``hand_on``) puts the entries whose
+slot has not passed through the escape bridge at once instead, as timer
+messages (``hand_on_message``) for the end of their slot, when this wheel
+would have delivered them: another master's wheel of the same precision
+puts them in the same slot. They count as delivered, so the checkpoint
+moves past them and a returning master (which takes it back) does not
+deliver them again. A hand-on that fails ends the handing on: that entry
+and the later ones wait in this wheel, as a master's (the other master may
+run no timer wheel, or none may be reachable).
+
 Its driver (``triomq.broker.secondary.timer_service`` over trio, the
 cluster simulation's broker over virtual time) feeds it the broker's clock
 (epoch ms, the clock of its store times) and what it asked for, and does
@@ -57,6 +67,7 @@ messages. The wheel does not tick while it rebuilds.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import deque
 from collections.abc import Sequence
@@ -92,6 +103,7 @@ __all__ = [
     "TimerDelivery",
     "TimerWheel",
     "WakeAt",
+    "hand_on_message",
     "time_up",
     "timer_out_ms",
 ]
@@ -103,6 +115,11 @@ BATCH = 32
 MAX_IN_FLIGHT = 16
 PROPERTY_TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
 PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+#: What a handed-on message leaves behind: where it waited, and the timer properties
+#: its new delivery time replaces (``TIMER_DELAY_SEC`` and ``_MS`` would take precedence).
+_HANDED_ON_CLEARED = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TIMER_OUT_MS,
+                      "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 _TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 #: An entry of the wheel: ``(queue offset, physical offset, size)``.
 Entry = tuple[int, int, int]
@@ -147,6 +164,23 @@ def time_up(record: MessageRecord, now_ms: int) -> EscapedMessage | str:
         topic=topic, queue_id=queue_id, body=record.body, properties=properties,
         flag=record.flag, sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
         born_host=record.born_host, reconsume_times=record.reconsume_times)
+
+
+def hand_on_message(record: MessageRecord, slot_ms: int, precision_ms: int
+                    ) -> EscapedMessage | str:
+    """The timer message a record whose slot (``slot_ms``) has not passed is handed on
+    as: to its real topic and queue, for the slot's end, or why it cannot be."""
+    checked = timer_out_ms(record)
+    if isinstance(checked, str):
+        return checked
+    properties = {k: v for k, v in record.properties.items() if k not in _HANDED_ON_CLEARED}
+    properties[PROPERTY_TIMER_DELIVER_MS] = str(slot_ms + precision_ms)
+    return EscapedMessage(
+        topic=record.properties[PROPERTY_REAL_TOPIC],
+        queue_id=int(record.properties[PROPERTY_REAL_QUEUE_ID]), body=record.body,
+        properties=properties, flag=record.flag, sys_flag=record.sys_flag,
+        born_timestamp=record.born_timestamp, born_host=record.born_host,
+        reconsume_times=record.reconsume_times)
 
 
 class TimerWheel:
@@ -242,10 +276,14 @@ class _Done:
 
 class TimerDelivery:
     """The timer wheel of one master term, from ``checkpoint`` (``precision_ms``:
-    a slot's length)."""
+    a slot's length); ``hand_on``: an acting slave's (module docstring)."""
 
-    def __init__(self, precision_ms: int, checkpoint: TimerCheckpoint) -> None:
+    def __init__(self, precision_ms: int, checkpoint: TimerCheckpoint, *,
+                 hand_on: bool = False) -> None:
         self.precision_ms = precision_ms
+        #: False: entries wait in the wheel (a master's, or an acting slave's once a
+        #: hand-on failed).
+        self.hand_on = hand_on
         self.wheel = TimerWheel(precision_ms)
         #: The read time: every slot before it is delivered (0 until ``start``).
         self.read_time_ms = checkpoint.read_time_ms
@@ -266,6 +304,10 @@ class TimerDelivery:
         #: The read time's slot's chain not yet put, while it is delivered (``_in_slot``).
         self._due: deque[Entry] = deque()
         self._in_slot = False
+        #: Scanned, their slot not passed, to hand on: (entry, slot), in order.
+        self._to_hand_on: deque[tuple[Entry, int]] = deque()
+        #: Queue offset -> an entry being handed on, and its slot.
+        self._handing_on: dict[int, tuple[Entry, int]] = {}
         #: The entries whose record is being read for their delivery, in order.
         self._reading: deque[Entry] = deque()
         #: Queue offset -> the message being put.
@@ -287,7 +329,7 @@ class TimerDelivery:
     def pending(self) -> int:
         """Timer messages scanned and not yet delivered."""
         return (len(self.wheel) + len(self._expired) + len(self._due) + len(self._reading)
-                + len(self._in_flight) + len(self._failed))
+                + len(self._to_hand_on) + len(self._in_flight) + len(self._failed))
 
     def checkpoint(self) -> TimerCheckpoint:
         """Where the delivery has reached (the one it started from while it rebuilds)."""
@@ -360,14 +402,22 @@ class TimerDelivery:
         self._done.append(False)
         self.enqueued += 1
         entry = (queue_offset, physical_offset, size)
+        if self.hand_on and slot >= self.read_time_ms:
+            self._to_hand_on.append((entry, slot))
+        else:
+            self._place(entry, slot)
+        return self._scan_next(now_ms)
+
+    def _place(self, entry: Entry, slot: int) -> None:
+        """Hang a scanned entry on its slot, or deliver it first if its slot passed."""
         if slot < self.read_time_ms:
             self._expired.append(entry)
-            self._expired_open.append(queue_offset)
+            # In order: the first open one bounds the checkpoint's scan.
+            bisect.insort(self._expired_open, entry[0])
         elif slot == self.read_time_ms and self._in_slot:
             self._due.append(entry)
         else:
             self.wheel.add(slot, entry)
-        return self._scan_next(now_ms)
 
     # -- the delivery --------------------------------------------------------------
 
@@ -381,9 +431,13 @@ class TimerDelivery:
         while True:
             while len(self._reading) + len(self._in_flight) < MAX_IN_FLIGHT:
                 queue = self._expired or self._due
-                if not queue:
+                if queue:
+                    entry = queue.popleft()
+                elif self._to_hand_on and self.hand_on:
+                    entry, slot = self._to_hand_on.popleft()
+                    self._handing_on[entry[0]] = (entry, slot)
+                else:
                     break
-                entry = queue.popleft()
                 self._reading.append(entry)
                 actions.append(ReadRecord(entry[1], entry[2]))
             if self._reading or self._in_flight:
@@ -409,8 +463,15 @@ class TimerDelivery:
         if not self._reading:
             return self._scanned(record, now_ms)
         entry = self._reading.popleft()
-        message = time_up(record, now_ms) if record is not None else "its record is gone"
+        handing_on = self._handing_on.get(entry[0])
+        if record is None:
+            message: EscapedMessage | str = "its record is gone"
+        elif handing_on is not None:
+            message = hand_on_message(record, handing_on[1], self.precision_ms)
+        else:
+            message = time_up(record, now_ms)
         if isinstance(message, str):
+            self._handing_on.pop(entry[0], None)
             return [Skipped(entry[0], message), *self._delivered(entry[0], now_ms)]
         self._in_flight[entry[0]] = message
         return [Deliver(entry[0], message)]
@@ -420,9 +481,18 @@ class TimerDelivery:
         """The put of ``Deliver(queue_offset, ...)`` ended: ``ok`` (PUT_OK), ``illegal``
         (MESSAGE_ILLEGAL: it never will be stored), or anything else (retried)."""
         message = self._in_flight.pop(queue_offset)
+        handed = self._handing_on.pop(queue_offset, None)
         if ok:
             self._retry_ms = RETRY_MIN_MS
             return self._delivered(queue_offset, now_ms)
+        if handed is not None:
+            # Not handed on (refused, even as illegal: here it is not): this entry and
+            # the later ones wait in this wheel.
+            self.hand_on = False
+            waiting, self._to_hand_on = [handed, *self._to_hand_on], deque()
+            for entry, slot in waiting:
+                self._place(entry, slot)
+            return self._advance(now_ms)
         if illegal:
             return [Skipped(queue_offset, "its put is refused as illegal"),
                     *self._delivered(queue_offset, now_ms)]
