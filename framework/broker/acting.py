@@ -3,6 +3,8 @@
 - ``ActingEscapeBridge``: what a slave acting for its absent master puts its
   secondary messages' output through, the escape bridges its
   ``acting_escape_bridges`` names (plugins provide them), tried in order;
+- ``acting_tables_component``: at each acting term's start, the tables the
+  acting slave moves on for its master enter a new DataVersion state;
 - ``pre_online_component``: a returning static master's pre-online
   (``triomq.broker.registration.pre_online_service``) over the tables it takes
   back from its slaves (consumer offsets, delay offsets, timer checkpoint),
@@ -14,9 +16,12 @@ Which slave acts, and when, is the ``acting_master`` plugin's.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Protocol
 
-from triomq.broker.components import BrokerComponent, Component
+import trio
+
+from triomq.broker.components import BrokerComponent, Component, Scope
 from triomq.broker.consume.core.consumer_offsets import ConsumerOffsetTable
 from triomq.broker.core.codes import RequestCode
 from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult, FallbackEscapeBridge
@@ -24,6 +29,8 @@ from triomq.broker.core.role import BrokerRole
 from triomq.broker.registration.pre_online_service import MetadataTable, PreOnlineService
 from triomq.broker.secondary.core.delay_offsets import DelayOffsetTable
 from triomq.broker.secondary.core.timer_checkpoint import TimerCheckpointTable
+from triomq.clock import EpochClock
+from triomq.protocol.route import DataVersion
 
 if TYPE_CHECKING:
     from triomq.broker.consume.offset_service import ConsumerOffsetService
@@ -32,7 +39,8 @@ if TYPE_CHECKING:
     from triomq.broker.service import Broker
     from triomq.runtime import Node
 
-__all__ = ["ActingEscapeBridge", "pre_online_component"]
+__all__ = ["ActingEscapeBridge", "VersionedTable", "acting_tables_component",
+           "pre_online_component"]
 
 
 class ActingEscapeBridge:
@@ -52,6 +60,34 @@ class ActingEscapeBridge:
             self._bridge = FallbackEscapeBridge(
                 [(name, factory(self.node)) for name, factory in self._factories])
         return await self._bridge.put_message(message)
+
+
+class VersionedTable(Protocol):
+    """A table a returning master takes back by its DataVersion."""
+
+    data_version: DataVersion
+    #: Counts changes: a table whose revision moved is saved.
+    revision: int
+
+
+def acting_tables_component(tables: Callable[[], Iterable[VersionedTable]],
+                            clock: EpochClock) -> BrokerComponent:
+    """At each acting term's start, ``tables`` (consumer offsets, delay offsets, timer
+    checkpoint) enter a new DataVersion state.
+
+    Their versions step every few hundred changes only
+    (``consumer_offset_update_version_step``), so an acting term's few commits would
+    leave them equal to what the slave last copied from its master, and the master
+    back through pre-online would keep its older tables. A new state is newer than
+    any version the absent master held, whatever their counters."""
+    async def begin(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        now = clock()
+        for table in tables():
+            table.data_version = table.data_version.next_state(now)
+            table.revision += 1
+        task_status.started()
+
+    return Component("acting-tables", scope=Scope.ACTING_TERM, start=[begin])
 
 
 def pre_online_component(broker: Broker, offsets: ConsumerOffsetService,

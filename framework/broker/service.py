@@ -41,7 +41,11 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from triomq.broker.acting import ActingEscapeBridge, pre_online_component
+from triomq.broker.acting import (
+    ActingEscapeBridge,
+    acting_tables_component,
+    pre_online_component,
+)
 from triomq.broker.admin.consume_stats_service import ConsumeStatsService
 from triomq.broker.admin.pending_service import PendingMessagesService
 from triomq.broker.admin.runtime_info import RuntimeInfoService
@@ -512,6 +516,9 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         Component("delay-offsets", register=schedule.register, soon=[
             schedule.persist_loop, functools.partial(schedule.copy_from_master, node.rpc)]),
         Component("schedule", scope=Scope.MASTER_TERM, soon=[schedule.deliver]),
+        *([] if acting_bridge is None else [acting_tables_component(lambda: [
+            offsets.table, schedule.table, *([] if broker.timer is None else [broker.timer.table])
+        ], broker.clock)]),
         *acting([("acting-schedule", functools.partial(schedule.deliver, acting_bridge))]),
         Component("pop", scope=Scope.MASTER_TERM, register=pops.register,
                   soon=[revive.revive]),

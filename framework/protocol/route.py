@@ -158,6 +158,11 @@ class DataVersion:
         return DataVersion(self.state_version if state_version is None else state_version,
                            now_ms, self.counter + 1)
 
+    def next_state(self, now_ms: int) -> DataVersion:
+        """The first version of a new state (``state_version`` + 1): newer than every
+        version of the state before, whatever their counters."""
+        return DataVersion(self.state_version + 1, now_ms, self.counter + 1)
+
     def to_json(self) -> dict[str, int]:
         return {"counter": self.counter, "stateVersion": self.state_version,
                 "timestamp": self.timestamp}

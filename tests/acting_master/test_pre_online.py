@@ -13,7 +13,9 @@ from acting_nodes import Groups, acting_namesrv, create_topic
 from triomq.testing.cluster import open_cluster
 
 QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET, HEART_BEAT = 14, 15, 34
-BROKER = {"consumer_offset_update_version_step": 1, "slave_synchronize_period": 100}
+#: The default version steps (500 commits): an acting term's few commits are newer
+#: all the same, by the new DataVersion state the term starts.
+BROKER = {"slave_synchronize_period": 100}
 
 
 def heartbeat(group: str) -> bytes:
