@@ -193,7 +193,7 @@ class _Scenario:
                 return not run.acked.keys() - run.consumed.keys()
             try:
                 waited = await until(f"the consumer group to get {what}", settled)
-                self.say(f"  the consumer group got the {pending} message(s) waiting "
+                self.say(f"  the consumer group got the {pending} message(s) not consumed yet "
                          f"in {waited * 1000:.0f} ms")
             except Stalled as stalled:
                 # What is still not consumed is lost: the report says so.
