@@ -41,8 +41,15 @@ from pathlib import Path
 import trio
 
 from triomq.client.core.consume_from import ConsumeFromWhere
+from triomq.client.core.errors import ClientError
 from triomq.client.core.listener import ConsumeConcurrentlyStatus, MessageListenerConcurrently
-from triomq.client.core.message import Message, MessageExt, MessageQueue, SendResult
+from triomq.client.core.message import (
+    Message,
+    MessageExt,
+    MessageQueue,
+    SendResult,
+    SendStatus,
+)
 from triomq.client.core.transaction import LocalTransactionState
 from triomq.client.push_consumer import PushConsumer
 from triomq.client.transaction_producer import TransactionProducer
@@ -52,6 +59,7 @@ from triomq.plugins.demo.demo import stores
 from triomq.protocol.request_codes import RequestCode
 from triomq.protocol.response_codes import ResponseCode
 from triomq.protocol.route import PERM_READ, PERM_WRITE, TopicRouteData
+from triomq.rpc import RpcError
 from triomq.runtime import Node
 from triomq.testing.cluster import Cluster, open_cluster
 from triomq.testing.static_groups import ACTING_NAMESRV, Groups
@@ -111,6 +119,8 @@ class _Scenario:
                                             transaction_listener=_Commit())
         self._bodies = itertools.count(1)
         self._acting = False
+        #: broker-a's delayed messages of LEVEL_OUTAGE, in the order they were stored.
+        self._backlog_delayed: list[str] = []
 
     # -- what the nodes say -------------------------------------------------------------
 
@@ -145,29 +155,42 @@ class _Scenario:
         return Message(TOPIC, f"acting-{next(self._bodies)}".encode(), tags="demo",
                        delay_time_level=level)
 
-    def _acked(self, result: SendResult, kind: str) -> str:
+    def _acked(self, result: SendResult, kind: str) -> str | None:
+        """Record a send's result: its msg id if the broker acknowledged it."""
+        if result.send_status is not SendStatus.SEND_OK:
+            self.run.unacknowledged += 1
+            return None
         self.run.acked[result.msg_id] = (kind, result.message_queue.broker_name)
         if self._acting:
             self.run.outage_sends[result.message_queue.broker_name] += 1
         return result.msg_id
 
+    async def _send_one(self, kind: str, level: int, queue: MessageQueue | None) -> str | None:
+        try:
+            if kind == "transactional":
+                sent = await self.producer.send_message_in_transaction(self._message())
+                return self._acked(sent.send_result, kind)
+            return self._acked(await self.producer.send(self._message(level), queue), kind)
+        except (ClientError, RpcError) as exc:
+            # Not acknowledged: nothing the report holds the brokers to.
+            self.run.unacknowledged += 1
+            self.say(f"  a {kind} send failed: {exc}")
+            return None
+
     async def send(self, normal: int, transactional: int = 0, delayed: int = 0,
                    level: int = LEVEL_BEFORE, to: list[MessageQueue] | None = None
                    ) -> list[str]:
         """Send and record; ``to``: round robin over those queues instead of the route's
-        choice. The ids of the delayed messages."""
-        delayed_ids = []
+        choice (not for transactions). The ids of the delayed messages acknowledged."""
         targets = itertools.cycle(to) if to else None
-        for _ in range(normal):
-            queue = next(targets) if targets else None
-            self._acked(await self.producer.send(self._message(), queue), "normal")
-        for _ in range(delayed):
-            queue = next(targets) if targets else None
-            delayed_ids.append(
-                self._acked(await self.producer.send(self._message(level), queue), "delayed"))
-        for _ in range(transactional):
-            sent = await self.producer.send_message_in_transaction(self._message())
-            self._acked(sent.send_result, "transactional")
+        delayed_ids = []
+        for kind, count in (("normal", normal), ("delayed", delayed),
+                            ("transactional", transactional)):
+            for _ in range(count):
+                queue = next(targets) if targets and kind != "transactional" else None
+                msg_id = await self._send_one(kind, level if kind == "delayed" else 0, queue)
+                if msg_id is not None and kind == "delayed":
+                    delayed_ids.append(msg_id)
         return delayed_ids
 
     async def consume(self, what: str) -> None:
@@ -235,8 +258,8 @@ class _Scenario:
                 if q.broker_name == "broker-a"]
         self.say(f"the consumer group stopped; leaving a backlog on broker-a, delayed "
                  f"messages of level {LEVEL_OUTAGE} among it ...")
-        self.run.due_in_outage.update(await self.send(normal=40, delayed=10,
-                                                      level=LEVEL_OUTAGE, to=to_a))
+        self._backlog_delayed = await self.send(normal=40, delayed=10, level=LEVEL_OUTAGE,
+                                                to=to_a)
         master = self.cluster.broker(MASTER)
 
         async def slaves_hold_all() -> bool:
@@ -254,8 +277,17 @@ class _Scenario:
     async def outage(self) -> None:
         run = self.run
         self.say(f"killing master {MASTER}")
+        master = self.cluster.broker(MASTER)
         killed = trio.current_time()
         await self.cluster.kill(MASTER)
+        # Those the master delivered before it died (its delay offset, as it ended) were
+        # not due in the outage: only the others are the acting slave's to deliver.
+        schedule = master.schedule
+        delivered = schedule.table.offset(LEVEL_OUTAGE) if schedule is not None else 0
+        run.due_in_outage.update(self._backlog_delayed[delivered:])
+        if delivered:
+            self.say(f"  {MASTER} delivered {delivered} delayed message(s) of level "
+                     f"{LEVEL_OUTAGE} before it died")
         where = {self.groups.location(s): s for s in SLAVES}
         acting: list[str] = []
 

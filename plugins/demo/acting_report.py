@@ -30,6 +30,8 @@ class ActingRun:
     other_group: str = "broker-b"
     #: Every acknowledged message: its msg id -> (kind, the broker group that stored it).
     acked: dict[str, tuple[str, str]] = attrs.Factory(dict)
+    #: Sends that failed or were not acknowledged SEND_OK (the report holds nobody to them).
+    unacknowledged: int = 0
     #: Delayed messages stored on broker-a that came due while its master was gone.
     due_in_outage: set[str] = attrs.Factory(set)
     #: msg id -> the broker group of each delivery the consumer group got.
@@ -118,6 +120,7 @@ def report(run: ActingRun) -> list[str]:
     rows = [
         ("messages acknowledged", f"{len(run.acked)} ("
          + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) + ")"),
+        ("sends not acknowledged", f"{run.unacknowledged}"),
         ("messages consumed", f"{len(run.consumed)}"),
         ("acknowledged, never consumed", f"{len(run.lost)} (lost)"),
         ("consumed more than once", f"{run.duplicates}"),
