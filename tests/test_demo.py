@@ -90,7 +90,7 @@ async def test_the_acting_master_demo_reports_what_the_nodes_said(transport):
     assert re.search(r"acknowledged, never consumed +0 \(lost\)", text)
     assert "acting slave                 a1 (broker id 1)" in text
     assert re.search(r"kill -> route rewritten +\d+ ms \(broker id 0 -> \S+, perm 4\)", text)
-    assert re.search(r"kill -> acting term +\d+ ms", text)
+    assert re.search(r"kill -> acting term +\d+ ms \(a1\)", text)
     # The backlog of 40 left on broker-a before the kill, read through the acting slave
     # (with any delayed message the master delivered before it died).
     through = int(re.search(r"consumed through a1 +(\d+) message\(s\) of broker-a", text)[1])
@@ -130,7 +130,7 @@ def test_the_acting_report_flags_a_lost_message_and_an_offset_that_went_back():
     run = ActingRun(acked={"m1": ("normal", "broker-a"), "m2": ("delayed", "broker-a"),
                            "m3": ("normal", "broker-b")},
                     due_in_outage={"m2"}, consumed={"m1": ["broker-a"], "m3": ["broker-b"]},
-                    acting_slave="a1", acting_id=1,
+                    acting_slave="a1", acting_id=1, acting_term="a1",
                     offsets={"at the kill": {0: 5, 1: 5}, "while acting": {0: 9, 1: 4},
                              "after the return": {0: 9, 1: 4}})
     lines = report(run)
@@ -144,10 +144,13 @@ def test_the_acting_report_flags_a_lost_message_and_an_offset_that_went_back():
             in lines)
 
 
-def test_the_acting_report_passes_a_run_that_kept_everything():
+def test_the_acting_report_passes_a_run_that_kept_everything_with_the_routed_slave_acting():
     run = ActingRun(acked={"m1": ("normal", "broker-a")},
                     consumed={"m1": ["broker-a", "broker-a"]},
+                    acting_slave="a1", acting_term="a1",
                     offsets={"at the kill": {0: 1}, "while acting": {0: 1},
                              "after the return": {0: 2}})
     assert problems(run) == []
     assert "  consumed more than once      1" in report(run)
+    run.acting_term = "a2"
+    assert problems(run) == ["the route names a1 broker id 0 but a2 acts"]

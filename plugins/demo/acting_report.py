@@ -45,9 +45,10 @@ class ActingRun:
     acting_id: int | None = None
     acting_address: str = ""
     #: Seconds from the kill to the route naming the slave broker id 0 with perm 4, and
-    #: to the slave's acting term.
+    #: to the first slave's acting term (the node that began it).
     rewrite_after: float | None = None
     acting_after: float | None = None
+    acting_term: str | None = None
     #: The returning master's pre-online: (table kind, slave address) taken, how it ended
     #: (None: no pre-online ran, as with skip_pre_online), and seconds from the master's
     #: start to the route naming it broker id 0 with perm 6.
@@ -88,11 +89,14 @@ class ActingRun:
 
 
 def problems(run: ActingRun) -> list[str]:
-    """What makes the run fail: none when every acknowledged message was consumed and no
-    offset of broker-a went back."""
+    """What makes the run fail: none when every acknowledged message was consumed, no
+    offset of broker-a went back and the slave the route named is the one that acted."""
     found = []
     if run.stalled is not None:
         found.append(f"gave up waiting for {run.stalled}")
+    if run.acting_term != run.acting_slave:
+        found.append(f"the route names {run.acting_slave or 'no slave'} broker id 0 but "
+                     f"{run.acting_term or 'no slave'} acts")
     if run.lost:
         found.append(f"{len(run.lost)} acknowledged message(s) never consumed")
     for queue, moment, before, then in run.offsets_back():
@@ -128,7 +132,7 @@ def report(run: ActingRun) -> list[str]:
                                   else f" (broker id {run.acting_id})")),
         ("kill -> route rewritten",
          f"{_ms(run.rewrite_after)} (broker id 0 -> {run.acting_address or '?'}, perm 4)"),
-        ("kill -> acting term", _ms(run.acting_after)),
+        ("kill -> acting term", f"{_ms(run.acting_after)} ({run.acting_term or 'none'})"),
         (f"consumed through {slave}", f"{len(run.through_acting)} message(s) of broker-a"),
         (f"sent while {slave} acted", f"{sum(run.outage_sends.values())} acknowledged ("
          + (", ".join(f"{n} by {group}" for group, n in sorted(run.outage_sends.items()))
