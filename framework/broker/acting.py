@@ -118,5 +118,6 @@ def pre_online_component(broker: Broker, offsets: ConsumerOffsetService,
         announce=functools.partial(ha_info.announce, broker.node.rpc),
         transferring=lambda: broker.replicas.transferring_slaves, go_online=broker.go_online,
         wait_ms=config.pre_online_wait, poll_ms=config.ha_send_heartbeat_interval)
+    broker.pre_online = service
     return Component("pre-online", soon=[service.run], role_changed=lambda role, epoch: (
         service.master_term() if role is BrokerRole.MASTER else None))

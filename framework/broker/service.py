@@ -108,6 +108,7 @@ from triomq.store import CommitLog, FlushService
 from triomq.transport import split_address
 
 if TYPE_CHECKING:
+    from triomq.broker.registration.pre_online_service import PreOnlineService
     from triomq.runtime import Node
 
 __all__ = [
@@ -247,6 +248,8 @@ class Broker:
         self.isolated = (self.config.enable_slave_acting_master
                          and not self.config.skip_pre_online
                          and not self.config.enable_controller_mode and self.config.is_master)
+        #: The isolated master's pre-online (set when the service starts).
+        self.pre_online: PreOnlineService | None = None
         #: Set when the broker is not (or no longer) isolated.
         self.online = trio.Event()
         if not self.isolated:

@@ -84,7 +84,8 @@ class Cluster:
     def __init__(self, root: Path, nursery: trio.Nursery, *, transport: str, controllers: int,
                  brokers: int, plugins: PluginManager, controller: Mapping[str, Any],
                  broker: Mapping[str, Any], store: Mapping[str, Any],
-                 namesrvs: int = 0, security: Mapping[str, Any] | None = None) -> None:
+                 namesrvs: int = 0, security: Mapping[str, Any] | None = None,
+                 namesrv: Mapping[str, Any] | None = None) -> None:
         if transport not in ("inproc", "tcp"):
             raise ValueError(f"transport must be 'inproc' or 'tcp', not {transport!r}")
         self.root = Path(root)
@@ -96,6 +97,7 @@ class Cluster:
         self.controller_options = dict(controller)
         self.broker_options = dict(broker)
         self.store_options = dict(store)
+        self.namesrv_options = dict(namesrv or {})
         self.security_options = dict(security or {})
         self.controller_addresses = {
             name: (f"inproc://{name}" if transport == "inproc"
@@ -147,8 +149,10 @@ class Cluster:
 
     def namesrv_config(self, name: str) -> NodeConfig:
         """The node config of name server ``name``."""
-        return from_mapping(NodeConfig, self._base(name, "nameserver",
-                                                   self.namesrv_addresses[name]))
+        data = self._base(name, "nameserver", self.namesrv_addresses[name])
+        if self.namesrv_options:
+            data["namesrv"] = dict(self.namesrv_options)
+        return from_mapping(NodeConfig, data)
 
     def client_config(self, name: str) -> NodeConfig:
         """A node that only calls others (producers, admin tools)."""
@@ -246,11 +250,12 @@ async def open_cluster(root: Path, *, transport: str = "inproc", controllers: in
                        broker: Mapping[str, Any] | None = None,
                        store: Mapping[str, Any] | None = None,
                        namesrvs: int = 0,
-                       security: Mapping[str, Any] | None = None) -> AsyncIterator[Cluster]:
+                       security: Mapping[str, Any] | None = None,
+                       namesrv: Mapping[str, Any] | None = None) -> AsyncIterator[Cluster]:
     """A cluster whose nodes keep their data under ``root``; every node stops at the end.
 
-    ``controller`` / ``broker`` / ``store`` are extra keys of those config
-    sections for every node (e.g. ``broker={"all_ack_in_sync_state_set": True}``);
+    ``controller`` / ``broker`` / ``store`` / ``namesrv`` are extra keys of those
+    config sections for every node (e.g. ``broker={"all_ack_in_sync_state_set": True}``);
     ``security`` the ``[security]`` keys of every controller, broker and name
     server (client nodes go without: they are not the cluster's).
     Nothing starts by itself: call ``start_namesrvs`` / ``start_controllers`` /
@@ -261,7 +266,7 @@ async def open_cluster(root: Path, *, transport: str = "inproc", controllers: in
         cluster = Cluster(root, nursery, transport=transport, controllers=controllers,
                           brokers=brokers, plugins=pm, controller=controller or {},
                           broker=broker or {}, store=store or {}, namesrvs=namesrvs,
-                          security=security)
+                          security=security, namesrv=namesrv)
         try:
             yield cluster
         finally:

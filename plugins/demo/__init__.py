@@ -5,7 +5,9 @@
 - ``triomq demo [--transport inproc|tcp] [--keep]``: what ``make run``
   shows (``demo``): three controllers and a broker group of three in one
   process, the master killed mid-stream, and a report of what was
-  acknowledged and consumed;
+  acknowledged and consumed; with ``--acting-master`` (``acting``), static
+  groups whose master is killed, a slave acting for it and the master's
+  return through pre-online;
 - ``triomq sim --seeds N [--start K] [--cluster]``: the deterministic
   simulation of a Raft cluster (or, with ``--cluster``, of controllers plus
   a broker group, ``triomq.testing``); progress on stderr for long sweeps (a
@@ -34,11 +36,21 @@ def triomq_add_cli_commands(subparsers: argparse._SubParsersAction,
         "demo", help="run the demonstration scenario",
         description="Three controllers and a broker group of three replicas in one process; "
                     "the master is killed mid-stream, the controllers elect another, and the "
-                    "report shows that no acknowledged message was lost.")
+                    "report shows that no acknowledged message was lost. With "
+                    "--acting-master, slave acting master instead: static groups, a slave "
+                    "acting for its killed master, the master back through pre-online.")
     p.add_argument("--transport", choices=("inproc", "tcp"), default="inproc",
                    help="in-process streams or real TCP sockets (default inproc)")
     p.add_argument("--keep", action="store_true",
                    help="keep the nodes' stores afterwards and print where they are")
+    p.add_argument("--acting-master", action="store_true",
+                   help="a name server with support_acting_master, static group broker-a "
+                        "(a0 master, a1 and a2 slaves) and broker-b; a0 is killed while "
+                        "normal, delayed and transactional messages flow, a1 acts for it "
+                        "(read-only route, due delayed messages escaped to broker-b), a0 "
+                        "returns through pre-online; the report says when each happened, "
+                        "what was consumed, and broker-a's consumer offsets (exit 1 if an "
+                        "acknowledged message was not consumed or an offset went back)")
     p.set_defaults(func=functools.partial(_demo, plugin_manager))
 
     p = subparsers.add_parser("sim", help="run a deterministic simulation over many seeds")
@@ -50,10 +62,12 @@ def triomq_add_cli_commands(subparsers: argparse._SubParsersAction,
 
 
 def _demo(plugin_manager: PluginManager, args: argparse.Namespace) -> int:
+    from triomq.plugins.demo.acting import run_acting_demo
     from triomq.plugins.demo.demo import run_demo
 
     logging.basicConfig(level=logging.WARNING, format="  [%(name)s] %(message)s")
-    return trio.run(functools.partial(run_demo, plugin_manager, args.transport,
+    scenario = run_acting_demo if args.acting_master else run_demo
+    return trio.run(functools.partial(scenario, plugin_manager, args.transport,
                                       keep=args.keep))
 
 

@@ -188,7 +188,7 @@ def _describe(cluster: Cluster, name: str) -> str:
 
 
 @contextlib.contextmanager
-def _stores(keep: bool) -> Iterator[str]:
+def stores(keep: bool) -> Iterator[str]:
     if keep:
         yield tempfile.mkdtemp(prefix="triomq-demo-")
     else:
@@ -203,7 +203,7 @@ async def run_demo(pm: PluginManager, transport: str = "inproc",
 
     ``keep``: leave the stores on disk and end the report with where they are.
     """
-    with _stores(keep) as tmp:
+    with stores(keep) as tmp:
         say(f"triomq demo over {transport}; stores under {tmp}")
         async with (open_cluster(Path(tmp), transport=transport, plugins=pm, namesrvs=1,
                                  broker={"all_ack_in_sync_state_set": True}) as cluster,

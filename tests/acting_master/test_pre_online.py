@@ -66,11 +66,14 @@ async def test_a_returning_master_takes_back_the_newer_offsets_first(tmp_path, s
         assert json.loads(answer.body)["brokerDatas"][0]["brokerAddrs"]["0"] == "inproc://a0"
         if skip:
             # Registered at once with its old offset, which the slave copies back.
-            assert offset("a0") == 1
+            assert offset("a0") == 1 and master.pre_online is None
             await cluster.wait_for(lambda: offset("a1") == 1)
         else:
             # Registered only once it held the slave's newer offset: nothing went back.
             assert offset("a0") == 5 and not master.isolated
+            # What it took, and from whom, as the broker keeps it for a report.
+            assert ("consumer offsets", slave.rpc_address) in master.pre_online.adopted
+            assert master.pre_online.outcome.startswith("took back")
             await cluster.wait_for(lambda: slave.offsets.table.data_version
                                    == master.offsets.table.data_version)
             assert offset("a1") == 5

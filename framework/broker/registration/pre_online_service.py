@@ -74,6 +74,9 @@ class PreOnlineService:
         self.go_online = go_online
         self.wait_ms = wait_ms
         self.poll_ms = poll_ms
+        #: What it took back, as (table kind, slave address), and how it ended (``GoOnline``).
+        self.adopted: list[tuple[str, str]] = []
+        self.outcome: str | None = None
         self._master = trio.Event()
 
     def master_term(self) -> None:
@@ -106,8 +109,10 @@ class PreOnlineService:
             elif isinstance(action, Adopt):
                 log.info("pre-online: %s taken from slave %s", action.kind, action.address)
                 self.tables[action.kind].adopt(fetched[action.address][action.kind])
+                self.adopted.append((action.kind, action.address))
             elif isinstance(action, GoOnline):
                 log.info("pre-online done: %s", action.why)
+                self.outcome = action.why
                 self.go_online(action.why)
 
     async def _fetch(self, address: str) -> dict[str, Any]:
