@@ -25,11 +25,9 @@ in-process transport (or TCP with ``--transport tcp``):
    consumes once more.
 
 Every wait is on the nodes' state, bounded (``WAIT_WITHIN``), and names what
-it waited for when it gives up. The brokers step their tables' DataVersion at
-every change (``consumer_offset_update_version_step`` and
-``delay_offset_update_version_step`` 1): the few commits of a demo then make
-the acting slave's tables newer than the dead master's, as a long outage does
-with RocketMQ's steps. The report is ``acting_report``'s.
+it waited for when it gives up. The version steps are the defaults: the
+acting term's tables are newer than the dead master's by the new DataVersion
+state the term starts them in. The report is ``acting_report``'s.
 """
 
 from __future__ import annotations
@@ -74,8 +72,7 @@ MASTER, SLAVES, OTHER = "a0", ("a1", "a2"), "b0"
 WAIT_WITHIN = 30.0
 #: The delay levels the demo sends at: 1 s before the kill, 5 s (due after it) just before.
 LEVEL_BEFORE, LEVEL_OUTAGE = 1, 2
-BROKER = {"acting_escape_bridges": ["container"], "slave_synchronize_period": 100,
-          "consumer_offset_update_version_step": 1, "delay_offset_update_version_step": 1}
+BROKER = {"acting_escape_bridges": ["container"], "slave_synchronize_period": 100}
 
 
 class Stalled(Exception):
