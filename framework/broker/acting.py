@@ -3,6 +3,8 @@
 - ``ActingEscapeBridge``: what a slave acting for its absent master puts its
   secondary messages' output through, the escape bridges its
   ``acting_escape_bridges`` names (plugins provide them), tried in order;
+- ``acting_transactions_component``: the transaction check and END_TRANSACTION
+  of an acting term (``triomq.broker.secondary.acting_transaction_service``);
 - ``pre_online_component``: a returning static master's pre-online
   (``triomq.broker.registration.pre_online_service``) over the tables it takes
   back from its slaves: consumer offsets, delay offsets, timer checkpoint.
@@ -15,22 +17,24 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from triomq.broker.components import BrokerComponent, Component
+from triomq.broker.components import BrokerComponent, Component, Scope
 from triomq.broker.consume.core.consumer_offsets import ConsumerOffsetTable
 from triomq.broker.core.codes import RequestCode
 from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult, FallbackEscapeBridge
 from triomq.broker.core.role import BrokerRole
 from triomq.broker.registration.pre_online_service import MetadataTable, PreOnlineService
+from triomq.broker.secondary.acting_transaction_service import ActingTransactionService
 from triomq.broker.secondary.core.delay_offsets import DelayOffsetTable
 from triomq.broker.secondary.core.timer_checkpoint import TimerCheckpointTable
 
 if TYPE_CHECKING:
     from triomq.broker.consume.offset_service import ConsumerOffsetService
     from triomq.broker.secondary.schedule_service import ScheduleMessageService
+    from triomq.broker.secondary.transaction_service import TransactionService
     from triomq.broker.service import Broker
     from triomq.runtime import Node
 
-__all__ = ["ActingEscapeBridge", "pre_online_component"]
+__all__ = ["ActingEscapeBridge", "acting_transactions_component", "pre_online_component"]
 
 
 class ActingEscapeBridge:
@@ -50,6 +54,14 @@ class ActingEscapeBridge:
             self._bridge = FallbackEscapeBridge(
                 [(name, factory(self.node)) for name, factory in self._factories])
         return await self._bridge.put_message(message)
+
+
+def acting_transactions_component(transactions: TransactionService,
+                                  bridge: ActingEscapeBridge) -> BrokerComponent:
+    """The acting term's transaction check, its escapes through ``bridge``, and its
+    END_TRANSACTION."""
+    acting = ActingTransactionService(transactions, bridge)
+    return Component("acting-transactions", scope=Scope.ACTING_TERM, start=[acting.run])
 
 
 def pre_online_component(broker: Broker, offsets: ConsumerOffsetService,

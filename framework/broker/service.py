@@ -41,7 +41,11 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from triomq.broker.acting import ActingEscapeBridge, pre_online_component
+from triomq.broker.acting import (
+    ActingEscapeBridge,
+    acting_transactions_component,
+    pre_online_component,
+)
 from triomq.broker.admin.consume_stats_service import ConsumeStatsService
 from triomq.broker.admin.pending_service import PendingMessagesService
 from triomq.broker.admin.runtime_info import RuntimeInfoService
@@ -507,6 +511,8 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         Component("send-back", scope=Scope.MASTER_TERM, register=send_backs.register),
         Component("transactions", scope=Scope.MASTER_TERM, register=transactions.register,
                   soon=[transactions.check_loop], role_changed=transactions.role_changed),
+        *([] if acting_bridge is None else [
+            acting_transactions_component(transactions, acting_bridge)]),
         Component("delay-offsets", register=schedule.register, soon=[
             schedule.persist_loop, functools.partial(schedule.copy_from_master, node.rpc)]),
         Component("schedule", scope=Scope.MASTER_TERM, soon=[schedule.deliver]),
