@@ -519,6 +519,7 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         *acting([("acting-schedule", functools.partial(schedule.deliver, acting_bridge))]),
         Component("pop", scope=Scope.MASTER_TERM, register=pops.register,
                   soon=[revive.revive]),
+        *acting([("acting-revive", functools.partial(revive.revive, acting_bridge))]),
     ]
     if config.timer_wheel_enable:
         timer = broker.timer = TimerMessageService(

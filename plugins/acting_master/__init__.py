@@ -14,11 +14,11 @@
   another group of the cluster.
 
 The acting term runs the broker's components scoped to it (``triomq.broker``
-builds them): the delayed and timer messages' delivery and the transaction
-check, their output escaped through ``acting_escape_bridges`` (these
-bridges), and END_TRANSACTION; an acting slave also answers the offset
-queries and queue locks from its replica. Pop revive while acting is not
-built, and POP stays refused on any slave.
+builds them): the delayed and timer messages' delivery, the transaction
+check and the pop revive, their output escaped through
+``acting_escape_bridges`` (these bridges), and END_TRANSACTION; an acting
+slave also answers the offset queries and queue locks from its replica.
+POP itself stays refused on any slave.
 """
 
 from __future__ import annotations
