@@ -7,7 +7,8 @@ fields, built by hand) as a master would: a commit's real message lands
 on b0 through the acting escape bridge (``container`` in the same process,
 ``remote`` over TCP), a rollback puts nothing. A half message left open is
 escaped to b0 as a half message there, whose check asks the producer and
-commits it. a1's own commit log never moves meanwhile. A slave that is not
+commits it; with no master to escape to, it stays where it is until the
+next round finds one. a1's own commit log never moves meanwhile. A slave that is not
 acting answers END_TRANSACTION with SLAVE_NOT_AVAILABLE, as RocketMQ's does.
 The waits are liveness bounds; times are the brokers' (mock) clocks.
 """
@@ -120,13 +121,14 @@ class Setup:
         return slave.log.max_offset
 
 
-async def _setup(cluster, bridges: list[str], **broker) -> Setup:
+async def _setup(cluster, bridges: list[str], nodes: tuple[str, ...] = ("a0", "a1", "b0"),
+                 **broker) -> Setup:
     acting_namesrv(cluster)
     (namesrv,) = cluster.namesrv_addresses.values()
     await cluster.start_namesrvs()
     groups = Groups(cluster, acting_escape_bridges=bridges,
                     enable_remote_escape="remote" in bridges, **broker)
-    for name in ("a0", "a1", "b0"):
+    for name in nodes:
         await groups.start(name)
     client = await cluster.start("client")
     setup = Setup(cluster, groups, client, namesrv)
@@ -243,6 +245,40 @@ async def test_an_open_half_is_escaped_and_the_other_masters_check_commits_it(
         assert "moved to another master's check" in answer.remark
         await trio.sleep(2)
         assert await pulled(setup.client, cluster.node("b0").address) == [b"later"]
+        assert slave.log.max_offset == held
+
+
+@pytest.mark.parametrize(("transport", "bridges"), [("inproc", ["container"]),
+                                                    ("tcp", ["remote"])])
+async def test_an_escape_that_finds_no_master_is_retried_next_round(
+        tmp_path, transport, bridges, autojump, caplog):
+    async with open_cluster(tmp_path, transport=transport, controllers=0, brokers=0,
+                            namesrvs=1) as cluster:
+        interval = 500
+        setup = await _setup(cluster, bridges, nodes=("a0", "a1"), transaction_time_out=1000,
+                             transaction_check_interval=interval)
+        producer = TransactionProducer("tx-group", [setup.namesrv],
+                                       transaction_listener=Listener())
+        async with producer.start(cluster.node("client").connect):
+            await producer.send_message_in_transaction(Message("orders", b"later"))
+        slave = cluster.broker("a1")
+        await cluster.wait_for(lambda: len(halves(slave)) >= 1)
+        held = await setup.stop_master()
+        (half,) = halves(slave)
+        # Due, and several rounds later no master took it: the progress stays.
+        await slave.clock.sleep_until(half.born_timestamp + 1000 + 4 * interval)
+        assert slave.offsets.table.query(TRANSACTION_GROUP, HALF_TOPIC, 0) in (None, 0)
+        stopped = [r for r in caplog.records if "acting transaction check stopped at half "
+                   "message 0, retried next round" in r.getMessage()]
+        assert len(stopped) >= 2
+        # A master of another group comes: the next round escapes the half to it.
+        await setup.groups.start("b0")
+        await setup.create_topic("b0", groups=2)
+        other = cluster.broker("b0")
+        await cluster.wait_for(lambda: len(halves(other)) >= 1, timeout=30)
+        assert halves(other)[0].properties["__transactionId__"] == half.properties["UNIQ_KEY"]
+        await wait_for(_async(lambda: slave.offsets.table.query(
+            TRANSACTION_GROUP, HALF_TOPIC, 0) == 1))
         assert slave.log.max_offset == held
 
 
