@@ -282,6 +282,40 @@ async def test_an_escape_that_finds_no_master_is_retried_next_round(
         assert slave.log.max_offset == held
 
 
+async def test_a_returning_master_does_not_check_what_its_acting_slave_ended(
+        tmp_path, autojump):
+    async with open_cluster(tmp_path, transport="inproc", controllers=0, brokers=0,
+                            namesrvs=1) as cluster:
+        interval, time_out = 500, 10_000
+        # Every commit of an offset is a new DataVersion: the pre-online takes them back.
+        setup = await _setup(cluster, ["container"], transaction_time_out=time_out,
+                             transaction_check_interval=interval,
+                             consumer_offset_update_version_step=1,
+                             slave_synchronize_period=100)
+        producer = TransactionProducer("tx-group", [setup.namesrv],
+                                       transaction_listener=Listener())
+        async with producer.start(cluster.node("client").connect):
+            await producer.send_message_in_transaction(Message("orders", b"paid"))
+        await setup.create_topic("b0", groups=2)
+        slave = cluster.broker("a1")
+        await cluster.wait_for(lambda: len(halves(slave)) == 1)
+        (half,) = halves(slave)
+        await setup.stop_master()
+        answer = await setup.end(end_fields(half, COMMIT))
+        assert answer.code == SUCCESS, answer.remark
+        await wait_for(_async(lambda: slave.offsets.table.query(
+            TRANSACTION_GROUP, HALF_TOPIC, 0) == 1))
+
+        await setup.groups.start("a0")
+        master = cluster.broker("a0")
+        await cluster.wait_for(lambda: not slave.acting and not master.isolated, timeout=30)
+        assert master.offsets.table.query(TRANSACTION_GROUP, HALF_TOPIC, 0) == 1
+        # Rounds well past its time out: the master puts no check copy of it.
+        await master.clock.sleep_until(half.born_timestamp + time_out + 4 * interval)
+        assert len(halves(master)) == 1
+        assert await pulled(setup.client, cluster.node("b0").address) == [b"paid"]
+
+
 def _async(predicate):
     async def holds() -> bool:
         return predicate()
