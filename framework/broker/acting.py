@@ -5,6 +5,8 @@
   ``acting_escape_bridges`` names (plugins provide them), tried in order;
 - ``acting_tables_component``: at each acting term's start, the tables the
   acting slave moves on for its master enter a new DataVersion state;
+- ``acting_transactions_component``: the transaction check and END_TRANSACTION
+  of an acting term (``triomq.broker.secondary.acting_transaction_service``);
 - ``pre_online_component``: a returning static master's pre-online
   (``triomq.broker.registration.pre_online_service``) over the tables it takes
   back from its slaves (consumer offsets, delay offsets, timer checkpoint),
@@ -27,6 +29,7 @@ from triomq.broker.core.codes import RequestCode
 from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult, FallbackEscapeBridge
 from triomq.broker.core.role import BrokerRole
 from triomq.broker.registration.pre_online_service import MetadataTable, PreOnlineService
+from triomq.broker.secondary.acting_transaction_service import ActingTransactionService
 from triomq.broker.secondary.core.delay_offsets import DelayOffsetTable
 from triomq.broker.secondary.core.timer_checkpoint import TimerCheckpointTable
 from triomq.clock import EpochClock
@@ -36,11 +39,12 @@ if TYPE_CHECKING:
     from triomq.broker.consume.offset_service import ConsumerOffsetService
     from triomq.broker.registration.ha_info_service import HaInfoService
     from triomq.broker.secondary.schedule_service import ScheduleMessageService
+    from triomq.broker.secondary.transaction_service import TransactionService
     from triomq.broker.service import Broker
     from triomq.runtime import Node
 
 __all__ = ["ActingEscapeBridge", "VersionedTable", "acting_tables_component",
-           "pre_online_component"]
+           "acting_transactions_component", "pre_online_component"]
 
 
 class ActingEscapeBridge:
@@ -88,6 +92,14 @@ def acting_tables_component(tables: Callable[[], Iterable[VersionedTable]],
         task_status.started()
 
     return Component("acting-tables", scope=Scope.ACTING_TERM, start=[begin])
+
+
+def acting_transactions_component(transactions: TransactionService,
+                                  bridge: ActingEscapeBridge) -> BrokerComponent:
+    """The acting term's transaction check, its escapes through ``bridge``, and its
+    END_TRANSACTION."""
+    acting = ActingTransactionService(transactions, bridge)
+    return Component("acting-transactions", scope=Scope.ACTING_TERM, start=[acting.run])
 
 
 def pre_online_component(broker: Broker, offsets: ConsumerOffsetService,

@@ -44,6 +44,7 @@ import trio
 from triomq.broker.acting import (
     ActingEscapeBridge,
     acting_tables_component,
+    acting_transactions_component,
     pre_online_component,
 )
 from triomq.broker.admin.consume_stats_service import ConsumeStatsService
@@ -516,6 +517,8 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         Component("send-back", scope=Scope.MASTER_TERM, register=send_backs.register),
         Component("transactions", scope=Scope.MASTER_TERM, register=transactions.register,
                   soon=[transactions.check_loop], role_changed=transactions.role_changed),
+        *([] if acting_bridge is None else [
+            acting_transactions_component(transactions, acting_bridge)]),
         Component("delay-offsets", register=schedule.register, soon=[
             schedule.persist_loop, functools.partial(schedule.copy_from_master, node.rpc)]),
         Component("schedule", scope=Scope.MASTER_TERM, soon=[schedule.deliver]),
@@ -525,6 +528,7 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         *acting([("acting-schedule", functools.partial(schedule.deliver, acting_bridge))]),
         Component("pop", scope=Scope.MASTER_TERM, register=pops.register,
                   soon=[revive.revive]),
+        *acting([("acting-revive", functools.partial(revive.revive, acting_bridge))]),
     ]
     if config.timer_wheel_enable:
         timer = broker.timer = TimerMessageService(

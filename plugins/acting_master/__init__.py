@@ -13,10 +13,12 @@
   (``remote_bridge``), with ``enable_remote_escape``, a send to a master of
   another group of the cluster.
 
-What the acting term runs for the master (its secondary-message services,
-escaped to another master, and the master-only requests) is not built yet:
-an acting slave serves reads, and refuses what only a master does, as any
-slave.
+The acting term runs the broker's components scoped to it (``triomq.broker``
+builds them): the delayed and timer messages' delivery, the transaction
+check and the pop revive, their output escaped through
+``acting_escape_bridges`` (these bridges), and END_TRANSACTION; an acting
+slave also answers the offset queries and queue locks from its replica.
+POP itself stays refused on any slave.
 """
 
 from __future__ import annotations

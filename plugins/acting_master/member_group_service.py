@@ -75,8 +75,10 @@ class MemberGroupService:
                 wakeup = self.watch.next_wakeup()
                 with trio.move_on_at(math.inf if wakeup is None else wakeup / 1000):
                     await self._wake.wait()
-                self._wake = trio.Event()
                 self._carry_out(self.watch.poll(now_ms()))
+                # After carrying out, which wakes this loop too: waking itself would
+                # spin it (and stop a mock clock's time).
+                self._wake = trio.Event()
 
     def role_changed(self, role: BrokerRole, master_epoch: int) -> None:
         self._carry_out(self.watch.role_changed(

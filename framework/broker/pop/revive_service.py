@@ -8,7 +8,10 @@ revived copies through the escape bridge, never onto the log directly.
 Each flow starts from its queue's revive offset, the consumer offset of
 group ``CID_RMQ_SYS_REVIVE_GROUP`` on that queue, as RocketMQ keeps it: it is
 in ``config/consumerOffset.json``, which slaves copy, so a new master goes on
-where the old one was.
+where the old one was. A slave acting for its absent master runs the same
+flows over its own revive topic (``acting-revive``), its revived copies
+escaped to another master's pop retry topic, its offsets its own consumer
+offsets (which the returning master's pre-online takes back).
 """
 
 from __future__ import annotations
@@ -65,9 +68,13 @@ class ReviveService:
         #: The running flows, by revive queue (for tests and admin views).
         self.flows: dict[int, ReviveQueue] = {}
 
-    async def revive(self) -> None:
-        """The master term's task: every revive queue's flow, until cancelled."""
-        self.ensure_revive_topic()
+    async def revive(self, bridge: EscapeBridge | None = None) -> None:
+        """A term's task: every revive queue's flow, until cancelled, its revived copies
+        through ``bridge`` (the master's own by default; an acting slave's escapes them
+        to another master, and creates no topic of its own)."""
+        own = bridge is None
+        if own:
+            self.ensure_revive_topic()
         async with trio.open_nursery() as nursery:
             for queue_id in range(self.config.revive_queue_num):
                 done = self.offsets.table.query(REVIVE_GROUP, self.topic, queue_id)
@@ -75,9 +82,9 @@ class ReviveService:
                     queue_id, -1 if done is None else done,
                     broker_name=self.config.broker_name,
                     interval_ms=self.config.revive_interval)
-                nursery.start_soon(self._run, flow)
+                nursery.start_soon(self._run, flow, bridge or self.bridge, own)
 
-    async def _run(self, flow: ReviveQueue) -> None:
+    async def _run(self, flow: ReviveQueue, bridge: EscapeBridge, own: bool) -> None:
         actions: deque[ReviveAction] = deque(flow.start(self.clock()))
         while actions:
             action = actions.popleft()
@@ -87,9 +94,9 @@ class ReviveService:
                 record = popped_record(self.log, action, self._record)
                 actions.extend(flow.message_read(record, self.clock()))
             elif isinstance(action, Revive):
-                ok = self.ensure_retry_topic(action.message.topic)
+                ok = self.ensure_retry_topic(action.message.topic) if own else True
                 if ok:
-                    result = await self.bridge.put_message(action.message)
+                    result = await bridge.put_message(action.message)
                     ok = result.stored
                     if not ok:
                         log.info("revive into %s failed (%d %s); retrying",

@@ -9,8 +9,9 @@ escape bridge:
 - END_TRANSACTION (37, oneway as producers send it; a request that asks
   for an answer gets one): commit puts the real message and then the op
   record, rollback the op record; a slave answers SLAVE_NOT_AVAILABLE, as
-  RocketMQ's ``EndTransactionProcessor`` does, and a bad header
-  INVALID_PARAMETER naming the field;
+  RocketMQ's ``EndTransactionProcessor`` does, unless it acts for its
+  absent master (``acting``: ``acting_transaction_service`` answers then),
+  and a bad header INVALID_PARAMETER naming the field;
 - the check (``Scope.MASTER_TERM``: it runs while the broker is master and
   stops with the term): every ``transaction_check_interval`` one round,
   CHECK_TRANSACTION_STATE (39, oneway) going to the connection of the half
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -64,7 +66,10 @@ from triomq.protocol.header_fields import HeaderFieldError
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection, RpcError, RpcServer
 
-__all__ = ["TransactionService"]
+if TYPE_CHECKING:
+    from triomq.broker.secondary.acting_transaction_service import ActingTransactionService
+
+__all__ = ["TransactionService", "answer"]
 
 log = logging.getLogger("triomq.broker")
 
@@ -94,6 +99,8 @@ class TransactionService:
         self.reads = TransactionReads(broker.log)
         #: Check requests written so far (tests and stats read it).
         self.checks_sent = 0
+        #: What answers END_TRANSACTION while the broker acts for its absent master.
+        self.acting: ActingTransactionService | None = None
 
     def register(self, server: RpcServer) -> None:
         server.register(RequestCode.END_TRANSACTION, self.end_transaction)
@@ -107,7 +114,8 @@ class TransactionService:
 
     async def end_transaction(self, request: RemotingCommand, peer: RpcConnection
                               ) -> RemotingCommand | None:
-        if not self.broker.is_master:
+        acting = None if self.broker.is_master else self.acting
+        if not self.broker.is_master and acting is None:
             return RemotingCommand.response(
                 ResponseCode.SLAVE_NOT_AVAILABLE,
                 remark="the broker is not master: END_TRANSACTION is served by the master")
@@ -115,6 +123,8 @@ class TransactionService:
             header = parse_end_transaction(request.ext_fields)
         except HeaderFieldError as exc:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        if acting is not None:
+            return await acting.end_transaction(header, peer)
         self.reads.catch_up(self.ledger, self.progress(HALF_TOPIC))
         # This term's ledger, even if the term ends while the puts wait.
         ledger = self.ledger
@@ -135,17 +145,17 @@ class TransactionService:
             result = await self.bridge.put_message(decision.real)
             if not result.stored:
                 ledger.abandon(decision.key)
-                return _answer(result)
+                return answer(result)
         op = await self.bridge.put_message(decision.op)
         if not op.stored:
             if not commit:
                 ledger.abandon(decision.key)
-                return _answer(op)
+                return answer(op)
             # The real message is stored: this term will not end it again, and a later
             # one finds the committed message (TransactionReads.catch_up).
             log.warning("the op record of committed transaction %d was not stored: %s",
                         decision.key, op.remark)
-        return _answer(result if commit else op)
+        return answer(result if commit else op)
 
     # -- the check ---------------------------------------------------------------------
 
@@ -183,9 +193,11 @@ class TransactionService:
                                 self.settings.transaction_check_max)
                 elif action.check:
                     await self._send_check(action.group, result)
-        self._commit_progress(start, progress)
+        self.commit_progress(start, progress)
 
-    def _commit_progress(self, start: int, progress: int) -> None:
+    def commit_progress(self, start: int, progress: int) -> None:
+        """Store the half queue's progress (``start`` moved to ``progress``), and the op
+        queue's past the op records naming only half messages behind it."""
         if progress != start:
             self.offsets.commit(TRANSACTION_GROUP, HALF_TOPIC, 0, progress)
         op_start = self.progress(OP_HALF_TOPIC)
@@ -216,7 +228,7 @@ class TransactionService:
         self.checks_sent += 1
 
 
-def _answer(result: EscapeResult) -> RemotingCommand:
+def answer(result: EscapeResult) -> RemotingCommand:
     """END_TRANSACTION's answer: SUCCESS once stored (a flush or replication timeout
     included, as RocketMQ's ``sendFinalMessage`` says), else the put's refusal."""
     if result.stored:

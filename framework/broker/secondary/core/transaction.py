@@ -50,6 +50,7 @@ from triomq.protocol.message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     TRANSACTION_COMMIT,
+    TRANSACTION_PREPARED,
     TRANSACTION_ROLLBACK,
     MessageRecord,
 )
@@ -57,6 +58,7 @@ from triomq.protocol.remoting import RemotingCommand
 
 __all__ = [
     "CHECK_MAX_TIME_TOPIC",
+    "ESCAPED",
     "HALF_TOPIC",
     "OP_HALF_TOPIC",
     "TRANSACTION_GROUP",
@@ -67,6 +69,7 @@ __all__ = [
     "end_transaction",
     "half_message",
     "is_commit",
+    "is_own_half",
     "is_prepared",
     "op_message",
     "op_offsets",
@@ -99,6 +102,9 @@ TRANSACTION_MASK = 0xC
 TRANSACTION_NOT_TYPE = 0
 END_TYPES = {TRANSACTION_NOT_TYPE: "unknown", TRANSACTION_COMMIT: "commit",
              TRANSACTION_ROLLBACK: "rollback"}
+#: How a ``TransactionLedger`` marks a half message a slave acting for its absent master
+#: moved to another master's check (``triomq.broker.secondary.core.acting_transaction``).
+ESCAPED = "escaped"
 
 
 def reset_transaction(sys_flag: int, value: int) -> int:
@@ -116,6 +122,14 @@ def is_prepared(properties: Mapping[str, str], reconsume_times: int = 0) -> bool
     prepared = properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
     retried = reconsume_times > 0 and properties.get(PROPERTY_DELAY, "0") not in ("", "0")
     return prepared and not retried
+
+
+def is_own_half(properties: Mapping[str, str], sys_flag: int) -> bool:
+    """Whether a broker's own put is a half message to store as one: ``TRAN_MSG`` and
+    sysFlag PREPARED, as an acting slave escapes a half message. The check's copies of
+    a half message (already in the half topic) have their transaction bits cleared."""
+    return (is_prepared(properties)
+            and sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED)
 
 
 def reject_response(broker_ip: str) -> RemotingCommand:
@@ -277,6 +291,11 @@ def end_transaction(header: EndTransactionHeader, half: MessageRecord | None, *,
         return _system_error("The commit log offset wrong")
     key = transaction_key(half)
     how = ended.get(key)
+    if how == ESCAPED:
+        return RemotingCommand.response(
+            ResponseCode.ILLEGAL_OPERATION,
+            remark=f"the transaction of half message {key} moved to another master's "
+                   f"check while this slave acted for its master: that check ends it")
     if how is not None:
         return RemotingCommand.response(
             ResponseCode.ILLEGAL_OPERATION,

@@ -24,7 +24,7 @@ from triomq.broker.secondary.core.transaction import (
 )
 from triomq.broker.secondary.core.transaction_check import MAX_SCAN, HalfEntry
 from triomq.errors import TriomqError
-from triomq.protocol.message import MessageRecord, RecordError
+from triomq.protocol.message import PROPERTY_UNIQ_KEY, MessageRecord, RecordError
 
 __all__ = ["TransactionLog", "TransactionReads"]
 
@@ -107,7 +107,11 @@ class TransactionReads:
                 for record in log.iter_records(first, log.max_offset):
                     if is_commit(record):
                         half = self.record_at(record.prepared_transaction_offset)
-                        if half is not None and half.topic == HALF_TOPIC:
+                        # A commit an acting slave escaped here names no half of this
+                        # log: the message ids tell whose commit it is.
+                        if (half is not None and half.topic == HALF_TOPIC
+                                and half.properties.get(PROPERTY_UNIQ_KEY)
+                                == record.properties.get(PROPERTY_UNIQ_KEY)):
                             ledger.read_commit(half)
 
     def _oldest_open(self, ledger: TransactionLedger, offset: int) -> int | None:

@@ -22,7 +22,8 @@ does what it returns:
    message has none, laid out as a client's, as RocketMQ 5's broker does);
    a single message with ``TRAN_MSG`` is stored as a half message
    (``triomq.broker.secondary.core.transaction``; NO_PERMISSION with
-   ``reject_transaction_message``);
+   ``reject_transaction_message``), and so is a broker's own put with
+   ``TRAN_MSG`` and sysFlag PREPARED (a half message an acting slave escapes);
 3. ``WaitFlushed`` (unless the flush policy is ``"none"``) and then
    ``WaitReplicated`` (``allAckInSyncStateSet`` or ``minInSyncReplicas``,
    the HA ``sync_replication`` rule), both within ``sync_flush_timeout``
@@ -256,15 +257,20 @@ class PutFlow:
                            timer=settings.timer, now_ms=store_ms, own=True)
         if isinstance(routed, RemotingCommand):
             return PutReply(routed)
-        return Append((MessageRecord(
+        record = MessageRecord(
             topic=routed.topic, body=message.body, queue_id=routed.queue_id,
             flag=message.flag, sys_flag=message.sys_flag,
             born_timestamp=message.born_timestamp or store_ms,
             born_host=message.born_host or settings.store_host, store_timestamp=store_ms,
             store_host=settings.store_host, reconsume_times=message.reconsume_times,
             prepared_transaction_offset=message.prepared_transaction_offset,
-            properties=self._properties(routed.properties, store_ms, new_id)),),  # type: ignore[arg-type]
-            batch=False)
+            properties=self._properties(routed.properties, store_ms, new_id))  # type: ignore[arg-type]
+        if transaction.is_own_half(message.properties, message.sys_flag):
+            # An acting slave's escaped half message: a half here, checked by this master.
+            if settings.reject_transaction_message:
+                return PutReply(transaction.reject_response(settings.store_host[0]))
+            record = transaction.half_message(record)
+        return Append((record,), batch=False)
 
     def _properties(self, properties: Mapping[str, str], store_ms: int,
                     new_id: Callable[[int], str]) -> dict[str, str]:
