@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from triomq.testing import clustersim, raftsim
+from triomq.testing import clustersim, clustersim_acting, raftsim
 from triomq.testing.seeds import SimSummary
 
 RAFT_SEEDS = 100
 CLUSTER_SEEDS = 30
+ACTING_SEEDS = 10
 #: Pins the window's first seed, to replay a window.
 PIN = "TRIOMQ_SIM_WINDOW"
 #: Windows start at or past this, beyond every fixed range (suite and soak).
@@ -92,6 +93,14 @@ def test_cluster_seeds_of_this_commits_window_pass(start: int) -> None:
         summary, "triomq sim --cluster", start, CLUSTER_SEEDS
     )
     assert summary.passed == CLUSTER_SEEDS
+
+
+def test_acting_master_seeds_of_this_commits_window_pass(start: int) -> None:
+    summary = clustersim_acting.run_seeds(ACTING_SEEDS, start)
+    assert not summary.failures, _failure_report(
+        summary, f"python -m {clustersim_acting.MODULE}", start, ACTING_SEEDS
+    )
+    assert summary.passed == ACTING_SEEDS
 
 
 def test_the_window_moves_with_the_commit_and_stays_put_for_one() -> None:
