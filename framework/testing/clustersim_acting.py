@@ -7,7 +7,8 @@ with ``enable_slave_acting_master``), the master ``b0`` of a second group
 ``broker-b`` (where an acting slave's delayed messages escape to), 1 or 2
 name servers with ``support_acting_master`` (the name server's core:
 route rewrite, member groups, NOTIFY_MIN_BROKER_ID_CHANGE), a producer of
-delayed messages (levels 1 to 3) to ``a0``, and a consumer that commits
+delayed messages (levels 1 to 3) to ``a0``, two orderly clients locking a
+queue in half the runs, and a consumer that commits
 its offsets to whichever broker the name servers route as the group's id 0
 (the acting slave while the master is gone). The brokers are
 ``clustersim_acting_broker.StaticBroker``: their registration, the
@@ -32,6 +33,9 @@ Invariants (a ``Violation`` names the seed and its replay command):
   and where the slave that acted last held the newest consumer offsets,
   none of the master's offsets is behind that slave's (every queue's, with
   ``offsets_by_queue``: see ``ActingSimulation``);
+- with strict locks (``lock_in_strict_mode``, half the runs:
+  ``clustersim_acting_locks``), at most one orderly client holds a queue's
+  lock at any time, across the acting slave and the returning master;
 - route safety: a name server routes the group's id 0 either to the
   registered master or, without one, to a slave with the group's queues
   read-only;
@@ -57,6 +61,12 @@ from triomq.protocol.route import PERM_WRITE, TopicRouteData
 from triomq.testing import seeds
 from triomq.testing.clustersim import SeedResult
 from triomq.testing.clustersim_acting_broker import OffsetCommit, StaticBroker
+from triomq.testing.clustersim_acting_locks import (
+    CLIENT_HOLD_MS,
+    CLIENTS,
+    LockResponse,
+    OrderlyClients,
+)
 from triomq.testing.clustersim_namesrv import (
     NamesrvRequest,
     NamesrvResponse,
@@ -151,7 +161,8 @@ class ActingSimulation:
     """
 
     def __init__(self, seed: int, *, chaos: bool = True, namesrvs: int | None = None,
-                 escape_while_acting: bool = True, offsets_by_queue: bool = False) -> None:
+                 escape_while_acting: bool = True, offsets_by_queue: bool = False,
+                 locks: bool | None = None) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         rng = self.rng
@@ -168,6 +179,10 @@ class ActingSimulation:
         self.offsets_by_queue = offsets_by_queue
         self.static_group = GROUP
         self.escape_to = "b0"
+        # Strict locks in half the runs, from a stream of their own.
+        locks_rng = random.Random(f"locks-{seed}")
+        self.locks = locks if locks is not None else locks_rng.random() < 0.5
+        self.orderly = OrderlyClients(self, locks_rng) if self.locks else None
         self._request_id = 0
         self.down_until: dict[str, int] = {}
         count = namesrvs if namesrvs is not None else rng.choice([1, 2])
@@ -303,12 +318,15 @@ class ActingSimulation:
     def _chaos(self) -> None:
         rng = self.rng
         namesrvs = set(self.namesrvs)
-        everyone = set(self.brokers) | namesrvs | {PRODUCER, CONSUMER}
+        everyone = set(self.brokers) | namesrvs | {PRODUCER, CONSUMER, *CLIENTS}
         if self.p_crash and rng.random() < self.p_crash:
             up = [b for b in ("a0", "a1", "a2") if self.brokers[b].up]
             if up:
                 target = "a0" if "a0" in up and rng.random() < 0.5 else rng.choice(up)
-                self.crash(target, rng.randint(300, 4000))
+                # A broker's locks are in memory: one back sooner than a client holds
+                # a lock could grant it again (see ``clustersim_acting_locks``).
+                shortest = CLIENT_HOLD_MS + 500 if self.locks else 300
+                self.crash(target, rng.randint(shortest, 4000))
         if self.p_partition and rng.random() < self.p_partition:
             if self.network.blocked and rng.random() < 0.5:
                 self.network.blocked.clear()
@@ -349,6 +367,9 @@ class ActingSimulation:
                     self.acked[key] = self.now
             elif dst == CONSUMER and isinstance(payload, NamesrvResponse):
                 self._route_answered(payload)
+            elif dst in CLIENTS and isinstance(payload, LockResponse):
+                if self.orderly is not None:
+                    self.orderly.receive(dst, payload)
             elif dst in self.brokers:
                 self.brokers[dst].receive(src, payload)
             elif dst in self.namesrvs:
@@ -359,6 +380,8 @@ class ActingSimulation:
             namesrv.step()
         self._produce()
         self._consume()
+        if self.orderly is not None:
+            self.orderly.step()
 
     def run_for(self, ms: int) -> None:
         end = self.now + ms

@@ -20,8 +20,9 @@ is where an acting slave escapes to). It pumps:
   isolated (no registration) until it took its slaves' newer consumer
   offsets and delay offsets back by DataVersion;
 - puts (SEND_MESSAGE_V2) with the broker's put core, answered once
-  appended (ASYNC_MASTER: no replication wait), and UPDATE_CONSUMER_OFFSET
-  into the ``ConsumerOffsetTable``.
+  appended (ASYNC_MASTER: no replication wait), UPDATE_CONSUMER_OFFSET
+  into the ``ConsumerOffsetTable``, and strict queue locks
+  (``clustersim_acting_locks.BrokerLocks``).
 
 Simplifications: replication is a copy of the master's bytes to each slave
 while the link between them is whole (the HA state machines run in the
@@ -73,6 +74,7 @@ from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.request_codes import RequestCode
 from triomq.protocol.route import BrokerMemberGroup, DataVersion, TopicConfig
 from triomq.protocol.unique_id import UniqueIdGenerator
+from triomq.testing.clustersim_acting_locks import BrokerLocks, LockRequest, LockResponse
 from triomq.testing.clustersim_namesrv import (
     HA_PORT,
     NamesrvRequest,
@@ -197,6 +199,7 @@ class StaticBroker:
         self.acting = False
         self.acting_tasks: list[int] = []
         self.online = False
+        self.locks = BrokerLocks(self)
         self.next_sync = self.now_ms()
         self.watch: GroupWatch | None = None
         if not self.is_master:
@@ -268,6 +271,10 @@ class StaticBroker:
                 s, EscapeResponse(i, result)))
         elif isinstance(payload, EscapeResponse):
             self.escapes[payload.id] = payload.result
+        elif isinstance(payload, LockRequest):
+            self.locks.receive(src, payload)
+        elif isinstance(payload, LockResponse):
+            self.locks.answers[payload.id] = payload.mqs
         elif isinstance(payload, OffsetCommit):
             header = parse_offset_header(payload.fields, commit=True)
             assert header.commit_offset is not None

@@ -27,7 +27,7 @@ def _master_away(sim: ActingSimulation, away_ms: int = 6000) -> None:
 
 
 def test_a_slave_acts_while_its_master_is_away_and_the_master_takes_its_tables_back() -> None:
-    sim = ActingSimulation(5, chaos=False, namesrvs=1)
+    sim = ActingSimulation(5, chaos=False, namesrvs=1, locks=True)
     sim.run_for(3000)
     assert sim.routed_to == "a0"
     sim.crash("a0", 6000)
@@ -48,6 +48,7 @@ def test_a_slave_acts_while_its_master_is_away_and_the_master_takes_its_tables_b
     assert "b0" in sim.delivered.values()  # what came due while a1 acted escaped to b0
     slave, master_log = sim.brokers["a1"].log, sim.brokers["a0"].log
     assert slave.data == master_log.data[:slave.max_offset]
+    assert sim.orderly is not None and sim.orderly.grants  # the orderly clients held the queue
 
 
 def test_seeds_pass() -> None:
@@ -95,3 +96,13 @@ def test_a_master_that_ignores_its_slaves_tables_is_caught(
     sim = ActingSimulation(5, chaos=False, namesrvs=1)
     with pytest.raises(Violation, match=r"went online .* older than a1's"):
         _master_away(sim)
+
+
+def test_a_lock_granted_without_a_quorum_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The broken rule: one replica's grant is enough, so the returning master grants the
+    # queue a client still holds through the slave that acted.
+    monkeypatch.setattr("triomq.testing.clustersim_acting_locks.lock_quorum", lambda total: 1)
+    sim = ActingSimulation(7, chaos=False, namesrvs=1, locks=True)
+    with pytest.raises(Violation, match=r"clients \['o1', 'o2'\] both hold the lock"):
+        _master_away(sim)
+        sim.run_for(5000)
