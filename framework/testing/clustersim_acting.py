@@ -43,8 +43,8 @@ Invariants (a ``Violation`` names the seed and its replay command):
   routes it as id 0 within ``ONLINE_HEAL_LIMIT_MS``.
 
 Replay one seed: ``python -m triomq.testing.clustersim_acting --seeds 1
---start SEED``. The suite's moving window runs some seeds per commit,
-``make soak`` thousands.
+--start SEED``; ``triomq sim --acting --seeds N --start K`` sweeps. The
+suite's moving window runs some seeds per commit, ``make soak`` thousands.
 """
 
 from __future__ import annotations
