@@ -185,6 +185,7 @@ class ActingSimulation:
         self.orderly = OrderlyClients(self, locks_rng) if self.locks else None
         self._request_id = 0
         self.down_until: dict[str, int] = {}
+        self.crashed_at: dict[str, int] = {}
         count = namesrvs if namesrvs is not None else rng.choice([1, 2])
         self.namesrv_names = tuple(namesrv_name(i) for i in range(1, count + 1))
         self.namesrvs = {name: ActingNamesrv(name, self, NamesrvSettings(),  # type: ignore[arg-type]
@@ -314,6 +315,13 @@ class ActingSimulation:
         node = self.brokers.get(name) or self.namesrvs[name]
         node.crash()
         self.down_until[name] = self.now + for_ms
+        self.crashed_at[name] = self.now
+
+    @property
+    def shortest_down_ms(self) -> int:
+        """How long a crashed broker stays down at least: with locks, longer than a client
+        holds one, since a broker's locks are in memory (see ``clustersim_acting_locks``)."""
+        return CLIENT_HOLD_MS + 500 if self.locks else 0
 
     def _chaos(self) -> None:
         rng = self.rng
@@ -323,10 +331,7 @@ class ActingSimulation:
             up = [b for b in ("a0", "a1", "a2") if self.brokers[b].up]
             if up:
                 target = "a0" if "a0" in up and rng.random() < 0.5 else rng.choice(up)
-                # A broker's locks are in memory: one back sooner than a client holds
-                # a lock could grant it again (see ``clustersim_acting_locks``).
-                shortest = CLIENT_HOLD_MS + 500 if self.locks else 300
-                self.crash(target, rng.randint(shortest, 4000))
+                self.crash(target, rng.randint(max(300, self.shortest_down_ms), 4000))
         if self.p_partition and rng.random() < self.p_partition:
             if self.network.blocked and rng.random() < 0.5:
                 self.network.blocked.clear()
@@ -396,10 +401,12 @@ class ActingSimulation:
             self.step()
 
     def heal(self) -> None:
-        """Every link whole, no datagram faults, every node restarted."""
+        """Every link whole, no datagram faults, every node restarted (a broker no sooner
+        than ``shortest_down_ms`` after its crash)."""
         self.network.heal()
         for name in list(self.down_until):
-            self.down_until[name] = self.now
+            shortest = self.shortest_down_ms if name in self.brokers else 0
+            self.down_until[name] = max(self.now, self.crashed_at[name] + shortest)
 
     def undelivered(self) -> list[str]:
         """The acknowledged delayed messages not delivered yet."""
