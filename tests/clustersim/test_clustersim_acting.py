@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from triomq.broker.registration.core.member_group import GroupWatch
 from triomq.broker.registration.core.pre_online import PreOnline
 from triomq.broker.send.core.put_checks import BrokerState
 from triomq.testing.clustersim_acting import ActingSimulation, run_seeds
@@ -106,3 +107,22 @@ def test_a_lock_granted_without_a_quorum_is_caught(monkeypatch: pytest.MonkeyPat
     with pytest.raises(Violation, match=r"clients \['o1', 'o2'\] both hold the lock"):
         _master_away(sim)
         sim.run_for(5000)
+
+
+def test_a_writable_route_to_an_acting_slave_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The broken rule: the name server keeps the group's queues writable without a master.
+    monkeypatch.setattr("triomq.namesrv.core.route_info.PERM_WRITE", 0)
+    sim = ActingSimulation(5, chaos=False, namesrvs=1)
+    with pytest.raises(Violation, match="routes slave a1:10911 as id 0 of broker-a with "
+                                        "writable queues"):
+        _master_away(sim)
+
+
+def test_only_the_smallest_alive_slave_acts() -> None:
+    sim = ActingSimulation(5, chaos=False, namesrvs=1)
+    _master_away(sim)
+    assert sim.acting_terms == 1
+    sim.run_for(1000)  # the next member-group poll, or the name server's notice
+    watch = sim.brokers["a2"].watch
+    assert isinstance(watch, GroupWatch) and watch.min_broker_id == 0  # the master is back
+    assert not sim.brokers["a2"].acting
