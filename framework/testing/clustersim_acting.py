@@ -4,32 +4,33 @@ One seed drives one run, in 10 ms steps of virtual time, as
 ``clustersim`` does for controller mode: a static group ``broker-a``
 (master ``a0``, id 0; slaves ``a1`` and ``a2``, ids 1 and 2; every member
 with ``enable_slave_acting_master``), the master ``b0`` of a second group
-``broker-b`` (where an acting slave's delayed messages escape to), 1 or 2
-name servers with ``support_acting_master`` (the name server's core:
-route rewrite, member groups, NOTIFY_MIN_BROKER_ID_CHANGE), a producer of
-delayed messages (levels 1 to 3) to ``a0``, two orderly clients locking a
-queue in half the runs, and a consumer that commits
-its offsets to whichever broker the name servers route as the group's id 0
-(the acting slave while the master is gone). The brokers are
-``clustersim_acting_broker.StaticBroker``: their registration, the
-acting decision (``GroupWatch``), the schedule core, the put core and the
-returning master's ``PreOnline`` are the brokers' own cores. The seed
-picks the faults: datagram drops and delays, crashes and returns of the
-master and the slaves, partitions (the master cut from the name servers,
-from its slaves or from everyone, a slave cut from the name servers or
-from its master) and name-server crashes.
+``broker-b`` (where an acting slave's delayed and timer messages escape
+to), 1 or 2 name servers with ``support_acting_master`` (the name
+server's core: route rewrite, member groups, NOTIFY_MIN_BROKER_ID_CHANGE),
+a producer of delayed messages (levels 1 to 3) and timer messages to
+``a0``, two orderly clients locking a queue in half the runs, and a
+consumer that commits its offsets to whichever broker the name servers
+route as the group's id 0 (the acting slave while the master is gone).
+The brokers are ``clustersim_acting_broker.StaticBroker``: their
+registration, the acting decision (``GroupWatch``), the schedule and
+timer cores, the put core, the lock quorum and the returning master's
+``PreOnline`` are the brokers' own cores. The seed picks the faults:
+datagram drops and delays, crashes and returns of the master and the
+slaves, partitions (the master cut from the name servers, from its slaves
+or from everyone, a slave cut from the name servers or from its master)
+and name-server crashes.
 
 Invariants (a ``Violation`` names the seed and its replay command):
 
-- an acting slave never appends to its own commit log (its delayed
+- an acting slave never appends to its own commit log (its delayed and timer
   messages escape to ``b0``; a slave writes only what it copies from its
   master, a prefix of the master's log);
-- no due delayed message is lost: once faults heal, every delayed message
-  ``a0`` acknowledged is delivered (a PUT_OK of its real topic on ``a0``,
-  or escaped onto ``b0``) within ``DELIVER_HEAL_LIMIT_MS``;
+- no due delayed message is lost: once faults heal, every delayed or timer
+  message ``a0`` acknowledged is delivered (a PUT_OK of its real topic on
+  ``a0``, or escaped onto ``b0``) within ``DELIVER_HEAL_LIMIT_MS``;
 - consumer offsets never go backwards through a pre-online: when the
   returning master goes online, each of its tables (consumer offsets, delay
-  offsets) has the newest DataVersion of those it fetched from its slaves,
+  offsets, timer checkpoint) has the newest DataVersion of those it fetched from its slaves,
   and where the slave that acted last held the newest consumer offsets,
   none of the master's offsets is behind that slave's (every queue's, with
   ``offsets_by_queue``: see ``ActingSimulation``);
@@ -188,7 +189,7 @@ class ActingSimulation:
         self.crashed_at: dict[str, int] = {}
         count = namesrvs if namesrvs is not None else rng.choice([1, 2])
         self.namesrv_names = tuple(namesrv_name(i) for i in range(1, count + 1))
-        self.namesrvs = {name: ActingNamesrv(name, self, NamesrvSettings(),  # type: ignore[arg-type]
+        self.namesrvs = {name: ActingNamesrv(name, self, NamesrvSettings(),
                                              random.Random(rng.getrandbits(64)))
                          for name in self.namesrv_names}
         settings = BrokerSettings()
@@ -197,7 +198,7 @@ class ActingSimulation:
                                        ("b0", ESCAPE_GROUP, 0)):
             self.brokers[name] = StaticBroker(name, group, broker_id, self, settings)
         # The ledger the invariants read.
-        #: UNIQ_KEY of each delayed message a0 acknowledged -> when.
+        #: UNIQ_KEY of each delayed or timer message a0 acknowledged -> when.
         self.acked: dict[str, int] = {}
         #: UNIQ_KEY -> the broker that delivered it first.
         self.delivered: dict[str, str] = {}
@@ -273,7 +274,10 @@ class ActingSimulation:
         self._next += 1
         rid = self.next_request_id()
         key = f"ACT{self.seed:08d}{self._next:08d}"
-        header = {**send_header(key, self.now, delay_level=1 + self._next % 3),
+        # Delay levels 1 to 3 (1, 5, 10 s) and timer messages 1.5 s and 4 s ahead, in turn.
+        turn = self._next % 5
+        header = {**send_header(key, self.now, delay_level=1 + turn if turn < 3 else 0,
+                                timer_delay_ms=(1500, 4000)[turn - 3] if turn >= 3 else 0),
                   "e": str(self._next % TOPIC_QUEUES), "n": GROUP}
         self._puts[rid] = key
         request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext_fields=header,
@@ -409,7 +413,7 @@ class ActingSimulation:
             self.down_until[name] = max(self.now, self.crashed_at[name] + shortest)
 
     def undelivered(self) -> list[str]:
-        """The acknowledged delayed messages not delivered yet."""
+        """The acknowledged delayed and timer messages not delivered yet."""
         return sorted(key for key in self.acked if key not in self.delivered)
 
     def master_routed(self) -> bool:
@@ -418,7 +422,8 @@ class ActingSimulation:
             n.routed_master() == "a0" for n in self.namesrvs.values() if n.up)
 
     def run(self) -> SeedResult:
-        """Chaos, then heal: the master back online, every delayed message delivered."""
+        """Chaos, then heal: the master back online, every delayed and timer message
+        delivered."""
         try:
             if self.chaos:
                 self.network.faults = self.faults

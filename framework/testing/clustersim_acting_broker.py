@@ -11,14 +11,16 @@ is where an acting slave escapes to). It pumps:
 - on a slave, ``GroupWatch`` (``broker.registration.core.member_group``):
   GET_BROKER_MEMBER_GROUP polls and NOTIFY_MIN_BROKER_ID_CHANGE decide
   when it acts for its absent master, and the acting term runs the delayed
-  messages' delivery (``clustersim_schedule.SimSchedule``, the schedule
-  core) whose puts escape to another group's master, as the ``container``
+  and timer messages' delivery (``clustersim_schedule.SimSchedule``, the
+  schedule core; ``clustersim_timer.SimTimer``, the timer core) whose puts
+  escape to another group's master, as the ``container``
   bridge does (a put through that master's own put flow, here a datagram
   to it): an acting slave never writes its own commit log;
-- on the master, the schedule core in its term, through its own put, and
-  on every start ``PreOnline`` (``broker.registration.core.pre_online``):
-  isolated (no registration) until it took its slaves' newer consumer
-  offsets and delay offsets back by DataVersion;
+- on the master, the schedule and timer cores in its term, through its own
+  put, and on every start ``PreOnline``
+  (``broker.registration.core.pre_online``): isolated (no registration)
+  until it took its slaves' newer consumer offsets, delay offsets and timer
+  checkpoint back by DataVersion;
 - puts (SEND_MESSAGE_V2) with the broker's put core, answered once
   appended (ASYNC_MASTER: no replication wait), UPDATE_CONSUMER_OFFSET
   into the ``ConsumerOffsetTable``, and strict queue locks
@@ -27,7 +29,7 @@ is where an acting slave escapes to). It pumps:
 Simplifications: replication is a copy of the master's bytes to each slave
 while the link between them is whole (the HA state machines run in the
 controller-mode simulation), a slave copies its master's tables (consumer
-and delay offsets) every ``slave_synchronize_period`` while the master is
+and delay offsets, timer checkpoint) every ``slave_synchronize_period`` while the master is
 online and it does not act, and the tables step their DataVersion on every
 change (``version_step`` 1, so a pre-online sees every move).
 """
@@ -58,6 +60,7 @@ from triomq.broker.registration.core.pre_online import (
     PreOnline,
 )
 from triomq.broker.secondary.core.delay_offsets import DelayOffsetTable
+from triomq.broker.secondary.core.timer_checkpoint import TimerCheckpointTable
 from triomq.broker.send.core.put_checks import BrokerState, PutSettings, host_port
 from triomq.broker.send.core.put_flow import (
     Append,
@@ -96,12 +99,14 @@ from triomq.testing.clustersim_parts import (
     Term,
 )
 from triomq.testing.clustersim_schedule import SimSchedule
+from triomq.testing.clustersim_timer import SimTimer
 
 if TYPE_CHECKING:
     from triomq.testing.clustersim_acting import ActingSimulation
 
 #: The tables a returning master takes back, by PreOnline's kinds.
-CONSUMER_OFFSETS, DELAY_OFFSETS = "consumerOffset", "delayOffset"
+CONSUMER_OFFSETS, DELAY_OFFSETS, TIMER_CHECKPOINT = (
+    "consumerOffset", "delayOffset", "timerCheckpoint")
 #: Bytes a slave copies from its master per step.
 COPY_BATCH = 4096
 #: A returning master's longest isolation (``PreOnline``'s wait).
@@ -131,6 +136,18 @@ class OffsetCommit:
     """UPDATE_CONSUMER_OFFSET (its header fields), oneway."""
 
     fields: dict[str, str] = attrs.field(eq=False)
+
+
+class OwnPuts:
+    """What the schedule and timer pumps call to put a message (the escape bridge's
+    place): the broker's ``put_own``."""
+
+    def __init__(self, broker: StaticBroker) -> None:
+        self.broker = broker
+        self.settings = broker.put_settings
+
+    def put_own(self, message: EscapedMessage, done: Callable[[EscapeResult], None]) -> None:
+        self.broker.put_own(message, done)
 
 
 class StaticTerm(Term):
@@ -171,6 +188,9 @@ class StaticBroker:
             sync_flush_timeout=settings.put_timeout, flush_policy="group",
             store_host=host_port(name), segment_size=self.log.segment_size)
         self.unique_ids = UniqueIdGenerator("127.0.0.1", 2, sum(name.encode()))
+        self.puts = OwnPuts(self)
+        #: ``timerCheckpoint.json`` inside (kept across crashes).
+        self.timer = SimTimer(self)
         self.up = False
         self.start()
 
@@ -192,7 +212,7 @@ class StaticBroker:
         self.tasks = Tasks()
         self.term = StaticTerm("master" if self.is_master else "slave",
                                self.name if self.is_master else self.master_name, self.log)
-        self.registration = SimRegistration(self, sim.namesrv_names)  # type: ignore[arg-type]
+        self.registration = SimRegistration(self, sim.namesrv_names)
         self.escapes: dict[int, EscapeResult] = {}
         #: GET_BROKER_MEMBER_GROUP in flight: request id -> its answer (None until it came).
         self.member_answers: dict[int, RemotingCommand | None] = {}
@@ -237,7 +257,7 @@ class StaticBroker:
             f"{self.name}:{HA_PORT}", self.settings.broker_not_active_timeout,
             enable_acting_master=True), self.now_ms())
         if self.is_master:
-            self.term.tasks = self.schedule.start(self.term)
+            self.term.tasks = [*self.schedule.start(self.term), *self.timer.start(self.term)]
 
     # -- driving -------------------------------------------------------------------
 
@@ -250,6 +270,7 @@ class StaticBroker:
             self._copy_from_master()
         self.tasks.run()
         self.schedule.step()
+        self.timer.step()
         self.tasks.run()
 
     def receive(self, src: str, payload: object) -> None:
@@ -323,9 +344,9 @@ class StaticBroker:
             self._watch_actions(self.watch.member_group(namesrv, members, self.now_ms()))
 
     def _start_acting(self) -> None:
-        """The acting term: the delayed messages' delivery, its puts escaping."""
+        """The acting term: the delayed and timer messages' delivery, its puts escaping."""
         self.acting = True
-        self.acting_tasks = self.schedule.start(self.term)
+        self.acting_tasks = [*self.schedule.start(self.term), *self.timer.start(self.term)]
         self.sim.on_acting(self, True)
 
     def _stop_acting(self) -> None:
@@ -358,6 +379,8 @@ class StaticBroker:
                                                                  version_step=1))
             self.schedule.offsets.adopt_master(DelayOffsetTable.decode(
                 master.schedule.offsets.encode(), version_step=1))
+            self.timer.table.adopt_master(TimerCheckpointTable.decode(
+                master.timer.table.encode()))
 
     def append(self, offset: int, data: bytes, *, replicated: bool = False) -> None:
         """Write the commit log: a slave only what it copies from its master."""
@@ -369,7 +392,8 @@ class StaticBroker:
 
     def tables(self) -> dict[str, DataVersion]:
         return {CONSUMER_OFFSETS: self.offsets.data_version,
-                DELAY_OFFSETS: self.schedule.offsets.data_version}
+                DELAY_OFFSETS: self.schedule.offsets.data_version,
+                TIMER_CHECKPOINT: self.timer.table.data_version}
 
     def transferring(self) -> frozenset[str]:
         """The slaves replicating from this master now (their links whole)."""
@@ -406,9 +430,11 @@ class StaticBroker:
                 if action.kind == CONSUMER_OFFSETS:
                     self.offsets = ConsumerOffsetTable.decode(slave.offsets.encode(),
                                                               version_step=1)
-                else:
+                elif action.kind == DELAY_OFFSETS:
                     self.schedule.offsets = DelayOffsetTable.decode(
                         slave.schedule.offsets.encode(), version_step=1)
+                else:
+                    self.timer.table = TimerCheckpointTable.decode(slave.timer.table.encode())
             elif isinstance(action, GoOnline):
                 self.sim.on_pre_online(self, fetched, action.why)
                 self._go_online()
@@ -425,11 +451,6 @@ class StaticBroker:
                             store_ms=self.now_ms(), new_id=self.unique_ids.next_id)
         self._pump(flow, action, lambda response: self._send(src, PutResponse(put.id,
                                                                                response)))
-
-    @property
-    def puts(self) -> StaticBroker:
-        """The schedule's puts (``SimSchedule`` calls ``puts.put_own``)."""
-        return self
 
     def put_own(self, message: EscapedMessage, done: Callable[[EscapeResult], None]) -> None:
         """A message the broker writes itself: on its own log as master, escaped to
