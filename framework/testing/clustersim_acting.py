@@ -165,6 +165,13 @@ class ActingSimulation:
                  escape_while_acting: bool = True, offsets_by_queue: bool = False,
                  locks: bool | None = None) -> None:
         self.seed = seed
+        #: The options given beyond the seed (a replay names them).
+        self._options = {"chaos": chaos, **{k: v for k, v in (
+            ("namesrvs", namesrvs), ("locks", locks)) if v is not None}}
+        if not escape_while_acting:
+            self._options["escape_while_acting"] = False
+        if offsets_by_queue:
+            self._options["offsets_by_queue"] = True
         self.rng = random.Random(seed)
         rng = self.rng
         self.now = 0
@@ -220,8 +227,15 @@ class ActingSimulation:
         return self._request_id
 
     def violation(self, what: str) -> None:
-        raise Violation(f"seed {self.seed}: {what} at {self.now} ms (replay: python -m "
-                        f"{MODULE} --seeds 1 --start {self.seed})")
+        raise Violation(f"seed {self.seed}: {what} at {self.now} ms (replay: {self.replay})")
+
+    @property
+    def replay(self) -> str:
+        """What replays this run: the sweep's command, or this run's options."""
+        if self._options == {"chaos": True}:
+            return f"python -m {MODULE} --seeds 1 --start {self.seed}"
+        options = "".join(f", {k}={v!r}" for k, v in self._options.items())
+        return f"{MODULE}.ActingSimulation({self.seed}{options}).run()"
 
     def group_members(self, group: str) -> list[StaticBroker]:
         return [b for b in self.brokers.values() if b.group == group]

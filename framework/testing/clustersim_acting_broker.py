@@ -28,10 +28,12 @@ is where an acting slave escapes to). It pumps:
 
 Simplifications: replication is a copy of the master's bytes to each slave
 while the link between them is whole (the HA state machines run in the
-controller-mode simulation), a slave copies its master's tables (consumer
-and delay offsets, timer checkpoint) every ``slave_synchronize_period`` while the master is
-online and it does not act, and the tables step their DataVersion on every
-change (``version_step`` 1, so a pre-online sees every move).
+controller-mode simulation); a slave copies its master's tables (consumer
+and delay offsets, timer checkpoint) every ``slave_synchronize_period``
+while the master is online and it does not act, and a pre-online reads a
+slave's tables at once over a whole link (no GET_ALL_CONSUMER_OFFSET round
+trip); the tables step their DataVersion on every change (``version_step``
+1, so a pre-online sees every move).
 """
 
 from __future__ import annotations

@@ -9,14 +9,25 @@ rule.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
+from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
 from triomq.broker.registration.core.member_group import GroupWatch
 from triomq.broker.registration.core.pre_online import PreOnline
 from triomq.broker.send.core.put_checks import BrokerState
-from triomq.testing.clustersim_acting import ActingSimulation, run_seeds
+from triomq.testing.clustersim_acting import ActingSimulation, run_seed, run_seeds
 from triomq.testing.clustersim_acting_broker import StaticBroker
+from triomq.testing.clustersim_net import TaskGen
 from triomq.testing.seeds import Violation
+
+
+def _lose(self: StaticBroker, message: EscapedMessage,
+          done: Callable[[EscapeResult], None]) -> TaskGen:
+    """The broken rule: the escape answers PUT_OK without the other master storing it."""
+    done(EscapeResult(code=0))
+    yield from ()
 
 
 def _master_away(sim: ActingSimulation, away_ms: int = 6000) -> None:
@@ -57,6 +68,14 @@ def test_seeds_pass() -> None:
     assert not summary.failures, [f.violation for f in summary.failures]
 
 
+def test_a_failing_seed_names_its_replay_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(StaticBroker, "_escape", _lose)
+    result = run_seed(0)
+    assert not result.ok
+    assert result.replay == "python -m triomq.testing.clustersim_acting --seeds 1 --start 0"
+    assert f"(replay: {result.replay})" in result.violation
+
+
 def test_an_acting_slave_storing_on_its_own_log_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     # The broken rule: an acting slave puts its delayed messages through its own put flow,
     # which takes it for a master.
@@ -72,20 +91,14 @@ def test_an_acting_slave_storing_on_its_own_log_is_caught(monkeypatch: pytest.Mo
 
 
 def test_a_delayed_message_lost_by_the_escape_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The broken rule: the escape answers PUT_OK without the other master storing anything.
-    def lose(self: StaticBroker, message: object, done: object) -> object:
-        from triomq.broker.core.escape_bridge import EscapeResult
-        done(EscapeResult(code=0))  # type: ignore[operator]
-        yield from ()
-
-    monkeypatch.setattr(StaticBroker, "_escape", lose)
+    monkeypatch.setattr(StaticBroker, "_escape", _lose)
     sim = ActingSimulation(5, chaos=False, namesrvs=1)
     _master_away(sim)
     with pytest.raises(Violation, match="every acknowledged delayed message delivered") as caught:
         sim.run_until(lambda: not sim.undelivered(), 20_000,
                       "every acknowledged delayed message delivered")
-    assert "replay: python -m triomq.testing.clustersim_acting --seeds 1 --start 5" in str(
-        caught.value)
+    assert ("replay: triomq.testing.clustersim_acting.ActingSimulation(5, chaos=False, "
+            "namesrvs=1).run()") in str(caught.value)
 
 
 def test_a_master_that_ignores_its_slaves_tables_is_caught(
