@@ -105,6 +105,7 @@ lint: $(TEST_STAMP)
 soak: $(TEST_STAMP)
 	$(BIN)/triomq sim --seeds 10000 --start 1000
 	$(BIN)/triomq sim --cluster --seeds 2000 --start 1000
+	$(BIN)/triomq sim --acting --seeds 2000 --start 1000
 
 # The suite must not depend on scheduling luck: run it RUNS times (default 5)
 # beside a busy loop on every core, as a busy CI machine would; opt-in. (A

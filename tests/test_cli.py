@@ -30,7 +30,7 @@ def test_config_lists_documented_keys(capsys):
     assert all(row["doc"] for row in rows)
 
 
-@pytest.mark.parametrize("which", [[], ["--cluster"]])
+@pytest.mark.parametrize("which", [[], ["--cluster"], ["--acting"]])
 def test_sim_prints_the_tally_last(capsys, which):
     assert main(["sim", "--seeds", "3", "--start", "11", *which]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "3 passed, 0 failed"

@@ -1,4 +1,4 @@
-"""Seeds no fixed range covers: a window of both simulations that moves with the commit.
+"""Seeds no fixed range covers: a window of the simulations that moves with the commit.
 
 The fixed sweeps (the suite's and ``make soak``) run the same seeds every
 time, so they only find what those seeds reach. Here each commit gets its
@@ -8,7 +8,7 @@ commit always runs the same window, and a failure names the seed's replay
 command. Without git, the window is random and printed.
 
 Replay a whole window with ``TRIOMQ_SIM_WINDOW=START pytest
-tests/test_sim_window.py`` (or ``triomq sim [--cluster] --seeds N --start
+tests/test_sim_window.py`` (or ``triomq sim [--cluster | --acting] --seeds N --start
 START``).
 """
 
@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from triomq.testing import clustersim, raftsim
+from triomq.testing import clustersim, clustersim_acting, raftsim
 from triomq.testing.seeds import SimSummary
 
 RAFT_SEEDS = 100
 CLUSTER_SEEDS = 30
+ACTING_SEEDS = 10
 #: Pins the window's first seed, to replay a window.
 PIN = "TRIOMQ_SIM_WINDOW"
 #: Windows start at or past this, beyond every fixed range (suite and soak).
@@ -92,6 +93,14 @@ def test_cluster_seeds_of_this_commits_window_pass(start: int) -> None:
         summary, "triomq sim --cluster", start, CLUSTER_SEEDS
     )
     assert summary.passed == CLUSTER_SEEDS
+
+
+def test_acting_master_seeds_of_this_commits_window_pass(start: int) -> None:
+    summary = clustersim_acting.run_seeds(ACTING_SEEDS, start)
+    assert not summary.failures, _failure_report(
+        summary, "triomq sim --acting", start, ACTING_SEEDS
+    )
+    assert summary.passed == ACTING_SEEDS
 
 
 def test_the_window_moves_with_the_commit_and_stays_put_for_one() -> None:

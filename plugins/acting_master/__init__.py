@@ -6,7 +6,8 @@
   NOTIFY_MIN_BROKER_ID_CHANGE) and, on the alive slave with the smallest
   brokerId while the master is gone, runs the broker's acting term (the
   components scoped ``Scope.ACTING_TERM``) until the master or a smaller
-  slave is back. The rule is ``core.member_group.GroupWatch``, pure.
+  slave is back. The rule is ``triomq.broker.registration.core.member_group.GroupWatch``
+  (pure, in the kernel, which the cluster simulation runs too).
 
 - ``triomq_escape_bridge``: ``"container"`` (``container_bridge``), a put on
   a master of the cluster running in the same process; ``"remote"``

@@ -1,4 +1,7 @@
-"""The acting-master component: a thin trio driver of ``core.member_group.GroupWatch``.
+"""The acting-master component: a thin trio driver of the kernel's ``GroupWatch``.
+
+``GroupWatch`` (``triomq.broker.registration.core.member_group``, pure) sits in the
+kernel so that the cluster simulation runs the same rule.
 
 It polls GET_BROKER_MEMBER_GROUP (901) over the node's RPC client (with
 ``compatible_with_old_name_srv``, the route of topic
@@ -20,16 +23,16 @@ import trio
 
 from triomq.broker.components import ActingTerm, ComponentView, Scope
 from triomq.broker.core.role import BrokerRole
-from triomq.broker.registration.member_group import query_member_group
-from triomq.clock import now_ms
-from triomq.errors import TriomqError
-from triomq.plugins.acting_master.core.member_group import (
+from triomq.broker.registration.core.member_group import (
     GroupAction,
     GroupWatch,
     QueryMemberGroup,
     StartActing,
     StopActing,
 )
+from triomq.broker.registration.member_group import query_member_group
+from triomq.clock import now_ms
+from triomq.errors import TriomqError
 from triomq.protocol.header_fields import HeaderFields
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.request_codes import RequestCode

@@ -8,11 +8,12 @@
   acknowledged and consumed; with ``--acting-master`` (``acting``), static
   groups whose master is killed, a slave acting for it and the master's
   return through pre-online;
-- ``triomq sim --seeds N [--start K] [--cluster]``: the deterministic
-  simulation of a Raft cluster (or, with ``--cluster``, of controllers plus
-  a broker group, ``triomq.testing``); progress on stderr for long sweeps (a
-  bar on a terminal), ``N passed, M failed`` last, a non-zero exit on any
-  violation.
+- ``triomq sim --seeds N [--start K] [--cluster | --acting]``: the
+  deterministic simulation of a Raft cluster (or, with ``--cluster``, of
+  controllers plus a broker group; with ``--acting``, of a static group
+  whose slaves act for their absent master, ``triomq.testing``); progress
+  on stderr for long sweeps (a bar on a terminal), ``N passed, M failed``
+  last, a non-zero exit on any violation.
 
 The kernel's ``triomq`` command knows neither: it only calls the hook.
 """
@@ -56,8 +57,12 @@ def triomq_add_cli_commands(subparsers: argparse._SubParsersAction,
     p = subparsers.add_parser("sim", help="run a deterministic simulation over many seeds")
     p.add_argument("--seeds", type=int, default=100, help="how many seeds (default 100)")
     p.add_argument("--start", type=int, default=0, help="first seed (default 0)")
-    p.add_argument("--cluster", action="store_true",
-                   help="simulate controllers plus a broker group instead of Raft alone")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--cluster", action="store_true",
+                       help="simulate controllers plus a broker group instead of Raft alone")
+    which.add_argument("--acting", action="store_true",
+                       help="simulate a static broker group whose slaves act for their absent "
+                            "master (slave acting master, pre-online, strict locks)")
     p.set_defaults(func=_sim)
 
 
@@ -72,7 +77,7 @@ def _demo(plugin_manager: PluginManager, args: argparse.Namespace) -> int:
 
 
 def _sim(args: argparse.Namespace) -> int:
-    from triomq.testing import clustersim, raftsim
+    from triomq.testing import clustersim, clustersim_acting, raftsim
 
-    simulation = clustersim if args.cluster else raftsim
+    simulation = clustersim if args.cluster else clustersim_acting if args.acting else raftsim
     return simulation.main(["--seeds", str(args.seeds), "--start", str(args.start)])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from triomq.plugins.acting_master.core.member_group import (
+from triomq.broker.registration.core.member_group import (
     GroupWatch,
     QueryMemberGroup,
     StartActing,

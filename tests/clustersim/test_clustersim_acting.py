@@ -1,0 +1,141 @@
+"""The acting-master simulation: a static group's slave acts for its absent master.
+
+A master that crashes leaves its smallest alive slave acting (the name
+servers route it as id 0, read-only), whose delayed messages escape to the
+other group's master; the master that returns takes the slave's newer
+tables back before it registers. Each invariant is shown to catch a broken
+rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
+from triomq.broker.registration.core.member_group import GroupWatch
+from triomq.broker.registration.core.pre_online import PreOnline
+from triomq.broker.send.core.put_checks import BrokerState
+from triomq.testing.clustersim_acting import ActingSimulation, run_seed, run_seeds
+from triomq.testing.clustersim_acting_broker import StaticBroker
+from triomq.testing.clustersim_net import TaskGen
+from triomq.testing.seeds import Violation
+
+
+def _lose(self: StaticBroker, message: EscapedMessage,
+          done: Callable[[EscapeResult], None]) -> TaskGen:
+    """The broken rule: the escape answers PUT_OK without the other master storing it."""
+    done(EscapeResult(code=0))
+    yield from ()
+
+
+def _master_away(sim: ActingSimulation, away_ms: int = 6000) -> None:
+    """Run a while, crash the master for ``away_ms``, run until it is routed again."""
+    sim.run_for(3000)
+    sim.crash("a0", away_ms)
+    sim.run_for(away_ms + 10)
+    sim.run_until(sim.master_routed, 10_000, "the master back")
+
+
+def test_a_slave_acts_while_its_master_is_away_and_the_master_takes_its_tables_back() -> None:
+    sim = ActingSimulation(5, chaos=False, namesrvs=1, locks=True)
+    sim.run_for(3000)
+    assert sim.routed_to == "a0"
+    sim.crash("a0", 6000)
+    sim.run_for(5000)
+    assert sim.brokers["a1"].acting and not sim.brokers["a2"].acting
+    assert sim.routed_to == "a1"  # the name server routes the acting slave as id 0
+    acting_offsets = sim.brokers["a1"].offsets.offsets()
+    sim.run_for(1010)
+    sim.run_until(sim.master_routed, 10_000, "the master back")
+    # The name server's notice (or the next member-group poll) ends the acting term.
+    sim.run_until(lambda: not sim.brokers["a1"].acting, 1000, "a1 no longer acting")
+    assert sim.pre_onlines == 2  # its first start, and its return
+    master = sim.brokers["a0"].offsets.offsets()
+    for key, queues in acting_offsets.items():
+        for queue_id, offset in queues.items():
+            assert master[key][queue_id] >= offset
+    sim.run_until(lambda: not sim.undelivered(), 20_000, "every delayed message delivered")
+    assert "b0" in sim.delivered.values()  # what came due while a1 acted escaped to b0
+    slave, master_log = sim.brokers["a1"].log, sim.brokers["a0"].log
+    assert slave.data == master_log.data[:slave.max_offset]
+    assert sim.orderly is not None and sim.orderly.grants  # the orderly clients held the queue
+
+
+def test_seeds_pass() -> None:
+    summary = run_seeds(8, 0)
+    assert not summary.failures, [f.violation for f in summary.failures]
+
+
+def test_a_failing_seed_names_its_replay_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(StaticBroker, "_escape", _lose)
+    result = run_seed(0)
+    assert not result.ok
+    assert result.replay == "python -m triomq.testing.clustersim_acting --seeds 1 --start 0"
+    assert f"(replay: {result.replay})" in result.violation
+
+
+def test_an_acting_slave_storing_on_its_own_log_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The broken rule: an acting slave puts its delayed messages through its own put flow,
+    # which takes it for a master.
+    def as_master(self: StaticBroker) -> BrokerState:
+        return BrokerState(broker_id=self.broker_id, role="master", is_master=True,
+                           in_sync_replicas=1)
+
+    monkeypatch.setattr(StaticBroker, "_state", as_master)
+    sim = ActingSimulation(5, chaos=False, namesrvs=1, escape_while_acting=False)
+    caught = r"slave a1 \(acting: True\) appended to its own commit log"
+    with pytest.raises(Violation, match=caught):
+        _master_away(sim)
+
+
+def test_a_delayed_message_lost_by_the_escape_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(StaticBroker, "_escape", _lose)
+    sim = ActingSimulation(5, chaos=False, namesrvs=1)
+    _master_away(sim)
+    with pytest.raises(Violation, match="every acknowledged delayed message delivered") as caught:
+        sim.run_until(lambda: not sim.undelivered(), 20_000,
+                      "every acknowledged delayed message delivered")
+    assert ("replay: triomq.testing.clustersim_acting.ActingSimulation(5, chaos=False, "
+            "namesrvs=1).run()") in str(caught.value)
+
+
+def test_a_master_that_ignores_its_slaves_tables_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The broken rule: the pre-online takes nothing back from the slaves.
+    fetched = PreOnline.fetched
+    monkeypatch.setattr(PreOnline, "fetched", lambda self, address, versions, now: fetched(
+        self, address, None, now))
+    sim = ActingSimulation(5, chaos=False, namesrvs=1)
+    with pytest.raises(Violation, match=r"went online .* older than a1's"):
+        _master_away(sim)
+
+
+def test_a_lock_granted_without_a_quorum_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The broken rule: one replica's grant is enough, so the returning master grants the
+    # queue a client still holds through the slave that acted.
+    monkeypatch.setattr("triomq.testing.clustersim_acting_locks.lock_quorum", lambda total: 1)
+    sim = ActingSimulation(7, chaos=False, namesrvs=1, locks=True)
+    with pytest.raises(Violation, match=r"clients \['o1', 'o2'\] both hold the lock"):
+        _master_away(sim)
+        sim.run_for(5000)
+
+
+def test_a_writable_route_to_an_acting_slave_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The broken rule: the name server keeps the group's queues writable without a master.
+    monkeypatch.setattr("triomq.namesrv.core.route_info.PERM_WRITE", 0)
+    sim = ActingSimulation(5, chaos=False, namesrvs=1)
+    with pytest.raises(Violation, match="routes slave a1:10911 as id 0 of broker-a with "
+                                        "writable queues"):
+        _master_away(sim)
+
+
+def test_only_the_smallest_alive_slave_acts() -> None:
+    sim = ActingSimulation(5, chaos=False, namesrvs=1)
+    _master_away(sim)
+    assert sim.acting_terms == 1
+    sim.run_for(1000)  # the next member-group poll, or the name server's notice
+    watch = sim.brokers["a2"].watch
+    assert isinstance(watch, GroupWatch) and watch.min_broker_id == 0  # the master is back
+    assert not sim.brokers["a2"].acting
