@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import re
 import shlex
 import shutil
@@ -186,6 +187,12 @@ def test_sh_block_commands_exist(text, capsys):
             assert (ROOT / words[1]).exists() or words[1] == ".venv/bin/activate"
         elif words[0] == "make":
             assert words[1] in targets, f"no make target {words[1]!r}"
+        elif "/" in words[0]:
+            # A script of the repository, by its path from the root (not from the
+            # working directory, which another test may have changed).
+            script = ROOT / words[0]
+            assert script.is_file() and os.access(script, os.X_OK), \
+                f"{words[0]}: no executable file of the repository"
         else:
             assert shutil.which(words[0]), f"{words[0]}: not a command here"
 
