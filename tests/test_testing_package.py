@@ -80,3 +80,12 @@ def test_a_skip_in_a_trio_test_keeps_its_reason(tmp_path):
                           timeout=120, check=False)
     assert done.returncode == 0, done.stdout
     assert "SKIPPED [1] test_skips.py:6: the transport cannot half-close" in done.stdout
+
+
+def test_free_tcp_ports_handed_out_in_a_row_never_repeat():
+    # A cluster picks its controllers' and name servers' ports before any listens: a
+    # repeat would make the second listener fail with "address already in use".
+    from triomq.testing.cluster import free_tcp_port
+
+    ports = [free_tcp_port() for _ in range(2_000)]
+    assert len(set(ports)) == len(ports)

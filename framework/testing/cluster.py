@@ -20,6 +20,7 @@ up front (their peers need them) and brokers port 0.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import random
 import socket
@@ -56,18 +57,25 @@ def _ephemeral_low() -> int:
 # a port between its choice and its listener; random, so processes rarely pick alike.
 _PORTS = range(max(1024, _ephemeral_low() - 12_000), _ephemeral_low())
 _pick = random.Random()
+# Ports this process handed out lately: a cluster picks several up front, before any of
+# them listens, and one pick must not repeat another (a probe cannot see an unbound choice).
+_handed_out: collections.deque[int] = collections.deque(maxlen=len(_PORTS) // 4)
 
 
 def free_tcp_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range, and
+    not among the last few thousand this process handed out."""
     for _ in range(1_000):
         port = _pick.choice(_PORTS)
+        if port in _handed_out:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _handed_out.append(port)
+        return port
     raise OSError(f"no free TCP port on 127.0.0.1 in {_PORTS.start}-{_PORTS.stop - 1}")
 
 
