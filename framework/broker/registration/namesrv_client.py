@@ -27,8 +27,9 @@ from triomq.broker.registration.core.namesrv_registration import (
 )
 from triomq.clock import now_ms
 from triomq.rpc import RpcClient, RpcError
+from triomq.transport import split_address
 
-__all__ = ["NamesrvClient", "rpc_address"]
+__all__ = ["NamesrvClient", "route_address", "rpc_address"]
 
 log = logging.getLogger("triomq.broker")
 
@@ -39,6 +40,12 @@ REQUEST_TIMEOUT = 3.0
 def rpc_address(address: str) -> str:
     """A name server's address as the RPC client dials it (RocketMQ's carry no scheme)."""
     return address if "://" in address else f"tcp://{address}"
+
+
+def route_address(address: str) -> str:
+    """A TCP address as RocketMQ's routes carry it (``host:port``); others keep their scheme."""
+    scheme, location = split_address(address) if "://" in address else ("", address)
+    return location if scheme == "tcp" else address
 
 
 class NamesrvClient:
