@@ -7,9 +7,13 @@ import json
 
 import trio
 
+from triomq.broker.core.escape_bridge import EscapeResult
+from triomq.broker.core.headers import parse_offset_msg_id
+from triomq.broker.service import Broker
+from triomq.protocol.message import MessageRecord
 from triomq.testing.static_groups import Groups, acting_namesrv
 
-__all__ = ["Groups", "acting_namesrv", "create_topic", "route", "wait_for"]
+__all__ = ["Groups", "SlaveBridgeTarget", "acting_namesrv", "create_topic", "route", "wait_for"]
 
 GET_ROUTEINFO_BY_TOPIC = 105
 CREATE_TOPIC = 17
@@ -33,3 +37,23 @@ async def wait_for(predicate, timeout: float = 20.0) -> None:
     with trio.fail_after(timeout):
         while not await predicate():
             await trio.sleep(0.02)
+
+
+class SlaveBridgeTarget:
+    """The escape-bridge conformance suite's target: bridge ``name`` of ``slave``, onto
+    ``master`` (None: no master it can reach)."""
+
+    def __init__(self, name: str, slave: Broker, master: Broker | None, *,
+                 max_message_size: int, keeps_born_host: bool = True) -> None:
+        self.master = master
+        self.bridge = slave.node.plugins.escape_bridge(name)(slave.node)
+        self.max_message_size = max_message_size
+        self.keeps_born_host = keeps_born_host
+
+    async def stored(self, result: EscapeResult) -> MessageRecord:
+        assert self.master is not None and result.msg_id is not None
+        _host, offset = parse_offset_msg_id(result.msg_id)
+        return self.master.log.read_record(offset)
+
+    async def end_offset(self) -> int:
+        return 0 if self.master is None else self.master.log.max_offset

@@ -5,34 +5,20 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 import pytest
-from acting_nodes import Groups, create_topic
+from acting_nodes import Groups, SlaveBridgeTarget, create_topic
 
 from triomq.broker.core.codes import ResponseCode
-from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
-from triomq.broker.core.headers import parse_offset_msg_id
+from triomq.broker.core.escape_bridge import EscapedMessage
 from triomq.broker.service import Broker
-from triomq.protocol.message import MessageRecord
 from triomq.testing import EscapeBridgeConformance
 from triomq.testing.cluster import open_cluster
 
 MAX_MESSAGE_SIZE = 2048
 
 
-class ContainerTarget:
-    """The ``container`` bridge of slave ``a1``, onto master ``b0`` in the same process."""
-
-    def __init__(self, slave: Broker, master: Broker | None) -> None:
-        self.master = master
-        self.bridge = slave.node.plugins.escape_bridge("container")(slave.node)
-        self.max_message_size = MAX_MESSAGE_SIZE
-
-    async def stored(self, result: EscapeResult) -> MessageRecord:
-        assert self.master is not None and result.msg_id is not None
-        _host, offset = parse_offset_msg_id(result.msg_id)
-        return self.master.log.read_record(offset)
-
-    async def end_offset(self) -> int:
-        return 0 if self.master is None else self.master.log.max_offset
+def container_target(slave: Broker, master: Broker | None) -> SlaveBridgeTarget:
+    """Slave ``a1``'s ``container`` bridge, onto master ``b0``."""
+    return SlaveBridgeTarget("container", slave, master, max_message_size=MAX_MESSAGE_SIZE)
 
 
 @asynccontextmanager
@@ -50,17 +36,17 @@ class TestContainerEscapeBridge(EscapeBridgeConformance):
     @pytest.fixture
     async def target(self, tmp_path):
         async with slave_beside(tmp_path, "b0") as cluster:
-            yield ContainerTarget(cluster.broker("a1"), cluster.broker("b0"))
+            yield container_target(cluster.broker("a1"), cluster.broker("b0"))
 
     @pytest.fixture
     async def masterless(self, tmp_path):
         async with slave_beside(tmp_path) as cluster:
-            yield ContainerTarget(cluster.broker("a1"), None)
+            yield container_target(cluster.broker("a1"), None)
 
 
 async def test_it_puts_on_the_first_master_by_name_and_never_on_itself(tmp_path):
     async with slave_beside(tmp_path, "c0", "b0") as cluster:
-        target = ContainerTarget(cluster.broker("a1"), cluster.broker("b0"))
+        target = container_target(cluster.broker("a1"), cluster.broker("b0"))
         result = await target.bridge.put_message(
             EscapedMessage(topic="escaped", queue_id=0, body=b"x"))
         assert result.ok, result
@@ -71,7 +57,7 @@ async def test_it_puts_on_the_first_master_by_name_and_never_on_itself(tmp_path)
 
 async def test_with_no_master_in_the_process_it_refuses_and_says_so(tmp_path):
     async with slave_beside(tmp_path) as cluster:
-        target = ContainerTarget(cluster.broker("a1"), None)
+        target = container_target(cluster.broker("a1"), None)
         result = await target.bridge.put_message(
             EscapedMessage(topic="escaped", queue_id=0, body=b"x"))
     assert (result.code, result.stored) == (ResponseCode.SERVICE_NOT_AVAILABLE, False)
@@ -82,7 +68,7 @@ async def test_it_prefers_a_master_that_holds_the_topic(tmp_path):
     async with slave_beside(tmp_path, "b0", "c0") as cluster:
         client = await cluster.start("client")
         await create_topic(client, cluster.node("c0").address, "orders")
-        target = ContainerTarget(cluster.broker("a1"), cluster.broker("c0"))
+        target = container_target(cluster.broker("a1"), cluster.broker("c0"))
         result = await target.bridge.put_message(
             EscapedMessage(topic="orders", queue_id=1, body=b"o"))
         assert result.ok, result

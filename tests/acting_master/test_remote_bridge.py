@@ -5,14 +5,12 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 import pytest
-from acting_nodes import Groups, create_topic, route, wait_for
+from acting_nodes import Groups, SlaveBridgeTarget, create_topic, route, wait_for
 
 from triomq.broker.core.codes import ResponseCode
-from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
-from triomq.broker.core.headers import parse_offset_msg_id
+from triomq.broker.core.escape_bridge import EscapedMessage
 from triomq.broker.service import Broker
 from triomq.plugins.acting_master.core.remote_escape import escape_targets, send_fields
-from triomq.protocol.message import MessageRecord
 from triomq.protocol.route import BrokerData, QueueData, TopicRouteData
 from triomq.testing import EscapeBridgeConformance
 from triomq.testing.cluster import open_cluster
@@ -21,23 +19,10 @@ from triomq.testing.escape_bridge_suite import TOPIC
 MAX_MESSAGE_SIZE = 2048
 
 
-class RemoteTarget:
-    """Slave ``a1``'s ``remote`` bridge, onto master ``b0`` through the name server."""
-
-    keeps_born_host = False
-
-    def __init__(self, slave: Broker, master: Broker | None) -> None:
-        self.master = master
-        self.bridge = slave.node.plugins.escape_bridge("remote")(slave.node)
-        self.max_message_size = MAX_MESSAGE_SIZE
-
-    async def stored(self, result: EscapeResult) -> MessageRecord:
-        assert self.master is not None and result.msg_id is not None
-        _host, offset = parse_offset_msg_id(result.msg_id)
-        return self.master.log.read_record(offset)
-
-    async def end_offset(self) -> int:
-        return 0 if self.master is None else self.master.log.max_offset
+def remote_target(slave: Broker, master: Broker | None) -> SlaveBridgeTarget:
+    """Slave ``a1``'s ``remote`` bridge, onto master ``b0``."""
+    return SlaveBridgeTarget("remote", slave, master, max_message_size=MAX_MESSAGE_SIZE,
+                        keeps_born_host=False)
 
 
 @asynccontextmanager
@@ -67,17 +52,17 @@ class TestRemoteEscapeBridge(EscapeBridgeConformance):
     @pytest.fixture
     async def target(self, tmp_path):
         async with slave_and(tmp_path, "b0") as cluster:
-            yield RemoteTarget(cluster.broker("a1"), cluster.broker("b0"))
+            yield remote_target(cluster.broker("a1"), cluster.broker("b0"))
 
     @pytest.fixture
     async def masterless(self, tmp_path):
         async with slave_and(tmp_path) as cluster:
-            yield RemoteTarget(cluster.broker("a1"), None)
+            yield remote_target(cluster.broker("a1"), None)
 
 
 async def test_without_enable_remote_escape_nothing_is_sent(tmp_path):
     async with slave_and(tmp_path, "b0", remote=False) as cluster:
-        target = RemoteTarget(cluster.broker("a1"), cluster.broker("b0"))
+        target = remote_target(cluster.broker("a1"), cluster.broker("b0"))
         end = await target.end_offset()
         result = await target.bridge.put_message(EscapedMessage(topic=TOPIC, queue_id=0,
                                                                 body=b"x"))
