@@ -36,6 +36,7 @@ from typing import Protocol, runtime_checkable
 import trio
 
 from triomq.broker.core.role import BrokerRole
+from triomq.clock import EpochClock
 from triomq.errors import PluginError
 from triomq.rpc import RpcServer
 from triomq.store import CommitLog
@@ -98,6 +99,12 @@ class ComponentView(Protocol):
     @property
     def acting(self) -> bool:
         """True during an acting term: a slave acting for its absent master."""
+        ...
+
+    @property
+    def clock(self) -> EpochClock:
+        """The broker's clock (ms since the epoch): its store, timer, transaction and pop
+        times are on it, so a test's mock clock moves a component's times with them."""
         ...
 
     async def start_acting(self) -> ActingTerm:

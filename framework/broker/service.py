@@ -175,6 +175,10 @@ class BrokerComponentView:
     async def start_acting(self) -> ActingTerm:
         return await self._broker.start_acting()
 
+    @property
+    def clock(self) -> EpochClock:
+        return self._broker.clock
+
 
 class Broker:
     """A running broker: its commit log, flush service, replicas manager and handlers."""

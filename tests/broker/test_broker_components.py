@@ -101,6 +101,10 @@ async def test_a_master_term_component_runs_in_each_master_term_only(tmp_path, m
         assert not hasattr(view, "replicas") and not hasattr(view, "node")
         assert (view.role, view.is_master, view.log) == (BrokerRole.MASTER, True, a.log)
         assert view.confirm_offset == a.replicas.confirm_offset
+        # The broker's clock, which the mock clock moves: a component's times are its own.
+        before = view.clock()
+        mock_clock.jump(60)
+        assert view.clock() - before == 60_000 and view.clock is a.clock
 
         # Stepping down cancels it with the master term, before the slave term starts.
         await a.replicas.change_to_slave("inproc://nobody-ha", 2)
