@@ -185,14 +185,14 @@ class ControllerMode:
         ``ConfigError`` if the saved identity is of another cluster or group.
         """
         self.register_handlers()
-        try:
-            async with (
-                open_rpc_client(self.broker.node.connect, backoff=RECONNECT_BACKOFF) as rpc,
-                trio.open_nursery() as nursery,
-            ):
-                self.broker.node.sign_internal(rpc)
-                self.client = ControllerClient(rpc, self.config.controller_addresses)
-                self._nursery = nursery
+        async with (
+            open_rpc_client(self.broker.node.connect, backoff=RECONNECT_BACKOFF) as rpc,
+            trio.open_nursery() as nursery,
+        ):
+            self.broker.node.sign_internal(rpc)
+            self.client = ControllerClient(rpc, self.config.controller_addresses)
+            self._nursery = nursery
+            try:
                 task_status.started()
                 # Until it takes a role, the replica reports the epoch its store recorded.
                 epochs = await trio.to_thread.run_sync(self.replicas.epoch_store.load)
@@ -207,10 +207,11 @@ class ControllerMode:
                         await changed.wait()
                     self.flow.tick(self._now())
                     self._pump()
-        finally:
-            # The broker is stopping: the HA master may still propose a SyncStateSet
-            # on its way out, and nothing is sent for it any more.
-            self._nursery = None
+            finally:
+                # The broker is stopping: the HA master may still propose a SyncStateSet
+                # on its way out, and nothing is sent for it any more. Cleared as the body
+                # ends, not after: the nursery takes no new task while its own wind down.
+                self._nursery = None
 
     @staticmethod
     def _now() -> float:
