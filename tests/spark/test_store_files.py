@@ -50,6 +50,8 @@ def test_tasks_split_segments_at_record_boundaries(store):
 @given(parallelism=st.integers(1, 5), step=st.integers(2_000, 200_000),
        first=st.integers(0, 1499), last=st.integers(1500, 2999))
 @example(parallelism=2, step=2000, first=29, last=2164)  # targets past two segments' last records
+@example(parallelism=2, step=2000, first=1499, last=1500)  # no record in the read
+@example(parallelism=5, step=2000, first=1498, last=1500)  # one record, five targets
 def test_tasks_are_even_a_multiple_of_the_parallelism_and_read_every_record_once(
         store, parallelism, step, first, last):
     placed = [p for p, _, _ in store.placed]
@@ -61,10 +63,15 @@ def test_tasks_are_even_a_multiple_of_the_parallelism_and_read_every_record_once
     bounds = resolve(files, opts)
     tasks = plan_tasks(files, bounds.start, bounds.end, opts)
     assert {t.lo for t in tasks} <= set(placed)
-    # Cut every ``total / count`` bytes at the next record; only a target past
-    # the last record of the read is lost.
-    count = parallelism * -(-(bounds.end - bounds.start) // (parallelism * step))
-    assert count - 1 <= len(tasks) <= count
+    # Cut every ``total / count`` bytes at the next record: where no record is longer
+    # than that, only a target past the last record of the read is lost. A read that
+    # holds no record (it starts inside the one before its end) has no task.
+    total = bounds.end - bounds.start
+    count = parallelism * -(-total // (parallelism * step))
+    read = store.placed[first + 1:last]
+    assert len(tasks) <= count and bool(tasks) == bool(read)
+    if read and max(size for _, size, _ in store.placed[first:last + 1]) <= total // count:
+        assert len(tasks) >= count - 1
     assert read_all(files, opts) == placed[first + 1:last]
 
 
