@@ -20,7 +20,10 @@ Frames (DESIGN.md, "AutoSwitch HA frames")::
 The ``state`` field carries the sender's ``HAConnectionState`` and tells the
 two frames of one direction apart: HANDSHAKE or TRANSFER. Any other state,
 a negative or over-limit body size, an address longer than 50 bytes, a flag
-other than 0/1, or a negative offset or epoch raises ``HAFrameError``.
+other than 0/1, or a negative offset or epoch raises ``HAFrameError``, but
+for RocketMQ's ``NO_OFFSET`` (-1) where a RocketMQ master writes it: the
+offset of a heartbeat (bodySize 0) while its log has no file, and a
+confirmOffset it has not counted yet.
 A decoder that raised stays failed: the connection must be closed.
 
 The codec's parts, whose public names this module gathers: the states,
@@ -42,6 +45,7 @@ from triomq.protocol.ha_layout import (
     EPOCH_ENTRY_SIZE,
     MASTER_HANDSHAKE_HEADER_SIZE,
     MAX_CREDENTIAL_SIZE,
+    NO_OFFSET,
     SLAVE_HANDSHAKE_SIZE,
     TRANSFER_HEADER_SIZE,
     Ack,
@@ -76,6 +80,7 @@ __all__ = [
     "EPOCH_ENTRY_SIZE",
     "MASTER_HANDSHAKE_HEADER_SIZE",
     "MAX_CREDENTIAL_SIZE",
+    "NO_OFFSET",
     "SLAVE_HANDSHAKE_SIZE",
     "TRANSFER_HEADER_SIZE",
     "Ack",

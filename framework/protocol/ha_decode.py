@@ -28,6 +28,7 @@ from triomq.protocol.ha_layout import (
     EPOCH_ENTRY_SIZE,
     MASTER_HANDSHAKE_HEADER_SIZE,
     MAX_CREDENTIAL_SIZE,
+    NO_OFFSET,
     SLAVE_HANDSHAKE_SIZE,
     TRANSFER_HEADER_SIZE,
     Ack,
@@ -330,12 +331,13 @@ class MasterFrameDecoder:
 
     def _transfer(self, header: bytes) -> TransferHeader:
         _, body_size, offset, epoch, epoch_start, confirm = _TRANSFER_HEADER.unpack(header)
+        # RocketMQ's NO_OFFSET passes where it writes it: a heartbeat's offset, confirmOffset.
         self._non_negative(
             "transfer",
-            offset=offset,
+            offset=0 if offset == NO_OFFSET and body_size == 0 else offset,
             epoch=epoch,
             epochStartOffset=epoch_start,
-            confirmOffset=confirm,
+            confirmOffset=0 if confirm == NO_OFFSET else confirm,
         )
         if offset + body_size > _LONG_MAX:
             raise self._fail(

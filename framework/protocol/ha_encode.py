@@ -23,6 +23,7 @@ from triomq.protocol.ha_layout import (
     CREDENTIAL_STATE,
     EPOCH_ENTRY_SIZE,
     MAX_CREDENTIAL_SIZE,
+    NO_OFFSET,
     Ack,
     Credential,
     HAConnectionState,
@@ -104,7 +105,8 @@ def encode_transfer_header(
     """The header of a transfer frame whose ``body_size`` bytes of body follow on the wire.
 
     Lets a sender write the body without copying it into the frame; raises
-    ``HAFrameError`` like ``encode``.
+    ``HAFrameError`` like ``encode``. ``NO_OFFSET`` is taken where RocketMQ
+    writes it (``Transfer``).
     """
     if not (
         0 <= offset <= _LONG_MAX
@@ -114,10 +116,12 @@ def encode_transfer_header(
         and 0 <= body_size <= _INT_MAX
     ):
         where = "transfer"  # one of these raises, naming the field
-        _check_range(offset, _LONG_MAX, where, "offset")
+        if not (offset == NO_OFFSET and body_size == 0):
+            _check_range(offset, _LONG_MAX, where, "offset")
         _check_range(epoch, _INT_MAX, where, "epoch")
         _check_range(epoch_start_offset, _LONG_MAX, where, "epochStartOffset")
-        _check_range(confirm_offset, _LONG_MAX, where, "confirmOffset")
+        if confirm_offset != NO_OFFSET:
+            _check_range(confirm_offset, _LONG_MAX, where, "confirmOffset")
         _check_range(body_size, _INT_MAX, where, "bodySize")
     return _TRANSFER_HEADER.pack(
         _TRANSFER, body_size, offset, epoch, epoch_start_offset, confirm_offset

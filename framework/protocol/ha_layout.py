@@ -52,6 +52,9 @@ EPOCH_ENTRY_SIZE = 4 + 8
 #: Default bound on a master frame's body; callers usually pass their own
 #: (a few transfer batches).
 DEFAULT_MAX_BODY_SIZE = 64 * 1024 * 1024
+#: RocketMQ's "none" in a transfer: the offset of a heartbeat from a master whose
+#: log has no file yet, and the confirmOffset of a master that has not counted one.
+NO_OFFSET = -1
 
 _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
@@ -113,8 +116,10 @@ class MasterHandshake:
 class Transfer:
     """A batch of commit-log bytes starting at ``offset``, all in one epoch.
 
-    An empty ``body`` is a heartbeat. What ``encode`` takes; decoding yields
-    a ``TransferHeader`` and the body in ``TransferBody`` pieces instead.
+    An empty ``body`` is a heartbeat; only a heartbeat's ``offset`` may be
+    ``NO_OFFSET``, and ``confirm_offset`` may be ``NO_OFFSET`` (none yet).
+    What ``encode`` takes; decoding yields a ``TransferHeader`` and the body
+    in ``TransferBody`` pieces instead.
     """
 
     offset: int

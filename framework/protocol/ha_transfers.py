@@ -31,8 +31,10 @@ SPEEDUPS = _speedups is not None
 
 def _valid_transfer(state: int, body_size: int, offset: int, epoch: int, epoch_start: int,
                     confirm: int, max_body_size: int) -> bool:
-    """Whether a transfer header's fields pass every check of ``MasterFrameDecoder``
-    (``_transfer`` names what is wrong)."""
+    """Whether a transfer header is a plain batch's (no ``NO_OFFSET``) that passes
+    every check of ``MasterFrameDecoder``: the rule of the fast paths, C's too. Any
+    other header goes to ``MasterFrameDecoder._transfer``, which takes RocketMQ's
+    ``NO_OFFSET`` and names what is wrong."""
     return (state == _TRANSFER and 0 <= body_size <= max_body_size
             and min(offset, epoch, epoch_start, confirm) >= 0
             and offset + body_size <= _LONG_MAX)

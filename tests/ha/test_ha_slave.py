@@ -169,6 +169,33 @@ def test_empty_log_may_start_ahead():
         conn.receive_data(transfer(800, 2, 700, 0, b"q"), local, 0)
 
 
+def test_an_empty_log_skips_the_heartbeats_of_a_master_with_no_log():
+    # A RocketMQ master whose log has no file yet heartbeats at offset -1 (and its
+    # first epoch), then sends its first bytes where they are.
+    conn = started()
+    local = SlaveLog(0, 0, cache())
+    assert conn.receive_data(master_handshake(0, 2, (2, 0)), local, 0) == [ack(0)]
+    assert conn.receive_data(transfer(-1, 2, 0, -1), local, 0) == [ack(0)]
+    assert (conn.max_offset, conn.epochs, conn.confirm_offset) == (0, cache(), -1)
+    actions = conn.receive_data(transfer(0, 2, 0, -1, b"ab"), local, 0)
+    assert actions == [RecordEpoch(2, 0, cache((2, 0))), WriteAt(0, b"ab"), ack(2)]
+
+
+def test_a_heartbeat_with_no_offset_is_a_gap_to_a_log_with_bytes():
+    conn, local = in_transfer()
+    with pytest.raises(HAProtocolError, match="transfer at -1 is not contiguous"):
+        conn.receive_data(transfer(-1, 1, 0, 0), local, 0)
+
+
+def test_no_confirm_offset_leaves_the_slaves_own():
+    conn, local = in_transfer()
+    conn.receive_data(transfer(100, 1, 0, 90, b"abc"), local, 0)
+    assert conn.confirm_offset == 90
+    assert conn.receive_data(transfer(103, 1, 0, -1, b"d"), local, 0) == [
+        WriteAt(103, b"d"), ack(104)]
+    assert conn.confirm_offset == 90
+
+
 def test_periodic_ack():
     conn = SlaveConnection(address="s", now_ms=0, ack_interval_ms=500)
     assert conn.poll(10_000) is None  # not in TRANSFER yet

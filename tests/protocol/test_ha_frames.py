@@ -184,7 +184,8 @@ def test_slave_frame_errors(raw, where):
         (struct.pack(">iiqiqq", 2, 0, -5, 1, 0, 0), "transfer, offset"),
         (struct.pack(">iiqiqq", 2, 0, 5, -1, 0, 0), "transfer, epoch"),
         (struct.pack(">iiqiqq", 2, 0, 5, 1, -1, 0), "transfer, epochStartOffset"),
-        (struct.pack(">iiqiqq", 2, 0, 5, 1, 0, -1), "transfer, confirmOffset"),
+        (struct.pack(">iiqiqq", 2, 0, 5, 1, 0, -2), "transfer, confirmOffset"),
+        (struct.pack(">iiqiqq", 2, 1, -1, 1, 0, 0), "transfer, offset"),  # -1: heartbeats only
         (struct.pack(">iiqiqq", 2, 1, 2**63 - 1, 1, 0, 0) + b"x", "transfer"),
         (struct.pack(">iiqi", 1, 0, -1, 1), "master handshake, maxOffset"),
         (struct.pack(">iiqiiq", 1, 12, 0, 1, 1, -3), "master handshake, entry 0, startOffset"),

@@ -5,7 +5,9 @@ HANDSHAKE -> TRANSFER: the master's answer arrives; the slave compares the
 master's epochs with its own (``find_consistent_point``), truncates its
 commit log and epoch cache there and acks the resulting max offset.
 TRANSFER: each batch must start exactly where the local log ends (a gap or
-an overlap is a protocol error, never written); a new epoch in a header is
+an overlap is a protocol error, never written; an empty log takes RocketMQ's
+heartbeat at ``NO_OFFSET`` as no position, and a confirmOffset of
+``NO_OFFSET`` leaves its own); a new epoch in a header is
 recorded before its bytes; a batch's bytes are written as they arrive (the
 header is checked first, so the rest of a body may be received straight
 into the log: ``body_remaining``); each ``receive_data`` that brought
@@ -41,6 +43,7 @@ from triomq.ha.core.epoch import EpochCache, find_consistent_point
 from triomq.ha.core.errors import EpochError, HAProtocolError, NoConsistentPoint
 from triomq.protocol.ha import (
     DEFAULT_MAX_BODY_SIZE,
+    NO_OFFSET,
     TRANSFER_HEADER_SIZE,
     Ack,
     Credential,
@@ -331,6 +334,11 @@ class SlaveConnection:
     def _on_transfer(self, frame: TransferHeader, actions: list[SlaveAction]) -> None:
         if self.state != HAConnectionState.TRANSFER:
             raise HAProtocolError(f"transfer in state {self.state.name}", "master")
+        if frame.offset == NO_OFFSET and self._log_empty:
+            # A RocketMQ master's heartbeat while its log has no file: nothing to
+            # place, and its epoch fields are not the transfer's yet. To a slave
+            # holding bytes it is a gap (_check_position).
+            return
         self._check_position(frame)
         record = self._epoch_change(frame)
         if record is not None:
