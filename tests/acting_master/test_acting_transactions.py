@@ -16,6 +16,7 @@ The waits are liveness bounds; times are the brokers' (mock) clocks.
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import trio
@@ -206,9 +207,12 @@ async def test_an_open_half_is_escaped_and_the_other_masters_check_commits_it(
         tmp_path, transport, bridges, autojump):
     async with open_cluster(tmp_path, transport=transport, controllers=0, brokers=0,
                             namesrvs=1) as cluster:
-        time_out = 10_000
+        time_out = 60_000
         setup = await _setup(cluster, bridges, transaction_time_out=time_out,
                              transaction_check_interval=1000)
+        # Until a0 stops, its half must not come due: time runs as the host's does there
+        # (files written in threads, where the autojump would race ahead).
+        autojump.autojump_threshold, autojump.rate = math.inf, 1.0
         app = cluster.node("client")
         listener = Listener(check_answer=LocalTransactionState.COMMIT_MESSAGE)
         # It learns the route again, and heartbeats its masters, every second.
@@ -226,9 +230,11 @@ async def test_an_open_half_is_escaped_and_the_other_masters_check_commits_it(
             held = await setup.stop_master()
             # Stopped before its time out: a0 never checked it (a check puts a copy).
             assert len(halves(slave)) == 1 and listener.checked == []
+            autojump.autojump_threshold = 0
 
             # b0 holds it as its own half message, and its check asks the producer.
-            await wait_for(_async(lambda: len(listener.checked) >= 1), timeout=60)
+            await wait_for(_async(lambda: len(listener.checked) >= 1),
+                           timeout=2 * time_out / 1000)
             escaped = halves(other)[0]
             assert escaped.properties["REAL_TOPIC"] == "orders"
             assert escaped.properties["PGROUP"] == "tx-group"
@@ -254,9 +260,11 @@ async def test_an_escape_that_finds_no_master_is_retried_next_round(
         tmp_path, transport, bridges, autojump, caplog):
     async with open_cluster(tmp_path, transport=transport, controllers=0, brokers=0,
                             namesrvs=1) as cluster:
-        interval = 500
-        setup = await _setup(cluster, bridges, nodes=("a0", "a1"), transaction_time_out=1000,
-                             transaction_check_interval=interval)
+        interval, time_out = 500, 60_000
+        setup = await _setup(cluster, bridges, nodes=("a0", "a1"),
+                             transaction_time_out=time_out, transaction_check_interval=interval)
+        # Until a0 stops, its half must not come due (see above).
+        autojump.autojump_threshold, autojump.rate = math.inf, 1.0
         producer = TransactionProducer("tx-group", [setup.namesrv],
                                        transaction_listener=Listener())
         async with producer.start(cluster.node("client").connect):
@@ -265,8 +273,9 @@ async def test_an_escape_that_finds_no_master_is_retried_next_round(
         await cluster.wait_for(lambda: len(halves(slave)) >= 1)
         held = await setup.stop_master()
         (half,) = halves(slave)
+        autojump.autojump_threshold = 0
         # Due, and several rounds later no master took it: the progress stays.
-        await slave.clock.sleep_until(half.born_timestamp + 1000 + 4 * interval)
+        await slave.clock.sleep_until(half.born_timestamp + time_out + 4 * interval)
         assert slave.offsets.table.query(TRANSACTION_GROUP, HALF_TOPIC, 0) in (None, 0)
         stopped = [r for r in caplog.records if "acting transaction check stopped at half "
                    "message 0, retried next round" in r.getMessage()]
@@ -286,7 +295,7 @@ async def test_a_returning_master_does_not_check_what_its_acting_slave_ended(
         tmp_path, autojump):
     async with open_cluster(tmp_path, transport="inproc", controllers=0, brokers=0,
                             namesrvs=1) as cluster:
-        interval, time_out = 500, 10_000
+        interval, time_out = 500, 60_000
         # Every commit of an offset is a new DataVersion: the pre-online takes them back.
         setup = await _setup(cluster, ["container"], transaction_time_out=time_out,
                              transaction_check_interval=interval,
@@ -300,9 +309,13 @@ async def test_a_returning_master_does_not_check_what_its_acting_slave_ended(
         slave = cluster.broker("a1")
         await cluster.wait_for(lambda: len(halves(slave)) == 1)
         (half,) = halves(slave)
+        # The half must still be young when it is ended: across the stop (files closed in
+        # threads, where the autojump would race ahead) time runs as the host's does.
+        autojump.autojump_threshold, autojump.rate = math.inf, 1.0
         await setup.stop_master()
         answer = await setup.end(end_fields(half, COMMIT))
         assert answer.code == SUCCESS, answer.remark
+        autojump.autojump_threshold = 0
         await wait_for(_async(lambda: slave.offsets.table.query(
             TRANSACTION_GROUP, HALF_TOPIC, 0) == 1))
 

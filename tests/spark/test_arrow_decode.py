@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,7 +20,8 @@ from triomq.plugins.spark_export.arrow_decode import (
 )
 from triomq.plugins.spark_export.arrow_fast import fast_columns
 from triomq.protocol.commitlog_layout import pack_records
-from triomq.protocol.message import MessageRecord, RecordError, decode, encode
+from triomq.protocol.inflate import InflateError
+from triomq.protocol.message import COMPRESSED, MessageRecord, RecordError, decode, encode
 
 SEGMENT = 1 << 20
 
@@ -167,6 +170,25 @@ def test_arrow_kernel_path_on_damaged_bytes(records, data):
         rows, stop = decoded(bytes(damaged))
     except RecordError:
         return
+    except InflateError as exc:
+        # A damaged sysFlag can mark a body compressed that does not inflate: refused,
+        # naming that record.
+        (offset,) = map(int, re.findall(r"record at offset (\d+): the compressed body",
+                                        str(exc)))
+        record, _ = decode(bytes(damaged), offset)
+        assert record.sys_flag & COMPRESSED
+        return
     whole = [i for i, (p, size, _) in enumerate(placed) if p + size <= stop.offset]
     # every record before the stop decodes as message.decode decodes it
     assert rows == expected(bytes(damaged), [placed[i] for i in whole])
+
+
+def test_a_damaged_sys_flag_that_marks_a_body_compressed_is_refused_naming_the_record():
+    # The kind of case hypothesis found: sysFlag is the big-endian int at bytes 36-39.
+    buf, placed = packed([attrs.evolve(r, sys_flag=0, body=b"not deflate")
+                          for r in sample_records(2)])
+    damaged = bytearray(buf)
+    damaged[placed[1][0] + 39] |= COMPRESSED
+    with pytest.raises(InflateError, match=f"record at offset {placed[1][0]}: the compressed "
+                                           "body is not a deflate stream"):
+        decoded(bytes(damaged))
