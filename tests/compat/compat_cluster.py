@@ -6,6 +6,9 @@
 (``triomq.testing.cluster``), topic ``TOPIC`` created on its master, and a
 triomq client node beside the clients under test.
 
+``open_acting_group`` is a static group whose slave acts for its master
+once it is gone, for the clients that read through an acting slave.
+
 ``failover`` runs a client's ``failover`` scenario (a producer sending without
 pause) through a SIGKILL of the master: there the replicas are processes of
 their own (``tests/chaos/broker_processes.py``).
@@ -28,6 +31,8 @@ from triomq.testing.cluster import Cluster, open_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chaos"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "acting_master"))
+from acting_nodes import Groups, acting_namesrv, route, wait_for
 from broker_processes import Replica, wait_group
 from scenario_clients import TOPIC, WAIT, ScenarioClient, create_topic
 
@@ -93,6 +98,47 @@ async def open_compat_cluster(root: Path, **broker: object) -> AsyncIterator[Com
         (namesrv,) = cluster.namesrv_addresses.values()
         await create_topic(app, cluster.node(master).address, namesrv)
         yield CompatCluster(cluster, master, app)
+
+
+class ActingGroup:
+    """Static group ``broker-a`` (master ``a0``, slave ``a1``, acting masters enabled) beside
+    a name server with ``support_acting_master``, ``TOPIC`` created on ``a0``, and the
+    client under test."""
+
+    def __init__(self, cluster: Cluster, groups: Groups, admin: Node,
+                 client: ScenarioClient) -> None:
+        self.cluster, self.groups, self.admin, self.client = cluster, groups, admin, client
+        (self.namesrv,) = cluster.namesrv_addresses.values()
+
+    async def stop_master(self) -> None:
+        """Kill ``a0`` once ``a1`` holds all it wrote; return once the route names ``a1``
+        as id 0."""
+        master, slave = self.cluster.broker("a0"), self.cluster.broker("a1")
+        await self.cluster.wait_for(lambda: slave.replicas.confirm_offset
+                                    == master.log.max_offset and TOPIC in slave.topics.table)
+        await self.cluster.kill("a0")
+
+        async def acting_route() -> bool:
+            (broker,) = (await route(self.admin, self.namesrv, TOPIC))["brokerDatas"]
+            return broker["brokerAddrs"].get("0") == self.groups.location("a1")
+        await wait_for(acting_route)
+
+
+@asynccontextmanager
+async def open_acting_group(root: Path, client: Callable[[Cluster], ScenarioClient]
+                            ) -> AsyncIterator[ActingGroup]:
+    """The group, started over TCP, with ``client`` made for its cluster."""
+    async with open_cluster(root, transport="tcp", controllers=0, brokers=0,
+                            namesrvs=1) as cluster:
+        acting_namesrv(cluster)
+        (namesrv,) = cluster.namesrv_addresses.values()
+        await cluster.start_namesrvs()
+        groups = Groups(cluster)
+        for name in ("a0", "a1"):
+            await groups.start(name)
+        admin = await cluster.start("app")
+        await create_topic(admin, cluster.node("a0").address, namesrv)
+        yield ActingGroup(cluster, groups, admin, client(cluster))
 
 
 async def failover(root: Path, client: Callable[[Cluster], ScenarioClient],

@@ -21,17 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from triomq.testing.cluster import BROKER_NAME, open_cluster
+from triomq.testing.cluster import BROKER_NAME
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "acting_master"))
-from acting_nodes import Groups, acting_namesrv, route, wait_for
-from compat_cluster import CompatCluster, failover, open_compat_cluster
+from compat_cluster import CompatCluster, failover, open_acting_group, open_compat_cluster
 from scenario_clients import (
     QUEUES,
     TOPIC,
     assert_stored_as_answered,
-    create_topic,
     go_client,
     offsets_become,
     unavailable_go,
@@ -99,32 +96,14 @@ async def test_a_push_consumer_reads_and_stores_its_offsets_through_an_acting_sl
         tmp_path: Path) -> None:
     """Its master gone, broker-a is routed to its acting slave as id 0: the Go client's
     push consumer pulls every message there and stores its offsets there."""
-    async with open_cluster(tmp_path, transport="tcp", controllers=0, brokers=0,
-                            namesrvs=1) as cluster:
-        acting_namesrv(cluster)
-        (namesrv,) = cluster.namesrv_addresses.values()
-        await cluster.start_namesrvs()
-        static = Groups(cluster)
-        for name in ("a0", "a1"):
-            await static.start(name)
-        admin = await cluster.start("app")
-        await create_topic(admin, cluster.node("a0").address, namesrv)
-        go = go_client(cluster)
+    async with open_acting_group(tmp_path, go_client) as group:
+        go = group.client
         sent = await go.run("send", group="go-producer", count=12, modes="sync")
-        master, slave = cluster.broker("a0"), cluster.broker("a1")
-        await cluster.wait_for(lambda: slave.replicas.confirm_offset == master.log.max_offset
-                               and TOPIC in slave.topics.table)
-        await cluster.kill("a0")
-
-        async def acting_route() -> bool:
-            (broker,) = (await route(admin, namesrv, TOPIC))["brokerDatas"]
-            return broker["brokerAddrs"].get("0") == static.location("a1")
-        await wait_for(acting_route)
-
+        await group.stop_master()
         async with go.running("push", group="go-acting") as consumer:
             await consumer.receive(12)
             ends = Counter(line["queueId"] for line in sent)
-            await offsets_become(admin, cluster.node("a1").address, "go-acting",
+            await offsets_become(group.admin, group.cluster.node("a1").address, "go-acting",
                                  {q: ends[q] for q in range(QUEUES)})
         assert sorted(m["msgId"] for m in consumer.messages) == sorted(
             line["msgId"] for line in sent)

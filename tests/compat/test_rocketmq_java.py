@@ -24,17 +24,20 @@ from typing import Any
 
 import pytest
 
-from triomq.testing.cluster import BROKER_NAME, open_cluster
+from triomq.testing.cluster import BROKER_NAME
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "acting_master"))
-from acting_nodes import Groups, acting_namesrv, route, wait_for
-from compat_cluster import CompatCluster, failover, open_compat_cluster, read_until
+from compat_cluster import (
+    CompatCluster,
+    failover,
+    open_acting_group,
+    open_compat_cluster,
+    read_until,
+)
 from scenario_clients import (
     QUEUES,
     TOPIC,
     assert_stored_as_answered,
-    create_topic,
     java_client,
     offsets_become,
     unavailable_java,
@@ -381,27 +384,10 @@ async def test_an_orderly_consumer_locks_and_reads_through_an_acting_slave(tmp_p
     push consumer, which locks its queues and stores its offsets on id 0 only, locks them
     on the acting slave, consumes every message in queue order and stores its offsets
     there."""
-    async with open_cluster(tmp_path, transport="tcp", controllers=0, brokers=0,
-                            namesrvs=1) as cluster:
-        acting_namesrv(cluster)
-        (namesrv,) = cluster.namesrv_addresses.values()
-        await cluster.start_namesrvs()
-        static = Groups(cluster)
-        for name in ("a0", "a1"):
-            await static.start(name)
-        admin = await cluster.start("app")
-        await create_topic(admin, cluster.node("a0").address, namesrv)
-        java = java_client(cluster)
+    async with open_acting_group(tmp_path, java_client) as group:
+        java, slave = group.client, group.cluster.broker("a1")
         sent = await java.run("send", group="java-producer", count=12, modes="ordered")
-        master, slave = cluster.broker("a0"), cluster.broker("a1")
-        await cluster.wait_for(lambda: slave.replicas.confirm_offset == master.log.max_offset
-                               and TOPIC in slave.topics.table)
-        await cluster.kill("a0")
-
-        async def acting_route() -> bool:
-            (broker,) = (await route(admin, namesrv, TOPIC))["brokerDatas"]
-            return broker["brokerAddrs"].get("0") == static.location("a1")
-        await wait_for(acting_route)
+        await group.stop_master()
 
         async with java.running("push", group="java-acting", mode="orderly",
                                 expression="*") as consumer:
@@ -414,6 +400,6 @@ async def test_an_orderly_consumer_locks_and_reads_through_an_acting_slave(tmp_p
             by_queue[m["queueId"]].append(m["queueOffset"])
         assert all(offsets == sorted(offsets) for offsets in by_queue.values())
         per_queue = Counter(s["queueId"] for s in sent)
-        await cluster.wait_for(lambda: all(
+        await group.cluster.wait_for(lambda: all(
             slave.offsets.table.query("java-acting", TOPIC, n) == per_queue[n]
             for n in per_queue), timeout=30)
