@@ -9,7 +9,7 @@ beside the request's own, as RocketMQ's ACL adds its own::
 
     AccessKey    the cluster's access key (RocketMQ's innerClientAuthenticationCredentials)
     RequestCode  the request's code, so a captured request is no other request
-    Sender       who signs: the node's name (an HA slave: its address)
+    Sender       who signs: the node's name (an HA slave: its broker id)
     Timestamp    when, in ms since the epoch (the sender's wall clock)
     Nonce        a value the sender never uses twice
     Signature    RocketMQ's ACL signature of all of them and the body (``triomq.protocol.acl``)
@@ -163,7 +163,7 @@ class InnerAuth:
     """A node's cluster credential: signs what it sends, checks what it receives.
 
     ``identity`` names the node in what it signs (the HA slave signs with its
-    address instead, which the master checks against its handshake).
+    broker id instead, which the master checks against its handshake).
     """
 
     access_key: str
@@ -206,22 +206,23 @@ class InnerAuth:
             NO_PERMISSION,
             remark=f"{name} ({request.code}) is cluster-internal{claimed}: {remark}")
 
-    def handshake_credential(self, address: str, *, now_ms: int,
+    def handshake_credential(self, broker_id: int, *, now_ms: int,
                              nonce: str) -> dict[str, str]:
-        """What an HA slave at ``address`` sends before its handshake."""
-        return self.sign(HA_HANDSHAKE, None, b"", now_ms=now_ms, nonce=nonce, sender=address)
+        """What the HA slave ``broker_id`` sends before its handshake."""
+        return self.sign(HA_HANDSHAKE, None, b"", now_ms=now_ms, nonce=nonce,
+                         sender=str(broker_id))
 
-    def handshake_refusal(self, credential: Mapping[str, str] | None, address: str,
+    def handshake_refusal(self, credential: Mapping[str, str] | None, broker_id: int,
                           now_ms: int) -> str | None:
-        """Why an HA handshake naming ``address`` is not that slave's (``None``: it is)."""
+        """Why an HA handshake naming ``broker_id`` is not that slave's (``None``: it is)."""
         if credential is None:
-            return (f"the handshake of {address!r} came without a credential frame "
+            return (f"the handshake of slave {broker_id} came without a credential frame "
                     "([security] inner_client_access_key is set on the master)")
         why = self.why_not(HA_HANDSHAKE, credential, b"", now_ms)
         if why is not None:
-            return f"the credential of {address!r}'s handshake: {why}"
+            return f"the credential of slave {broker_id}'s handshake: {why}"
         signer = credential.get(SENDER, "")
-        if signer != address:
-            return (f"the handshake names {address!r} but its credential was signed "
+        if signer != str(broker_id):
+            return (f"the handshake names slave {broker_id} but its credential was signed "
                     f"for {signer[:64]!r}")
         return None

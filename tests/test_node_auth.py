@@ -119,31 +119,27 @@ def test_which_requests_are_internal() -> None:
 
 def test_an_ha_handshake_proves_its_slave() -> None:
     slave, master = auth("b1"), auth("b0")
-    credential = slave.handshake_credential("127.0.0.1:30912", now_ms=NOW, nonce="h1")
-    assert master.handshake_refusal(credential, "127.0.0.1:30912", NOW) is None
-    assert "was used already" in (
-        master.handshake_refusal(credential, "127.0.0.1:30912", NOW) or "")
+    credential = slave.handshake_credential(2, now_ms=NOW, nonce="h1")
+    assert master.handshake_refusal(credential, 2, NOW) is None
+    assert "was used already" in (master.handshake_refusal(credential, 2, NOW) or "")
     # Another slave's credential on a handshake naming this one.
-    other = slave.handshake_credential("127.0.0.1:40912", now_ms=NOW, nonce="h2")
-    assert master.handshake_refusal(other, "127.0.0.1:30912", NOW) == (
-        "the handshake names '127.0.0.1:30912' but its credential was signed for "
-        "'127.0.0.1:40912'")
-    assert "came without a credential frame" in (
-        master.handshake_refusal(None, "127.0.0.1:30912", NOW) or "")
+    other = slave.handshake_credential(3, now_ms=NOW, nonce="h2")
+    assert master.handshake_refusal(other, 2, NOW) == (
+        "the handshake names slave 2 but its credential was signed for '3'")
+    assert "came without a credential frame" in (master.handshake_refusal(None, 2, NOW) or "")
     # A remoting request's credential is no handshake's.
-    remoting = slave.sign(REGISTER_BROKER, {}, b"", now_ms=NOW, nonce="h3",
-                          sender="127.0.0.1:30912")
+    remoting = slave.sign(REGISTER_BROKER, {}, b"", now_ms=NOW, nonce="h3", sender="2")
     assert "is for request code 103, not -1" in (
-        master.handshake_refusal(remoting, "127.0.0.1:30912", NOW) or "")
+        master.handshake_refusal(remoting, 2, NOW) or "")
 
 
 def test_the_credential_frame_travels_before_the_handshake() -> None:
-    credential = auth("b1").handshake_credential("h:1", now_ms=NOW, nonce="x")
+    credential = auth("b1").handshake_credential(1, now_ms=NOW, nonce="x")
     frame = Credential(tuple(sorted(credential.items())))
-    data = encode(frame) + encode(SlaveHandshake("h:1"))
+    data = encode(frame) + encode(SlaveHandshake(1))
     decoder = SlaveFrameDecoder()
     frames = [f for i in range(len(data)) for f in decoder.feed(data[i:i + 1])]
-    assert frames == [frame, SlaveHandshake("h:1")]
+    assert frames == [frame, SlaveHandshake(1)]
     assert frames[0].mapping() == credential
 
 

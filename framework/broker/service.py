@@ -75,7 +75,6 @@ from triomq.broker.replication.controller_mode import ControllerMode
 from triomq.broker.replication.replicas_manager import (
     BrokerRole,
     ReplicasManager,
-    check_replica_address,
 )
 from triomq.broker.secondary.schedule_service import ScheduleMessageService
 from triomq.broker.secondary.timer_service import TimerMessageService
@@ -354,10 +353,10 @@ class Broker:
     async def take_static_role(self) -> None:
         """Static mode: master when ``broker_id`` is 0, else slave of ``ha_master_address``."""
         if self.config.is_master:
-            await self.replicas.change_to_master(self.config.master_epoch)
+            await self.replicas.change_to_master(self.config.master_epoch, self.config.broker_id)
         else:
             await self.replicas.change_to_slave(self.config.ha_master_address,
-                                                self.config.master_epoch)
+                                                self.config.master_epoch, self.config.broker_id)
 
     async def record_confirm_offset(self) -> None:
         """Keep ``<store root>/checkpoint``'s confirmPhyOffset current, every ``flush_interval``."""
@@ -405,10 +404,6 @@ async def broker_service(node: Node, *,
     root = store_root(node)
     ha_address = ha_listen_address(node)
     address = node.address or node.name
-    try:
-        check_replica_address(address)
-    except ValueError as exc:
-        raise ConfigError(str(exc), "listen") from None
     factory = node.plugins.log_store("commitlog", node.config.store.scheme)
     # The store makes SCHEDULE_TOPIC_XXXX's entries by the broker's delay levels.
     options = {**node.config.store.options, "message_delay_level": config.message_delay_level}

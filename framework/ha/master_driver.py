@@ -36,8 +36,8 @@ __all__ = [
     "SyncStateSetReporter",
 ]
 
-#: ``admit(address, credential)`` at a slave's handshake: why to refuse it, or None.
-Admit = Callable[[str, Mapping[str, str] | None], str | None]
+#: ``admit(broker_id, credential)`` at a slave's handshake: why to refuse it, or None.
+Admit = Callable[[int, Mapping[str, str] | None], str | None]
 
 #: How many bytes of batches the master gathers into one send, in at most
 #: ``_SEND_PARTS`` pieces (a header and a body each; Linux's IOV_MAX is 1024).
@@ -56,7 +56,7 @@ class MasterFenced(TriomqError):
 class SyncStateSetReporter(Protocol):
     """Asks the controller to change the SyncStateSet (the controller client implements it)."""
 
-    async def alter_sync_state_set(self, proposal: frozenset[str]) -> frozenset[str] | None:
+    async def alter_sync_state_set(self, proposal: frozenset[int]) -> frozenset[int] | None:
         """The SyncStateSet the controller holds for this term once it has answered.
 
         That is ``proposal`` if applied, else the set it still holds (read
@@ -70,7 +70,7 @@ class SyncStateSetReporter(Protocol):
 class ApproveLocally:
     """The reporter for static roles (no controller): every proposal is applied as is."""
 
-    async def alter_sync_state_set(self, proposal: frozenset[str]) -> frozenset[str] | None:
+    async def alter_sync_state_set(self, proposal: frozenset[int]) -> frozenset[int] | None:
         """Approve ``proposal``."""
         return proposal
 
@@ -89,8 +89,8 @@ class HAMaster:
         *,
         log: ReplicaLog,
         epochs: EpochCache,
-        address: str,
-        sync_state_set: frozenset[str],
+        broker_id: int,
+        sync_state_set: frozenset[int],
         confirm_offset: int,
         reporter: SyncStateSetReporter,
         config: HAMasterConfig | None = None,
@@ -105,7 +105,7 @@ class HAMaster:
         #: Called after a slave's ack was counted: the confirm offset may have moved.
         self.on_acked = on_acked
         self.term = MasterTerm(
-            address=address,
+            broker_id=broker_id,
             sync_state_set=sync_state_set,
             epoch_start_offset=epochs.last.start_offset,
             confirm_offset=confirm_offset,
@@ -136,9 +136,9 @@ class HAMaster:
         return self.term.fenced
 
     @property
-    def transferring_slaves(self) -> frozenset[str]:
-        """The addresses of the slaves whose connections passed their handshake."""
-        return frozenset(conn.slave.address for conn in self._joined if conn.slave is not None)
+    def transferring_slaves(self) -> frozenset[int]:
+        """The broker ids of the slaves whose connections passed their handshake."""
+        return frozenset(conn.slave.broker_id for conn in self._joined if conn.slave is not None)
 
     @property
     def confirm_offset(self) -> int:
@@ -200,7 +200,7 @@ class HAMaster:
             self.term.answered(current)
             self._update_puts()
 
-    def sync_state_set_committed(self, sync_state_set: frozenset[str]) -> None:
+    def sync_state_set_committed(self, sync_state_set: frozenset[int]) -> None:
         """The controller's SyncStateSet of this term, as a poll read it."""
         self.term.committed(sync_state_set)
         self._update_puts()
@@ -255,10 +255,10 @@ class HAMaster:
     # -- connections -----------------------------------------------------------
 
     async def serve(self, stream: trio.abc.Stream,
-                    admit: Admit = lambda address, credential: None) -> None:
+                    admit: Admit = lambda broker_id, credential: None) -> None:
         """Serve one slave until it disconnects or breaks the protocol; closes ``stream``.
 
-        ``admit(address, credential)`` is asked at the slave's handshake, before
+        ``admit(broker_id, credential)`` is asked at the slave's handshake, before
         anything counts for that slave, with the credential frame it sent first
         (or None): a reason to refuse it (the connection closes), or None.
 
@@ -298,7 +298,7 @@ class HAMaster:
             # broke the protocol before its admission is no connection of that slave's.
             if conn in self._joined:
                 self._joined.discard(conn)
-                self.term.slave_left(conn.slave.address)
+                self.term.slave_left(conn.slave.broker_id)
             await trio.aclose_forcefully(stream)
 
     async def _handshake(
@@ -339,18 +339,18 @@ class HAMaster:
             if isinstance(out, SendToSlave):
                 outbox.append(out.data)
             elif isinstance(out, SlaveJoined):
-                reason = (admit(out.handshake.address, out.credential) if admit is not None
+                reason = (admit(out.handshake.broker_id, out.credential) if admit is not None
                           else None)
                 if reason is not None:
-                    raise HandshakeRefused(reason, out.handshake.address)
+                    raise HandshakeRefused(reason, conn.peer)
                 self.term.slave_joined(
-                    out.handshake.address,
+                    out.handshake.broker_id,
                     is_async_learner=out.handshake.is_async_learner,
                     now_ms=now_ms(),
                 )
                 self._joined.add(conn)
             elif isinstance(out, SlaveAcked):
-                self.term.slave_acked(out.address, out.ack_offset,
+                self.term.slave_acked(out.broker_id, out.ack_offset,
                                       out.last_caught_up_time_ms, self.log.max_offset)
                 self._wake_reporter()
         self._update_puts()

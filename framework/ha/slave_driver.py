@@ -93,7 +93,7 @@ class HASlave:
         *,
         log: ReplicaLog,
         epoch_store: EpochStore,
-        address: str,
+        broker_id: int,
         connect: Callable[[], Awaitable[trio.abc.Stream]],
         config: HASlaveConfig | None = None,
         offload: Offload = trio.to_thread.run_sync,
@@ -108,7 +108,8 @@ class HASlave:
         self.on_appended = on_appended
         self.offload = offload
         self.epoch_store = epoch_store
-        self.address = address
+        #: What this slave's handshakes name it: its broker id in the group.
+        self.broker_id = broker_id
         self.connect = connect
         self.config = config or HASlaveConfig()
         self.epochs = EpochCache()
@@ -166,7 +167,7 @@ class HASlave:
         Raises on a protocol error; the stream is left to the caller to close.
         """
         conn = SlaveConnection(
-            address=self.address,
+            broker_id=self.broker_id,
             now_ms=now_ms(),
             is_sync_from_last_file=self.config.is_sync_from_last_file,
             is_async_learner=self.config.is_async_learner,

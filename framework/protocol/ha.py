@@ -8,7 +8,7 @@ Java writes them.
 Frames (DESIGN.md, "AutoSwitch HA frames")::
 
     slave -> master  handshake  state:4 | isSyncFromLastFile:2 | isAsyncLearner:2
-                                | addressLength:4 | address:50 (UTF-8, zero padded)
+                                | slaveBrokerId:8
     slave -> master  credential state:4 (100) | bodySize:4 | body (JSON, triomq's own:
                                 sent before the handshake when nodes authenticate each other)
     slave -> master  ack        state:4 | maxOffset:8
@@ -19,8 +19,8 @@ Frames (DESIGN.md, "AutoSwitch HA frames")::
 
 The ``state`` field carries the sender's ``HAConnectionState`` and tells the
 two frames of one direction apart: HANDSHAKE or TRANSFER. Any other state,
-a negative or over-limit body size, an address longer than 50 bytes, a flag
-other than 0/1, or a negative offset or epoch raises ``HAFrameError``, but
+a negative or over-limit body size, a negative broker id, a flag other
+than 0/1, or a negative offset or epoch raises ``HAFrameError``, but
 for RocketMQ's ``NO_OFFSET`` (-1) where a RocketMQ master writes it: the
 offset of a heartbeat (bodySize 0) while its log has no file, and a
 confirmOffset it has not counted yet.
@@ -39,7 +39,6 @@ from triomq.protocol.ha_decode import MasterFrameDecoder, SlaveFrameDecoder
 from triomq.protocol.ha_encode import encode, encode_transfer_header
 from triomq.protocol.ha_layout import (
     ACK_SIZE,
-    ADDRESS_FIELD_SIZE,
     CREDENTIAL_STATE,
     DEFAULT_MAX_BODY_SIZE,
     EPOCH_ENTRY_SIZE,
@@ -74,7 +73,6 @@ from triomq.protocol.ha_transfers import (
 
 __all__ = [
     "ACK_SIZE",
-    "ADDRESS_FIELD_SIZE",
     "CREDENTIAL_STATE",
     "DEFAULT_MAX_BODY_SIZE",
     "EPOCH_ENTRY_SIZE",

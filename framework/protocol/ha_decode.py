@@ -21,7 +21,6 @@ from triomq.protocol.ha_layout import (
     _SLAVE_HANDSHAKE,
     _TRANSFER_HEADER,
     ACK_SIZE,
-    ADDRESS_FIELD_SIZE,
     CREDENTIAL_HEADER_SIZE,
     CREDENTIAL_STATE,
     DEFAULT_MAX_BODY_SIZE,
@@ -130,7 +129,7 @@ class SlaveFrameDecoder(_Decoder):
         return Credential(tuple(sorted(fields.items())))
 
     def _slave_handshake(self, raw: bytes) -> SlaveHandshake:
-        _, sync_from_last_file, async_learner, length, field = _SLAVE_HANDSHAKE.unpack(raw)
+        _, sync_from_last_file, async_learner, broker_id = _SLAVE_HANDSHAKE.unpack(raw)
         for name, flag in (
             ("isSyncFromLastFile", sync_from_last_file),
             ("isAsyncLearner", async_learner),
@@ -139,24 +138,10 @@ class SlaveFrameDecoder(_Decoder):
                 raise self._fail(
                     HAFrameError(f"flag is {flag}, not 0 or 1", f"slave handshake, {name}")
                 )
-        if not 0 <= length <= ADDRESS_FIELD_SIZE:
+        if broker_id < 0:
             raise self._fail(
-                HAFrameError(
-                    f"length {length} out of range [0, {ADDRESS_FIELD_SIZE}]",
-                    "slave handshake, addressLength",
-                )
-            )
-        if any(field[length:]):
-            raise self._fail(
-                HAFrameError("non-zero bytes after the address", "slave handshake, address")
-            )
-        try:
-            address = field[:length].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise self._fail(
-                HAFrameError(f"not UTF-8 ({exc.reason})", "slave handshake, address")
-            ) from None
-        return SlaveHandshake(address, bool(sync_from_last_file), bool(async_learner))
+                HAFrameError(f"negative broker id {broker_id}", "slave handshake, slaveBrokerId"))
+        return SlaveHandshake(broker_id, bool(sync_from_last_file), bool(async_learner))
 
 
 class MasterFrameDecoder:

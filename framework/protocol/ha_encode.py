@@ -19,7 +19,6 @@ from triomq.protocol.ha_layout import (
     _SLAVE_HANDSHAKE,
     _TRANSFER,
     _TRANSFER_HEADER,
-    ADDRESS_FIELD_SIZE,
     CREDENTIAL_STATE,
     EPOCH_ENTRY_SIZE,
     MAX_CREDENTIAL_SIZE,
@@ -60,18 +59,12 @@ def encode(frame: SlaveFrame | MasterFrame) -> bytes:
 
 
 def _encode_slave_handshake(frame: SlaveHandshake) -> bytes:
-    address = frame.address.encode("utf-8")
-    if len(address) > ADDRESS_FIELD_SIZE:
-        raise HAFrameError(
-            f"address is {len(address)} bytes, at most {ADDRESS_FIELD_SIZE}",
-            "slave handshake, address",
-        )
+    _check_range(frame.broker_id, _LONG_MAX, "slave handshake", "slaveBrokerId")
     return _SLAVE_HANDSHAKE.pack(
         HAConnectionState.HANDSHAKE,
         int(frame.is_sync_from_last_file),
         int(frame.is_async_learner),
-        len(address),
-        address,
+        frame.broker_id,
     )
 
 

@@ -43,8 +43,7 @@ CREDENTIAL_STATE = 100
 #: A credential frame's largest body: a handful of short fields.
 MAX_CREDENTIAL_SIZE = 2048
 CREDENTIAL_HEADER_SIZE = 4 + 4
-ADDRESS_FIELD_SIZE = 50
-SLAVE_HANDSHAKE_SIZE = 4 + 2 + 2 + 4 + ADDRESS_FIELD_SIZE
+SLAVE_HANDSHAKE_SIZE = 4 + 2 + 2 + 8
 ACK_SIZE = 4 + 8
 MASTER_HANDSHAKE_HEADER_SIZE = 4 + 4 + 8 + 4
 TRANSFER_HEADER_SIZE = 4 + 4 + 8 + 4 + 8 + 8
@@ -59,7 +58,7 @@ NO_OFFSET = -1
 _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
 
-_SLAVE_HANDSHAKE = struct.Struct(f">ihhi{ADDRESS_FIELD_SIZE}s")
+_SLAVE_HANDSHAKE = struct.Struct(">ihhq")
 _CREDENTIAL_HEADER = struct.Struct(">ii")
 _ACK = struct.Struct(">iq")
 _MASTER_HANDSHAKE_HEADER = struct.Struct(">iiqi")
@@ -70,9 +69,10 @@ _TRANSFER = int(HAConnectionState.TRANSFER)
 
 @attrs.frozen
 class SlaveHandshake:
-    """The slave's opening frame: who it is and how it wants to sync."""
+    """The slave's opening frame: who it is (its broker id in the group) and how it
+    wants to sync."""
 
-    address: str
+    broker_id: int
     is_sync_from_last_file: bool = False
     is_async_learner: bool = False
 

@@ -155,8 +155,8 @@ class OwnPuts:
 class StaticTerm(Term):
     """A static replica's role: everything stored is readable (no confirm offset)."""
 
-    def __init__(self, role: str, master: str, log: MemLog) -> None:
-        super().__init__(role, 0, master, EpochCache())
+    def __init__(self, role: str, master: str, log: MemLog, broker_id: int) -> None:
+        super().__init__(role, 0, master, EpochCache(), broker_id)
         self._log = log
 
     def confirmed(self, max_offset: int) -> int:
@@ -213,7 +213,8 @@ class StaticBroker:
         sim.network.down.discard(self.name)
         self.tasks = Tasks()
         self.term = StaticTerm("master" if self.is_master else "slave",
-                               self.name if self.is_master else self.master_name, self.log)
+                               self.name if self.is_master else self.master_name, self.log,
+                               self.broker_id)
         self.registration = SimRegistration(self, sim.namesrv_names)
         self.escapes: dict[int, EscapeResult] = {}
         #: GET_BROKER_MEMBER_GROUP in flight: request id -> its answer (None until it came).
@@ -397,9 +398,10 @@ class StaticBroker:
                 DELAY_OFFSETS: self.schedule.offsets.data_version,
                 TIMER_CHECKPOINT: self.timer.table.data_version}
 
-    def transferring(self) -> frozenset[str]:
-        """The slaves replicating from this master now (their links whole)."""
-        return frozenset(b.name for b in self.sim.group_members(self.group)
+    def transferring(self) -> frozenset[int]:
+        """The broker ids of the slaves replicating from this master now (their links
+        whole)."""
+        return frozenset(b.broker_id for b in self.sim.group_members(self.group)
                          if not b.is_master and b.linked(self))
 
     def _pre_online(self) -> TaskGen:

@@ -231,9 +231,9 @@ class SimBroker:
         error = ""
         try:
             if isinstance(out, flow.TakeMaster):
-                self.change_to_master(out.epoch, out.sync_state_set)
+                self.change_to_master(out.epoch, out.broker_id, out.sync_state_set)
             else:  # the HA address is the broker's name
-                self.change_to_slave(out.master_address, out.epoch)
+                self.change_to_slave(out.master_address, out.epoch, out.broker_id)
         except EpochError as exc:
             error = str(exc)
         self.flow.followed(self.now_ms(), BrokerRole(self.term.role), self.term.epoch, error)
@@ -268,16 +268,17 @@ class SimBroker:
 
     # -- role changes (ReplicasManager) ---------------------------------------------------
 
-    def change_to_master(self, epoch: int, sync_state_set: frozenset[str]) -> None:
+    def change_to_master(self, epoch: int, broker_id: int, sync_state_set: frozenset[int]
+                         ) -> None:
         """Serve as master of ``epoch`` (``EpochError`` if older than the recorded one)."""
-        start = change_role(RoleChange(ToMaster(epoch, sync_state_set),
+        start = change_role(RoleChange(ToMaster(epoch, broker_id, sync_state_set),
                                        confirmed=self.term.confirmed(self.log.max_offset)),
                             self.log, self.epoch_file, self._end_term)
         epochs = start.epochs
         assert epochs.last is not None
-        term = Term("master", epoch, self.name, epochs)
+        term = Term("master", epoch, self.name, epochs, broker_id)
         term.master_term = MasterTerm(
-            address=self.name, sync_state_set=sync_state_set,
+            broker_id=broker_id, sync_state_set=sync_state_set,
             epoch_start_offset=epochs.last.start_offset, confirm_offset=start.confirm_offset,
             now_ms=self.now_ms(), config=self.settings.master)
         self.term = term
@@ -286,11 +287,11 @@ class SimBroker:
                       *self.schedule.start(term), *self.timer.start(term)]
         self._took_role(term)
 
-    def change_to_slave(self, master: str, epoch: int) -> None:
-        """Follow ``master`` (of ``epoch``)."""
-        start = change_role(RoleChange(ToSlave(master, epoch), confirmed=-1), self.log,
-                            self.epoch_file, self._end_term)
-        term = Term("slave", epoch, master, start.epochs)
+    def change_to_slave(self, master: str, epoch: int, broker_id: int) -> None:
+        """Follow ``master`` (of ``epoch``) as broker ``broker_id``."""
+        start = change_role(RoleChange(ToSlave(master, epoch, broker_id), confirmed=-1),
+                            self.log, self.epoch_file, self._end_term)
+        term = Term("slave", epoch, master, start.epochs, broker_id)
         term.reconnect = Reconnect(self.settings.reconnect_min, self.settings.reconnect_max)
         self.term = term
         self._took_role(term)
@@ -378,11 +379,11 @@ class SimBroker:
                     if isinstance(out, SendToSlave):
                         stream.send(self.name, out.data, self.sim.now, self.sim.network.delay())
                     elif isinstance(out, SlaveJoined):
-                        master.slave_joined(out.handshake.address,
+                        master.slave_joined(out.handshake.broker_id,
                                             is_async_learner=out.handshake.is_async_learner,
                                             now_ms=now)
                     elif isinstance(out, SlaveAcked):
-                        master.slave_acked(out.address, out.ack_offset,
+                        master.slave_acked(out.broker_id, out.ack_offset,
                                            out.last_caught_up_time_ms, self.log.max_offset)
                 for _ in range(8):
                     plan = conn.poll_transfer(self._view(term, master), now)
@@ -395,7 +396,7 @@ class SimBroker:
                 self.sim.network.close(stream)
                 del term.conns[stream_id]
                 if conn.slave is not None:
-                    master.slave_left(conn.slave.address)
+                    master.slave_left(conn.slave.broker_id)
         self.update_puts(term)
 
     # -- the slave (HASlave) ------------------------------------------------------------------
@@ -416,7 +417,7 @@ class SimBroker:
                 term.retry_at = now + term.reconnect.delay_after(handshook=False)
                 return
             term.stream = stream
-            term.conn = SlaveConnection(address=self.name, now_ms=now,
+            term.conn = SlaveConnection(broker_id=term.broker_id, now_ms=now,
                                         ack_interval_ms=settings.master.ha_send_heartbeat_interval)
             stream.send(self.name, term.conn.start(), self.sim.now, self.sim.network.delay())
             return

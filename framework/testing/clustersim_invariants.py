@@ -61,8 +61,8 @@ class Invariants:
         self.group_state: BrokerGroup | None = None
         self.top_index = 0
         self.unclean_elections: list[int] = []
-        #: Master epoch -> the SyncStateSet (addresses) last committed in it.
-        self.sync_state_sets: dict[int, frozenset[str]] = {}
+        #: Master epoch -> the SyncStateSet (broker ids) last committed in it.
+        self.sync_state_sets: dict[int, frozenset[int]] = {}
         #: Committed events that changed the group, in log order.
         self.committed_events: list[Event] = []
         #: Master epoch -> the broker the controllers committed as its master.
@@ -99,8 +99,7 @@ class Invariants:
             if changed:
                 self.committed_events.append(event)
             if after is not None:
-                self.sync_state_sets[after.master_epoch] = frozenset(
-                    a for a in map(after.address_of, after.sync_state_set) if a is not None)
+                self.sync_state_sets[after.master_epoch] = frozenset(after.sync_state_set)
             if (changed and isinstance(event, ElectMasterEvent) and before is not None
                     and event.new_master_broker_id is not None and before.master_epoch > 0
                     and event.new_master_broker_id not in before.sync_state_set):
@@ -122,8 +121,8 @@ class Invariants:
         self.check_holders()
 
     def on_acked(self, broker: SimBroker, term: Term, offset: int, record: bytes,
-                 members: frozenset[str]) -> None:
-        """A master completed a synchronous put."""
+                 members: frozenset[int]) -> None:
+        """A master completed a synchronous put (``members``: the broker ids it counted)."""
         writer = self.writers.setdefault(term.epoch, broker.name)
         if writer != broker.name:
             self.violation(f"two masters completed puts in epoch {term.epoch}: "
@@ -135,8 +134,10 @@ class Invariants:
                            f"{sorted(committed)}")
         message = AckedMessage(offset, record, term.epoch, broker.name, self.now)
         self.acked.append(message)
-        for name in sorted(members):
-            holder = self.brokers.get(name)
+        group = self.group_state
+        for broker_id in sorted(members):
+            name = group.address_of(broker_id) if group is not None else None
+            holder = self.brokers.get(name) if name is not None else None
             if holder is not None and holder.log.read(offset, len(record)) != record:
                 self.violation(f"put at {offset} acked while {name} lacks it")
         self.check_holders()

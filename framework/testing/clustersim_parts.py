@@ -260,7 +260,7 @@ class Term:
     @classmethod
     def none(cls) -> Term:
         """No role: before the first and while changing."""
-        return cls("none", -1, "", EpochCache())
+        return cls("none", -1, "", EpochCache(), -1)
 
     def confirmed(self, max_offset: int) -> int:
         """The confirm offset: the master term's, else the last one a master sent (-1)."""
@@ -268,11 +268,14 @@ class Term:
             return self.master_term.confirm_offset(max_offset)
         return self.confirm_offset
 
-    def __init__(self, role: str, epoch: int, master: str, epochs: EpochCache) -> None:
+    def __init__(self, role: str, epoch: int, master: str, epochs: EpochCache,
+                 broker_id: int) -> None:
         self.role = role
         self.epoch = epoch
         self.master = master
         self.epochs = epochs
+        #: The broker id the role change named this replica by (its HA handshakes').
+        self.broker_id = broker_id
         self.tasks: list[int] = []
         # Master side.
         self.master_term: MasterTerm | None = None

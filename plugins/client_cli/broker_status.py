@@ -60,8 +60,8 @@ def status_text(kv: dict[str, str]) -> str:
         lines.append(f"{HA_CONNECTIONS:<{width}} : {kv[HA_CONNECTIONS]}")
     if slaves:
         lines += ["", "HA connections:",
-                  table(("addr", "slaveAckOffset", "diff", "inSync"),
-                        [(s.get("addr"), s.get("slaveAckOffset"), s.get("diff"),
+                  table(("brokerId", "slaveAckOffset", "diff", "inSync"),
+                        [(s.get("brokerId"), s.get("slaveAckOffset"), s.get("diff"),
                           s.get("inSync")) for s in slaves])]
     return "\n".join(lines)
 

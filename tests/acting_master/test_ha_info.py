@@ -108,5 +108,5 @@ async def test_a_returning_master_does_not_wait_out_its_slaves_backoff(tmp_path,
         await group.start("a0")
         master = cluster.broker("a0")
         await cluster.wait_for(lambda: not master.isolated, timeout=30)
-        assert master.replicas.transferring_slaves == {slave.rpc_address}
+        assert master.replicas.transferring_slaves == {slave.broker_id}
         await cluster.wait_for(lambda: not slave.acting, timeout=20)

@@ -182,15 +182,16 @@ async def test_forged_ha_acks_are_refused_and_the_master_does_not_acknowledge(
                     break
                 except ServiceNotAvailable:
                     await trio.sleep(0.05)
-        slave_name = group.slave.address  # what its handshake names
+        slave_id = group.info.broker_id_of(group.slave.address)  # what its handshake names
+        assert slave_id is not None
         ha_port = group.ha_port(group.master)
         group.slave.process.send_signal(signal.SIGSTOP)
         # The forger claims the paused slave: no credential, then a made-up one.
-        forged = InnerAuth("cluster", "a-guess", slave_name, NonceCache(30_000))
-        openings = [encode(SlaveHandshake(slave_name)),
+        forged = InnerAuth("cluster", "a-guess", group.slave.address, NonceCache(30_000))
+        openings = [encode(SlaveHandshake(slave_id)),
                     encode(Credential(tuple(sorted(forged.handshake_credential(
-                        slave_name, now_ms=wall_ms(), nonce="f").items()))))
-                    + encode(SlaveHandshake(slave_name))]
+                        slave_id, now_ms=wall_ms(), nonce="f").items()))))
+                    + encode(SlaveHandshake(slave_id))]
         refusals = 0
         acknowledged: list[int] = []
         failed = 0

@@ -107,14 +107,14 @@ async def test_a_master_term_component_runs_in_each_master_term_only(tmp_path, m
         assert view.clock() - before == 60_000 and view.clock is a.clock
 
         # Stepping down cancels it with the master term, before the slave term starts.
-        await a.replicas.change_to_slave("inproc://nobody-ha", 2)
+        await a.replicas.change_to_slave("inproc://nobody-ha", 2, a.broker_id)
         assert plugin.events[3:] == [("cancelled", "none", -1), ("role", "slave", 2),
                                      ("always", "slave", 2)]
         answer = await client.rpc.invoke(a.node.address, ECHO_ROLE)
         assert answer.remark == "slave"
 
         # The next master term starts it again.
-        await a.replicas.change_to_master(3)
+        await a.replicas.change_to_master(3, a.broker_id)
         assert plugin.events[6:] == [("started", "master", 3), ("role", "master", 3),
                                      ("always", "master", 3)]
         assert events_of("started", plugin.events) == [("master", 1), ("master", 3)]
@@ -230,7 +230,7 @@ async def test_an_acting_term_runs_in_the_slave_term_and_ends_with_it(tmp_path, 
         assert not view.acting and runs()[-1] == ("cancelled", "slave", 1)
         # A role change ends a running term with the slave term, before the master's starts.
         await view.start_acting()
-        await a.replicas.change_to_master(2)
+        await a.replicas.change_to_master(2, a.broker_id)
         assert not view.acting
         assert runs()[2:] == [("started", "slave", 1), ("cancelled", "none", -1),
                               ("started", "master", 2)]

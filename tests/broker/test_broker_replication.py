@@ -62,9 +62,9 @@ async def test_three_brokers_across_epochs(cluster):
                 await put_synchronously(producer, rng, 12, a, [b, c])
 
                 # Epoch 2: b takes over through the ReplicasManagers.
-                await b.replicas.change_to_master(2)
-                await a.replicas.change_to_slave(b.ha_address, 2)
-                await c.replicas.change_to_slave(b.ha_address, 2)
+                await b.replicas.change_to_master(2, b.broker_id)
+                await a.replicas.change_to_slave(b.ha_address, 2, a.broker_id)
+                await c.replicas.change_to_slave(b.ha_address, 2, c.broker_id)
                 assert (a.replicas.role, b.replicas.role) == (BrokerRole.SLAVE, BrokerRole.MASTER)
                 producer = DirectProducer(client.rpc, b.node.address)
                 await put_synchronously(producer, rng, 12, b, [a, c])
@@ -74,7 +74,7 @@ async def test_three_brokers_across_epochs(cluster):
                     BrokerRole.SLAVE, 2, b.ha_address)
                 await wait_until(lambda: a.replicas.confirm_offset == b.log.max_offset)
                 state = b.replicas.state()
-                assert state.sync_state_set == {a.node.address, b.node.address, c.node.address}
+                assert state.sync_state_set == {a.broker_id, b.broker_id, c.broker_id}
                 assert state.confirm_offset == state.max_offset == b.log.max_offset
 
         # Epoch 3: every node restarts; a is master again with a higher epoch.
@@ -123,8 +123,8 @@ async def test_the_lmdb_store_replicates_too(tmp_path):
         cluster.broker("b", broker_id=1, master=a.ha_address, extra=SYNC_ALL) as b,
     ):
         await put_synchronously(DirectProducer(client.rpc, a.node.address), rng, 20, a, [b])
-        await b.replicas.change_to_master(2)
-        await a.replicas.change_to_slave(b.ha_address, 2)
+        await b.replicas.change_to_master(2, b.broker_id)
+        await a.replicas.change_to_slave(b.ha_address, 2, a.broker_id)
         await put_synchronously(DirectProducer(client.rpc, b.node.address), rng, 20, b, [a])
         await caught_up(b, a)
         assert image(a) == image(b)
@@ -166,9 +166,9 @@ async def test_a_restarted_master_confirms_nothing_a_member_may_lack(tmp_path):
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(replicas.run)
-                await replicas.change_to_master(1, frozenset({"inproc://r", "inproc://s"}))
+                await replicas.change_to_master(1, 0, frozenset({0, 1}))
                 assert replicas.confirm_offset == log.min_offset < log.max_offset
-                await replicas.change_to_master(2)  # alone in its set: all of it confirmed
+                await replicas.change_to_master(2, 0)  # alone in its set: all of it confirmed
                 assert replicas.confirm_offset == log.max_offset
                 nursery.cancel_scope.cancel()
         finally:

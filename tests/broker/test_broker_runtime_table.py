@@ -26,21 +26,20 @@ COMMON = {"cluster_name": "DefaultCluster", "broker_name": "broker-a", "min_offs
 def test_a_master_lists_its_slaves_and_which_are_in_sync() -> None:
     table = runtime_table(
         **COMMON, broker_id=0, role="master", master_epoch=3, confirm_offset=400,
-        master_ha_address="", sync_state_set={"tcp://b:1", "tcp://a:1"},
-        slaves=[ReplicaAck("tcp://c:1", -1, 1, is_async_learner=True),
-                ReplicaAck("tcp://b:1", 400, 2)])
+        master_ha_address="", sync_state_set={1, 0},
+        slaves=[ReplicaAck(2, -1, 1, is_async_learner=True), ReplicaAck(1, 400, 2)])
     assert {k: table[k] for k in ("brokerRole", "brokerId", "masterEpoch", "confirmOffset",
                                   "commitLogMinOffset", "commitLogMaxOffset", "syncStateSet",
                                   "inSyncSlaveNums", "haMasterAddress",
                                   "enableControllerMode")} == {
         "brokerRole": "MASTER", "brokerId": "0", "masterEpoch": "3", "confirmOffset": "400",
         "commitLogMinOffset": "0", "commitLogMaxOffset": "500",
-        "syncStateSet": "tcp://a:1,tcp://b:1", "inSyncSlaveNums": "1", "haMasterAddress": "",
+        "syncStateSet": "0,1", "inSyncSlaveNums": "1", "haMasterAddress": "",
         "enableControllerMode": "false"}
     assert json.loads(table["haConnectionInfo"]) == [
-        {"addr": "tcp://b:1", "slaveAckOffset": 400, "diff": 100, "inSync": True,
+        {"brokerId": 1, "slaveAckOffset": 400, "diff": 100, "inSync": True,
          "connections": 2, "asyncLearner": False},
-        {"addr": "tcp://c:1", "slaveAckOffset": -1, "diff": -1, "inSync": False,
+        {"brokerId": 2, "slaveAckOffset": -1, "diff": -1, "inSync": False,
          "connections": 1, "asyncLearner": True}]
     assert all(isinstance(v, str) for v in table.values())  # a KVTable holds strings only
 

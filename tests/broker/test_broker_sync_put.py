@@ -34,7 +34,7 @@ async def test_put_waits_for_the_slave_ack_and_times_out_when_partitioned(inproc
         inproc.broker("b", broker_id=1, master=a.ha_address, extra=SYNC) as b,
     ):
         producer = DirectProducer(client.rpc, a.node.address)
-        await wait_until(lambda: a.replicas.sync_state_set == {"inproc://a", "inproc://b"})
+        await wait_until(lambda: a.replicas.sync_state_set == {a.broker_id, b.broker_id})
         first = await producer.send("t", b"replicated")
         assert b.log.max_offset > first.physical_offset
 
@@ -150,8 +150,8 @@ async def test_a_role_change_fails_the_puts_in_flight(inproc):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(send)
             await wait_until(lambda: a.log.max_offset > shared)
-            await b.replicas.change_to_master(2)
-            await a.replicas.change_to_slave(b.ha_address, 2)
+            await b.replicas.change_to_master(2, b.broker_id)
+            await a.replicas.change_to_slave(b.ha_address, 2, a.broker_id)
         a.node.transport("inproc").network.heal()
         assert "stopped being master" in failures[0].remark
         assert failures[0].result is not None

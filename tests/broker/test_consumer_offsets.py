@@ -119,7 +119,7 @@ async def test_a_slave_copies_offsets_takes_commits_and_keeps_them_as_master(
         assert answer.code == ResponseCode.SUCCESS, answer.remark
         assert s.offsets.table.query("reader", "orders", 0) == 3
         # Elected master, it answers from what it copied.
-        await s.replicas.change_to_master(2)
+        await s.replicas.change_to_master(2, s.broker_id)
         answer = await client.rpc.invoke(s.node.address, RequestCode.QUERY_CONSUMER_OFFSET,
                                          query())
         assert (answer.code, answer.ext_fields["offset"]) == (ResponseCode.SUCCESS, "8")

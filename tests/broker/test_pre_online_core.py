@@ -16,6 +16,7 @@ from triomq.broker.registration.core.pre_online import (
 from triomq.protocol.route import DataVersion
 
 OWN = "tcp://10.0.0.1:10911"
+# The slaves by address; HA names them by broker id (1 and 2).
 S1, S2 = "tcp://10.0.0.2:10911", "tcp://10.0.0.3:10911"
 OLD, NEW, NEWER = DataVersion(0, 5, 1), DataVersion(0, 9, 2), DataVersion(0, 12, 3)
 
@@ -33,8 +34,8 @@ def test_it_takes_each_kind_from_the_slave_with_the_newest_then_registers() -> N
     # It tells the slaves it is back before it waits for them.
     assert f.members({0: OWN, 1: S1, 2: S2}, 10) == [AnnounceHa(slaves),
                                                      AwaitSlaves(slaves, 10_000)]
-    assert f.transferring(frozenset({S1}), 20) == []  # S2 not back yet
-    assert f.transferring(frozenset({S1, S2}), 30) == [Fetch(S1), Fetch(S2)]
+    assert f.transferring(frozenset({1}), 20) == []  # S2 not back yet
+    assert f.transferring(frozenset({1, 2}), 30) == [Fetch(S1), Fetch(S2)]
     assert f.fetched(S1, {"consumer offsets": NEWER, "delay offsets": OLD}, 40) == []
     actions = f.fetched(S2, {"consumer offsets": NEW, "delay offsets": NEW}, 50)
     assert actions[:2] == [Adopt("consumer offsets", S1), Adopt("delay offsets", S2)]
@@ -44,7 +45,7 @@ def test_it_takes_each_kind_from_the_slave_with_the_newest_then_registers() -> N
 def test_nothing_newer_nothing_taken() -> None:
     f = flow()
     f.members({1: S1}, 0)
-    assert f.transferring(frozenset({S1}), 1) == [Fetch(S1)]
+    assert f.transferring(frozenset({1}), 1) == [Fetch(S1)]
     (online,) = f.fetched(S1, {"consumer offsets": NEW, "delay offsets": OLD}, 2)
     assert isinstance(online, GoOnline)
 
@@ -61,13 +62,13 @@ def test_it_never_stays_isolated() -> None:
     # A slave that does not come back in time is left out; none back: online without.
     f = flow()
     f.members({1: S1, 2: S2}, 0)
-    assert f.transferring(frozenset({S2}), 10_000) == [Fetch(S2)]
+    assert f.transferring(frozenset({2}), 10_000) == [Fetch(S2)]
     f = flow()
     f.members({1: S1}, 0)
     assert isinstance(f.transferring(frozenset(), 10_000)[0], GoOnline)
     # A slave that does not answer counts as having nothing newer.
     f = flow()
     f.members({1: S1}, 0)
-    f.transferring(frozenset({S1}), 1)
+    f.transferring(frozenset({1}), 1)
     (online,) = f.fetched(S1, None, 2)
     assert isinstance(online, GoOnline)

@@ -37,7 +37,7 @@ def test_expand_whose_answer_is_lost_keeps_counting_the_new_member() -> None:
     for _ in range(50):  # a put acked now would lack a SyncStateSet member (a Violation)
         sim.put(master.name)
         sim.run_for(100)
-    assert master.term.master_term.tracker.effective_sync_state_set == {master.name, slave}
+    assert master.term.master_term.tracker.effective_sync_state_set == {1, 2}
     assert not any(at >= cut and src == master.name and code == ResponseCode.SUCCESS
                    for at, src, code in sim.put_results)
     assert any(at >= cut and src == master.name for at, src, _ in sim.put_results)
@@ -56,13 +56,13 @@ def test_master_relearns_a_sync_state_set_whose_answer_was_lost() -> None:
         sim.network.partition({controller}, {master.name}, one_way=True)
     sim.run_until(lambda: sim.group_state.sync_state_set == {1, 2}, 3_000, "the expand committed")
     sim.run_for(3_000)  # answers still lost: the expand stays in flight, counted
-    assert master.term.master_term.tracker.pending == {master.name, slave}
-    assert master.term.master_term.tracker.sync_state_set == {master.name}
+    assert master.term.master_term.tracker.pending == {1, 2}
+    assert master.term.master_term.tracker.sync_state_set == {master.flow.broker_id}
     sim.producing = False
     sim.heal()
     sim.run_until(lambda: master.term.master_term.tracker.pending is None, 3_000,
                   "the expand resolved")
-    assert master.term.master_term.tracker.sync_state_set == {master.name, slave}
+    assert master.term.master_term.tracker.sync_state_set == {1, 2}
     assert master.flow.sync_state_set_epoch == sim.group_state.sync_state_set_epoch
 
 

@@ -88,12 +88,10 @@ async def wait_full_sync_state_set(cluster: Cluster, master: str) -> None:
     its expansion is committed, and only then may that slave be elected.)
     """
     def done() -> bool:
-        brokers = cluster.brokers().values()
-        addresses = {b.node.address for b in brokers}
-        ids = {b.broker_id for b in brokers}
+        ids = {b.broker_id for b in cluster.brokers().values()}
         name = leader(cluster)
         group = group_at(cluster, name) if name is not None else None
-        return (cluster.broker(master).replicas.sync_state_set == addresses
+        return (cluster.broker(master).replicas.sync_state_set == ids
                 and group is not None and group.sync_state_set == ids)
 
     await cluster.wait_for(done)

@@ -146,7 +146,7 @@ async def test_group_of_two_replicas(make_cluster):
         new = cluster.broker(survivor)
         assert missing(new, acked) == []
         # Alone in its SyncStateSet, the survivor acknowledges puts by itself.
-        await cluster.wait_for(lambda: new.replicas.sync_state_set == {new.node.address})
+        await cluster.wait_for(lambda: new.replicas.sync_state_set == {new.broker_id})
         await put(client, new, b"alone")
         # The old master comes back as a slave of the new one and catches up.
         await cluster.start(master)

@@ -24,7 +24,7 @@ async def test_a_refused_proposal_reads_the_controllers_set_back(make_cluster):
         master = await cluster.wait_master()
         await wait_full_sync_state_set(cluster, master)
         mode = cluster.broker(master).controller_mode
-        everyone = frozenset(b.node.address for b in cluster.brokers().values())
+        everyone = frozenset(b.broker_id for b in cluster.brokers().values())
         # Refused as unchanged: the answer is the set the controllers hold,
         # and their SyncStateSet epoch (the master may not have learned the
         # last expansion's epoch yet).
@@ -34,7 +34,7 @@ async def test_a_refused_proposal_reads_the_controllers_set_back(make_cluster):
         # Refused as fenced by a stale SyncStateSet epoch (an earlier try was
         # committed, its answer lost): read back, epoch relearned.
         mode.sync_state_set_epoch = epoch - 1
-        alone = frozenset({cluster.broker(master).node.address})
+        alone = frozenset({cluster.broker(master).broker_id})
         assert await mode.alter_sync_state_set(alone) == everyone
         assert mode.sync_state_set_epoch == epoch
 
@@ -46,9 +46,9 @@ async def test_the_master_relearns_a_set_its_view_lost(make_cluster):
         master = await cluster.wait_master()
         await wait_full_sync_state_set(cluster, master)
         ha_master = cluster.broker(master).replicas.ha_master
-        everyone = frozenset(b.node.address for b in cluster.brokers().values())
+        everyone = frozenset(b.broker_id for b in cluster.brokers().values())
         # As after an expand whose answer was lost: the view lacks the members.
-        ha_master.tracker.apply({cluster.broker(master).node.address})
+        ha_master.tracker.apply({cluster.broker(master).broker_id})
         # Relearned, nothing left to propose (on a busy host a lagging slave may be
         # shrunk out and expanded back meanwhile: the set settles full again).
         await cluster.wait_for(lambda: ha_master.tracker.sync_state_set == everyone

@@ -22,8 +22,9 @@ SEGMENT_SIZE = 256
 class Replica:
     """A commit log in memory (bytes from ``base``) with its epoch cache."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, broker_id: int) -> None:
         self.name = name
+        self.broker_id = broker_id
         self.base = 0
         self.data = bytearray()
         self.epochs = EpochCache()
@@ -95,7 +96,7 @@ class Link:
         self.master, self.slave, self.rng = master, slave, rng
         self.conn_m = MasterConnection(now_ms=now_ms, transfer_batch_size=batch_size)
         self.conn_s = SlaveConnection(
-            address=slave.name, now_ms=now_ms, is_sync_from_last_file=sync_from_last_file
+            broker_id=slave.broker_id, now_ms=now_ms, is_sync_from_last_file=sync_from_last_file
         )
         self.to_master = bytearray(self.conn_s.start())
         self.to_slave = bytearray()

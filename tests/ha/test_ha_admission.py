@@ -25,7 +25,7 @@ def test_a_flood_without_handshakes_never_keeps_a_slave_from_its_handshake():
     for flood in range(3):  # fewer newcomers than slots before its handshake arrives
         admission.opened(flood)
     assert admission.handshaking == 4
-    assert admission.handshaken("slave", "s") == Admitted()
+    assert admission.handshaken("slave", 1) == Admitted()
     for flood in range(3, 1000):
         closed = admission.opened(flood).close
         assert "slave" not in closed
@@ -34,43 +34,43 @@ def test_a_flood_without_handshakes_never_keeps_a_slave_from_its_handshake():
 
 def test_a_second_connection_of_a_slave_replaces_the_first():
     admission = HAAdmission(max_connections=8)
-    admission.opened(1)
-    assert admission.handshaken(1, "s") == Admitted()
-    admission.opened(2)
-    assert admission.handshaken(2, "s") == Admitted((1,))
+    admission.opened("first")
+    assert admission.handshaken("first", 1) == Admitted()
+    admission.opened("second")
+    assert admission.handshaken("second", 1) == Admitted(("first",))
     # The first's end does not drop the second's slave.
-    admission.closed(1)
-    admission.opened(3)
-    assert admission.handshaken(3, "s") == Admitted((2,))
+    admission.closed("first")
+    admission.opened("third")
+    assert admission.handshaken("third", 1) == Admitted(("second",))
     assert admission.held == 1
 
 
 def test_unknown_slaves_leave_a_slot_for_handshakes_and_known_ones_always_get_in():
     admission = HAAdmission(max_connections=3)
-    admission.remember({"m", "s1", "s2"})
-    for key in ("x", "y"):
+    admission.remember({0, 1, 2})
+    for key, made_up in (("x", 7), ("y", 8)):
         admission.opened(key)
-        assert admission.handshaken(key, f"made-up-{key}") == Admitted()
+        assert admission.handshaken(key, made_up) == Admitted()
     admission.opened("z")
-    refused = admission.handshaken("z", "made-up-z")
+    refused = admission.handshaken("z", 9)
     assert isinstance(refused, RefuseHandshake)
-    assert "'made-up-z' is no known replica" in refused.reason
+    assert "broker 9 is no known replica" in refused.reason
     # A known replica takes the oldest unknown slave's slot...
     admission.opened("s1-conn")
-    assert admission.handshaken("s1-conn", "s1") == Admitted(("x",))
+    assert admission.handshaken("s1-conn", 1) == Admitted(("x",))
     admission.opened("s2-conn")
-    assert admission.handshaken("s2-conn", "s2") == Admitted(("y",))
+    assert admission.handshaken("s2-conn", 2) == Admitted(("y",))
     # ...and when only known ones are left, it is admitted over the cap.
     admission.opened("m-conn")
-    assert admission.handshaken("m-conn", "m") == Admitted()
+    assert admission.handshaken("m-conn", 0) == Admitted()
     assert admission.held == 3
     admission.opened("late")
-    assert isinstance(admission.handshaken("late", "made-up-late"), RefuseHandshake)
+    assert isinstance(admission.handshaken("late", 10), RefuseHandshake)
 
 
 def test_a_handshake_needs_an_open_connection():
     admission = HAAdmission(max_connections=2)
     with pytest.raises(ValueError, match="not waiting for a handshake"):
-        admission.handshaken("nobody", "s")
+        admission.handshaken("nobody", 1)
     with pytest.raises(ValueError, match=">= 2"):
         HAAdmission(max_connections=1)

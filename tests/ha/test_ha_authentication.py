@@ -28,7 +28,7 @@ def auth(identity: str, secret: str = SECRET) -> InnerAuth:
     return InnerAuth("cluster", secret, identity, NonceCache(30_000))
 
 
-def opening(slave: str, credential: dict[str, str] | None) -> bytes:
+def opening(slave: int, credential: dict[str, str] | None) -> bytes:
     frame = b"" if credential is None else encode(Credential(tuple(sorted(credential.items()))))
     return frame + encode(SlaveHandshake(slave))
 
@@ -43,25 +43,25 @@ async def answered(stream: trio.abc.Stream) -> bytes:
 
 async def test_a_broken_handshake_naming_a_slave_leaves_its_connection_counted(
         autojump_clock) -> None:
-    m = Node("m")
+    m = Node("m", 0)
     m.log.append(b"x" * 300)
     transport, address = inproc()
     async with trio.open_nursery() as nursery:
         manager, master = await start_master(nursery, transport, address, m)
         real = await transport.connect(manager.ha_address)
-        await real.send_all(opening("s", None) + encode(Ack(0)))
-        await wait_for(lambda: master.tracker.ack_offset("s", 300) == 0)
+        await real.send_all(opening(1, None) + encode(Ack(0)))
+        await wait_for(lambda: master.tracker.ack_offset(1, 300) == 0)
         # The same name, then an ack past the master's log: closed before its admission.
         broken = await transport.connect(manager.ha_address)
-        await broken.send_all(opening("s", None) + encode(Ack(10_000)))
+        await broken.send_all(opening(1, None) + encode(Ack(10_000)))
         assert await answered(broken) == b""
-        assert master.tracker.slaves["s"].connections == 1
+        assert master.tracker.slaves[1].connections == 1
         assert manager.ha_connections_evicted == 0
         nursery.cancel_scope.cancel()
 
 
 async def test_only_a_handshake_with_its_slaves_credential_is_admitted(autojump_clock) -> None:
-    m, s = Node("m"), Node("s")
+    m, s = Node("m", 0), Node("s", 1)
     m.log.append(b"x" * 300)
     transport, address = inproc()
     async with trio.open_nursery() as nursery:
@@ -71,38 +71,38 @@ async def test_only_a_handshake_with_its_slaves_credential_is_admitted(autojump_
             master_config=HAMasterConfig(ha_transfer_batch_size=100), offload=inline,
             auth=auth("m"))
         await nursery.start(manager.run)
-        await manager.change_to_master(1, frozenset({"m", "s"}))
+        await manager.change_to_master(1, 0, frozenset({0, 1}))
         master = manager.ha_master
         assert master is not None
         slave_auth = auth("s")
-        slave = HASlave(log=s.log, epoch_store=s.epochs, address="s",
+        slave = HASlave(log=s.log, epoch_store=s.epochs, broker_id=1,
                         connect=lambda: transport.connect(manager.ha_address),
                         config=HASlaveConfig(ha_send_heartbeat_interval=100), offload=inline,
                         credential=lambda: slave_auth.handshake_credential(
-                            "s", now_ms=wall_ms(), nonce=f"s-{slave.connections}"))
+                            1, now_ms=wall_ms(), nonce=f"s-{slave.connections}"))
         await nursery.start(slave.run)
         await wait_for(lambda: s.log.data == m.log.data)
 
         # Forged: no credential, a guessed secret, another slave's credential.
-        forged = [None, auth("x", "guess").handshake_credential("s", now_ms=wall_ms(),
+        forged = [None, auth("x", "guess").handshake_credential(1, now_ms=wall_ms(),
                                                                  nonce="g"),
-                  slave_auth.handshake_credential("t", now_ms=wall_ms(), nonce="t")]
+                  slave_auth.handshake_credential(2, now_ms=wall_ms(), nonce="t")]
         for credential in forged:
             stream = await transport.connect(manager.ha_address)
-            await stream.send_all(opening("s", credential) + encode(Ack(300)))
+            await stream.send_all(opening(1, credential) + encode(Ack(300)))
             assert await answered(stream) == b""
         assert manager.ha_handshakes_unauthenticated == 3
-        assert (manager.ha_connections_evicted, master.tracker.slaves["s"].connections) == (0, 1)
+        assert (manager.ha_connections_evicted, master.tracker.slaves[1].connections) == (0, 1)
 
         # A credential used once (it replaces the slave's connection, being the slave's),
         # then replayed: refused.
-        captured = slave_auth.handshake_credential("s", now_ms=wall_ms(), nonce="captured")
+        captured = slave_auth.handshake_credential(1, now_ms=wall_ms(), nonce="captured")
         first = await transport.connect(manager.ha_address)
-        await first.send_all(opening("s", captured))
+        await first.send_all(opening(1, captured))
         assert await answered(first) != b""
         await first.aclose()
         replayed = await transport.connect(manager.ha_address)
-        await replayed.send_all(opening("s", captured))
+        await replayed.send_all(opening(1, captured))
         assert await answered(replayed) == b""
         assert manager.ha_handshakes_unauthenticated == 4
         # The real slave proves itself again and keeps replicating.

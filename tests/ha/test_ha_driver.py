@@ -86,8 +86,9 @@ class MemoryEpochs:
 
 
 class Replica:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, broker_id: int) -> None:
         self.name = name
+        self.broker_id = broker_id
         self.log = MemoryLog()
         self.epochs = MemoryEpochs()
 
@@ -103,8 +104,8 @@ def make_master(replica: Replica, epoch: int, **kwargs) -> HAMaster:
     return HAMaster(
         log=replica.log,
         epochs=replica.epochs.cache,
-        address=replica.name,
-        sync_state_set=kwargs.pop("sync_state_set", frozenset({replica.name})),
+        broker_id=replica.broker_id,
+        sync_state_set=kwargs.pop("sync_state_set", frozenset({replica.broker_id})),
         confirm_offset=replica.log.max_offset,
         reporter=ApproveLocally(),
         config=config,
@@ -146,7 +147,7 @@ def make_slave(replica: Replica, connect, **config) -> HASlave:
     return HASlave(
         log=replica.log,
         epoch_store=replica.epochs,
-        address=replica.name,
+        broker_id=replica.broker_id,
         connect=connect,
         config=HASlaveConfig(ha_send_heartbeat_interval=100, **config),
         offload=inline,
@@ -187,7 +188,7 @@ async def run_term(master: Replica, epoch: int, slaves: list[Replica], rng, writ
 
 async def test_master_and_two_slaves_across_several_epochs(autojump_clock):
     rng = random.Random(7)
-    a, b, c = Replica("a"), Replica("b"), Replica("c")
+    a, b, c = Replica("a", 1), Replica("b", 2), Replica("c", 3)
     await run_term(a, 1, [b, c], rng, writes=5)
     assert same(a, b, c)
     write(a, rng, 4)  # a's unreplicated tail, then a fails
@@ -203,7 +204,7 @@ async def test_master_and_two_slaves_across_several_epochs(autojump_clock):
 
 async def test_bad_slave_is_closed_and_the_others_keep_replicating(autojump_clock):
     rng = random.Random(1)
-    m, good = Replica("m"), Replica("good")
+    m, good = Replica("m", 0), Replica("good", 1)
     ha = make_master(m, 1)
     async with trio.open_nursery() as nursery:
         await nursery.start(ha.run)
@@ -220,14 +221,14 @@ async def test_bad_slave_is_closed_and_the_others_keep_replicating(autojump_cloc
 
 
 async def test_raw_slave_speaks_bytes_to_the_master(autojump_clock):
-    m = Replica("m")
+    m = Replica("m", 0)
     m.epochs.cache = EpochCache([EpochStart(3, 0)])
     m.log.append(b"x" * 150)
     ha = make_master(m, 4)
     async with trio.open_nursery() as nursery:
         raw, server = trio.testing.memory_stream_pair()
         nursery.start_soon(ha.serve, server)
-        await raw.send_all(struct.pack(">ihhi", 1, 0, 0, 5) + b"raw:1".ljust(50, b"\0"))
+        await raw.send_all(struct.pack(">ihhq", 1, 0, 0, 5))
         decoder = MasterFrameDecoder()
         frames = []
         while not frames:
@@ -247,7 +248,7 @@ async def test_raw_slave_speaks_bytes_to_the_master(autojump_clock):
 
 async def test_slave_refuses_a_gap_and_reconnects(autojump_clock):
     """A hand-written master sends a non-contiguous batch; the slave writes nothing of it."""
-    s = Replica("s")
+    s = Replica("s", 1)
     s.log.append(b"a" * 10)
     s.epochs.cache = EpochCache([EpochStart(1, 0)])
     sessions = []
@@ -290,9 +291,9 @@ async def test_slave_refuses_a_gap_and_reconnects(autojump_clock):
 
 
 async def test_synchronous_put_completes_on_ack_or_times_out(autojump_clock):
-    m, s = Replica("m"), Replica("s")
+    m, s = Replica("m", 0), Replica("s", 1)
     ha = make_master(m, 1, all_ack_in_sync_state_set=True)
-    ha.tracker.apply({"m", "s"})
+    ha.tracker.apply({0, 1})
     async with trio.open_nursery() as nursery:
         # s is a member but not connected: the put cannot complete.
         end = m.log.append(b"p" * 50)
@@ -315,7 +316,7 @@ async def test_synchronous_put_completes_on_ack_or_times_out(autojump_clock):
 
 async def test_shrink_when_a_slave_stalls_and_expand_when_it_returns(autojump_clock):
     rng = random.Random(3)
-    m, s = Replica("m"), Replica("s")
+    m, s = Replica("m", 0), Replica("s", 1)
     ha = make_master(m, 1, ha_max_time_slave_not_catchup=2000)
     async with trio.open_nursery() as nursery:
         await nursery.start(ha.run)
@@ -330,18 +331,18 @@ async def test_shrink_when_a_slave_stalls_and_expand_when_it_returns(autojump_cl
         ha.appended()
         await caught_up(m, s)
         with trio.fail_after(10):
-            while ha.tracker.sync_state_set != {"m", "s"}:
+            while ha.tracker.sync_state_set != {0, 1}:
                 await trio.sleep(0.1)
         slave_scope.cancel()  # s stalls
         write(m, rng, 3)
         ha.appended()
         with trio.fail_after(10):
-            while ha.tracker.sync_state_set != {"m"}:
+            while ha.tracker.sync_state_set != {0}:
                 await trio.sleep(0.1)
         nursery.start_soon(make_slave(s, connector(nursery, ha)).run)
         await caught_up(m, s)
         with trio.fail_after(10):
-            while ha.tracker.sync_state_set != {"m", "s"}:
+            while ha.tracker.sync_state_set != {0, 1}:
                 await trio.sleep(0.1)
         nursery.cancel_scope.cancel()
 
@@ -349,11 +350,11 @@ async def test_shrink_when_a_slave_stalls_and_expand_when_it_returns(autojump_cl
 class ScriptedController:
     """A SyncStateSet reporter answering from a script; records the proposals."""
 
-    def __init__(self, *answers: frozenset[str] | Exception | None) -> None:
+    def __init__(self, *answers: frozenset[int] | Exception | None) -> None:
         self.answers = list(answers)
-        self.proposals: list[frozenset[str]] = []
+        self.proposals: list[frozenset[int]] = []
 
-    async def alter_sync_state_set(self, proposal: frozenset[str]) -> frozenset[str] | None:
+    async def alter_sync_state_set(self, proposal: frozenset[int]) -> frozenset[int] | None:
         self.proposals.append(proposal)
         answer = self.answers.pop(0) if self.answers else None
         if isinstance(answer, Exception):
@@ -362,10 +363,10 @@ class ScriptedController:
 
 
 async def test_expand_with_unknown_outcome_stays_counted_until_read_back(autojump_clock):
-    m, s = Replica("m"), Replica("s")
+    m, s = Replica("m", 0), Replica("s", 1)
     m.epochs.cache = m.epochs.cache.append(1, 0)
-    controller = ScriptedController(None, None, frozenset({"m", "s"}))
-    ha = HAMaster(log=m.log, epochs=m.epochs.cache, address="m", sync_state_set=frozenset({"m"}),
+    controller = ScriptedController(None, None, frozenset({0, 1}))
+    ha = HAMaster(log=m.log, epochs=m.epochs.cache, broker_id=0, sync_state_set=frozenset({0}),
                   confirm_offset=0, reporter=controller,
                   config=HAMasterConfig(all_ack_in_sync_state_set=True,
                                         check_sync_state_set_period=100))
@@ -382,25 +383,25 @@ async def test_expand_with_unknown_outcome_stays_counted_until_read_back(autojum
             while len(controller.proposals) < 2:
                 await trio.sleep(0.01)
         # Two proposals went unanswered: the expand may be committed.
-        assert controller.proposals == [{"m", "s"}, {"m", "s"}]
-        assert ha.tracker.effective_sync_state_set == {"m", "s"}
+        assert controller.proposals == [{0, 1}, {0, 1}]
+        assert ha.tracker.effective_sync_state_set == {0, 1}
         slave_scope.cancel()  # the new member stops acking
         end = m.log.append(b"x" * 50)
         ha.appended()
         assert await ha.wait_replicated(end, 500) == ReplicationStatus.FLUSH_SLAVE_TIMEOUT
         with trio.fail_after(10):  # asked again: the read-back set is applied
-            while ha.tracker.sync_state_set != {"m", "s"}:
+            while ha.tracker.sync_state_set != {0, 1}:
                 await trio.sleep(0.01)
         assert ha.tracker.pending is None
         nursery.cancel_scope.cancel()
 
 
 async def test_a_fenced_master_completes_no_more_puts(autojump_clock):
-    m, s = Replica("m"), Replica("s")
+    m, s = Replica("m", 0), Replica("s", 1)
     m.epochs.cache = m.epochs.cache.append(1, 0)
     controller = ScriptedController(MasterFenced("a newer master epoch"))
-    ha = HAMaster(log=m.log, epochs=m.epochs.cache, address="m",
-                  sync_state_set=frozenset({"m", "s"}), confirm_offset=0, reporter=controller,
+    ha = HAMaster(log=m.log, epochs=m.epochs.cache, broker_id=0,
+                  sync_state_set=frozenset({0, 1}), confirm_offset=0, reporter=controller,
                   config=HAMasterConfig(all_ack_in_sync_state_set=True))
     async with trio.open_nursery() as nursery:
         await nursery.start(ha.run)
@@ -417,7 +418,7 @@ async def test_a_fenced_master_completes_no_more_puts(autojump_clock):
             while not ha.fenced:
                 await trio.sleep(0.01)
         await trio.sleep(0.01)
-        assert controller.proposals == [{"m"}]
+        assert controller.proposals == [{0}]
         assert waiting == [ReplicationStatus.FLUSH_SLAVE_TIMEOUT]
         nursery.start_soon(make_slave(s, connector(nursery, ha)).run)
         await caught_up(m, s)
@@ -429,12 +430,12 @@ async def test_a_fenced_master_completes_no_more_puts(autojump_clock):
 
 
 async def test_a_polled_sync_state_set_is_adopted(autojump_clock):
-    m = Replica("m")
+    m = Replica("m", 0)
     m.epochs.cache = m.epochs.cache.append(1, 0)
-    ha = HAMaster(log=m.log, epochs=m.epochs.cache, address="m", sync_state_set=frozenset({"m"}),
+    ha = HAMaster(log=m.log, epochs=m.epochs.cache, broker_id=0, sync_state_set=frozenset({0}),
                   confirm_offset=0, reporter=ScriptedController(),
                   config=HAMasterConfig(all_ack_in_sync_state_set=True))
-    ha.sync_state_set_committed(frozenset({"m", "s"}))
+    ha.sync_state_set_committed(frozenset({0, 1}))
     end = m.log.append(b"x" * 50)
     assert await ha.wait_replicated(end, 500) == ReplicationStatus.FLUSH_SLAVE_TIMEOUT
 
@@ -456,7 +457,7 @@ class DieOnFirstSave:
 
 async def test_kill_right_after_truncation_leaves_no_stale_tail(autojump_clock, tmp_path):
     rng = random.Random(5)
-    m, s = Replica("m"), Replica("s")
+    m, s = Replica("m", 0), Replica("s", 1)
     s.epochs = EpochCheckpointFile(tmp_path)
     await run_term(m, 1, [s], rng, writes=2)
     write(s, rng, 3)  # s was briefly master in epoch 2; nobody copied its tail
@@ -484,7 +485,7 @@ async def test_kill_right_after_truncation_leaves_no_stale_tail(autojump_clock, 
 
 async def test_replication_over_tcp_loopback():
     rng = random.Random(11)
-    m, s1, s2 = Replica("m"), Replica("s1"), Replica("s2")
+    m, s1, s2 = Replica("m", 0), Replica("s1", 1), Replica("s2", 2)
     ha = make_master(m, 1)
     write(m, rng, 20)
     async with trio.open_nursery() as nursery:
@@ -504,7 +505,7 @@ async def test_replication_over_tcp_loopback():
 async def slave_receive_buffer(size: int) -> int:
     """SO_RCVBUF of a slave's TCP connection with ``receive_buffer_size=size``,
     once it caught up with its master."""
-    m, s = Replica("m"), Replica("s")
+    m, s = Replica("m", 0), Replica("s", 1)
     ha = make_master(m, 1)
     write(m, random.Random(5), 20)
     streams: list[trio.SocketStream] = []

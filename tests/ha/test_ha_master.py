@@ -20,10 +20,10 @@ EPOCHS = EpochCache([EpochStart(1, 0), EpochStart(2, 100), EpochStart(3, 100), E
 LOG = MasterLog(max_offset=300, min_offset=0, epochs=EPOCHS, confirm_offset=90)
 
 
-def handshake_bytes(address=b"10.0.0.2:10912", sync_from_last_file=0, learner=0):
-    return struct.pack(">ihhi", 1, sync_from_last_file, learner, len(address)) + address.ljust(
-        50, b"\0"
-    )
+def handshake_bytes(broker_id=2, sync_from_last_file=0, learner=0):
+    # RocketMQ 5.3's AutoSwitchHAClient: state | isSyncFromLastFile | isAsyncLearner
+    # | slaveBrokerId.
+    return struct.pack(">ihhq", 1, sync_from_last_file, learner, broker_id)
 
 
 def ack_bytes(offset):
@@ -42,7 +42,7 @@ def connected(now=0, log=LOG, batch=64, **flags):
 
 def test_handshake_reply_bytes():
     conn, outputs = connected()
-    assert outputs[0] == SlaveJoined(SlaveHandshake("10.0.0.2:10912"))
+    assert outputs[0] == SlaveJoined(SlaveHandshake(2))
     assert outputs[1] == SendToSlave(
         struct.pack(">iiqi", 1, 48, 300, 4)
         + struct.pack(">iq", 1, 0)
@@ -57,7 +57,7 @@ def test_handshake_reply_bytes():
 def test_transfer_batches_stop_at_epoch_boundaries():
     conn, _ = connected()
     (acked,) = conn.receive_data(ack_bytes(40), LOG, 5)
-    assert acked == SlaveAcked("10.0.0.2:10912", 40, 0)
+    assert acked == SlaveAcked(2, 40, 0)
     sent = []
     while (plan := conn.poll_transfer(LOG, 5)) is not None:
         raw = conn.build_transfer(plan, b"x" * plan.max_size, 5)
@@ -192,8 +192,8 @@ def test_ack_below_the_masters_min_offset():
 
 def test_frame_errors_surface():
     conn = MasterConnection(now_ms=0)
-    with pytest.raises(HAFrameError, match="addressLength"):
-        conn.receive_data(struct.pack(">ihhi", 1, 0, 0, 51) + b"a" * 50, LOG, 0)
+    with pytest.raises(HAFrameError, match="slaveBrokerId"):
+        conn.receive_data(struct.pack(">ihhq", 1, 0, 0, -1), LOG, 0)
     conn = MasterConnection(now_ms=0)
     with pytest.raises(HAFrameError, match="state 0"):
         conn.receive_data(struct.pack(">iq", 0, 0), LOG, 0)

@@ -28,14 +28,15 @@ async def inline(function, *args):
 
 def become_master(log, epochs, epoch: int):
     """The role change's epoch work (the simulation's inline driver), against real files."""
-    return change_role(RoleChange(ToMaster(epoch), confirmed=-1), log, epochs,
+    return change_role(RoleChange(ToMaster(epoch, 0), confirmed=-1), log, epochs,
                        lambda: None).epochs
 
 
 class Broker:
-    def __init__(self, root, name: str) -> None:
+    def __init__(self, root, name: str, broker_id: int) -> None:
         self.root = root
         self.name = name
+        self.broker_id = broker_id
         self.log = MmapCommitLog(str(root), segment_size=4096)
         self.epochs = EpochCheckpointFile(root)
 
@@ -64,8 +65,8 @@ async def term(master: Broker, epoch: int, slaves: list[Broker], transport, rng)
     ha = HAMaster(
         log=master.log,
         epochs=epochs,
-        address=master.name,
-        sync_state_set=frozenset({master.name}),
+        broker_id=master.broker_id,
+        sync_state_set=frozenset({master.broker_id}),
         confirm_offset=master.log.max_offset,
         reporter=ApproveLocally(),
         config=HAMasterConfig(ha_transfer_batch_size=1000),
@@ -80,12 +81,12 @@ async def term(master: Broker, epoch: int, slaves: list[Broker], transport, rng)
 
         nursery.start_soon(accept)
         for slave in slaves:
-            change_role(RoleChange(ToSlave(master.name, epoch), confirmed=-1), slave.log,
-                        slave.epochs, lambda: None)
+            change_role(RoleChange(ToSlave(master.name, epoch, slave.broker_id), confirmed=-1),
+                        slave.log, slave.epochs, lambda: None)
             client = HASlave(
                 log=slave.log,
                 epoch_store=slave.epochs,
-                address=slave.name,
+                broker_id=slave.broker_id,
                 connect=lambda: kind.connect(listener.address),
                 config=HASlaveConfig(ha_send_heartbeat_interval=50),
                 offload=inline,
@@ -103,7 +104,7 @@ async def term(master: Broker, epoch: int, slaves: list[Broker], transport, rng)
 
 async def test_three_brokers_across_epochs(transport, tmp_path):
     rng = random.Random(42)
-    a, b, c = (Broker(tmp_path / name, name) for name in "abc")
+    a, b, c = (Broker(tmp_path / name, name, i) for i, name in enumerate("abc", 1))
     await term(a, 1, [b, c], transport, rng)
     a.put(rng, 6)  # a's tail that nobody copies; a fails
     await term(b, 2, [c], transport, rng)
@@ -136,7 +137,7 @@ async def test_kill_right_after_truncation_leaves_no_stale_tail(tmp_path):
     """RocketMQ issue 10666: after a restart the truncated tail must not come back."""
     rng = random.Random(9)
     inproc = (InprocTransport(InprocNetwork(seed=1)), "inproc://{name}-ha")
-    a, b = Broker(tmp_path / "a", "a"), Broker(tmp_path / "b", "b")
+    a, b = Broker(tmp_path / "a", "a", 1), Broker(tmp_path / "b", "b", 2)
     await term(a, 1, [b], inproc, rng)
     become_master(b.log, b.epochs, 2)
     b.put(rng, 8)  # b's private tail in epoch 2

@@ -48,8 +48,9 @@ class TermLog(MemoryLog):
 
 
 class Node(Replica):
-    def __init__(self, name: str, segment_size: int = MemoryLog.segment_size) -> None:
-        super().__init__(name)
+    def __init__(self, name: str, broker_id: int,
+                 segment_size: int = MemoryLog.segment_size) -> None:
+        super().__init__(name, broker_id)
         self.log = TermLog()
         self.log.segment_size = segment_size
 
@@ -75,7 +76,7 @@ async def start_master(nursery: trio.Nursery, transport, address: str, m: Node,
         ha_listener=await transport.listen(address), connect=transport.connect,
         master_config=HAMasterConfig(ha_transfer_batch_size=100, **config), offload=inline)
     await nursery.start(manager.run)
-    await manager.change_to_master(1, frozenset({m.name, "s"}))
+    await manager.change_to_master(1, m.broker_id, frozenset({m.broker_id, 1}))
     assert manager.ha_master is not None
     return manager, manager.ha_master
 
@@ -112,7 +113,7 @@ async def silent_connections_keep_out_of_puts(transport, address: str, count: in
     """``count`` silent connections and a slave: the puts wake the slave's connection
     only, and the silent ones are closed once ``pass_time`` passed the handshake
     timeout."""
-    m, s = Node("m"), Node("s")
+    m, s = Node("m", 0), Node("s", 1)
     async with trio.open_nursery() as nursery:
         manager, master = await start_master(
             nursery, transport, address, m, all_ack_in_sync_state_set=True,
@@ -121,7 +122,7 @@ async def silent_connections_keep_out_of_puts(transport, address: str, count: in
         silent = [await transport.connect(ha_address) for _ in range(count)]
         await wait(lambda: master.handshaking == count)
         await nursery.start(make_slave(s, lambda: transport.connect(ha_address)).run)
-        await wait(lambda: master.tracker.effective_sync_state_set == {"m", "s"})
+        await wait(lambda: master.tracker.effective_sync_state_set == {0, 1})
 
         # Woken per put: at most the slave's connection (unless it is busy anyway).
         assert [await put(manager, m) for _ in range(20)] == [(AT_MOST_ONE, "PUT_OK")] * 20
@@ -135,7 +136,7 @@ async def silent_connections_keep_out_of_puts(transport, address: str, count: in
             assert await stream.receive_some() == b""  # closed by the master
             await stream.aclose()
         assert manager.ha_connections == 1
-        await wait(lambda: master.tracker.effective_sync_state_set == {"m", "s"})
+        await wait(lambda: master.tracker.effective_sync_state_set == {0, 1})
         assert await put(manager, m) == (AT_MOST_ONE, "PUT_OK")
         nursery.cancel_scope.cancel()
 
@@ -158,7 +159,7 @@ async def test_silent_tcp_connections_cost_puts_nothing_and_are_closed(mock_cloc
 
 
 async def test_the_handshake_timeout_is_measured_from_the_connection(autojump_clock):
-    m = Node("m")
+    m = Node("m", 0)
     transport, address = inproc()
     async with trio.open_nursery() as nursery:
         manager, master = await start_master(nursery, transport, address, m,
@@ -166,7 +167,7 @@ async def test_the_handshake_timeout_is_measured_from_the_connection(autojump_cl
         start = trio.current_time()
         silent = await transport.connect(manager.ha_address)
         # A handshake's first bytes only: not a handshake.
-        await silent.send_all(encode(SlaveHandshake("x"))[:10])
+        await silent.send_all(encode(SlaveHandshake(9))[:10])
         assert await silent.receive_some() == b""
         assert trio.current_time() - start == pytest.approx(3.0)
         assert master.handshake_timeouts == 1
@@ -174,7 +175,7 @@ async def test_the_handshake_timeout_is_measured_from_the_connection(autojump_cl
 
 
 async def test_a_silent_connection_holds_no_send_buffer(autojump_clock):
-    m = Node("m")
+    m = Node("m", 0)
     transport, address = inproc()
     async with trio.open_nursery() as nursery:
         manager, master = await start_master(nursery, transport, address, m,
@@ -195,7 +196,7 @@ async def test_a_silent_connection_holds_no_send_buffer(autojump_clock):
 
 
 async def test_connections_past_the_cap_take_the_oldest_silent_ones_slots(autojump_clock):
-    m, s = Node("m"), Node("s")
+    m, s = Node("m", 0), Node("s", 1)
     transport, address = inproc()
     async with trio.open_nursery() as nursery:
         manager, master = await start_master(nursery, transport, address, m,
@@ -217,18 +218,18 @@ async def test_connections_past_the_cap_take_the_oldest_silent_ones_slots(autoju
 
 async def handshake_then_stop_reading(stream: trio.abc.Stream) -> None:
     """A slave that introduces itself, acks an empty log, and reads nothing more."""
-    await stream.send_all(encode(SlaveHandshake("s")) + encode(Ack(0)))
+    await stream.send_all(encode(SlaveHandshake(1)) + encode(Ack(0)))
 
 
 async def test_a_slave_that_stops_reading_is_dropped_and_shrunk_out(autojump_clock):
-    m = Node("m", segment_size=1 << 20)
+    m = Node("m", 0, segment_size=1 << 20)
     m.log.append(b"x" * (1 << 20))  # more than the link holds
     transport, address = inproc()
     async with trio.open_nursery() as nursery:
         manager, master = await start_master(nursery, transport, address, m,
                                              ha_write_timeout=3000,
                                              ha_max_time_slave_not_catchup=2000)
-        assert master.tracker.sync_state_set == {"m", "s"}
+        assert master.tracker.sync_state_set == {0, 1}
         stalled = await transport.connect(manager.ha_address)
         await handshake_then_stop_reading(stalled)
         await wait_for(lambda: master.transferring == 1)
@@ -237,14 +238,14 @@ async def test_a_slave_that_stops_reading_is_dropped_and_shrunk_out(autojump_clo
         # The link filled at once; then no progress for the write timeout.
         assert trio.current_time() - start == pytest.approx(3.0, abs=0.01)
         assert master.write_timeouts == 1
-        assert not master.tracker.slaves["s"].connected
-        await wait_for(lambda: master.tracker.sync_state_set == {"m"})
+        assert not master.tracker.slaves[1].connected
+        await wait_for(lambda: master.tracker.sync_state_set == {0})
         assert manager.ha_connections == 0
         nursery.cancel_scope.cancel()
 
 
 async def test_a_tcp_slave_that_stops_reading_is_dropped():
-    m = Node("m", segment_size=16 << 20)
+    m = Node("m", 0, segment_size=16 << 20)
     m.log.append(b"x" * (16 << 20))  # more than both sockets' buffers hold
     transport, address = tcp()
     async with trio.open_nursery() as nursery:
@@ -257,43 +258,43 @@ async def test_a_tcp_slave_that_stops_reading_is_dropped():
         await handshake_then_stop_reading(stalled)
         await wait_for(lambda: master.write_timeouts == 1)
         assert master.transferring == 0
-        assert not master.tracker.slaves["s"].connected
+        assert not master.tracker.slaves[1].connected
         await stalled.aclose()
         nursery.cancel_scope.cancel()
 
 
-async def handshake_and_ack(stream: trio.abc.Stream, slave: str, offset: int) -> None:
+async def handshake_and_ack(stream: trio.abc.Stream, slave: int, offset: int) -> None:
     await stream.send_all(encode(SlaveHandshake(slave)) + encode(Ack(offset)))
 
 
 async def test_acks_count_for_the_slave_of_their_connection_only(autojump_clock):
-    m = Node("m")
+    m = Node("m", 0)
     m.log.append(b"x" * 300)
     transport, address = inproc()
     async with trio.open_nursery() as nursery:
         manager, master = await start_master(nursery, transport, address, m)
         first = await transport.connect(manager.ha_address)
-        await handshake_and_ack(first, "s", 0)
-        await wait_for(lambda: master.tracker.ack_offset("s", 300) == 0)
+        await handshake_and_ack(first, 1, 0)
+        await wait_for(lambda: master.tracker.ack_offset(1, 300) == 0)
 
         # A second handshake claiming the same slave replaces the first connection.
         second = await transport.connect(manager.ha_address)
-        await handshake_and_ack(second, "s", 0)
+        await handshake_and_ack(second, 1, 0)
         await wait_for(lambda: manager.ha_connections_evicted == 1)
         with pytest.raises(trio.BrokenResourceError):
             while await first.receive_some():
                 pass  # the master's answers, then the end
             await first.send_all(encode(Ack(300)))
-        assert master.tracker.slaves["s"].connections == 1
+        assert master.tracker.slaves[1].connections == 1
 
-        # Another slave's acks never count for "s".
+        # Another slave's acks never count for slave 1.
         other = await transport.connect(manager.ha_address)
-        await handshake_and_ack(other, "t", 0)
+        await handshake_and_ack(other, 2, 0)
         received = b""
         while received.count(b"x") < 300:  # the log's bytes, in batches
             received += await other.receive_some()
         await other.send_all(encode(Ack(300)))
-        await wait_for(lambda: master.tracker.ack_offset("t", 300) == 300)
-        assert master.tracker.ack_offset("s", 300) == 0
+        await wait_for(lambda: master.tracker.ack_offset(2, 300) == 300)
+        assert master.tracker.ack_offset(1, 300) == 0
         assert (manager.ha_connections, master.transferring) == (2, 2)
         nursery.cancel_scope.cancel()

@@ -18,7 +18,7 @@ from triomq.ha.core.slave import Truncate
 @pytest.mark.parametrize("seed", range(8))
 def test_failovers_end_with_identical_logs(seed):
     rng = random.Random(seed)
-    a, b, c = Replica("a:1"), Replica("b:1"), Replica("c:1")
+    a, b, c = Replica("a:1", 1), Replica("b:1", 2), Replica("c:1", 3)
     now = 0
 
     # Epoch 1: A is master, B and C follow.
@@ -77,7 +77,7 @@ def test_failovers_end_with_identical_logs(seed):
 
 def test_slave_several_epochs_behind_records_each_epoch():
     rng = random.Random(1)
-    m, s = Replica("m:1"), Replica("s:1")
+    m, s = Replica("m:1", 0), Replica("s:1", 1)
     m.become_master(1)
     m.write(rng, 5)
     Link(m, s, rng, 0).run(0)
@@ -96,7 +96,7 @@ def test_slave_several_epochs_behind_records_each_epoch():
 
 def test_empty_epochs_in_the_middle_are_skipped():
     rng = random.Random(2)
-    m, s = Replica("m:1"), Replica("s:1")
+    m, s = Replica("m:1", 0), Replica("s:1", 1)
     m.become_master(1)
     m.write(rng, 5)
     m.become_master(2)  # empty: the master changed again before writing
@@ -110,7 +110,7 @@ def test_empty_epochs_in_the_middle_are_skipped():
 
 def test_new_slave_syncing_from_the_last_segment():
     rng = random.Random(3)
-    m, s = Replica("m:1"), Replica("s:1")
+    m, s = Replica("m:1", 0), Replica("s:1", 1)
     m.become_master(1)
     m.write(rng, 40)
     m.become_master(2)
@@ -126,7 +126,7 @@ def test_new_slave_syncing_from_the_last_segment():
 def test_random_failovers_with_partial_replication_converge(seed):
     """Masters change at random while slaves hold arbitrary prefixes and private tails."""
     rng = random.Random(seed)
-    replicas = [Replica(name) for name in ("a:1", "b:1", "c:1")]
+    replicas = [Replica(name, i) for i, name in enumerate(("a:1", "b:1", "c:1"), 1)]
     master, epoch, now = replicas[0], 1, 0
     master.become_master(epoch)
     master.write(rng, 5)

@@ -36,11 +36,12 @@ class TornLog:
 
 
 def become_master(log, store, epoch: int) -> EpochCache:
-    return change_role(RoleChange(ToMaster(epoch), confirmed=-1), log, store, lambda: None).epochs
+    return change_role(RoleChange(ToMaster(epoch, 1), confirmed=-1), log, store,
+                       lambda: None).epochs
 
 
 def become_slave(log, store) -> EpochCache:
-    return change_role(RoleChange(ToSlave("m", 1), confirmed=-1), log, store,
+    return change_role(RoleChange(ToSlave("m", 1, 2), confirmed=-1), log, store,
                        lambda: None).epochs
 
 
@@ -104,28 +105,28 @@ def test_a_log_without_epochs_is_adopted_from_its_first_byte(tmp_path):
 
 
 def test_a_change_ends_the_term_then_reconciles_the_log_then_starts_the_next():
-    change = RoleChange(ToMaster(3, frozenset({"a", "b"})), confirmed=700)
+    change = RoleChange(ToMaster(3, 1, frozenset({1, 2})), confirmed=700)
     assert change.start() == EndTerm()
     assert change.term_ended() == TruncateTornTail()
     assert change.truncated(500, 0) == LoadEpochs()
     assert change.loaded(cache((1, 0))) == SaveEpochs(cache((1, 0), (3, 500)))
     # What the ending term confirmed carries over, capped at the log's end.
-    assert change.saved() == StartTerm(ToMaster(3, frozenset({"a", "b"})),
+    assert change.saved() == StartTerm(ToMaster(3, 1, frozenset({1, 2})),
                                        cache((1, 0), (3, 500)), 500)
 
 
 def test_a_slave_change_saves_nothing_it_need_not_and_learns_its_confirm_offset_later():
-    change = RoleChange(ToSlave("m:1", 4), confirmed=90)
+    change = RoleChange(ToSlave("m:1", 4, 2), confirmed=90)
     change.start()
     change.term_ended()
     change.truncated(100, 0)
-    assert change.loaded(cache((1, 0), (4, 60))) == StartTerm(ToSlave("m:1", 4),
+    assert change.loaded(cache((1, 0), (4, 60))) == StartTerm(ToSlave("m:1", 4, 2),
                                                                 cache((1, 0), (4, 60)))
 
 
 def test_a_restart_confirms_nothing_past_the_logs_start():
-    change = RoleChange(ToMaster(2), confirmed=-1)
+    change = RoleChange(ToMaster(2, 1), confirmed=-1)
     change.start()
     change.term_ended()
     change.truncated(900, 300)
-    assert change.loaded(cache((2, 300))) == StartTerm(ToMaster(2), cache((2, 300)), 300)
+    assert change.loaded(cache((2, 300))) == StartTerm(ToMaster(2, 1), cache((2, 300)), 300)

@@ -39,10 +39,10 @@ def ack(offset):
 
 
 def started(**kwargs):
-    conn = SlaveConnection(address="10.0.0.3:10912", now_ms=0, **kwargs)
+    conn = SlaveConnection(broker_id=3, now_ms=0, **kwargs)
     flag = int(kwargs.get("is_sync_from_last_file", False))
     first = conn.start()
-    assert first == struct.pack(">ihhi", 1, flag, 0, 14) + b"10.0.0.3:10912".ljust(50, b"\0")
+    assert first == struct.pack(">ihhq", 1, flag, 0, 3)
     assert conn.state == HAConnectionState.HANDSHAKE
     return conn
 
@@ -197,7 +197,7 @@ def test_no_confirm_offset_leaves_the_slaves_own():
 
 
 def test_periodic_ack():
-    conn = SlaveConnection(address="s", now_ms=0, ack_interval_ms=500)
+    conn = SlaveConnection(broker_id=1, now_ms=0, ack_interval_ms=500)
     assert conn.poll(10_000) is None  # not in TRANSFER yet
     conn.start()
     conn.receive_data(master_handshake(5, 1, (1, 0)), SlaveLog(5, 0, cache((1, 0))), 100)
@@ -213,9 +213,9 @@ def test_frame_errors_surface():
         conn.receive_data(transfer(0, 1, 0, 0, b"x" * 17), SlaveLog(0, 0, cache()), 0)
 
 
-def test_bad_address_and_double_start():
-    with pytest.raises(HAFrameError, match="address"):
-        SlaveConnection(address="x" * 51, now_ms=0)
+def test_bad_broker_id_and_double_start():
+    with pytest.raises(HAFrameError, match="slaveBrokerId"):
+        SlaveConnection(broker_id=-1, now_ms=0)
     conn = started()
     with pytest.raises(ValueError, match="start"):
         conn.start()

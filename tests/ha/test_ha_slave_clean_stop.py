@@ -109,7 +109,7 @@ async def replicate_then_stop(tmp_path, cuts: list[tuple[int, int]], data: bytes
         (listener,) = await nursery.start(
             functools.partial(trio.serve_tcp, master.serve, 0, host="127.0.0.1"))
         port = listener.socket.getsockname()[1]
-        slave = HASlave(log=log, epoch_store=EpochCheckpointFile(slave_root), address="s",
+        slave = HASlave(log=log, epoch_store=EpochCheckpointFile(slave_root), broker_id=1,
                         connect=lambda: trio.open_tcp_stream("127.0.0.1", port),
                         config=HASlaveConfig(ha_send_heartbeat_interval=100), offload=inline)
         await nursery.start(slave.run)

@@ -145,7 +145,7 @@ async def _replicate(root: Path, log: MmapCommitLog, kind: str, script: Script,
                 nursery.start_soon(hung_up_on, script(server, sessions))
                 return client
 
-        slave = HASlave(log=log, epoch_store=EpochCheckpointFile(root), address="s",
+        slave = HASlave(log=log, epoch_store=EpochCheckpointFile(root), broker_id=1,
                         connect=connect, offload=inline, config=config)
         slaves.append(slave)
         await nursery.start(slave.run)
@@ -361,7 +361,7 @@ async def test_bytes_of_a_new_epoch_received_in_place_survive_the_append_before_
     cut = records[3].physical_offset
     end = records[6].physical_offset
     log = PunchingLog(str(tmp_path / "slave"), segment_size=SEGMENT)
-    slave = HASlave(log=log, epoch_store=EpochCheckpointFile(tmp_path / "slave"), address="s",
+    slave = HASlave(log=log, epoch_store=EpochCheckpointFile(tmp_path / "slave"), broker_id=1,
                     connect=trio.open_tcp_stream, offload=inline)
     slave.epochs = EpochCache([EpochStart(1, 0)])
     space = log.append_buffer(0, end)

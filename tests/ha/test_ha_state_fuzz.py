@@ -48,14 +48,14 @@ def master_handshakes(draw):
 @given(master_handshakes(), st.data())
 def test_slave_never_writes_a_gap(handshake, data):
     # The slave shares a prefix of the master's history, then maybe a private tail.
-    replica = Replica("s")
+    replica = Replica("s", 1)
     shared = data.draw(st.integers(0, len(handshake.epochs)))
     replica.epochs = EpochCache(
         EpochStart(e.epoch, e.start_offset) for e in handshake.epochs[:shared]
     )
     low = replica.epochs.last.start_offset if shared else 0
     replica.data = bytearray(data.draw(st.integers(low, low + 100)))
-    conn = SlaveConnection(address="s", now_ms=0)
+    conn = SlaveConnection(broker_id=1, now_ms=0)
     conn.start()
     frame = data.draw(st.one_of(st.just(handshake), st.just(handshake), master_frames))
     epochs = [e.epoch for e in handshake.epochs]
@@ -81,7 +81,7 @@ def test_slave_never_writes_a_gap(handshake, data):
 
 
 slave_frames = st.one_of(
-    st.builds(SlaveHandshake, st.text(max_size=5), st.booleans(), st.booleans()),
+    st.builds(SlaveHandshake, st.integers(0, 2**63 - 1), st.booleans(), st.booleans()),
     st.builds(Ack, st.integers(0, 500)),
 )
 

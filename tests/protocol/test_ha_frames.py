@@ -64,14 +64,15 @@ def test_state_ordinals():
 
 
 def test_slave_handshake_layout():
+    # RocketMQ 5.3's AutoSwitchHAClient: the slave names its broker id, not an address.
     raw = (
         b"\x00\x00\x00\x01"  # state HANDSHAKE
         b"\x00\x01"  # isSyncFromLastFile
         b"\x00\x00"  # isAsyncLearner
-        b"\x00\x00\x00\x0e" + b"127.0.0.1:9001" + b"\x00" * 36  # addressLength 14
+        b"\x00\x00\x00\x00\x00\x00\x00\x03"  # slaveBrokerId 3
     )
-    assert len(raw) == SLAVE_HANDSHAKE_SIZE == 62
-    frame = SlaveHandshake("127.0.0.1:9001", is_sync_from_last_file=True)
+    assert len(raw) == SLAVE_HANDSHAKE_SIZE == 16
+    frame = SlaveHandshake(3, is_sync_from_last_file=True)
     assert encode(frame) == raw
     assert SlaveFrameDecoder().feed(raw) == [frame]
 
@@ -143,8 +144,8 @@ def test_a_body_comes_out_as_it_arrives_never_buffered():
 # -- bad input ----------------------------------------------------------------
 
 
-def _slave_handshake_raw(state=1, flags=(0, 0), length=4, field=b"abcd"):
-    return struct.pack(">ihhi50s", state, *flags, length, field)
+def _slave_handshake_raw(state=1, flags=(0, 0), broker_id=1):
+    return struct.pack(">ihhq", state, *flags, broker_id)
 
 
 @pytest.mark.parametrize(
@@ -156,10 +157,7 @@ def _slave_handshake_raw(state=1, flags=(0, 0), length=4, field=b"abcd"):
         (struct.pack(">iq", 2, -1), "ack"),
         (_slave_handshake_raw(flags=(2, 0)), "slave handshake, isSyncFromLastFile"),
         (_slave_handshake_raw(flags=(0, -1)), "slave handshake, isAsyncLearner"),
-        (_slave_handshake_raw(length=51), "slave handshake, addressLength"),
-        (_slave_handshake_raw(length=-1), "slave handshake, addressLength"),
-        (_slave_handshake_raw(length=2), "slave handshake, address"),
-        (_slave_handshake_raw(field=b"\xff\xfe\xfd\xfc"), "slave handshake, address"),
+        (_slave_handshake_raw(broker_id=-1), "slave handshake, slaveBrokerId"),
     ],
 )
 def test_slave_frame_errors(raw, where):
@@ -207,8 +205,8 @@ def test_huge_body_size_is_refused_before_buffering():
 
 
 def test_encode_refuses_what_the_layout_cannot_carry():
-    with pytest.raises(HAFrameError, match="51 bytes"):
-        encode(SlaveHandshake("a" * 51))
+    with pytest.raises(HAFrameError, match="slaveBrokerId"):
+        encode(SlaveHandshake(-1))
     with pytest.raises(HAFrameError, match="maxOffset"):
         encode(Ack(-1))
     with pytest.raises(HAFrameError, match="epoch"):
@@ -219,17 +217,12 @@ def test_encode_refuses_what_the_layout_cannot_carry():
         encode("nope")  # type: ignore[arg-type]
 
 
-def test_address_of_exactly_fifty_bytes():
-    frame = SlaveHandshake("é" * 25, is_async_learner=True)
-    assert SlaveFrameDecoder().feed(encode(frame)) == [frame]
-
-
 # -- round trips and fuzzing ---------------------------------------------------
 
 slave_frames = st.one_of(
     st.builds(
         SlaveHandshake,
-        st.text(max_size=12),
+        LONG,
         st.booleans(),
         st.booleans(),
     ),

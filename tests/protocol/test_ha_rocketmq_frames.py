@@ -1,10 +1,8 @@
 """The HA frames a RocketMQ 5.3.3 broker writes, built field by field as its
-``AutoSwitchHAClient`` (the ack) and ``AutoSwitchHAConnection`` (the master's
-handshake answer and transfers) put them into their buffers, against triomq's
-codec: the same bytes, the same values, in any chunking.
-
-The slave's handshake is not here: RocketMQ 5.3.3 writes 16 bytes with the
-slave's broker id where triomq writes its address (``mixed_ha_findings.md``).
+``AutoSwitchHAClient`` (the slave's handshake and acks) and
+``AutoSwitchHAConnection`` (the master's handshake answer and transfers) put
+them into their buffers, against triomq's codec: the same bytes, the same
+values, in any chunking.
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ from triomq.protocol.ha import (
     MasterFrameDecoder,
     MasterHandshake,
     SlaveFrameDecoder,
+    SlaveHandshake,
     Transfer,
     TransferBody,
     TransferHeader,
@@ -41,6 +40,10 @@ class JavaBuffer:
     def __init__(self) -> None:
         self.data = bytearray()
 
+    def put_short(self, value: int) -> JavaBuffer:
+        self.data += value.to_bytes(2, "big", signed=True)
+        return self
+
     def put_int(self, value: int) -> JavaBuffer:
         self.data += value.to_bytes(4, "big", signed=True)
         return self
@@ -52,6 +55,14 @@ class JavaBuffer:
     def put(self, raw: bytes) -> JavaBuffer:
         self.data += raw
         return self
+
+
+def rocketmq_slave_handshake(broker_id: int, sync_from_last_file: bool = False,
+                             async_learner: bool = False) -> bytes:
+    """A slave's opening frame (``sendHandshakeHeader``): its state, two flags as
+    shorts, and the broker id the controller gave it."""
+    return bytes(JavaBuffer().put_int(HANDSHAKE).put_short(int(sync_from_last_file))
+                 .put_short(int(async_learner)).put_long(broker_id).data)
 
 
 def rocketmq_ack(offset: int) -> bytes:
@@ -96,6 +107,14 @@ def master_events(data: bytes, cuts: Sequence[int] = ()) -> list:
 def chunks(data: bytes, cuts: Sequence[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts})
     return [data[a:b] for a, b in itertools.pairwise([0, *points, len(data)])]
+
+
+def test_the_slaves_handshake():
+    raw = rocketmq_slave_handshake(3, async_learner=True)
+    assert len(raw) == 16  # AutoSwitchHAClient.HANDSHAKE_HEADER_SIZE
+    frame = SlaveHandshake(3, is_async_learner=True)
+    assert encode(frame) == raw
+    assert SlaveFrameDecoder().feed(raw) == [frame]
 
 
 def test_the_ack():
@@ -196,10 +215,15 @@ def test_a_rocketmq_masters_frames_in_any_chunking(frames, cuts):
                                    head.confirm_offset, body)) == raw
 
 
-@given(st.lists(LONG, max_size=8), st.lists(st.integers(0, 200), max_size=6))
-def test_a_rocketmq_slaves_acks_in_any_chunking(offsets, cuts):
+@given(LONG, st.booleans(), st.booleans(), st.lists(LONG, max_size=8),
+       st.lists(st.integers(0, 200), max_size=6))
+def test_a_rocketmq_slaves_handshake_and_acks_in_any_chunking(broker_id, sync_from_last_file,
+                                                              async_learner, offsets, cuts):
     decoder = SlaveFrameDecoder()
     frames = []
-    for chunk in chunks(b"".join(rocketmq_ack(o) for o in offsets), cuts):
+    data = rocketmq_slave_handshake(broker_id, sync_from_last_file, async_learner) + b"".join(
+        rocketmq_ack(o) for o in offsets)
+    for chunk in chunks(data, cuts):
         frames += decoder.feed(chunk)
-    assert frames == [Ack(o) for o in offsets]
+    assert frames == [SlaveHandshake(broker_id, sync_from_last_file, async_learner),
+                      *(Ack(o) for o in offsets)]

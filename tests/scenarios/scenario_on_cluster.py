@@ -210,6 +210,16 @@ class ClusterPump:
             lacking += not held
         return lacking
 
+    def _name_of(self, broker_id: int) -> str | None:
+        """The broker that has ``broker_id``: a running one, else as the controllers know it."""
+        cluster = self.cluster
+        for name in cluster.running:
+            if name in cluster.broker_names and cluster.broker(name).broker_id == broker_id:
+                return name
+        found = self.leader()
+        group = found[1].manager.group(BROKER_NAME) if found is not None else None
+        return _name(group.address_of(broker_id)) if group is not None else None
+
     def snapshot(self) -> sc.ClusterSnapshot:
         """The cluster now."""
         cluster = self.cluster
@@ -222,8 +232,8 @@ class ClusterPump:
             brokers[name] = sc.BrokerView(
                 name, up=True, role=replicas.role.value, epoch=replicas.master_epoch,
                 max_offset=cluster.broker(name).log.max_offset, missing=self._missing(name),
-                in_sync=frozenset(n for a in replicas.sync_state_set
-                                  if (n := _name(a)) is not None))
+                in_sync=frozenset(n for i in replicas.sync_state_set
+                                  if (n := self._name_of(i)) is not None))
         now_ms = round(trio.current_time() * 1000)
         epochs = tuple(g.master_epoch for s in self.controllers().values()
                        if (g := s.manager.group(BROKER_NAME)) is not None)
@@ -236,7 +246,7 @@ class ClusterPump:
                                loss_reported=frozenset(self.losses),
                                leader_killed=self.leader_killed, acked=acked)
         members = frozenset(n for i in group.sync_state_set
-                            if (n := _name(group.address_of(i))) is not None)
+                            if (n := self._name_of(i)) is not None)
         return sc.ClusterSnapshot(now_ms, brokers, master=_name(group.master_address),
                            master_epoch=group.master_epoch, sync_state_set=members,
                            controller_epochs=epochs, loss_reported=frozenset(self.losses),

@@ -130,6 +130,12 @@ class SimulationPump:
 
     # -- what it shows ------------------------------------------------------------------
 
+    def _names(self, broker_ids: frozenset[int]) -> frozenset[str]:
+        """The brokers (names, their addresses in the simulation) of ``broker_ids``."""
+        group = self.sim.group_state
+        return frozenset() if group is None else frozenset(
+            a for a in map(group.address_of, broker_ids) if a is not None)
+
     def snapshot(self) -> sc.ClusterSnapshot:
         """The simulated cluster now."""
         sim = self.sim
@@ -145,7 +151,7 @@ class SimulationPump:
             brokers[name] = sc.BrokerView(
                 name, up=True, role=term.role, epoch=term.epoch,
                 max_offset=broker.log.max_offset, missing=missing,
-                in_sync=(frozenset(master.tracker.effective_sync_state_set)
+                in_sync=(self._names(master.tracker.effective_sync_state_set)
                          if master is not None else frozenset()))
         group = sim.group_state
         epochs = tuple(g.master_epoch for c in sim.controllers.values()
@@ -160,10 +166,9 @@ class SimulationPump:
             return sc.ClusterSnapshot(sim.now, brokers, controller_epochs=epochs,
                                loss_reported=losses, leader_killed=self.leader_killed,
                                acked=acked, queues=TOPIC_QUEUES)
-        members = frozenset(a for a in map(group.address_of, group.sync_state_set)
-                            if a is not None)
         return sc.ClusterSnapshot(sim.now, brokers, master=group.master_address,
-                           master_epoch=group.master_epoch, sync_state_set=members,
+                           master_epoch=group.master_epoch,
+                           sync_state_set=self._names(group.sync_state_set),
                            controller_epochs=epochs, loss_reported=losses,
                            leader_killed=self.leader_killed, acked=acked,
                            queues=TOPIC_QUEUES)

@@ -123,8 +123,8 @@ class RuntimeInfoService:
         replicas = broker.replicas
         state = replicas.state()
         master = replicas.ha_master
-        slaves = ([ReplicaAck(address, p.ack_offset, p.connections, p.is_async_learner)
-                   for address, p in master.tracker.slaves.items() if p.connected]
+        slaves = ([ReplicaAck(broker_id, p.ack_offset, p.connections, p.is_async_learner)
+                   for broker_id, p in master.tracker.slaves.items() if p.connected]
                   if master is not None else [])
         index = broker.index
         return {

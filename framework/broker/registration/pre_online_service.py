@@ -63,7 +63,7 @@ class PreOnlineService:
     def __init__(self, *, rpc: RpcClient, own: str, tables: Mapping[str, MetadataTable],
                  members: Callable[[], Awaitable[dict[int, str] | None]],
                  announce: Callable[[str], Awaitable[None]],
-                 transferring: Callable[[], frozenset[str]], go_online: Callable[[str], None],
+                 transferring: Callable[[], frozenset[int]], go_online: Callable[[str], None],
                  wait_ms: int, poll_ms: int) -> None:
         self.rpc = rpc
         self.own = own

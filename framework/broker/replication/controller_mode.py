@@ -294,10 +294,11 @@ class ControllerMode:
         error = ""
         try:
             if isinstance(out, TakeMaster):
-                await self.replicas.change_to_master(out.epoch, out.sync_state_set)
+                await self.replicas.change_to_master(out.epoch, out.broker_id,
+                                                     out.sync_state_set)
             else:
                 ha_address = await self._ha_address_of(out.master_address)
-                await self.replicas.change_to_slave(ha_address, out.epoch)
+                await self.replicas.change_to_slave(ha_address, out.epoch, out.broker_id)
                 self._followed = out.master_address
         except _RETRYABLE as exc:
             error = str(exc) or type(exc).__name__
@@ -320,8 +321,8 @@ class ControllerMode:
 
     # -- the SyncStateSetReporter seam ------------------------------------------------------
 
-    async def alter_sync_state_set(self, proposal: frozenset[str]) -> frozenset[str] | None:
-        """Ask the controller to make ``proposal`` (replica addresses) the SyncStateSet.
+    async def alter_sync_state_set(self, proposal: frozenset[int]) -> frozenset[int] | None:
+        """Ask the controller to make ``proposal`` (broker ids) the SyncStateSet.
 
         The set the controller holds afterwards (read back after a refusal:
         an earlier try of this change may have been committed with its answer

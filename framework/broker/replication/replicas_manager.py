@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Hashable, Mapping
+from functools import partial
 from typing import Any, Protocol
 
 import attrs
@@ -58,7 +59,6 @@ from triomq.ha.master_driver import (
 )
 from triomq.ha.slave_driver import HASlave, HASlaveConfig
 from triomq.node_auth import InnerAuth
-from triomq.protocol.ha import ADDRESS_FIELD_SIZE
 from triomq.transport import Listener
 
 __all__ = [
@@ -67,17 +67,9 @@ __all__ = [
     "ReplicaState",
     "ReplicasManager",
     "TermHost",
-    "check_replica_address",
 ]
 
 logger = logging.getLogger("triomq.broker")
-
-
-def check_replica_address(address: str) -> None:
-    """``ValueError`` unless ``address`` fits the HA handshake's address field."""
-    if len(address.encode()) > ADDRESS_FIELD_SIZE:
-        raise ValueError(
-            f"replica address {address!r} is over the HA handshake's {ADDRESS_FIELD_SIZE} bytes")
 
 
 class ReplicaLogWithTerms(ReplicaLog, TermLog, Protocol):
@@ -104,7 +96,7 @@ class ReplicaState:
     role: BrokerRole
     master_epoch: int
     master_ha_address: str
-    sync_state_set: frozenset[str]
+    sync_state_set: frozenset[int]
     confirm_offset: int
     max_offset: int
 
@@ -126,8 +118,8 @@ class _Term:
 class ReplicasManager:
     """Role changes and the HA service of one broker replica.
 
-    ``address`` is this replica's name in the SyncStateSet (what it sends in
-    its HA handshake, at most 50 bytes). ``ha_listener`` is where slaves
+    ``address`` names this replica in its logs; in the SyncStateSet and its HA
+    handshakes it is the broker id each role change names. ``ha_listener`` is where slaves
     connect; ``connect(address)`` opens a stream to a master's HA address.
     ``terms`` runs in every term and hears of every change.
     Run ``run`` in a nursery first; it starts with no role.
@@ -148,7 +140,6 @@ class ReplicasManager:
         offload: Offload = trio.to_thread.run_sync,
         auth: InnerAuth | None = None,
     ) -> None:
-        check_replica_address(address)
         #: The node's cluster credential: slaves' handshakes must prove it, ours carry it.
         self.auth = auth
         self.log = log
@@ -226,13 +217,13 @@ class ReplicasManager:
         return -1
 
     @property
-    def transferring_slaves(self) -> frozenset[str]:
-        """The slaves replicating from this master now (none unless master)."""
+    def transferring_slaves(self) -> frozenset[int]:
+        """The broker ids of the slaves replicating from this master now (none unless master)."""
         master = self.ha_master
         return master.transferring_slaves if master is not None else frozenset()
 
     @property
-    def sync_state_set(self) -> frozenset[str]:
+    def sync_state_set(self) -> frozenset[int]:
         """The SyncStateSet the master counts acks over (empty unless master)."""
         master = self.ha_master
         return master.tracker.effective_sync_state_set if master is not None else frozenset()
@@ -289,23 +280,23 @@ class ReplicasManager:
                      scope: trio.CancelScope) -> None:
         try:
             with scope:
-                await master.serve(stream, lambda address, credential: self._admit(
-                    master, key, address, credential))
+                await master.serve(stream, lambda broker_id, credential: self._admit(
+                    master, key, broker_id, credential))
         finally:
             self.admission.closed(key)
             del self._connections[key]
 
-    def _admit(self, master: HAMaster, key: object, address: str,
+    def _admit(self, master: HAMaster, key: object, broker_id: int,
                credential: Mapping[str, str] | None) -> str | None:
         if self.auth is not None:
             # Before the admission: an unproven handshake replaces no slave's connection.
-            why = self.auth.handshake_refusal(credential, address, wall_ms())
+            why = self.auth.handshake_refusal(credential, broker_id, wall_ms())
             if why is not None:
                 self.ha_handshakes_unauthenticated += 1
                 return why
         tracker = master.tracker
         self.admission.remember(tracker.sync_state_set | (tracker.pending or frozenset()))
-        decision = self.admission.handshaken(key, address)
+        decision = self.admission.handshaken(key, broker_id)
         if isinstance(decision, RefuseHandshake):
             self.ha_handshakes_refused += 1
             return decision.reason
@@ -321,20 +312,22 @@ class ReplicasManager:
     # -- role changes -------------------------------------------------------------
 
     async def change_to_master(
-        self, epoch: int, sync_state_set: frozenset[str] = frozenset()
+        self, epoch: int, broker_id: int, sync_state_set: frozenset[int] = frozenset()
     ) -> None:
-        """Serve as master of ``epoch`` with ``sync_state_set`` (this replica is always in it).
+        """Serve as master of ``epoch``, as broker ``broker_id`` of the group, with
+        ``sync_state_set`` (broker ids; this replica is always in it).
 
         Truncates a torn tail and records <epoch, max offset> before serving.
         A log with bytes but no epoch recorded (a store from before HA) is
         adopted whole into ``epoch``, from its first byte.
         ``EpochError`` if ``epoch`` is older than the last recorded one.
         """
-        await self._change(ToMaster(epoch, sync_state_set))
+        await self._change(ToMaster(epoch, broker_id, sync_state_set))
 
-    async def change_to_slave(self, master_ha_address: str, epoch: int) -> None:
-        """Follow the master at ``master_ha_address`` (of ``epoch``, for the record)."""
-        await self._change(ToSlave(master_ha_address, epoch))
+    async def change_to_slave(self, master_ha_address: str, epoch: int, broker_id: int) -> None:
+        """Follow the master at ``master_ha_address`` (of ``epoch``, for the record) as
+        broker ``broker_id`` of the group."""
+        await self._change(ToSlave(master_ha_address, epoch, broker_id))
 
     async def _change(self, target: ToMaster | ToSlave) -> None:
         """Carry out a ``RoleChange`` (``triomq.ha.core.role_change``: the order is its)."""
@@ -364,7 +357,7 @@ class ReplicasManager:
             term.master = HAMaster(
                 log=self.log,
                 epochs=start.epochs,
-                address=self.address,
+                broker_id=target.broker_id,
                 sync_state_set=target.sync_state_set,
                 confirm_offset=start.confirm_offset,
                 reporter=self.reporter,
@@ -377,18 +370,19 @@ class ReplicasManager:
         term.slave = HASlave(
             log=self.log,
             epoch_store=self.epoch_store,
-            address=self.address,
+            broker_id=target.broker_id,
             connect=lambda: self.connect(address),
             config=self.slave_config,
             offload=self.offload,
             on_appended=lambda: self.on_appended(),
-            credential=None if self.auth is None else self._handshake_credential,
+            credential=None if self.auth is None else partial(
+                self._handshake_credential, target.broker_id),
         )
         return term
 
-    def _handshake_credential(self) -> dict[str, str]:
+    def _handshake_credential(self, broker_id: int) -> dict[str, str]:
         assert self.auth is not None
-        return self.auth.handshake_credential(self.address, now_ms=wall_ms(),
+        return self.auth.handshake_credential(broker_id, now_ms=wall_ms(),
                                               nonce=secrets.token_hex(16))
 
     def master_announced(self, master_ha_address: str) -> bool:

@@ -8,7 +8,7 @@ worth depends on what its peer has proved:
   takes the slot of the oldest connection still without a handshake,
   which is closed. A flood of handshake-less connections, however fast,
   can therefore not keep a slave from reaching its handshake.
-- A handshake naming a slave already connected replaces the older
+- A handshake naming a slave (its broker id) already connected replaces the older
   connection (a restarted slave's old connection may not look closed
   yet): one live connection per slave, and its acks count for that slave
   only.
@@ -52,12 +52,12 @@ class HAAdmission:
         if max_connections < 2:
             raise ValueError(f"ha_max_connections must be >= 2, got {max_connections}")
         self.max_connections = max_connections
-        #: Addresses of the group's replicas, as SyncStateSets named them.
-        self.known: set[str] = set()
+        #: Broker ids of the group's replicas, as SyncStateSets named them.
+        self.known: set[int] = set()
         # Insertion order is age: the first key is the oldest.
         self._handshaking: dict[Hashable, None] = {}
-        self._slaves: dict[Hashable, str] = {}
-        self._by_address: dict[str, Hashable] = {}
+        self._slaves: dict[Hashable, int] = {}
+        self._by_id: dict[int, Hashable] = {}
 
     @property
     def held(self) -> int:
@@ -69,7 +69,7 @@ class HAAdmission:
         """Connections still without a handshake."""
         return len(self._handshaking)
 
-    def remember(self, members: Iterable[str]) -> None:
+    def remember(self, members: Iterable[int]) -> None:
         """``members`` (a SyncStateSet) are replicas of the group: known from now on."""
         self.known.update(members)
 
@@ -83,29 +83,29 @@ class HAAdmission:
         self._handshaking[connection] = None
         return Admitted(close)
 
-    def handshaken(self, connection: Hashable, address: str) -> Admitted | RefuseHandshake:
-        """``connection`` introduced itself as the slave ``address``."""
+    def handshaken(self, connection: Hashable, broker_id: int) -> Admitted | RefuseHandshake:
+        """``connection`` introduced itself as the slave ``broker_id``."""
         if connection not in self._handshaking:
             raise ValueError(f"connection {connection!r} is not waiting for a handshake")
         close: list[Hashable] = []
-        older = self._by_address.get(address)
+        older = self._by_id.get(broker_id)
         if older is not None:
             # One live connection per slave: the newer handshake wins.
             self._drop_slave(older)
             close.append(older)
         elif len(self._slaves) >= self.max_connections - 1:
-            if address not in self.known:
+            if broker_id not in self.known:
                 del self._handshaking[connection]
                 return RefuseHandshake(f"the HA port serves its ha_max_connections "
-                               f"({self.max_connections}) and {address!r} is no known "
-                               "replica of the group")
-            victim = next((c for c, a in self._slaves.items() if a not in self.known), None)
+                               f"({self.max_connections}) and broker {broker_id} is no "
+                               "known replica of the group")
+            victim = next((c for c, i in self._slaves.items() if i not in self.known), None)
             if victim is not None:
                 self._drop_slave(victim)
                 close.append(victim)
         del self._handshaking[connection]
-        self._slaves[connection] = address
-        self._by_address[address] = connection
+        self._slaves[connection] = broker_id
+        self._by_id[broker_id] = connection
         return Admitted(tuple(close))
 
     def closed(self, connection: Hashable) -> None:
@@ -115,6 +115,6 @@ class HAAdmission:
             self._drop_slave(connection)
 
     def _drop_slave(self, connection: Hashable) -> None:
-        address = self._slaves.pop(connection)
-        if self._by_address.get(address) == connection:
-            del self._by_address[address]
+        broker_id = self._slaves.pop(connection)
+        if self._by_id.get(broker_id) == connection:
+            del self._by_id[broker_id]

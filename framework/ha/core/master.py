@@ -80,9 +80,10 @@ class SlaveJoined:
 
 @attrs.frozen
 class SlaveAcked:
-    """The slave reported its max offset; feed it to the SyncStateSet tracker."""
+    """The slave ``broker_id`` reported its max offset; feed it to the SyncStateSet
+    tracker."""
 
-    address: str
+    broker_id: int
     ack_offset: int
     last_caught_up_time_ms: int
 
@@ -147,8 +148,8 @@ class MasterConnection:
 
     @property
     def peer(self) -> str:
-        """The slave's address once known, for errors and logs."""
-        return self.slave.address if self.slave else "?"
+        """The slave once known, for errors and logs."""
+        return f"slave {self.slave.broker_id}" if self.slave else "?"
 
     def receive_data(self, data: bytes, log: MasterLog, now_ms: int) -> list[MasterOutput]:
         """Handle bytes from the slave; raises ``HAProtocolError`` / ``HAFrameError``."""
@@ -170,7 +171,7 @@ class MasterConnection:
         self, frame: SlaveHandshake, log: MasterLog, now_ms: int
     ) -> list[MasterOutput]:
         if self.state != HAConnectionState.READY:
-            raise HAProtocolError(f"second handshake in state {self.state.name}", frame.address)
+            raise HAProtocolError(f"second handshake in state {self.state.name}", self.peer)
         if log.epochs.last_epoch is None:
             raise ValueError("the master has no epoch; it must record one before serving")
         self.slave = frame
@@ -204,7 +205,8 @@ class MasterConnection:
             self.last_caught_up_time_ms = max(
                 self.last_caught_up_time_ms, self._last_transfer_time_ms
             )
-        return SlaveAcked(self.peer, ack, self.last_caught_up_time_ms)
+        assert self.slave is not None  # set with TRANSFER
+        return SlaveAcked(self.slave.broker_id, ack, self.last_caught_up_time_ms)
 
     def _start_offset(self, ack: int, log: MasterLog) -> int:
         # An empty slave (ack 0) starts at a segment start: the last segment

@@ -76,12 +76,12 @@ def carried_confirm_offset(confirmed: int, max_offset: int, min_offset: int) -> 
 class MasterTerm:
     """The SyncStateSet, proposals and synchronous puts of one master term."""
 
-    def __init__(self, *, address: str, sync_state_set: frozenset[str], epoch_start_offset: int,
+    def __init__(self, *, broker_id: int, sync_state_set: frozenset[int], epoch_start_offset: int,
                  confirm_offset: int, now_ms: int, config: HAMasterConfig) -> None:
         self.config = config
         self.tracker = SyncStateTracker(
-            master=address,
-            sync_state_set=sync_state_set | {address},
+            master=broker_id,
+            sync_state_set=sync_state_set | {broker_id},
             epoch_start_offset=epoch_start_offset,
             confirm_offset=confirm_offset,
             started_ms=now_ms,
@@ -95,7 +95,7 @@ class MasterTerm:
         self.fenced = False
         #: Whether a proposal is with the reporter (its outcome not yet known).
         self.reporting = False
-        self._proposals: deque[frozenset[str]] = deque()
+        self._proposals: deque[frozenset[int]] = deque()
 
     def confirm_offset(self, max_offset: int) -> int:
         """Min ack over the effective SyncStateSet (never goes back)."""
@@ -115,25 +115,25 @@ class MasterTerm:
             # A proposal whose outcome is unknown is asked again.
             self._propose(tracker.pending)
         self._propose(tracker.maybe_shrink(now_ms))
-        for address in sorted(tracker.slaves):
-            self._propose(tracker.maybe_expand(address, max_offset))
+        for slave in sorted(tracker.slaves):
+            self._propose(tracker.maybe_expand(slave, max_offset))
         return now_ms + self.config.check_sync_state_set_period
 
-    def slave_joined(self, address: str, *, is_async_learner: bool, now_ms: int) -> None:
-        """A slave completed its handshake."""
-        self.tracker.slave_connected(address, is_async_learner=is_async_learner, now_ms=now_ms)
+    def slave_joined(self, broker_id: int, *, is_async_learner: bool, now_ms: int) -> None:
+        """The slave ``broker_id`` completed its handshake."""
+        self.tracker.slave_connected(broker_id, is_async_learner=is_async_learner, now_ms=now_ms)
 
-    def slave_acked(self, address: str, ack_offset: int, last_caught_up_time_ms: int,
+    def slave_acked(self, broker_id: int, ack_offset: int, last_caught_up_time_ms: int,
                     max_offset: int) -> None:
         """A slave acked: it may have caught up enough to join the set."""
-        self.tracker.slave_acked(address, ack_offset, last_caught_up_time_ms)
-        self._propose(self.tracker.maybe_expand(address, max_offset))
+        self.tracker.slave_acked(broker_id, ack_offset, last_caught_up_time_ms)
+        self._propose(self.tracker.maybe_expand(broker_id, max_offset))
 
-    def slave_left(self, address: str) -> None:
+    def slave_left(self, broker_id: int) -> None:
         """One of a slave's connections closed."""
-        self.tracker.slave_disconnected(address)
+        self.tracker.slave_disconnected(broker_id)
 
-    def _propose(self, proposal: frozenset[str] | None) -> None:
+    def _propose(self, proposal: frozenset[int] | None) -> None:
         if proposal is not None and not self.fenced:
             self.reporting = True
             self._proposals.append(proposal)
@@ -143,11 +143,11 @@ class MasterTerm:
         """Whether a proposal waits for the reporter."""
         return bool(self._proposals)
 
-    def next_proposal(self) -> frozenset[str] | None:
+    def next_proposal(self) -> frozenset[int] | None:
         """The next proposal for the reporter, if any."""
         return self._proposals.popleft() if self._proposals else None
 
-    def answered(self, current: frozenset[str] | None) -> None:
+    def answered(self, current: frozenset[int] | None) -> None:
         """The controller's set after a proposal (None: unknown, the proposal stays counted).
 
         A newer proposal waiting for the reporter stays counted: this answer
@@ -160,7 +160,7 @@ class MasterTerm:
                 self.tracker.apply(current)
         self.reporting = False
 
-    def committed(self, sync_state_set: frozenset[str]) -> None:
+    def committed(self, sync_state_set: frozenset[int]) -> None:
         """The controller's SyncStateSet of this term, as a poll read it."""
         self.tracker.learn(sync_state_set)
 
@@ -198,7 +198,7 @@ class MasterTerm:
         members = self.tracker.effective_sync_state_set
         return self.puts.update(self._acks(members, max_offset), members)
 
-    def _acks(self, members: frozenset[str], max_offset: int) -> dict[str, int]:
+    def _acks(self, members: frozenset[int], max_offset: int) -> dict[int, int]:
         return {m: self.tracker.ack_offset(m, max_offset) for m in members}
 
     def expired(self, now_ms: int) -> list[PutResult]:

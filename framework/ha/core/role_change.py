@@ -60,18 +60,22 @@ class TermLog(Protocol):
 
 @attrs.frozen
 class ToMaster:
-    """Serve as master of ``epoch`` with ``sync_state_set`` (replica addresses)."""
+    """Serve as master of ``epoch``, as broker ``broker_id`` of the group, with
+    ``sync_state_set`` (broker ids)."""
 
     epoch: int
-    sync_state_set: frozenset[str] = frozenset()
+    broker_id: int
+    sync_state_set: frozenset[int] = frozenset()
 
 
 @attrs.frozen
 class ToSlave:
-    """Follow the master at ``master_ha_address`` (of ``epoch``, for the record)."""
+    """Follow the master at ``master_ha_address`` (of ``epoch``, for the record) as broker
+    ``broker_id`` of the group (what the handshake names)."""
 
     master_ha_address: str
     epoch: int
+    broker_id: int
 
 
 @attrs.frozen

@@ -124,15 +124,15 @@ class SlaveConnection:
     def __init__(
         self,
         *,
-        address: str,
+        broker_id: int,
         now_ms: int,
         is_sync_from_last_file: bool = False,
         is_async_learner: bool = False,
         ack_interval_ms: int = DEFAULT_ACK_INTERVAL_MS,
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
     ) -> None:
-        self.handshake = SlaveHandshake(address, is_sync_from_last_file, is_async_learner)
-        encode(self.handshake)  # refuse an address the frame cannot carry, now
+        self.handshake = SlaveHandshake(broker_id, is_sync_from_last_file, is_async_learner)
+        encode(self.handshake)  # refuse an id the frame cannot carry, now
         self.ack_interval_ms = ack_interval_ms
         self.state = HAConnectionState.READY
         self.master_epoch = -1

@@ -40,7 +40,7 @@ class PutResult:
     status: ReplicationStatus
 
 
-def replicated_offset(acks: Mapping[str, int], members: Set[str], required: int) -> int:
+def replicated_offset(acks: Mapping[int, int], members: Set[int], required: int) -> int:
     """The highest offset at least ``required`` of ``members`` have acked (-1 if none).
 
     A member missing from ``acks`` has acked nothing.
@@ -76,7 +76,7 @@ class SyncReplication:
         return len(self._pending)
 
     def add(
-        self, waiter: Hashable, next_offset: int, deadline_ms: int, sync_state_set: Set[str]
+        self, waiter: Hashable, next_offset: int, deadline_ms: int, sync_state_set: Set[int]
     ) -> PutResult | None:
         """Register a put whose bytes end at ``next_offset``; a result if it fails at once."""
         if len(sync_state_set) < self.min_in_sync_replicas:
@@ -85,14 +85,14 @@ class SyncReplication:
         bisect.insort(self._pending, _Pending(next_offset, self._sequence, waiter, deadline_ms))
         return None
 
-    def reached(self, acks: Mapping[str, int], sync_state_set: Set[str]) -> int:
+    def reached(self, acks: Mapping[int, int], sync_state_set: Set[int]) -> int:
         """The offset enough members have acked: puts ending at or before it are done."""
         required = (
             len(sync_state_set) if self.all_ack_in_sync_state_set else self.min_in_sync_replicas
         )
         return replicated_offset(acks, sync_state_set, required)
 
-    def update(self, acks: Mapping[str, int], sync_state_set: Set[str]) -> list[PutResult]:
+    def update(self, acks: Mapping[int, int], sync_state_set: Set[int]) -> list[PutResult]:
         """Complete the puts the current acks cover, in offset order."""
         reached = self.reached(acks, sync_state_set)
         done = 0

@@ -51,18 +51,19 @@ class SlaveProgress:
 class SyncStateTracker:
     """SyncStateSet bookkeeping on the master.
 
-    ``master`` is the master's own address (always a member; its ack is its
-    own max offset). ``started_ms`` is when this term's tracking began: a
-    member that has not connected yet is given until
-    ``started_ms + max_time_slave_not_catchup_ms`` before it is shrunk, so a
-    master restart does not empty the set before slaves reconnect.
+    Members are broker ids, as the controller names them. ``master`` is the
+    master's own (always a member; its ack is its own max offset).
+    ``started_ms`` is when this term's tracking began: a member that has not
+    connected yet is given until ``started_ms + max_time_slave_not_catchup_ms``
+    before it is shrunk, so a master restart does not empty the set before
+    slaves reconnect.
     """
 
     def __init__(
         self,
         *,
-        master: str,
-        sync_state_set: Iterable[str],
+        master: int,
+        sync_state_set: Iterable[int],
         epoch_start_offset: int,
         confirm_offset: int,
         started_ms: int,
@@ -70,50 +71,50 @@ class SyncStateTracker:
     ) -> None:
         self.master = master
         self.sync_state_set = frozenset(sync_state_set) | {master}
-        self.pending: frozenset[str] | None = None
+        self.pending: frozenset[int] | None = None
         self.epoch_start_offset = epoch_start_offset
         self.max_time_slave_not_catchup_ms = max_time_slave_not_catchup_ms
-        self.slaves: dict[str, SlaveProgress] = {}
+        self.slaves: dict[int, SlaveProgress] = {}
         self._started_ms = started_ms
         self._confirm_offset = confirm_offset
 
     # -- inputs ----------------------------------------------------------------
 
-    def slave_connected(self, address: str, *, is_async_learner: bool, now_ms: int) -> None:
+    def slave_connected(self, broker_id: int, *, is_async_learner: bool, now_ms: int) -> None:
         """A slave completed its handshake.
 
         Its ack is unknown again until it acks on this connection: it may have
         restarted and lost bytes it had acked but not flushed.
         """
-        old = self.slaves.get(address)
-        self.slaves[address] = SlaveProgress(
+        old = self.slaves.get(broker_id)
+        self.slaves[broker_id] = SlaveProgress(
             ack_offset=-1,
             last_caught_up_time_ms=old.last_caught_up_time_ms if old else self._started_ms,
             is_async_learner=is_async_learner,
             connections=(old.connections if old else 0) + 1,
         )
 
-    def slave_disconnected(self, address: str) -> None:
+    def slave_disconnected(self, broker_id: int) -> None:
         """One of the slave's connections closed; its caught-up time keeps ageing."""
-        old = self.slaves.get(address)
+        old = self.slaves.get(broker_id)
         if old is not None:
-            self.slaves[address] = attrs.evolve(old, connections=max(0, old.connections - 1))
+            self.slaves[broker_id] = attrs.evolve(old, connections=max(0, old.connections - 1))
 
-    def slave_acked(self, address: str, ack_offset: int, last_caught_up_time_ms: int) -> None:
+    def slave_acked(self, broker_id: int, ack_offset: int, last_caught_up_time_ms: int) -> None:
         """Record a slave's ack and caught-up time (from its ``MasterConnection``)."""
-        old = self.slaves.get(address, SlaveProgress(connections=1))
-        self.slaves[address] = attrs.evolve(
+        old = self.slaves.get(broker_id, SlaveProgress(connections=1))
+        self.slaves[broker_id] = attrs.evolve(
             old,
             ack_offset=max(old.ack_offset, ack_offset),
             last_caught_up_time_ms=max(old.last_caught_up_time_ms, last_caught_up_time_ms),
         )
 
-    def apply(self, sync_state_set: Iterable[str]) -> None:
+    def apply(self, sync_state_set: Iterable[int]) -> None:
         """The controller confirmed (or imposed) this SyncStateSet; it ends any proposal."""
         self.sync_state_set = frozenset(sync_state_set) | {self.master}
         self.pending = None
 
-    def learn(self, sync_state_set: Iterable[str]) -> None:
+    def learn(self, sync_state_set: Iterable[int]) -> None:
         """The controller's set as read in a poll; an in-flight proposal stays counted.
 
         The proposal may still be committed after the poll was answered, so
@@ -126,15 +127,15 @@ class SyncStateTracker:
     # -- derived ---------------------------------------------------------------
 
     @property
-    def effective_sync_state_set(self) -> frozenset[str]:
+    def effective_sync_state_set(self) -> frozenset[int]:
         """The members acks are counted over: confirmed plus in-flight (see module doc)."""
         return frozenset(self._effective_members())
 
-    def _effective_members(self) -> Iterator[str]:
+    def _effective_members(self) -> Iterator[int]:
         members = self.sync_state_set | self.pending if self.pending else self.sync_state_set
         return (m for m in members if not self._is_learner(m))
 
-    def ack_offset(self, member: str, master_max_offset: int) -> int:
+    def ack_offset(self, member: int, master_max_offset: int) -> int:
         """A member's acked offset; the master's is its own max offset; -1 if unknown."""
         if member == self.master:
             return master_max_offset
@@ -155,7 +156,7 @@ class SyncStateTracker:
 
     # -- decisions -------------------------------------------------------------
 
-    def maybe_shrink(self, now_ms: int) -> frozenset[str] | None:
+    def maybe_shrink(self, now_ms: int) -> frozenset[int] | None:
         """A proposal without the members that did not catch up in time, or None.
 
         Async learners found in the set are removed too: they never count.
@@ -171,11 +172,11 @@ class SyncStateTracker:
                 keep.add(member)
         return self._propose(frozenset(keep))
 
-    def maybe_expand(self, address: str, master_max_offset: int) -> frozenset[str] | None:
-        """A proposal adding ``address`` if it has caught up (see module doc), or None."""
-        if self.pending is not None or address in self.sync_state_set:
+    def maybe_expand(self, broker_id: int, master_max_offset: int) -> frozenset[int] | None:
+        """A proposal adding ``broker_id`` if it has caught up (see module doc), or None."""
+        if self.pending is not None or broker_id in self.sync_state_set:
             return None
-        progress = self.slaves.get(address)
+        progress = self.slaves.get(broker_id)
         if progress is None or not progress.connected or progress.is_async_learner:
             return None
         ack = progress.ack_offset
@@ -185,14 +186,14 @@ class SyncStateTracker:
             # A member has not acked in this term: the confirmOffset is only a floor
             # (after a restart, the log's start), not what puts were acked for.
             return None
-        return self._propose(self.sync_state_set | {address})
+        return self._propose(self.sync_state_set | {broker_id})
 
-    def _propose(self, proposal: frozenset[str]) -> frozenset[str] | None:
+    def _propose(self, proposal: frozenset[int]) -> frozenset[int] | None:
         if proposal == self.sync_state_set:
             return None
         self.pending = proposal
         return proposal
 
-    def _is_learner(self, member: str) -> bool:
+    def _is_learner(self, member: int) -> bool:
         progress = self.slaves.get(member)
         return bool(progress and progress.is_async_learner)

@@ -15,10 +15,12 @@ here:
   ``haMasterAddress`` (a slave's master, empty on a master),
   ``enableControllerMode``, ``masterEpoch``, ``confirmOffset``;
 - HARuntimeInfo's names: ``inSyncSlaveNums`` and ``haConnectionInfo``, a
-  JSON array of the master's slaves (``addr``, ``slaveAckOffset``,
-  ``diff``, ``inSync``, and triomq's ``connections`` and ``asyncLearner``);
-- triomq's: ``syncStateSet``, the replica addresses the master counts acks
-  over, comma-separated and sorted (empty on a slave);
+  JSON array of the master's slaves (``slaveAckOffset``, ``diff``,
+  ``inSync``, and triomq's ``brokerId``, ``connections`` and
+  ``asyncLearner``: the slave is known by the broker id its handshake
+  names, as RocketMQ 5.3's master knows it);
+- triomq's: ``syncStateSet``, the broker ids the master counts acks over,
+  comma-separated and sorted (empty on a slave);
 - ``store_table``, RocketMQ's: ``brokerVersionDesc`` / ``brokerVersion`` (the
   RocketMQ version whose protocol triomq speaks, ``V5_3_3``),
   ``earliestMessageTimeStamp`` (the store time of the commit log's first
@@ -75,9 +77,9 @@ _NO_TRANSIENT_POOL = str(2**31 - 1)
 
 @attrs.frozen
 class ReplicaAck:
-    """A slave as the master sees it: its replica address and how far it acked."""
+    """A slave as the master sees it: its broker id and how far it acked."""
 
-    address: str
+    broker_id: int
     ack_offset: int
     connections: int
     is_async_learner: bool = False
@@ -85,15 +87,15 @@ class ReplicaAck:
 
 def runtime_table(*, cluster_name: str, broker_name: str, broker_id: int, role: str,
                   master_epoch: int, min_offset: int, max_offset: int, confirm_offset: int,
-                  ha_address: str, master_ha_address: str, sync_state_set: Iterable[str],
+                  ha_address: str, master_ha_address: str, sync_state_set: Iterable[int],
                   slaves: Iterable[ReplicaAck], controller_mode: bool) -> dict[str, str]:
     """The KVTable's table (see the module); ``role`` is ``master``, ``slave`` or ``none``."""
     members = sorted(sync_state_set)
-    connections = [{"addr": s.address, "slaveAckOffset": s.ack_offset,
+    connections = [{"brokerId": s.broker_id, "slaveAckOffset": s.ack_offset,
                     "diff": max(0, max_offset - s.ack_offset) if s.ack_offset >= 0 else -1,
-                    "inSync": s.address in members, "connections": s.connections,
+                    "inSync": s.broker_id in members, "connections": s.connections,
                     "asyncLearner": s.is_async_learner}
-                   for s in sorted(slaves, key=lambda s: s.address)]
+                   for s in sorted(slaves, key=lambda s: s.broker_id)]
     is_master = role == "master"
     return {
         "brokerClusterName": cluster_name,
@@ -107,7 +109,7 @@ def runtime_table(*, cluster_name: str, broker_name: str, broker_id: int, role: 
         "confirmOffset": str(confirm_offset),
         "haServerAddr": ha_address,
         "haMasterAddress": "" if is_master else master_ha_address,
-        "syncStateSet": ",".join(members),
+        "syncStateSet": ",".join(map(str, members)),
         "inSyncSlaveNums": str(sum(1 for c in connections if c["inSync"])),
         "haConnectionInfo": json.dumps(connections),
     }

@@ -96,7 +96,8 @@ class PreOnline:
         self.versions = dict(versions)
         self.wait_ms = wait_ms
         self.deadline_ms = 0
-        self.slaves: frozenset[str] = frozenset()
+        #: The alive slaves' RPC addresses by broker id.
+        self.slaves: dict[int, str] = {}
         self._pending: set[str] = set()
         #: kind -> (the newest DataVersion seen, the slave that has it)
         self._newest: dict[str, tuple[DataVersion, str]] = {}
@@ -112,19 +113,20 @@ class PreOnline:
             if now >= self.deadline_ms:
                 return self._online("no name server named the group's members")
             return [AskMembers(min(now + RETRY_MS, self.deadline_ms))]
-        self.slaves = frozenset(a for i, a in addrs.items() if i != MASTER_ID and a != self.own)
+        self.slaves = {i: a for i, a in addrs.items() if i != MASTER_ID and a != self.own}
         if not self.slaves:
             return self._online("no slave of the group is alive")
-        return [AnnounceHa(self.slaves), AwaitSlaves(self.slaves, self.deadline_ms)]
+        addresses = frozenset(self.slaves.values())
+        return [AnnounceHa(addresses), AwaitSlaves(addresses, self.deadline_ms)]
 
-    def transferring(self, slaves: frozenset[str], now: int) -> list[PreOnlineAction]:
-        """The slaves whose HA connections transfer now."""
-        ready = self.slaves & slaves
-        if ready != self.slaves and now < self.deadline_ms:
+    def transferring(self, slaves: frozenset[int], now: int) -> list[PreOnlineAction]:
+        """The slaves (broker ids) whose HA connections transfer now."""
+        ready = {self.slaves[i] for i in self.slaves.keys() & slaves}
+        if len(ready) != len(self.slaves) and now < self.deadline_ms:
             return []
         if not ready:
             return self._online("no slave reconnected in time")
-        self._pending = set(ready)
+        self._pending = ready
         return [Fetch(address) for address in sorted(ready)]
 
     def fetched(self, address: str, versions: Mapping[str, DataVersion] | None,

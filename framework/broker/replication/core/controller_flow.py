@@ -24,8 +24,8 @@ feed the answers back:
    ``broker_heartbeat_interval`` after the previous one went out, or at
    once when that one's answer came later (the broker or that controller
    was stalled meanwhile: its silence is not drawn out by another interval).
-5. **SyncStateSet.** ``propose`` turns the HA master's proposal (replica
-   addresses) into ALTER_SYNC_STATE_SET (broker ids, fenced by both
+5. **SyncStateSet.** ``propose`` turns the HA master's proposal (broker
+   ids, as HA names the slaves) into ALTER_SYNC_STATE_SET (fenced by both
    epochs); its ``ProposalOutcome`` is the set the controller holds (read
    back after a refusal), None when unknown, or fenced once a newer master
    exists.
@@ -42,7 +42,7 @@ over as they are); ``Call``, ``ControllerAnswer`` and the other outputs are
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import attrs
 
@@ -94,7 +94,6 @@ __all__ = [
     "SendHeartbeat",
     "TakeMaster",
     "TakeSlave",
-    "addresses_of",
 ]
 
 
@@ -104,7 +103,7 @@ class FlowSettings:
 
     cluster_name: str
     broker_name: str
-    #: This replica's address: its name in the SyncStateSet and at the controllers.
+    #: This replica's address, as the controllers know it.
     address: str
     controllers: tuple[str, ...]
     broker_heartbeat_interval: int
@@ -116,11 +115,6 @@ class FlowSettings:
 
 _Then = Callable[[float], None]
 _Answered = Callable[[float, ControllerAnswer | None, str], None]
-
-
-def addresses_of(info: ReplicaInfo, broker_ids: Iterable[int]) -> frozenset[str]:
-    """The addresses of ``broker_ids`` that ``info`` knows."""
-    return frozenset(a for a in map(info.address_of, broker_ids) if a is not None)
 
 
 def _replica_info(answer: ControllerAnswer) -> ReplicaInfo:
@@ -415,9 +409,9 @@ class ControllerModeFlow:
         if info is None or info.master_epoch < self.master_epoch or info.master_broker_id is None:
             return
         if info.master_broker_id == self.broker_id:
-            members = addresses_of(info, info.sync_state_set)
+            members = info.sync_state_set
             if not (self.role is BrokerRole.MASTER and self.master_epoch == info.master_epoch):
-                self._following = TakeMaster(info.master_epoch, members,
+                self._following = TakeMaster(info.master_epoch, self.broker_id, members,
                                              info.sync_state_set_epoch)
                 self._outputs.append(self._following)
                 return
@@ -431,45 +425,25 @@ class ControllerModeFlow:
         if self.role is BrokerRole.SLAVE and self.master_epoch == info.master_epoch:
             return
         if info.master_address is not None:
-            self._following = TakeSlave(info.master_address, info.master_epoch)
+            self._following = TakeSlave(info.master_address, info.master_epoch, self.broker_id)
             self._outputs.append(self._following)
 
     # -- SyncStateSet proposals ----------------------------------------------------------------
 
-    def propose(self, now: float, proposal: frozenset[str], master_epoch: int) -> int:
-        """Ask for ``proposal`` (addresses) as the SyncStateSet of ``master_epoch``'s term.
+    def propose(self, now: float, proposal: frozenset[int], master_epoch: int) -> int:
+        """Ask for ``proposal`` (broker ids) as the SyncStateSet of ``master_epoch``'s term.
 
         Returns the token its ``ProposalOutcome`` will carry.
         """
         self._next_id += 1
         token = self._next_id
-        info = self.replica_info
-        if info is None or self.broker_id < 0:
+        if self.replica_info is None or self.broker_id < 0:
             self._outputs.append(ProposalOutcome(token, None))
-            return token
-        ids = {info.broker_id_of(address) for address in proposal}
-        if None not in ids:
-            self._alter(token, proposal, master_epoch, info, ids)
-            return token
-
-        def reread(at: float, current: ReplicaInfo | None, fenced: str) -> None:
-            # A replica that registered after our last news: learn the group anew.
-            if current is None:
-                self._outputs.append(ProposalOutcome(token, None, fenced))
-                return
-            known = {current.broker_id_of(address) for address in proposal}
-            if None not in known:
-                self._alter(token, proposal, master_epoch, current, known)
-                return
-            self._log(f"SyncStateSet proposal {sorted(proposal)} names unregistered replicas")
-            self._outputs.append(ProposalOutcome(
-                token, addresses_of(current, current.sync_state_set)))
-
-        self._read_back(master_epoch, reread)
+        else:
+            self._alter(token, proposal, master_epoch)
         return token
 
-    def _alter(self, token: int, proposal: frozenset[str], master_epoch: int,
-               info: ReplicaInfo, ids: set[int | None]) -> None:
+    def _alter(self, token: int, proposal: frozenset[int], master_epoch: int) -> None:
         def altered(now: float, answer: ControllerAnswer | None, error: str) -> None:
             if answer is None:
                 self._log(f"SyncStateSet {sorted(proposal)}: no answer, it may be applied: "
@@ -483,18 +457,16 @@ class ControllerModeFlow:
             elif not answer.ok:
                 self._log(f"SyncStateSet {sorted(proposal)} refused: {_why(answer, error)}")
                 self._read_back(master_epoch, lambda at, current, fenced: self._outputs.append(
-                    ProposalOutcome(token, None if current is None
-                                    else addresses_of(current, current.sync_state_set),
+                    ProposalOutcome(token, None if current is None else current.sync_state_set,
                                     fenced)))
             else:
                 applied = answer.payload
                 assert isinstance(applied, SyncStateSet)
                 self.sync_state_set_epoch = max(self.sync_state_set_epoch, applied.epoch)
-                self._outputs.append(ProposalOutcome(token, addresses_of(info, applied.members)))
+                self._outputs.append(ProposalOutcome(token, applied.members))
 
-        members: frozenset[int] = frozenset(i for i in ids if i is not None)
         self._call(AlterSyncStateSet(self.settings.broker_name, self.broker_id, master_epoch,
-                                     self.sync_state_set_epoch, members), altered)
+                                     self.sync_state_set_epoch, proposal), altered)
 
     def _read_back(self, master_epoch: int,
                    then: Callable[[float, ReplicaInfo | None, str], None]) -> None:

@@ -85,26 +85,30 @@ class Registered:
 
 @attrs.frozen
 class TakeMaster:
-    """Serve as master of ``epoch`` with ``sync_state_set``; then report ``followed``."""
+    """Serve as master of ``epoch``, as broker ``broker_id``, with ``sync_state_set``
+    (broker ids); then report ``followed``."""
 
     epoch: int
-    sync_state_set: frozenset[str]
+    broker_id: int
+    sync_state_set: frozenset[int]
     sync_state_set_epoch: int
 
 
 @attrs.frozen
 class TakeSlave:
-    """Follow the master at broker address ``master_address``; then report ``followed``."""
+    """Follow the master at broker address ``master_address`` as broker ``broker_id``;
+    then report ``followed``."""
 
     master_address: str
     epoch: int
+    broker_id: int
 
 
 @attrs.frozen
 class LearnSyncStateSet:
-    """The master's own term: the controller's committed SyncStateSet (addresses)."""
+    """The master's own term: the controller's committed SyncStateSet (broker ids)."""
 
-    sync_state_set: frozenset[str]
+    sync_state_set: frozenset[int]
 
 
 @attrs.frozen
@@ -112,7 +116,7 @@ class ProposalOutcome:
     """How proposal ``token`` ended: the controller's set (None: unknown) or ``fenced``."""
 
     token: int
-    sync_state_set: frozenset[str] | None
+    sync_state_set: frozenset[int] | None
     #: Why a newer master fences this term; empty when not fenced.
     fenced: str = ""
 
