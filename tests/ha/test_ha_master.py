@@ -160,8 +160,11 @@ def test_caught_up_time_follows_the_seed_rule():
     assert acked.last_caught_up_time_ms == 0
     while (plan := conn.poll_transfer(grown, 80)) is not None:
         conn.build_transfer(plan, b"x" * plan.max_size, 80)
-    (acked,) = conn.receive_data(ack_bytes(400), grown, 90)
+    bigger = MasterLog(500, 0, EPOCHS, 90)  # grew after the last transfer, at t=80
+    (acked,) = conn.receive_data(ack_bytes(400), bigger, 90)
     assert acked.last_caught_up_time_ms == 80
+    (acked,) = conn.receive_data(ack_bytes(400), grown, 100)
+    assert acked.last_caught_up_time_ms == 100  # the whole log: caught up at the ack
 
 
 @pytest.mark.parametrize(

@@ -114,7 +114,7 @@ class MasterTerm:
         if not self.reporting:
             # A proposal whose outcome is unknown is asked again.
             self._propose(tracker.pending)
-        self._propose(tracker.maybe_shrink(now_ms))
+        self._propose(tracker.maybe_shrink(now_ms, max_offset))
         for slave in sorted(tracker.slaves):
             self._propose(tracker.maybe_expand(slave, max_offset))
         return now_ms + self.config.check_sync_state_set_period

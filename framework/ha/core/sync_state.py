@@ -156,11 +156,18 @@ class SyncStateTracker:
 
     # -- decisions -------------------------------------------------------------
 
-    def maybe_shrink(self, now_ms: int) -> frozenset[int] | None:
+    def maybe_shrink(self, now_ms: int, master_max_offset: int) -> frozenset[int] | None:
         """A proposal without the members that did not catch up in time, or None.
 
-        Async learners found in the set are removed too: they never count.
+        A connected slave whose ack is the master's whole log is caught up
+        now, whenever it last acked: a RocketMQ slave with nothing new acks
+        only every ``haSendHeartbeatInterval`` (5 s), and RocketMQ's master
+        counts a slave with nothing left to send as caught up. Async
+        learners found in the set are removed too: they never count.
         """
+        for member, slave in self.slaves.items():
+            if slave.connected and slave.ack_offset >= master_max_offset:
+                self.slaves[member] = attrs.evolve(slave, last_caught_up_time_ms=now_ms)
         if self.pending is not None:
             return None
         keep = {self.master}
