@@ -171,9 +171,10 @@ class ControllerClient:
         return answer.next_broker_id
 
     async def apply_broker_id(self, cluster_name: str, broker_name: str, broker_id: int,
-                              broker_address: str, register_check_code: str) -> None:
-        """APPLY_BROKER_ID: claim ``broker_id``, proven later by ``register_check_code``."""
-        await self.request(ApplyBrokerId(cluster_name, broker_name, broker_id, broker_address,
+                              register_check_code: str) -> None:
+        """APPLY_BROKER_ID: claim ``broker_id``, proven later by ``register_check_code``
+        (``<broker address>;<time>``)."""
+        await self.request(ApplyBrokerId(cluster_name, broker_name, broker_id,
                                          register_check_code))
 
     async def register_broker(self, cluster_name: str, broker_name: str, broker_id: int,

@@ -54,7 +54,13 @@ from triomq.controller.core.service_core import (
 )
 from triomq.controller.core.state_machine import ReplicasStateMachine
 from triomq.controller.core.validation import check_request
-from triomq.controller.core.wire import ControllerMetadata, encode_replica_info
+from triomq.controller.core.wire import (
+    ControllerMetadata,
+    ReplicaInfo,
+    encode_sync_state_set,
+    replica_info_fields,
+    rpc_address,
+)
 from triomq.errors import PluginError
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import Backoff, RpcClient, RpcConnection, RpcError, RpcServer, open_rpc_client
@@ -160,8 +166,7 @@ class ControllerService:
             elif isinstance(output, ReadBarrier):
                 self._nursery.start_soon(self._read_barrier, output.ticket)
             elif isinstance(output, Notify):
-                self._nursery.start_soon(self._notify, output.address,
-                                         encode_replica_info(output.info))
+                self._nursery.start_soon(self._notify, output.address, output.info)
         self._rearm.set()
 
     def _settle(self, ticket: int, outcome: Outcome) -> None:
@@ -195,10 +200,14 @@ class ControllerService:
             outcome = Applied()
         self._settle(ticket, outcome)
 
-    async def _notify(self, address: str, body: bytes) -> None:
+    async def _notify(self, address: str, info: ReplicaInfo) -> None:
         try:
-            await self.notify_rpc.invoke_oneway(address, RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
-                                                body=body, timeout=1.0)
+            # Addresses are kept as brokers sent them: RocketMQ's are host:port.
+            await self.notify_rpc.invoke_oneway(
+                rpc_address(address), RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
+                replica_info_fields(info),
+                encode_sync_state_set(info.sync_state_set, info.sync_state_set_epoch),
+                timeout=1.0)
         except RpcError as exc:
             logger.debug("notifying %s of a role change failed: %s", address, exc)
 

@@ -182,8 +182,8 @@ async def test_forged_ha_acks_are_refused_and_the_master_does_not_acknowledge(
                     break
                 except ServiceNotAvailable:
                     await trio.sleep(0.05)
-        slave_id = group.info.broker_id_of(group.slave.address)  # what its handshake names
-        assert slave_id is not None
+        # What its handshake names: the other member of the SyncStateSet.
+        (slave_id,) = group.info.sync_state_set - {group.info.master_broker_id}
         ha_port = group.ha_port(group.master)
         group.slave.process.send_signal(signal.SIGSTOP)
         # The forger claims the paused slave: no credential, then a made-up one.

@@ -75,7 +75,7 @@ def test_a_new_replica_claims_an_id_and_saves_it_before_registering():
     assert call.request == GetNextBrokerId("c", "g")
     flow.answered(0, call.id, ControllerAnswer(Code.SUCCESS, payload=NextBrokerId(2)))
     call = only_call(flow)
-    assert call.request == ApplyBrokerId("c", "g", 2, "me", "me;42")
+    assert call.request == ApplyBrokerId("c", "g", 2, "me;42")
     flow.answered(0, call.id, OK)
     assert flow.outputs() == [SaveIdentity(BrokerIdentity("c", "g", 2, "me;42"))]
     flow.identity_saved(0)
@@ -94,7 +94,7 @@ def test_an_id_another_replica_claimed_first_is_no_failure_and_the_next_is_asked
     flow.start(0, None, 0, "me;42")
     flow.answered(0, only_call(flow).id, ControllerAnswer(Code.SUCCESS, payload=NextBrokerId(1)))
     call = only_call(flow)
-    assert call.request == ApplyBrokerId("c", "g", 1, "me", "me;42")
+    assert call.request == ApplyBrokerId("c", "g", 1, "me;42")
     flow.answered(5, call.id, ControllerAnswer(Code.CONTROLLER_BROKER_ID_INVALID,
                                      "broker id 1 of group 'g' is owned by another broker"))
     out = flow.outputs()
@@ -104,7 +104,7 @@ def test_an_id_another_replica_claimed_first_is_no_failure_and_the_next_is_asked
     assert [c.request for c in calls(out)] == [GetNextBrokerId("c", "g")]
     flow.answered(5, calls(out)[0].id, ControllerAnswer(Code.SUCCESS, payload=NextBrokerId(2)))
     call = only_call(flow)
-    assert call.request == ApplyBrokerId("c", "g", 2, "me", "me;42")
+    assert call.request == ApplyBrokerId("c", "g", 2, "me;42")
     flow.answered(5, call.id, OK)
     assert flow.outputs() == [SaveIdentity(BrokerIdentity("c", "g", 2, "me;42"))]
 
@@ -137,7 +137,7 @@ def test_a_forgotten_replica_claims_its_id_again_with_its_check_code():
     call = only_call(flow)
     flow.answered(0, call.id, ControllerAnswer(Code.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED))
     call = only_call(flow)
-    assert call.request == ApplyBrokerId("c", "g", 2, "me", "me;1")
+    assert call.request == ApplyBrokerId("c", "g", 2, "me;1")
     flow.answered(0, call.id, OK)
     call = only_call(flow)
     assert call.request == RegisterBroker("c", "g", 2, "me")

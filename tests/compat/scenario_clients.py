@@ -229,14 +229,20 @@ def go_client(cluster: Cluster) -> ScenarioClient:
 async def create_topic(admin: Node, master_address: str, namesrv: str, topic: str = TOPIC,
                        queues: int = QUEUES) -> None:
     """Create ``topic`` on the master and wait until the name server routes it there."""
+    await create_topic_on(admin, master_address, topic, queues)
+    await wait_routed(admin, master_address, namesrv, topic, queues)
+
+
+async def create_topic_on(admin: Node, broker_address: str, topic: str = TOPIC,
+                          queues: int = QUEUES) -> None:
+    """Create ``topic`` on the broker at ``broker_address``."""
     # Every field of RocketMQ's CreateTopicRequestHeader, as mqadmin sends it: its broker
     # refuses a header without defaultTopic or topicFilterType.
-    answer = await admin.rpc.invoke(master_address, CREATE_TOPIC, {
+    answer = await admin.rpc.invoke(broker_address, CREATE_TOPIC, {
         "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues),
         "writeQueueNums": str(queues), "perm": "6", "topicFilterType": "SINGLE_TAG",
         "topicSysFlag": "0", "order": "false"})
     assert answer.code == 0, answer.remark
-    await wait_routed(admin, master_address, namesrv, topic, queues)
 
 
 async def wait_routed(admin: Node, master_address: str, namesrv: str, topic: str,

@@ -116,7 +116,7 @@ class Pump:
         rid = self.request(GetNextBrokerId(CLUSTER, GROUP))
         self.run()
         broker_id = self.reply(rid).payload.next_broker_id
-        for request in (ApplyBrokerId(CLUSTER, GROUP, broker_id, address(broker_id), "check"),
+        for request in (ApplyBrokerId(CLUSTER, GROUP, broker_id, f"{address(broker_id)};check"),
                         RegisterBroker(CLUSTER, GROUP, broker_id, address(broker_id))):
             rid = self.request(request)
             self.run()

@@ -53,7 +53,7 @@ def test_a_follower_answers_not_leader_naming_the_leader() -> None:
     assert (reply.leader_id, reply.leader_address) == (2, "tcp://c2:9878")
     assert "the leader is 2 at tcp://c2:9878" in reply.remark
     pump.lead(term=4, leader=0)
-    reply = pump.reply(pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, address(1), "c")))
+    reply = pump.reply(pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, f"{address(1)};c")))
     assert reply.code == ResponseCode.CONTROLLER_NOT_LEADER
     assert (reply.leader_id, reply.leader_address) == (0, "")
     assert "the leader is unknown" in reply.remark
@@ -61,14 +61,14 @@ def test_a_follower_answers_not_leader_naming_the_leader() -> None:
 
 
 def test_writes_take_a_barrier_once_per_term_and_reads_every_time(pump: Pump) -> None:
-    rid = pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, address(1), "c"))
+    rid = pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, f"{address(1)};c"))
     assert len(pump.open(ReadBarrier)) == 1 and not pump.of(Propose)
     pump.pass_barriers()
     assert len(pump.open(Propose)) == 1 and pump.reply(rid) is None
     pump.commit()
     assert pump.reply(rid).ok
     # Same term: the next write proposes at once.
-    pump.request(ApplyBrokerId(CLUSTER, GROUP, 2, address(2), "c2"))
+    pump.request(ApplyBrokerId(CLUSTER, GROUP, 2, f"{address(2)};c2"))
     assert len(pump.of(ReadBarrier)) == 1 and len(pump.open(Propose)) == 1
     pump.commit()
     # Reads always take one.
@@ -83,8 +83,8 @@ def test_writes_take_a_barrier_once_per_term_and_reads_every_time(pump: Pump) ->
 
 
 def test_state_changes_are_served_one_at_a_time(pump: Pump) -> None:
-    first = pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, address(1), "c1"))
-    second = pump.request(ApplyBrokerId(CLUSTER, GROUP, 2, address(2), "c2"))
+    first = pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, f"{address(1)};c1"))
+    second = pump.request(ApplyBrokerId(CLUSTER, GROUP, 2, f"{address(2)};c2"))
     pump.pass_barriers()
     assert len(pump.open(Propose)) == 1  # only the first's event
     pump.commit()
@@ -97,7 +97,7 @@ def test_state_changes_are_served_one_at_a_time(pump: Pump) -> None:
 
 
 def test_an_event_that_no_longer_applies_is_refused(pump: Pump) -> None:
-    rid = pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, address(1), "c"))
+    rid = pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, f"{address(1)};c"))
     pump.pass_barriers()
     proposal = pump.open(Propose)[0]
     pump.settle(proposal.ticket, Applied(False))
@@ -107,14 +107,14 @@ def test_an_event_that_no_longer_applies_is_refused(pump: Pump) -> None:
 
 
 def test_raft_failures_answer_not_leader_or_internal_error(pump: Pump) -> None:
-    lost = pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, address(1), "c"))
+    lost = pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, f"{address(1)};c"))
     pump.pass_barriers()
     pump.lead(term=1, leader=2)
     pump.settle(pump.open(Propose)[0].ticket, LostLeadership())
     assert pump.reply(lost).code == ResponseCode.CONTROLLER_NOT_LEADER
     assert pump.reply(lost).leader_id == 2
     pump.lead(term=2)
-    failed = pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, address(1), "c"))
+    failed = pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, f"{address(1)};c"))
     pump.pass_barriers()
     pump.settle(pump.open(Propose)[0].ticket, NotCommitted("TERM_CHANGED: replaced"))
     reply = pump.reply(failed)
@@ -126,8 +126,8 @@ def test_requests_time_out_and_the_next_one_is_served() -> None:
     pump = Pump(scan_not_active_broker_interval=10 * TIMEOUT)
     pump.lead()
     barrier = pump.request(GetReplicaInfo(GROUP))
-    write = pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, address(1), "c"))
-    queued = pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, address(1), "c"))
+    write = pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, f"{address(1)};c"))
+    queued = pump.request(ApplyBrokerId(CLUSTER, GROUP, 1, f"{address(1)};c"))
     read_ticket = pump.open(ReadBarrier)[0].ticket
     pump.settle(pump.open(ReadBarrier)[1].ticket, Applied())  # the write's barrier
     stale = pump.open(Propose)[0].ticket

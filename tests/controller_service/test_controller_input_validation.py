@@ -62,11 +62,11 @@ BAD = [
     (RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, {**GOOD, "clusterName": "c" * 200},
      Code.CONTROLLER_INVALID_REQUEST, "'clusterName' 'cccc"),
     (RequestCode.CONTROLLER_APPLY_BROKER_ID,
-     {**GOOD, "appliedBrokerId": "0", "registerCheckCode": "c", "brokerAddress": "10.0.0.1:10911"},
+     {**GOOD, "appliedBrokerId": "0", "registerCheckCode": "10.0.0.1:10911;1"},
      Code.CONTROLLER_BROKER_ID_INVALID, "'appliedBrokerId' 0"),
     (RequestCode.CONTROLLER_APPLY_BROKER_ID,
-     {**GOOD, "appliedBrokerId": "1", "registerCheckCode": "c", "brokerAddress": "10.0.0.1:70000"},
-     Code.CONTROLLER_INVALID_REQUEST, "'brokerAddress' '10.0.0.1:70000'"),
+     {**GOOD, "appliedBrokerId": "1", "registerCheckCode": "10.0.0.1:70000;1"},
+     Code.CONTROLLER_INVALID_REQUEST, "'registerCheckCode', its address '10.0.0.1:70000'"),
     (RequestCode.CONTROLLER_REGISTER_BROKER, {**GOOD, "brokerId": "1", "brokerAddress": "10.0.0.1"},
      Code.CONTROLLER_INVALID_REQUEST, "'brokerAddress' '10.0.0.1'"),
     (RequestCode.CONTROLLER_REGISTER_BROKER, {**GOOD, "brokerId": "0", "brokerAddress": "h:1"},
@@ -76,9 +76,8 @@ BAD = [
                                     "electionPriority": "0"},
      Code.CONTROLLER_INVALID_REQUEST, "'brokerAddr' 'h :1'"),
     (RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, {"brokerName": GROUP, "masterBrokerId": "1",
-                                        "masterEpoch": "1", "syncStateSetEpoch": "1",
-                                        "newSyncStateSet": "1;0"},
-     Code.CONTROLLER_BROKER_ID_INVALID, "'newSyncStateSet': 0"),
+                                                   "masterEpoch": "1"},
+     Code.CONTROLLER_BROKER_ID_INVALID, "body 'syncStateSet': 0"),
     (RequestCode.CONTROLLER_ELECT_MASTER, {**GOOD, "brokerName": "../etc", "designateElect": "true",
                                 "brokerId": "1"},
      Code.CONTROLLER_INVALID_REQUEST, "'brokerName' '../etc'"),
@@ -96,18 +95,20 @@ async def test_bad_names_ids_and_addresses_are_refused_and_nothing_is_proposed(t
         proposed = count_proposals(service)
         connection = await client.rpc.connection(address)
         for code, fields, expected, named in BAD:
-            answer = await client.rpc.invoke(address, code, fields)
+            body = (b'{"syncStateSet":[1,0],"syncStateSetEpoch":1}'
+                    if code == RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET else b"")
+            answer = await client.rpc.invoke(address, code, fields, body)
             assert (answer.code, code) == (expected, code), answer.remark
-            assert f"{RequestCode(code).name}: header field {named}" in answer.remark
+            where = named if named.startswith("body") else f"header field {named}"
+            assert f"{RequestCode(code).name}: {where}" in answer.remark
         assert proposed == [] and service.raft.applied_index == applied
         assert service.manager.groups == {}
         # The same connection serves a good request afterwards.
         assert await client.rpc.connection(address) is connection and not connection.closed
         answer = await client.rpc.invoke(address, RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, GOOD)
-        assert answer.code == Code.SUCCESS and b'"nextBrokerId":1' in answer.body
+        assert answer.code == Code.SUCCESS and answer.ext_fields["nextBrokerId"] == "1"
         answer = await client.rpc.invoke(address, RequestCode.CONTROLLER_APPLY_BROKER_ID, {
-            **GOOD, "appliedBrokerId": "1", "registerCheckCode": "10.0.0.1:10911;1",
-            "brokerAddress": "10.0.0.1:10911"})
+            **GOOD, "appliedBrokerId": "1", "registerCheckCode": "10.0.0.1:10911;1"})
         assert answer.code == Code.SUCCESS, answer.remark
         assert len(proposed) == 1
 
@@ -116,7 +117,7 @@ async def test_bad_names_ids_and_addresses_are_refused_and_nothing_is_proposed(t
 
 KEYS = ["clusterName", "brokerName", "brokerId", "brokerAddress", "brokerAddr",
         "appliedBrokerId", "registerCheckCode", "masterBrokerId", "masterEpoch",
-        "syncStateSetEpoch", "newSyncStateSet", "designateElect",
+        "syncStateSetEpoch", "invokeTime", "designateElect",
         "brokerControllerIdsToClean", "isCleanLivingBroker", "epoch", "maxOffset", "confirmOffset",
         "electionPriority", "heartbeatTimeoutMills"]
 values = st.one_of(

@@ -19,8 +19,8 @@ async def registered_group(client: ControllerClient) -> None:
     """Group broker-x with replica 1 (master, epoch 1) and replica 2."""
     for broker_id in (1, 2):
         assert await client.get_next_broker_id(CLUSTER, GROUP) == broker_id
-        await client.apply_broker_id(CLUSTER, GROUP, broker_id, f"inproc://x{broker_id}",
-                                     f"code-{broker_id}")
+        await client.apply_broker_id(CLUSTER, GROUP, broker_id,
+                                     f"inproc://x{broker_id};{broker_id}")
         await client.register_broker(CLUSTER, GROUP, broker_id, f"inproc://x{broker_id}")
     info = await client.elect_master(CLUSTER, GROUP, broker_id=1)
     assert (info.master_broker_id, info.master_epoch, info.sync_state_set) == (1, 1, {1})
@@ -54,7 +54,7 @@ async def test_bad_requests_are_refused_and_change_nothing(make_cluster):
         assert await heartbeat(CLUSTER, GROUP, 9) == Code.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED
         assert await heartbeat("OtherCluster", GROUP, 1) == Code.CONTROLLER_INVALID_REQUEST
         # A broker claiming an id another one owns (check-code mismatch).
-        error = await refused(client.apply_broker_id(CLUSTER, GROUP, 2, "inproc://evil", "bad"))
+        error = await refused(client.apply_broker_id(CLUSTER, GROUP, 2, "inproc://evil;1"))
         assert error.code == Code.CONTROLLER_BROKER_ID_INVALID
         assert "check code" in error.remark
         error = await refused(client.register_broker(CLUSTER, GROUP, 7, "inproc://x7"))

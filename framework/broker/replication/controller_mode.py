@@ -68,8 +68,9 @@ from triomq.controller.core.wire import (
     EpochRange,
     ReplicaInfo,
     WireError,
-    decode_replica_info,
     encode_epoch_cache,
+    read_replica_info,
+    rocketmq_address,
     rpc_address,
 )
 from triomq.durable_files import replace_atomically
@@ -198,7 +199,7 @@ class ControllerMode:
                 epochs = await trio.to_thread.run_sync(self.replicas.epoch_store.load)
                 saved = await trio.to_thread.run_sync(load_identity, self.root)
                 self.flow.start(self._now(), saved, epochs.last_epoch or 0,
-                                f"{self.address};{time.time_ns()}")
+                                f"{rocketmq_address(self.address)};{time.time_ns()}")
                 self._pump()
                 while True:
                     changed = self._timers_changed
@@ -342,7 +343,8 @@ class ControllerMode:
     async def _on_notify(self, request: RemotingCommand, peer: RpcConnection
                          ) -> RemotingCommand:
         try:
-            info = decode_replica_info(request.body)
+            info = read_replica_info(request.ext_fields, request.body, self.config.broker_name,
+                                     "NOTIFY_BROKER_ROLE_CHANGED")
         except WireError as exc:
             logger.warning("bad NOTIFY_BROKER_ROLE_CHANGED from %s: %s", peer.peer, exc)
             return RemotingCommand.response(ResponseCode.CONTROLLER_INVALID_REQUEST,

@@ -29,21 +29,22 @@ from triomq.controller.core.wire import (
     ControllerMetadata,
     ReplicaInfo,
     WireError,
-    decode_replica_info,
     decode_sync_state_data,
-    dump_json,
     elect_fields,
     encode_elect_body,
-    encode_replica_info,
     encode_sync_state_data,
+    encode_sync_state_set,
     join_ids,
-    load_body,
     metadata_fields,
     read_elect_answer,
     read_metadata,
+    read_replica_info,
+    read_sync_state_set,
+    replica_info_fields,
+    rocketmq_address,
 )
 from triomq.errors import ConfigError
-from triomq.protocol.header_fields import HeaderFields
+from triomq.protocol.header_fields import INT32, HeaderFields
 from triomq.protocol.java_properties import PropertiesError, dump_properties, load_properties
 from triomq.protocol.remoting import RemotingCommand
 
@@ -89,13 +90,18 @@ class GetNextBrokerId:
 
 @attrs.frozen
 class ApplyBrokerId:
-    """APPLY_BROKER_ID: claim ``broker_id``, proven later by ``check_code``."""
+    """APPLY_BROKER_ID: claim ``broker_id``, proven later by ``check_code``
+    (``<broker address>;<time>``, as RocketMQ's broker writes it)."""
 
     cluster_name: str
     broker_name: str
     broker_id: int
-    broker_address: str
     check_code: str
+
+    @property
+    def broker_address(self) -> str:
+        """The address the check code starts with, as RocketMQ's controller reads it."""
+        return self.check_code.partition(";")[0]
 
 
 @attrs.frozen
@@ -207,7 +213,7 @@ ControllerRequest = (GetNextBrokerId | ApplyBrokerId | RegisterBroker | BrokerHe
 
 @attrs.frozen
 class NextBrokerId:
-    """GET_NEXT_BROKER_ID's answer."""
+    """GET_NEXT_BROKER_ID's answer (in the header)."""
 
     next_broker_id: int
 
@@ -277,8 +283,7 @@ def _get_next_broker_id(header: HeaderFields, body: bytes) -> GetNextBrokerId:
 
 def _apply_broker_id(header: HeaderFields, body: bytes) -> ApplyBrokerId:
     return ApplyBrokerId(header.string("clusterName"), header.string("brokerName"),
-                         header.integer("appliedBrokerId"), header.string("brokerAddress"),
-                         header.string("registerCheckCode"))
+                         header.integer("appliedBrokerId"), header.string("registerCheckCode"))
 
 
 def _register_broker(header: HeaderFields, body: bytes) -> RegisterBroker:
@@ -286,26 +291,36 @@ def _register_broker(header: HeaderFields, body: bytes) -> RegisterBroker:
                           header.integer("brokerId"), header.string("brokerAddress"))
 
 
+#: What a RocketMQ broker sends while its log or confirm offset is not known yet.
+_UNKNOWN_OR_MORE = (-1, 2**63 - 1)
+
+
 def _heartbeat(header: HeaderFields, body: bytes) -> BrokerHeartbeat:
     return BrokerHeartbeat(
         header.string("clusterName"), header.string("brokerName"), header.integer("brokerId"),
-        header.string("brokerAddr"), epoch=header.integer("epoch"),
-        max_offset=header.integer("maxOffset"), confirm_offset=header.integer("confirmOffset"),
-        election_priority=header.integer("electionPriority"),
+        header.string("brokerAddr"),
+        epoch=header.integer("epoch", _UNKNOWN_OR_MORE),
+        max_offset=header.integer("maxOffset", _UNKNOWN_OR_MORE),
+        confirm_offset=header.integer("confirmOffset", _UNKNOWN_OR_MORE),
+        election_priority=header.integer("electionPriority", INT32),
         heartbeat_timeout_ms=header.optional_integer("heartbeatTimeoutMills"))
 
 
 def _alter_sync_state_set(header: HeaderFields, body: bytes) -> AlterSyncStateSet:
-    return AlterSyncStateSet(
-        header.string("brokerName"), header.integer("masterBrokerId"),
-        header.integer("masterEpoch"), header.integer("syncStateSetEpoch"),
-        header.id_set("newSyncStateSet") or frozenset())
+    broker_name = header.string("brokerName")
+    master_broker_id = header.integer("masterBrokerId")
+    master_epoch = header.integer("masterEpoch")
+    # The body: the proposed set, with the epoch of the set it replaces.
+    members, epoch = read_sync_state_set(body, f"{header.where} body")
+    return AlterSyncStateSet(broker_name, master_broker_id, master_epoch, epoch, members)
 
 
 def _elect_master(header: HeaderFields, body: bytes) -> ElectMaster:
     broker_name = header.string("brokerName")  # the key a refusal names first
+    broker_id = header.optional_integer("brokerId", _UNKNOWN_OR_MORE)  # -1: RocketMQ's none
     return ElectMaster(header.string("clusterName"), broker_name,
-                       header.optional_integer("brokerId"), header.boolean("designateElect"))
+                       None if broker_id == -1 else broker_id,
+                       header.boolean("designateElect"))
 
 
 def _get_replica_info(header: HeaderFields, body: bytes) -> GetReplicaInfo:
@@ -375,36 +390,36 @@ def decode_request(command: RemotingCommand) -> ControllerRequest:
         return Malformed(name, str(exc))
 
 
-def _body(payload: Payload | None) -> bytes:
-    if payload is None:
-        return b""
+def _payload_frame(payload: Payload | None) -> tuple[dict[str, str] | None, bytes]:
     if isinstance(payload, ReplicaInfo):
-        return encode_replica_info(payload)
+        return replica_info_fields(payload), encode_sync_state_set(
+            payload.sync_state_set, payload.sync_state_set_epoch)
     if isinstance(payload, ElectAnswer):
-        return encode_elect_body(payload.cluster_name, payload.info)
+        return elect_fields(payload.info), encode_elect_body(payload.cluster_name, payload.info)
     if isinstance(payload, NextBrokerId):
-        return dump_json({"nextBrokerId": payload.next_broker_id})
+        return {"nextBrokerId": str(payload.next_broker_id)}, b""
     if isinstance(payload, SyncStateSet):
-        return dump_json({"syncStateSet": sorted(payload.members),
-                          "syncStateSetEpoch": payload.epoch})
+        return ({"newSyncStateSetEpoch": str(payload.epoch)},
+                encode_sync_state_set(payload.members, payload.epoch))
     if isinstance(payload, SyncStateTable):
-        return encode_sync_state_data(payload.groups)
+        return None, encode_sync_state_data(payload.groups)
     if isinstance(payload, ConfigValues):
-        return dump_properties(payload.properties)
-    return b""  # ControllerMetadata: in the header
+        return None, dump_properties(payload.properties)
+    if isinstance(payload, ControllerMetadata):
+        return metadata_fields(payload), b""
+    return None, b""
 
 
 def reply_command(reply: Reply) -> RemotingCommand:
     """``reply`` as a remoting response (the RPC layer stamps the request's opaque)."""
-    fields = None
     if reply.code == ResponseCode.CONTROLLER_NOT_LEADER:
-        fields = {"leaderId": str(reply.leader_id or ""), "leaderAddress": reply.leader_address}
-    elif isinstance(reply.payload, ControllerMetadata):
-        fields = metadata_fields(reply.payload)
-    elif isinstance(reply.payload, ElectAnswer):
-        fields = elect_fields(reply.payload.info)
+        fields: dict[str, str] | None = {"leaderId": str(reply.leader_id or ""),
+                                         "leaderAddress": reply.leader_address}
+        body = b""
+    else:
+        fields, body = _payload_frame(reply.payload)
     return RemotingCommand.response(reply.code, remark=reply.remark or None,
-                                    ext_fields=fields, body=_body(reply.payload))
+                                    ext_fields=fields, body=body)
 
 
 # -- the client's side: the frame of a request, the payload of its answer -----------
@@ -425,16 +440,17 @@ def request_frame(request: ControllerRequest) -> tuple[RequestCode, dict[str, st
         return RequestCode.CONTROLLER_APPLY_BROKER_ID, {
             "clusterName": request.cluster_name, "brokerName": request.broker_name,
             "appliedBrokerId": str(request.broker_id),
-            "registerCheckCode": request.check_code,
-            "brokerAddress": request.broker_address}, b""
+            "registerCheckCode": request.check_code}, b""
     if isinstance(request, RegisterBroker):
         return RequestCode.CONTROLLER_REGISTER_BROKER, {
             "clusterName": request.cluster_name, "brokerName": request.broker_name,
-            "brokerId": str(request.broker_id), "brokerAddress": request.broker_address}, b""
+            "brokerId": str(request.broker_id),
+            "brokerAddress": rocketmq_address(request.broker_address)}, b""
     if isinstance(request, BrokerHeartbeat):
         fields = {
             "clusterName": request.cluster_name, "brokerName": request.broker_name,
-            "brokerId": str(request.broker_id), "brokerAddr": request.broker_address,
+            "brokerId": str(request.broker_id),
+            "brokerAddr": rocketmq_address(request.broker_address),
             "epoch": str(request.epoch), "maxOffset": str(request.max_offset),
             "confirmOffset": str(max(request.confirm_offset, 0)),
             "electionPriority": str(request.election_priority)}
@@ -445,9 +461,8 @@ def request_frame(request: ControllerRequest) -> tuple[RequestCode, dict[str, st
         return RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, {
             "brokerName": request.broker_name,
             "masterBrokerId": str(request.master_broker_id),
-            "masterEpoch": str(request.master_epoch),
-            "syncStateSetEpoch": str(request.sync_state_set_epoch),
-            "newSyncStateSet": join_ids(request.new_sync_state_set)}, b""
+            "masterEpoch": str(request.master_epoch)}, encode_sync_state_set(
+                request.new_sync_state_set, request.sync_state_set_epoch)
     if isinstance(request, ElectMaster):
         fields = {"clusterName": request.cluster_name, "brokerName": request.broker_name,
                   "designateElect": _flag(request.designate)}
@@ -487,20 +502,21 @@ def read_reply(request: ControllerRequest, response: RemotingCommand) -> Payload
         # The group's master is the answer either way.
         if code not in (ResponseCode.SUCCESS, ResponseCode.CONTROLLER_MASTER_STILL_EXIST):
             return None
-        return ElectAnswer(request.cluster_name,
-                           read_elect_answer(response.ext_fields, response.body))
+        return ElectAnswer(request.cluster_name, read_elect_answer(
+            response.ext_fields, response.body, request.broker_name))
     if code != ResponseCode.SUCCESS:
         return None
     if isinstance(request, GetNextBrokerId):
-        reader = load_body(response.body, "GET_NEXT_BROKER_ID response")
-        reader.expect_keys({"nextBrokerId"})
-        return NextBrokerId(reader.integer("nextBrokerId"))
-    if isinstance(request, (RegisterBroker, GetReplicaInfo)):
-        return decode_replica_info(response.body)
+        return NextBrokerId(HeaderFields(response.ext_fields, "GET_NEXT_BROKER_ID response",
+                                         error=WireError).integer("nextBrokerId"))
+    if isinstance(request, RegisterBroker):
+        return read_replica_info(response.ext_fields, response.body, request.broker_name,
+                                 "REGISTER_BROKER response")
+    if isinstance(request, GetReplicaInfo):
+        return read_replica_info(response.ext_fields, response.body, request.broker_name,
+                                 "GET_REPLICA_INFO response")
     if isinstance(request, AlterSyncStateSet):
-        reader = load_body(response.body, "ALTER_SYNC_STATE_SET response")
-        reader.expect_keys({"syncStateSet", "syncStateSetEpoch"})
-        return SyncStateSet(reader.id_set("syncStateSet"), reader.integer("syncStateSetEpoch"))
+        return SyncStateSet(*read_sync_state_set(response.body, "ALTER_SYNC_STATE_SET response"))
     if isinstance(request, GetSyncStateData):
         return SyncStateTable(decode_sync_state_data(response.body))
     if isinstance(request, GetMetadata):

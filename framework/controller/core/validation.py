@@ -171,8 +171,9 @@ _RULES: dict[type, tuple[RequestCode, tuple[_Rule, ...]]] = {
     GetNextBrokerId: (RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, (_CLUSTER, _GROUP)),
     ApplyBrokerId: (RequestCode.CONTROLLER_APPLY_BROKER_ID, (
         _CLUSTER, _GROUP, _rule("appliedBrokerId", "broker_id", _broker_id, _BAD_ID),
-        _rule("brokerAddress", "broker_address", check_address),
-        _rule("registerCheckCode", "check_code", _check_code))),
+        _rule("registerCheckCode", "check_code", _check_code),
+        _rule("", "broker_address", check_address,
+              where="header field 'registerCheckCode', its address"))),
     RegisterBroker: (RequestCode.CONTROLLER_REGISTER_BROKER, (
         _CLUSTER, _GROUP, _rule("brokerId", "broker_id", _broker_id, _BAD_ID),
         _rule("brokerAddress", "broker_address", check_address))),
@@ -181,7 +182,8 @@ _RULES: dict[type, tuple[RequestCode, tuple[_Rule, ...]]] = {
         _rule("brokerAddr", "broker_address", check_address))),
     AlterSyncStateSet: (RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, (
         _GROUP, _rule("masterBrokerId", "master_broker_id", _broker_id, _BAD_ID),
-        _rule("newSyncStateSet", "new_sync_state_set", _each(_broker_id), _BAD_ID))),
+        _rule("", "new_sync_state_set", _each(_broker_id), _BAD_ID,
+              where="body 'syncStateSet'"))),
     ElectMaster: (RequestCode.CONTROLLER_ELECT_MASTER, (
         _CLUSTER, _GROUP,
         _rule("brokerId", "broker_id", _optional(_broker_id), _BAD_ID))),

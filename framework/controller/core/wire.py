@@ -1,27 +1,31 @@
-"""How controller requests and responses look in remoting frames.
+"""How controller requests and responses look in remoting frames: RocketMQ 5.3's.
 
-Requests carry RocketMQ-style headers (``extFields``, strings); responses
-carry JSON bodies, except where RocketMQ's ``mqadmin`` reads the answer: those
-are RocketMQ's own shapes (below). Header keys, per request code:
+Brokers of either kind talk to controllers of either kind, so requests and
+answers are RocketMQ's own: headers (``extFields``, strings) named as its
+``*RequestHeader`` and ``*ResponseHeader`` classes name them, and RocketMQ's
+bodies. Per request code:
 
-- 1012 GET_NEXT_BROKER_ID: ``clusterName``, ``brokerName`` -> body
-  ``{"nextBrokerId": n}``.
+- 1012 GET_NEXT_BROKER_ID: ``clusterName``, ``brokerName`` -> header
+  ``nextBrokerId``.
 - 1013 APPLY_BROKER_ID: ``clusterName``, ``brokerName``, ``appliedBrokerId``,
-  ``registerCheckCode``, ``brokerAddress`` -> empty body.
+  ``registerCheckCode`` (the broker's address, ``;``, a time: the address
+  is read from it, as RocketMQ's controller reads it) -> nothing.
 - 1003 REGISTER_BROKER: ``clusterName``, ``brokerName``, ``brokerId``,
-  ``brokerAddress`` -> a replica-info body.
+  ``brokerAddress`` -> the group's master in the header
+  (``replica_info_fields``) and a SyncStateSet body.
 - 904 BROKER_HEARTBEAT: ``clusterName``, ``brokerName``, ``brokerId``,
-  ``brokerAddr``, ``epoch``, ``maxOffset``, ``confirmOffset``,
-  ``electionPriority``, optional ``heartbeatTimeoutMills`` -> empty body.
+  ``brokerAddr``, ``epoch``, ``maxOffset``, ``confirmOffset`` (-1 while
+  unknown, as RocketMQ's broker sends them), ``electionPriority``, optional
+  ``heartbeatTimeoutMills`` -> nothing (RocketMQ's broker sends it oneway).
 - 1001 ALTER_SYNC_STATE_SET: ``brokerName``, ``masterBrokerId``,
-  ``masterEpoch``, ``syncStateSetEpoch`` (current) and ``newSyncStateSet``
-  (ids joined by ``;``) -> ``{"syncStateSet": [ids], "syncStateSetEpoch": n}``.
-- 1002 ELECT_MASTER: ``clusterName``, ``brokerName``, optional ``brokerId``,
-  ``designateElect`` (``true``/``false``) -> SUCCESS or
-  CONTROLLER_MASTER_STILL_EXIST with RocketMQ's ElectMasterResponseHeader in
-  ``extFields`` and its ElectMasterResponseBody (``elect_fields``,
-  ``encode_elect_body``); a refusal carries neither.
-- 1004 GET_REPLICA_INFO: ``brokerName`` -> a replica-info body.
+  ``masterEpoch``, and a SyncStateSet body: the proposed set with the
+  epoch of the set it replaces -> header ``newSyncStateSetEpoch`` and a
+  SyncStateSet body, the set applied.
+- 1002 ELECT_MASTER: ``clusterName``, ``brokerName``, optional ``brokerId``
+  (-1: none), ``designateElect`` -> SUCCESS or CONTROLLER_MASTER_STILL_EXIST
+  with RocketMQ's ElectMasterResponseHeader (``elect_fields``) and its
+  ElectMasterResponseBody (``encode_elect_body``); a refusal carries neither.
+- 1004 GET_REPLICA_INFO: ``brokerName`` -> as REGISTER_BROKER's answer.
 - 1006 GET_SYNC_STATE_DATA: the body is a JSON list of group names ->
   RocketMQ's BrokerReplicasInfo (``encode_sync_state_data``; no names: an
   empty table).
@@ -29,30 +33,27 @@ are RocketMQ's own shapes (below). Header keys, per request code:
   ``extFields``, no body (``ControllerMetadata``).
 - 1011 CLEAN_BROKER_DATA: optional ``clusterName`` (mqadmin leaves it out
   with ``-l``), ``brokerName``, optional ``brokerControllerIdsToClean``
-  (``;``-joined), ``isCleanLivingBroker`` -> empty body.
-- 1008 NOTIFY_BROKER_ROLE_CHANGED (controller -> broker, oneway): a
-  replica-info body.
+  (``;``-joined), ``isCleanLivingBroker`` -> nothing.
+- 1008 NOTIFY_BROKER_ROLE_CHANGED (controller -> broker, oneway): the
+  group's master in the header (RocketMQ's NotifyBrokerRoleChangedRequestHeader
+  keys are among ``replica_info_fields``) and a SyncStateSet body.
 - 1010 GET_CONTROLLER_CONFIG -> properties text (``name=value`` lines,
   ``triomq.protocol.java_properties``, names of ``controller.config``); 1009
   UPDATE_CONTROLLER_CONFIG: the body is properties text of the names to change.
 - 1007 GET_BROKER_EPOCH_CACHE (served by a broker): none -> RocketMQ's
   EpochEntryCache (``BrokerEpochCache``).
 
-A replica-info body::
+A SyncStateSet body is ``{"syncStateSet": [1, 2], "syncStateSetEpoch": 4}``;
+it is read as fastjson reads it: the ids in any order (a Java HashSet's),
+numbers also as strings, unknown keys skipped. A refusal has the
+controller's response code and the reason as remark; CONTROLLER_NOT_LEADER
+(2007) adds ``leaderId`` and ``leaderAddress`` to ``extFields`` (empty
+while no leader is known).
 
-    {"brokerName": "broker-a", "masterBrokerId": 2, "masterAddress": "tcp://...",
-     "masterEpoch": 3, "syncStateSet": [1, 2], "syncStateSetEpoch": 4,
-     "brokerMemberGroup": [[1, "tcp://..."], [2, "tcp://..."]],
-     "possibleMessageLoss": false}
-
-``masterBrokerId`` and ``masterAddress`` are ``null`` while the group has no
-master. A refusal has the controller's response code and the reason as
-remark; CONTROLLER_NOT_LEADER (2007) adds ``leaderId`` and ``leaderAddress``
-to ``extFields`` (empty while no leader is known).
-
-In RocketMQ's shapes addresses are written as RocketMQ writes them: a TCP
-address is ``host:port`` (``rocketmq_address``; ``rpc_address`` is the way
-back), and a null is left out, as fastjson and RocketMQ's headers do.
+Addresses are written as RocketMQ writes them: a TCP address is
+``host:port`` (``rocketmq_address``); one read is turned back into the
+address the RPC client dials (``rpc_address``). A null is left out, as
+fastjson and RocketMQ's headers do.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ from triomq.controller.core import _json
 from triomq.controller.core.group import BrokerGroup
 from triomq.controller.core.results import Replica, SyncStateData
 from triomq.errors import TriomqError
-from triomq.protocol.header_fields import HeaderFields
+from triomq.protocol.header_fields import HeaderFields, java_integer
+from triomq.protocol.route import RouteDataError, loads
 
 __all__ = [
     "OPEN_END",
@@ -77,19 +79,21 @@ __all__ = [
     "ReplicaInfo",
     "WireError",
     "decode_epoch_cache",
-    "decode_replica_info",
     "decode_sync_state_data",
     "dump_json",
     "elect_fields",
     "encode_elect_body",
     "encode_epoch_cache",
-    "encode_replica_info",
     "encode_sync_state_data",
+    "encode_sync_state_set",
     "join_ids",
     "load_body",
     "metadata_fields",
     "read_elect_answer",
     "read_metadata",
+    "read_replica_info",
+    "read_sync_state_set",
+    "replica_info_fields",
     "rocketmq_address",
     "rpc_address",
 ]
@@ -104,9 +108,20 @@ def join_ids(ids: Iterable[int]) -> str:
     return ";".join(str(i) for i in sorted(ids))
 
 
+def _load_object(data: bytes, where: str) -> dict[str, Any]:
+    # fastjson writes a map's Long keys bare ({1:"..."}): route.loads reads those too.
+    try:
+        obj = loads(bytes(data), where)
+    except (RouteDataError, RecursionError) as exc:
+        raise WireError(str(exc)) from None
+    if not isinstance(obj, dict):
+        raise WireError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
 def load_body(data: bytes, where: str) -> _json.FieldReader:
-    """A response body's JSON object, for typed reads."""
-    return _json.FieldReader(_json.load_object(data, where, WireError), where, WireError)
+    """A body's JSON object, for typed reads."""
+    return _json.FieldReader(_load_object(data, where), where, WireError)
 
 
 def dump_json(obj: Any) -> bytes:
@@ -124,36 +139,14 @@ def rpc_address(address: str) -> str:
     return address if "://" in address else f"tcp://{address}"
 
 
-def _optional_string(reader: _json.FieldReader, key: str) -> str | None:
-    value = reader.raw(key)
-    if value is not None and not isinstance(value, str):
-        reader.fail(f"{key!r} must be a string or null, got {type(value).__name__}")
-    return value
-
-
-def _boolean(reader: _json.FieldReader, key: str) -> bool:
-    value = reader.raw(key)
-    if not isinstance(value, bool):
-        reader.fail(f"{key!r} must be true or false, got {type(value).__name__}")
-    return value
-
-
-def _pairs(reader: _json.FieldReader, key: str) -> tuple[tuple[int, str], ...]:
-    pairs = []
-    for item in reader.list(key):
-        if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[1], str)):
-            reader.fail(f"{key!r} must hold [integer, string] pairs, got {item!r:.60}")
-        pairs.append((reader.check_integer(item[0], key), item[1]))
-    return tuple(sorted(pairs))
-
-
 @attrs.frozen
 class ReplicaInfo:
     """One group as brokers and administrators see it: master, epochs, SyncStateSet, replicas.
 
     ``replicas`` is ``(broker_id, address)`` pairs sorted by id (RocketMQ's
-    BrokerMemberGroup). ``possible_message_loss`` is set on an election
-    answer when the master came from outside the SyncStateSet.
+    BrokerMemberGroup): only an election's answer carries them.
+    ``possible_message_loss`` is set on an election answer when the master
+    came from outside the SyncStateSet.
     """
 
     broker_name: str
@@ -178,60 +171,61 @@ class ReplicaInfo:
         return (self.master_epoch, self.sync_state_set_epoch) < (
             other.master_epoch, other.sync_state_set_epoch)
 
-    def address_of(self, broker_id: int | None) -> str | None:
-        """The address of a replica, or ``None``."""
-        return dict(self.replicas).get(broker_id) if broker_id is not None else None
 
-    def broker_id_of(self, address: str) -> int | None:
-        """The id of the replica at ``address``, or ``None``."""
-        for broker_id, replica_address in self.replicas:
-            if replica_address == address:
-                return broker_id
-        return None
+def encode_sync_state_set(members: Iterable[int], epoch: int) -> bytes:
+    """A SyncStateSet body (RocketMQ's ``SyncStateSet``)."""
+    return dump_json({"syncStateSet": sorted(members), "syncStateSetEpoch": epoch})
 
 
-_REPLICA_INFO_KEYS = {"brokerName", "masterBrokerId", "masterAddress", "masterEpoch",
-                      "syncStateSet", "syncStateSetEpoch", "brokerMemberGroup",
-                      "possibleMessageLoss"}
+def _java_long(value: Any, where: str) -> int:
+    # fastjson reads a number or a numeric string into a Long.
+    number = java_integer(value) if isinstance(value, str) and value else value
+    if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= _json.MAX_INT:
+        raise WireError(f"{where}: expected a non-negative integer, got {value!r:.40}")
+    return number
 
 
-def _replica_info_object(info: ReplicaInfo) -> dict[str, Any]:
-    return {
-        "brokerName": info.broker_name,
-        "masterBrokerId": info.master_broker_id,
-        "masterAddress": info.master_address,
-        "masterEpoch": info.master_epoch,
-        "syncStateSet": sorted(info.sync_state_set),
-        "syncStateSetEpoch": info.sync_state_set_epoch,
-        "brokerMemberGroup": [list(pair) for pair in info.replicas],
-        "possibleMessageLoss": info.possible_message_loss,
-    }
+def read_sync_state_set(data: bytes, where: str) -> tuple[frozenset[int], int]:
+    """A SyncStateSet body's members and epoch, read as fastjson reads it."""
+    obj = _load_object(data, where)
+    members = obj.get("syncStateSet")
+    if not isinstance(members, list):
+        raise WireError(f"{where}: 'syncStateSet' must be a list of broker ids, "
+                        f"got {members!r:.40}")
+    ids = frozenset(_java_long(member, f"{where} syncStateSet") for member in members)
+    return ids, _java_long(obj.get("syncStateSetEpoch", 0), f"{where} syncStateSetEpoch")
 
 
-def _read_replica_info(obj: Any, where: str) -> ReplicaInfo:
-    reader = _json.FieldReader(obj, where, WireError)
-    reader.expect_keys(_REPLICA_INFO_KEYS)
+def replica_info_fields(info: ReplicaInfo) -> dict[str, str]:
+    """The header of a REGISTER_BROKER or GET_REPLICA_INFO answer and of a
+    NOTIFY_BROKER_ROLE_CHANGED: RocketMQ's keys for the group's master (those
+    of a master that is not there left out) and epochs."""
+    fields = {"brokerName": info.broker_name, "masterEpoch": str(info.master_epoch),
+              "syncStateSetEpoch": str(info.sync_state_set_epoch)}
+    if info.master_broker_id is not None:
+        fields["masterBrokerId"] = str(info.master_broker_id)
+    if info.master_address is not None:
+        fields["masterAddress"] = rocketmq_address(info.master_address)
+    return fields
+
+
+def read_replica_info(fields: Mapping[str, str], body: bytes, broker_name: str,
+                      where: str) -> ReplicaInfo:
+    """Group ``broker_name`` as ``replica_info_fields`` and a SyncStateSet body give
+    it. RocketMQ's controller leaves the epochs out of a REGISTER_BROKER answer
+    while the group has no alive master: its master epoch is then 0."""
+    header = HeaderFields(fields, where, error=WireError)
+    members, epoch = read_sync_state_set(body, f"{where} body")
+    master_id = header.optional_integer("masterBrokerId", (-1, _json.MAX_INT))
+    master_address = fields.get("masterAddress")
     return ReplicaInfo(
-        broker_name=reader.string("brokerName"),
-        master_broker_id=reader.optional_integer("masterBrokerId"),
-        master_address=_optional_string(reader, "masterAddress"),
-        master_epoch=reader.integer("masterEpoch"),
-        sync_state_set=reader.id_set("syncStateSet"),
-        sync_state_set_epoch=reader.integer("syncStateSetEpoch"),
-        replicas=_pairs(reader, "brokerMemberGroup"),
-        possible_message_loss=_boolean(reader, "possibleMessageLoss"),
+        broker_name=broker_name,
+        master_broker_id=None if master_id is None or master_id < 0 else master_id,
+        master_address=rpc_address(master_address) if master_address else None,
+        master_epoch=header.optional_integer("masterEpoch") or 0,
+        sync_state_set=members,
+        sync_state_set_epoch=epoch,
     )
-
-
-def encode_replica_info(info: ReplicaInfo) -> bytes:
-    """A replica-info response body."""
-    return dump_json(_replica_info_object(info))
-
-
-def decode_replica_info(data: bytes) -> ReplicaInfo:
-    """Decode a replica-info body; ``WireError`` names the bad key."""
-    return _read_replica_info(_json.load_object(data, "replica info", WireError), "replica info")
-
 
 
 # -- RocketMQ's shapes: what mqadmin reads ----------------------------------------------
@@ -372,30 +366,36 @@ def encode_elect_body(cluster_name: str, info: ReplicaInfo) -> bytes:
                       "syncStateSet": sorted(info.sync_state_set)})
 
 
-def read_elect_answer(fields: Mapping[str, str], body: bytes) -> ReplicaInfo:
-    """An ELECT_MASTER answer (``elect_fields`` and ``encode_elect_body``) read back."""
+def read_elect_answer(fields: Mapping[str, str], body: bytes, broker_name: str) -> ReplicaInfo:
+    """An ELECT_MASTER answer for group ``broker_name`` (``elect_fields`` and
+    ``encode_elect_body``) read back. RocketMQ's controller leaves the
+    BrokerMemberGroup out when the master stays: no replicas then."""
     where = "ELECT_MASTER response"
     header = HeaderFields(fields, where, error=WireError)
     reader = load_body(body, where)
-    reader.expect_keys({"brokerMemberGroup", "syncStateSet"},
-                       optional={"brokerAddrs", "brokerName", "cluster"})
-    group = _json.FieldReader(reader.raw("brokerMemberGroup"), f"{where} brokerMemberGroup",
-                              WireError)
-    group.expect_keys({"brokerAddrs", "brokerName"}, optional={"cluster"})
-    addresses = group.raw("brokerAddrs")
-    if not isinstance(addresses, dict) or not all(
-            key.isascii() and key.isdigit() and isinstance(value, str)
-            for key, value in addresses.items()):
-        group.fail(f"'brokerAddrs' must map broker ids to addresses, got {addresses!r:.60}")
+    reader.expect_keys({"syncStateSet"},
+                       optional={"brokerMemberGroup", "brokerAddrs", "brokerName", "cluster"})
+    replicas: list[tuple[int, str]] = []
+    if reader.optional("brokerMemberGroup") is not None:
+        group = _json.FieldReader(reader.raw("brokerMemberGroup"),
+                                  f"{where} brokerMemberGroup", WireError)
+        group.expect_keys({"brokerAddrs", "brokerName"}, optional={"cluster"})
+        addresses = group.raw("brokerAddrs")
+        if not isinstance(addresses, dict) or not all(
+                key.isascii() and key.isdigit() and isinstance(value, str)
+                for key, value in addresses.items()):
+            group.fail(f"'brokerAddrs' must map broker ids to addresses, got {addresses!r:.60}")
+        replicas = sorted((int(key), rpc_address(value)) for key, value in addresses.items())
+    members, _ = read_sync_state_set(body, where)
     master_address = fields.get("masterAddress")
     return ReplicaInfo(
-        broker_name=group.string("brokerName"),
+        broker_name=broker_name,
         master_broker_id=header.optional_integer("masterBrokerId"),
         master_address=rpc_address(master_address) if master_address else None,
         master_epoch=header.integer("masterEpoch"),
-        sync_state_set=reader.id_set("syncStateSet"),
+        sync_state_set=members,
         sync_state_set_epoch=header.integer("syncStateSetEpoch"),
-        replicas=sorted((int(key), rpc_address(value)) for key, value in addresses.items()),
+        replicas=replicas,
         possible_message_loss=header.boolean("possibleMessageLoss"),
     )
 

@@ -287,7 +287,7 @@ class ControllerModeFlow:
 
     def _claim(self, broker_id: int, check_code: str) -> ApplyBrokerId:
         s = self.settings
-        return ApplyBrokerId(s.cluster_name, s.broker_name, broker_id, s.address, check_code)
+        return ApplyBrokerId(s.cluster_name, s.broker_name, broker_id, check_code)
 
     def _registration_failed(self, now: float, answer: ControllerAnswer | None, error: str) -> None:
         self._log(f"registration with the controllers failed: {_why(answer, error)}")
