@@ -3,10 +3,11 @@ controller mode with ``all_ack_in_sync_state_set = true``, so that a test can SI
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import trio
@@ -22,9 +23,12 @@ from triomq.testing.cluster import BROKER_NAME, free_tcp_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def replica_sections(store: Path, controllers: list[str], namesrv: str) -> str:
-    """The ``[store]`` and ``[broker]`` sections of a replica storing under ``store``."""
+def replica_sections(store: Path, controllers: list[str], namesrv: str,
+                     broker: Mapping[str, object] | None = None) -> str:
+    """The ``[store]`` and ``[broker]`` sections of a replica storing under ``store``;
+    ``broker``: more ``[broker]`` keys (numbers, booleans, strings)."""
     quoted = ", ".join(f'"{c}"' for c in controllers)
+    more = "".join(f"{key} = {json.dumps(value)}\n" for key, value in (broker or {}).items())
     return f"""
 [store]
 path = "{store}"
@@ -35,27 +39,29 @@ controller_addresses = [{quoted}]
 namesrv_addr = ["{namesrv}"]
 ha_listen_port = {free_tcp_port()}
 all_ack_in_sync_state_set = true
-"""
+""" + more
 
 
-def broker_toml(name: str, root: Path, address: str, controllers: list[str], namesrv: str
-                ) -> str:
+def broker_toml(name: str, root: Path, address: str, controllers: list[str], namesrv: str,
+                broker: Mapping[str, object] | None = None) -> str:
     return f"""
 name = "{name}"
 role = "broker"
 listen = "{address}"
 log_level = "WARNING"
-""" + replica_sections(root / name, controllers, namesrv)
+""" + replica_sections(root / name, controllers, namesrv, broker)
 
 
 class Replica:
     """One broker replica as a process of its own, at a fixed address."""
 
-    def __init__(self, name: str, root: Path, controllers: list[str], namesrv: str) -> None:
+    def __init__(self, name: str, root: Path, controllers: list[str], namesrv: str,
+                 **broker: object) -> None:
         self.name = name
         self.address = f"tcp://127.0.0.1:{free_tcp_port()}"
         self.config = root / f"{name}.toml"
-        self.config.write_text(broker_toml(name, root, self.address, controllers, namesrv))
+        self.config.write_text(broker_toml(name, root, self.address, controllers, namesrv,
+                                           broker))
         self.log = root / f"{name}.log"
         self.process: trio.Process | None = None
 

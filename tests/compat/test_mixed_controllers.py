@@ -22,72 +22,19 @@ import sys
 from pathlib import Path
 
 import pytest
-import trio
 
-from triomq.client import Message, Producer
 from triomq.controller.client import ControllerClient
-from triomq.controller.core.results import SyncStateData
-from triomq.runtime import Node
-from triomq.testing.cluster import BROKER_NAME, free_tcp_port, open_cluster
+from triomq.testing.cluster import free_tcp_port, open_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compat_cluster import read_until
-from rocketmq_server import CLASSPATH, JavaServer, broker, controller, unavailable_server
+from mixed_groups import built, group_state, read_back, rocketmq_broker, send
+from rocketmq_server import controller, unavailable_server
 from scenario_clients import QUEUES, TOPIC, WAIT, create_topic, create_topic_on, wait_routed
 
 pytestmark = [
     pytest.mark.skipif(unavailable_server() is not None, reason=str(unavailable_server())),
+    pytest.mark.usefixtures(built.__name__),
 ]
-
-COUNT = 20
-
-
-@pytest.fixture(autouse=True)
-def built() -> None:
-    if not CLASSPATH.exists():
-        pytest.fail(f"{CLASSPATH} is missing: run `make rocketmq-server` (`make test` runs "
-                    f"it)", pytrace=False)
-
-
-async def group_state(client: ControllerClient, *, master_not: int | None = None,
-                      in_sync: int) -> SyncStateData:
-    """The group once it has a master (not ``master_not``) and ``in_sync`` replicas in its
-    SyncStateSet, as the controllers report it."""
-    with trio.fail_after(WAIT):
-        while True:
-            groups = await client.get_sync_state_data([BROKER_NAME])
-            if groups:
-                (group,) = groups
-                if (group.master_broker_id not in (None, master_not)
-                        and len(group.in_sync_replicas) == in_sync):
-                    return group
-            await trio.sleep(0.2)
-
-
-async def send(app: Node, namesrv: str, prefix: str) -> dict[str, str]:
-    """``COUNT`` acknowledged sends through the name server: their ids and bodies."""
-    sent = {}
-    async with Producer("mixed-producer", [namesrv]).start(app.connect) as producer:
-        for i in range(COUNT):
-            body = f"{prefix} {i}"
-            result = await producer.send(Message(TOPIC, body.encode()))
-            sent[result.msg_id] = body
-    return sent
-
-
-async def read_back(app: Node, namesrv: str, sent: dict[str, str]) -> None:
-    got = await read_until(app, [namesrv], lambda got: sent.keys() <= {m.msg_id for m in got})
-    assert {m.msg_id: m.body.decode() for m in got} == sent
-
-
-def rocketmq_broker(home: Path, namesrv: str, controllers: str) -> JavaServer:
-    """A RocketMQ broker in controller mode, as RocketMQ's quick start writes one: its id
-    (-1) and role (SLAVE) are the controllers' to give."""
-    return broker(home, namesrv, name=BROKER_NAME, broker_id=-1, brokerRole="SLAVE",
-                  enableControllerMode="true", controllerAddr=controllers,
-                  allAckInSyncStateSet="true", controllerHeartBeatTimeoutMills=3000,
-                  syncBrokerMetadataPeriod=1000, checkSyncStateSetPeriod=1000,
-                  autoCreateTopicEnable="false")
 
 
 async def test_rocketmq_brokers_elected_by_triomqs_controllers(
