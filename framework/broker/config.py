@@ -103,6 +103,11 @@ class BrokerConfig:
     ha_listen_port: int = setting(
         10912, doc="TCP port the HA service accepts slaves on, on the host of the node's "
                    "'listen' address; 0 picks a free port.", check=port)
+    vip_channel: bool = setting(
+        False, doc="Also serve every request on the TCP listen port minus 2, RocketMQ's "
+                   "'fast' remoting server (its VIP channel): RocketMQ's slaves dial it to "
+                   "copy their master's topics, offsets and checkpoints. Needs a fixed "
+                   "listen port.")
     ha_listen_address: str = setting(
         "", doc="Explicit HA listen address, e.g. 'inproc://broker-a-ha'; overrides "
                 "ha_listen_port. Empty: derived from 'listen' (tcp: its host with "

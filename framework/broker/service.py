@@ -100,6 +100,7 @@ __all__ = [
     "local_escape_bridge",
     "running_brokers",
     "store_root",
+    "vip_channel_address",
 ]
 
 log = logging.getLogger("triomq.broker")
@@ -129,6 +130,19 @@ def ha_listen_address(node: Node) -> str:
         host = location.rpartition(":")[0]
         return f"tcp://{host}:{config.ha_listen_port}"
     return f"{node.config.listen}-ha"
+
+
+def vip_channel_address(node: Node) -> str | None:
+    """The address of RocketMQ's VIP channel (``BrokerConfig.vip_channel``): the node's
+    TCP port minus 2, as RocketMQ's ``MixAll.brokerVIPChannel`` dials it; None when off."""
+    if not node.config.broker.vip_channel:
+        return None
+    scheme, location = split_address(node.config.listen)
+    host, _, port = location.rpartition(":")
+    if scheme != "tcp" or not port.isdigit() or int(port) < 3:
+        raise ConfigError(f"broker.vip_channel needs a fixed TCP listen port above 2, "
+                          f"not {node.config.listen!r}", "broker.vip_channel")
+    return f"tcp://{host}:{int(port) - 2}"
 
 
 class BrokerComponentView:
@@ -439,6 +453,9 @@ async def broker_service(node: Node, *,
                 await host.start(nursery, node.rpc_server)
                 if broker.controller_mode is None:
                     await broker.take_static_role()
+                vip_address = vip_channel_address(node)
+                if vip_address is not None:
+                    nursery.start_soon(node.rpc_server.serve, await node.listen(vip_address))
                 _brokers[node] = broker
                 task_status.started(broker)
         except BaseExceptionGroup as group:

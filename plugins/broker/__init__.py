@@ -11,7 +11,12 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from triomq.broker.config import BrokerConfig
-from triomq.broker.service import broker_service, ha_listen_address, local_escape_bridge
+from triomq.broker.service import (
+    broker_service,
+    ha_listen_address,
+    local_escape_bridge,
+    vip_channel_address,
+)
 from triomq.hookspecs import EscapeBridgeFactory, Service, hookimpl
 
 if TYPE_CHECKING:
@@ -20,11 +25,14 @@ if TYPE_CHECKING:
 
 @hookimpl
 def triomq_node_services(node: Node) -> Mapping[str, Service] | None:
-    """The broker service, for broker nodes only; its HA port is bound with the
-    node's RPC port, before any service writes a file."""
+    """The broker service, for broker nodes only; its HA port (and VIP channel, if
+    on) is bound with the node's RPC port, before any service writes a file."""
     if node.role != "broker":
         return None
     node.declare_listen(ha_listen_address(node))
+    vip_address = vip_channel_address(node)
+    if vip_address is not None:
+        node.declare_listen(vip_address)
     return {"broker": broker_service}
 
 

@@ -56,9 +56,9 @@ class Replica:
     """One broker replica as a process of its own, at a fixed address."""
 
     def __init__(self, name: str, root: Path, controllers: list[str], namesrv: str,
-                 **broker: object) -> None:
+                 port: int | None = None, **broker: object) -> None:
         self.name = name
-        self.address = f"tcp://127.0.0.1:{free_tcp_port()}"
+        self.address = f"tcp://127.0.0.1:{port or free_tcp_port()}"
         self.config = root / f"{name}.toml"
         self.config.write_text(broker_toml(name, root, self.address, controllers, namesrv,
                                            broker))

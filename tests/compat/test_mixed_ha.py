@@ -36,6 +36,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 
 from triomq.controller.client import ControllerClient
 from triomq.testing.cluster import open_cluster
@@ -51,13 +52,21 @@ from mixed_groups import (
     send,
     unacknowledged,
 )
-from rocketmq_server import unavailable_server
-from scenario_clients import QUEUES, TOPIC, create_topic_on, wait_routed
+from rocketmq_server import JavaServer, free_broker_port, unavailable_server
+from scenario_clients import QUEUES, TOPIC, WAIT, create_topic_on, wait_routed
 
 pytestmark = [
     pytest.mark.skipif(unavailable_server() is not None, reason=str(unavailable_server())),
     pytest.mark.usefixtures(built.__name__),
 ]
+
+
+async def copied_topic(rocketmq: JavaServer, topic: str) -> None:
+    """Until RocketMQ's broker has ``topic`` in its ``config/topics.json``."""
+    topics = Path(str(rocketmq.settings["storePathRootDir"])) / "config" / "topics.json"
+    with trio.fail_after(WAIT):
+        while not (topics.exists() and f'"{topic}"' in topics.read_text(errors="replace")):
+            await trio.sleep(0.5)
 
 
 async def test_a_group_of_a_rocketmq_and_a_triomq_broker_replicates_both_ways(
@@ -76,7 +85,9 @@ async def test_a_group_of_a_rocketmq_and_a_triomq_broker_replicates_both_ways(
             slaveTimeout=1000)
         # A put waits 1 s for its slave, which has 10 s to catch up: a put the slave
         # cannot ack fails while the slave stays in the SyncStateSet, electable.
+        # Its VIP channel (port - 2) is where RocketMQ's slave copies its metadata from.
         triomq = Replica("triomq", tmp_path, controller_addresses, namesrv,
+                         port=free_broker_port(), vip_channel=True,
                          sync_flush_timeout=1000, ha_max_time_slave_not_catchup=10_000)
         rocketmq_at, triomq_at = "tcp://" + rocketmq.address, triomq.address
         try:
@@ -110,6 +121,9 @@ async def test_a_group_of_a_rocketmq_and_a_triomq_broker_replicates_both_ways(
             await rocketmq.start()
             term = await group_state(client, in_sync=2)
             sent |= await send(app, namesrv, "triomq master, rocketmq slave")
+            # RocketMQ's slave copies its triomq master's topics (every 10 s).
+            await create_topic_on(app, triomq_at, "SyncedTopic", 2)
+            await copied_topic(rocketmq, "SyncedTopic")
             await rocketmq.kill()
             await unacknowledged(app, namesrv, "triomq tail")
             await triomq.kill()
