@@ -15,6 +15,7 @@ rocketmq-java``, which ``make test`` runs), every test fails saying so.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections import Counter, defaultdict
@@ -38,6 +39,7 @@ from scenario_clients import (
     QUEUES,
     TOPIC,
     assert_stored_as_answered,
+    consumer_offsets,
     java_client,
     offsets_become,
     unavailable_java,
@@ -241,6 +243,13 @@ def rows(out: str) -> list[list[str]]:
     return [line.split() for line in table]
 
 
+def settings(out: str) -> dict[str, str]:
+    """``name = value`` lines mqadmin printed (a config dump)."""
+    lines = [line for line in out.splitlines() if "=" in line and "====" not in line]
+    return {key.strip(): value.strip()
+            for key, _, value in (line.partition("=") for line in lines)}
+
+
 def fields(out: str) -> dict[str, str]:
     """``key: value`` or ``#key<tab>value`` lines mqadmin printed (the first of each key)."""
     found: dict[str, str] = {}
@@ -350,6 +359,80 @@ async def test_mqadmin_commands_print_what_the_cluster_holds(cluster: CompatClus
     assert (broker, status_) == (BROKER_NAME, "SEND_OK") and int(queue) in range(QUEUES)
     (stored_,) = [m for m in await cluster.read_all(9) if m.msg_id == msg_id]
     assert stored_.body == b"from mqadmin"
+
+
+async def test_more_mqadmin_commands_print_and_change_what_the_cluster_holds(
+        cluster: CompatCluster) -> None:
+    sent = await cluster.send(6)
+    await read_until(cluster.app, cluster.namesrv, lambda got: len(got) >= 6, group="admin-group")
+    namesrv = cluster.namesrv[0].removeprefix("tcp://")
+    master = cluster.master_address.removeprefix("tcp://")
+    controllers = [a.removeprefix("tcp://")
+                   for a in cluster.cluster.controller_addresses.values()]
+    n = ["-n", namesrv]
+    third = sent[3]
+    queue, offset = third.message_queue.queue_id, third.queue_offset
+    commands = {
+        "clusterListMore": ["clusterList", *n, "-m"],
+        "getBrokerConfig": ["getBrokerConfig", *n, "-b", master],
+        "topicListClusters": ["topicList", *n, "-c"],
+        "allocateMQ": ["allocateMQ", *n, "-t", TOPIC, "-i", "a,b"],
+        "getNamesrvConfig": ["getNamesrvConfig", *n],
+        "updateKvConfig": ["updateKvConfig", *n, "-s", "admin-ns", "-k", "k1", "-v", "v1"],
+        "deleteKvConfig": ["deleteKvConfig", *n, "-s", "admin-ns", "-k", "k1"],
+        "queryMsgByUniqueKey": ["queryMsgByUniqueKey", *n, "-t", TOPIC, "-i", third.msg_id],
+        "queryMsgByOffset": ["queryMsgByOffset", *n, "-t", TOPIC, "-b", BROKER_NAME,
+                             "-i", str(queue), "-o", str(offset)],
+        "brokerConsumeStats": ["brokerConsumeStats", *n, "-b", master],
+        "cloneGroupOffset": ["cloneGroupOffset", *n, "-s", "admin-group", "-d", "clone-group",
+                             "-t", TOPIC],
+        "getControllerConfig": ["getControllerConfig", "-a", controllers[0]],
+        "wipeWritePerm": ["wipeWritePerm", *n, "-b", BROKER_NAME],
+        "addWritePerm": ["addWritePerm", *n, "-b", BROKER_NAME],
+    }
+    ran = await java_client(cluster.cluster).mqadmin(*commands.values())
+    assert [r["command"] for r in ran] == list(commands.values())
+    assert all(r["exit"] is None for r in ran), [r for r in ran if r["exit"] is not None]
+    out = {name: r["out"] for name, r in zip(commands, ran, strict=True)}
+    per_queue = Counter(r.message_queue.queue_id for r in sent)
+
+    # Today's totals: the master took the 6 sends and served them once; slaves nothing.
+    totals = sorted(tuple(row[2:]) for row in rows(out["clusterListMore"]))
+    assert totals == [("0", "0", "0", "0"), ("0", "0", "0", "0"), ("0", "0", "6", "6")]
+    config = settings(out["getBrokerConfig"])
+    assert (config["brokerName"], config["brokerClusterName"], config["enableControllerMode"],
+            config["allAckInSyncStateSet"]) == (BROKER_NAME, "DefaultCluster", "true", "true")
+    listed = {tuple(row) for row in rows(out["topicListClusters"]) if len(row) > 1}
+    assert ("DefaultCluster", TOPIC, "admin-group") in listed
+    allocated = json.loads(out["allocateMQ"])["result"]
+    assert sorted(q["queueId"] for part in allocated.values() for q in part) == list(
+        range(QUEUES)) and sorted(allocated) == ["a", "b"]
+    assert settings(out["getNamesrvConfig"])["listenPort"] == namesrv.rpartition(":")[2]
+    assert "create or update kv config to namespace success." in out["updateKvConfig"]
+    assert "delete kv config from namespace success." in out["deleteKvConfig"]
+
+    # The same message found by its unique key and by its queue and offset.
+    for name in ("queryMsgByUniqueKey", "queryMsgByOffset"):
+        found = fields(out[name])
+        assert (found["Topic"], found["Keys"], found["Queue ID"], found["Queue Offset"],
+                found["Store Host"]) == (TOPIC, "[m-3]", str(queue), str(offset), master)
+        assert f"UNIQ_KEY={third.msg_id}" in found["Properties"]
+
+    # The group read everything: each queue's broker and consumer offsets equal.
+    assert sorted((row[3], row[4], row[5], row[6]) for row in rows(out["brokerConsumeStats"])
+                  if row[1] == "admin-group") == [
+        (str(q), str(per_queue[q]), str(per_queue[q]), "0") for q in range(QUEUES)]
+    assert "clone group offset success." in out["cloneGroupOffset"]
+    assert await consumer_offsets(cluster.app, cluster.master_address, "clone-group") \
+        == {q: per_queue[q] for q in range(QUEUES)}
+    controller = settings(out["getControllerConfig"])
+    assert (controller["enableElectUncleanMaster"], controller["notifyBrokerRoleChanged"]) \
+        == ("false", "true")
+    assert f"wipe write perm of broker[{BROKER_NAME}] in name server[{namesrv}] OK" \
+        in out["wipeWritePerm"]
+    assert f"add write perm of broker[{BROKER_NAME}] in name server[{namesrv}] OK" \
+        in out["addWritePerm"]
+    await wait_routed(cluster.app, cluster.master_address, cluster.namesrv[0], TOPIC, QUEUES)
 
 
 @pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])
