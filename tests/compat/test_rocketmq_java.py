@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from triomq.controller.client import ControllerClient
 from triomq.testing.cluster import BROKER_NAME
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -433,6 +434,78 @@ async def test_more_mqadmin_commands_print_and_change_what_the_cluster_holds(
     assert f"add write perm of broker[{BROKER_NAME}] in name server[{namesrv}] OK" \
         in out["addWritePerm"]
     await wait_routed(cluster.app, cluster.master_address, cluster.namesrv[0], TOPIC, QUEUES)
+
+
+async def test_mqadmin_commands_that_change_topics_groups_offsets_and_configs(
+        cluster: CompatCluster) -> None:
+    sent = await cluster.send(6)
+    await read_until(cluster.app, cluster.namesrv, lambda got: len(got) >= 6, group="admin-group")
+    namesrv = cluster.namesrv[0].removeprefix("tcp://")
+    master = cluster.master_address.removeprefix("tcp://")
+    controllers = [a.removeprefix("tcp://")
+                   for a in cluster.cluster.controller_addresses.values()]
+    n = ["-n", namesrv]
+    commands = {
+        "updateTopicOrder": ["updateTopic", *n, "-c", "DefaultCluster", "-t", "OrderTopic",
+                             "-r", "2", "-w", "2", "-o", "true"],
+        "updateOrderConf": ["updateOrderConf", *n, "-t", "OrderTopic", "-v",
+                            f"{BROKER_NAME}:2", "-m", "put"],
+        "deleteTopic": ["deleteTopic", *n, "-c", "DefaultCluster", "-t", "OrderTopic"],
+        "updateNamesrvConfig": ["updateNamesrvConfig", *n, "-k", "scanNotActiveBrokerInterval",
+                                "-v", "2000"],
+        "updateSubGroup": ["updateSubGroup", *n, "-c", "DefaultCluster", "-g", "doomed"],
+        "deleteSubGroup": ["deleteSubGroup", *n, "-c", "DefaultCluster", "-g", "doomed"],
+        "resetOffsetByTime": ["resetOffsetByTime", *n, "-g", "admin-group", "-t", TOPIC,
+                              "-s", "0"],
+        "skipAccumulatedMessage": ["skipAccumulatedMessage", *n, "-g", "admin-group",
+                                   "-t", TOPIC],
+        "consumeMessage": ["consumeMessage", *n, "-t", TOPIC, "-b", BROKER_NAME, "-i", "0",
+                           "-o", "0", "-c", "1"],
+        "printMsg": ["printMsg", *n, "-t", TOPIC],
+        "checkMsgSendRT": ["checkMsgSendRT", *n, "-t", TOPIC, "-a", "3", "-s", "64"],
+        "updateControllerConfig": ["updateControllerConfig", "-a", controllers[0],
+                                   "-k", "requestTimeout", "-v", "4000"],
+    }
+    ran = await java_client(cluster.cluster).mqadmin(*commands.values())
+    assert all(r["exit"] is None for r in ran), [r for r in ran if r["exit"] is not None]
+    out = {name: r["out"] for name, r in zip(commands, ran, strict=True)}
+    per_queue = Counter(r.message_queue.queue_id for r in sent)
+
+    assert f"create topic to {master} success." in out["updateTopicOrder"]
+    assert "order=true" in out["updateTopicOrder"]
+    assert (f"update orderConf success. topic=[OrderTopic], orderConf=[{BROKER_NAME}:2]"
+            in out["updateOrderConf"])
+    assert "delete topic [OrderTopic] from cluster [DefaultCluster] success." \
+        in out["deleteTopic"]
+    assert "delete topic [OrderTopic] from NameServer success." in out["deleteTopic"]
+    assert f"update name server config success![{namesrv}]" in out["updateNamesrvConfig"]
+    assert (f"delete subscription group [doomed] from broker [{master}] in cluster "
+            "[DefaultCluster] success." in out["deleteSubGroup"])
+
+    # Reset to the start, then skipped to the end: the group's offsets as it read them.
+    reset = rows(out["resetOffsetByTime"].split("\n", 1)[1])
+    assert sorted((row[0], row[1], row[2]) for row in reset) == [
+        (BROKER_NAME, str(q), "0") for q in range(QUEUES)]
+    assert sorted((row[1], row[2]) for row in rows(out["skipAccumulatedMessage"])) == [
+        (str(q), str(per_queue[q])) for q in range(QUEUES)]
+    assert await consumer_offsets(cluster.app, cluster.master_address, "admin-group") \
+        == {q: per_queue[q] for q in range(QUEUES)}
+
+    (first,) = [r for r in sent if (r.message_queue.queue_id, r.queue_offset) == (0, 0)]
+    assert "Consume ok" in out["consumeMessage"]
+    assert f"MSGID: {first.msg_id} " in out["consumeMessage"]
+    assert sorted(re.findall(r"MSGID: (\w+) ", out["printMsg"])) \
+        == sorted(r.msg_id for r in sent)
+    assert [row[2] for row in rows(out["checkMsgSendRT"]) if row[0] == BROKER_NAME] \
+        == ["true"] * 3
+    assert "Avg RT:" in out["checkMsgSendRT"]
+
+    assert f"update controller config success![{controllers[0]}]" \
+        in out["updateControllerConfig"]
+    first_controller = cluster.cluster.controller_addresses[cluster.cluster.controller_names[0]]
+    client = ControllerClient(cluster.app.rpc, [first_controller])
+    config = await client.get_controller_config(first_controller)
+    assert config["requestTimeout"] == "4000"
 
 
 @pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])
