@@ -508,6 +508,36 @@ async def test_mqadmin_commands_that_change_topics_groups_offsets_and_configs(
     assert config["requestTimeout"] == "4000"
 
 
+async def test_mqadmin_elect_master_hands_the_group_to_the_replica_named(
+        cluster: CompatCluster) -> None:
+    sent = await cluster.send(4)
+    addresses = list(cluster.cluster.controller_addresses.values())
+    client = ControllerClient(cluster.app.rpc, addresses)
+    (group,) = await client.get_sync_state_data([BROKER_NAME])
+    chosen = min((r for r in group.in_sync_replicas if r.broker_id != group.master_broker_id),
+                 key=lambda r: r.broker_id)
+    (ran,) = await java_client(cluster.cluster).mqadmin(
+        ["electMaster", "-a", addresses[0].removeprefix("tcp://"), "-c", "DefaultCluster",
+         "-bn", BROKER_NAME, "-b", str(chosen.broker_id)])
+    assert ran["exit"] is None, ran
+    answer = fields(ran["out"])
+    assert (answer["ClusterName"], answer["BrokerName"], answer["BrokerMasterAddr"],
+            answer["MasterEpoch"]) == ("DefaultCluster", BROKER_NAME, chosen.address,
+                                       str(group.master_epoch + 1))
+    # Its replicas, each with its address (triomq's answer carries the member group).
+    assert set(re.findall(r"#Broker\t(\d+)\t(\S+)", ran["out"])) == {
+        (str(r.broker_id), r.address) for r in group.in_sync_replicas}
+    # The named replica takes the role and the sends; nothing acknowledged is lost.
+    new_master = "tcp://" + chosen.address
+    await wait_routed(cluster.app, new_master, cluster.namesrv[0], TOPIC, QUEUES)
+    sent += await cluster.send(4, prefix="after")
+    # An offset message id is the store host's IPv4 address, port and offset, in hex.
+    port = int(chosen.address.rpartition(":")[2])
+    assert [int(r.offset_msg_id[8:16], 16) for r in sent[4:]] == [port] * 4
+    got = await cluster.read_all(8, group="after-election")
+    assert sorted(m.msg_id for m in got) == sorted(r.msg_id for r in sent)
+
+
 @pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])
 async def test_a_transaction_producer_commits_rolls_back_and_answers_checks(
         tmp_path, refused_requests: None, profile: str) -> None:

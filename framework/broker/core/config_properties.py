@@ -108,7 +108,7 @@ TRIOMQ_ONLY = frozenset({
     "ha_reconnect_max", "ha_handshake_timeout", "ha_write_timeout", "ha_max_connections",
     "ha_receive_buffer_size", "slave_synchronize_period", "rebalance_lock_max_live_time",
     "auto_create_topic_limit", "auto_create_subscription_group_limit",
-    "acting_escape_bridges", "schedule_max_in_flight", "pre_online_wait",
+    "acting_escape_bridges", "schedule_max_in_flight", "pre_online_wait", "vip_channel",
 })
 
 
