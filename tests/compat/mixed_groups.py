@@ -80,9 +80,10 @@ async def read_back(app: Node, namesrv: str, sent: dict[str, str]) -> None:
 def rocketmq_broker(home: Path, namesrv: str, controllers: str, **settings: object
                     ) -> JavaServer:
     """A RocketMQ broker in controller mode, as RocketMQ's quick start writes one: its id
-    (-1) and role (SLAVE) are the controllers' to give."""
+    (-1) and role (SLAVE) are the controllers' to give. Its heartbeats time out after
+    5 s (RocketMQ: 10 s), long enough for a JVM on a busy host, short for a test."""
     return broker(home, namesrv, name=BROKER_NAME, broker_id=-1, brokerRole="SLAVE",
                   enableControllerMode="true", controllerAddr=controllers,
-                  allAckInSyncStateSet="true", controllerHeartBeatTimeoutMills=3000,
+                  allAckInSyncStateSet="true", controllerHeartBeatTimeoutMills=5000,
                   syncBrokerMetadataPeriod=1000, checkSyncStateSetPeriod=1000,
                   autoCreateTopicEnable="false", **settings)
