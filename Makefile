@@ -40,7 +40,8 @@ $(ALI_ONS_STAMP): $(wildcard $(ALI_ONS)/package-lock.json)
 
 ali-ons: $(ALI_ONS_STAMP)
 
-# RocketMQ's own Java client and mqadmin (tests/compat/test_rocketmq_java.py), at the
+# RocketMQ's own Java client and mqadmin (tests/compat/test_rocketmq_java.py and
+# test_rocketmq_mqadmin.py), at the
 # versions its pom.xml pins: built again only when the pom or the scenarios change,
 # and only where mvn is (without it those tests skip; so they do, saying why, where
 # Maven Central cannot be reached).

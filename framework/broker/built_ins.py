@@ -150,7 +150,7 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
                   role_changed=lambda role, epoch: pulls.role_changed()),
         Component("offsets", register=offsets.register, soon=[
             offsets.persist_loop, functools.partial(offsets.copy_from_master, node.rpc)]),
-        Component("consume-stats", register=stats.register),
+        Component("consume-stats", register=stats.register, soon=[stats.sample]),
         Component("send-back", scope=Scope.MASTER_TERM, register=send_backs.register),
         Component("transactions", scope=Scope.MASTER_TERM, register=transactions.register,
                   soon=[transactions.check_loop], role_changed=transactions.role_changed),

@@ -83,6 +83,7 @@ class RequestCode(enum.IntEnum):
     #: Broker to client, passing on an admin's message to consume once (queryMsgById -d).
     CONSUME_MESSAGE_DIRECTLY = 309
     SEND_MESSAGE_V2 = 310
+    VIEW_BROKER_STATS_DATA = 315
     GET_BROKER_CONSUME_STATS = 317
     UPDATE_NAMESRV_CONFIG = 318
     GET_NAMESRV_CONFIG = 319

@@ -51,10 +51,10 @@ def test_the_table_counts_puts_pulls_and_deliveries() -> None:
         stats.put("orders", 3, 300, now=second)
         stats.looked_up(2)
         stats.looked_up(0)
-        stats.delivered("orders", 2)
+        stats.delivered("g", "orders", 2, 200)
         stats.sample(second * 1000, day=1)
     stats.put("TBW102", 1, 100, now=12)  # a system topic: no msgPutTotal
-    stats.delivered("SCHEDULE_TOPIC_XXXX", 5)
+    stats.delivered("g", "SCHEDULE_TOPIC_XXXX", 5, 500)
     table = stats.table(BOOT + 61_000)
     assert table["putTps"] == "3.0  "
     assert table["getFoundTps"] == table["getMissTps"] == "1.0  "
@@ -92,7 +92,7 @@ def test_each_midnight_moves_the_morning_totals() -> None:
     stats = StoreStats(BOOT)
     stats.sample(0, day=100)
     stats.put("orders", 5, 5, now=0)
-    stats.delivered("orders", 2)
+    stats.delivered("g", "orders", 2, 200)
     stats.sample(1000, day=100)
     stats.put("orders", 1, 1, now=1)
     stats.sample(2000, day=101)  # the first sample after midnight

@@ -141,6 +141,11 @@ class ScenarioProcess:
                                    for q in line["queues"]}
                 self.lines.append(line)
 
+    @property
+    def printed(self) -> list[str]:
+        """What an ``mqadmin-stream`` command printed so far, a line each."""
+        return [line["printed"] for line in self.lines if "printed" in line]
+
     async def receive(self, count: int) -> None:
         """Read until it has printed ``count`` consumed messages."""
         await self.until(lambda: len(self.messages) >= count)
@@ -148,7 +153,8 @@ class ScenarioProcess:
 
 class ScenarioClient:
     """Runs a client's scenarios (``program`` and a sub-command) against a cluster's name
-    server; ``home`` holds what they write besides their output."""
+    server; ``home``, their working directory, holds what they write besides their
+    output (``mqadmin consumerStatus`` writes each consumer's running info there)."""
 
     def __init__(self, cluster: Cluster, program: Callable[..., list[str]], home: Path) -> None:
         self.cluster = cluster
@@ -176,7 +182,7 @@ class ScenarioClient:
         self.home.mkdir(exist_ok=True)
         with trio.fail_after(WAIT):
             done = await trio.run_process(self.argv(command, **options), capture_stdout=True,
-                                          capture_stderr=True, check=False)
+                                          capture_stderr=True, check=False, cwd=self.home)
         assert done.returncode == 0, done.stderr.decode()
         return [parse(line) for line in done.stdout.splitlines()]
 
@@ -190,7 +196,7 @@ class ScenarioClient:
             with stderr.open("wb") as errors:
                 process = await nursery.start(partial(
                     trio.run_process, self.argv(command, **options), stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE, stderr=errors, check=False))
+                    stdout=subprocess.PIPE, stderr=errors, check=False, cwd=self.home))
             running = ScenarioProcess(process, stderr)
             yield running
             await process.stdin.aclose()
@@ -198,6 +204,15 @@ class ScenarioClient:
             with trio.fail_after(WAIT):
                 await process.wait()
         assert process.returncode == 0, stderr.read_text()
+
+    @asynccontextmanager
+    async def mqadmin_streaming(self, command: list[str]) -> AsyncIterator[ScenarioProcess]:
+        """One mqadmin command that runs until stopped (``clusterRT``), what it prints
+        read as it prints it (``ScenarioProcess.printed``); stopped when the block ends."""
+        async with self.running("mqadmin-stream") as streaming:
+            assert streaming.process.stdin is not None
+            await streaming.process.stdin.send_all(("\t".join(command) + "\n").encode())
+            yield streaming
 
     async def mqadmin(self, *commands: list[str]) -> list[dict[str, Any]]:
         """mqadmin's commands run one after another in one JVM (the Java client's
@@ -207,7 +222,7 @@ class ScenarioClient:
         with trio.fail_after(WAIT * 2):
             done = await trio.run_process(self.program("mqadmin"),
                                           stdin=script.encode(), capture_stdout=True,
-                                          capture_stderr=True, check=False)
+                                          capture_stderr=True, check=False, cwd=self.home)
         assert done.returncode == 0, done.stderr.decode()
         return [parse(line) for line in done.stdout.splitlines()]
 

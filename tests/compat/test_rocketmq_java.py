@@ -1,12 +1,11 @@
 """RocketMQ's own Java client, run unchanged against a triomq cluster.
 
 ``DefaultMQProducer``, ``TransactionMQProducer``, ``DefaultMQPushConsumer`` and
-``DefaultLitePullConsumer`` of RocketMQ 5.3.3 and 4.9.8, and 5.3.3's mqadmin, run as
-JVMs against a name server, three controllers and a group of three replicas in
-controller mode over TCP (``conftest.py``, ``scenario_clients.py``), and against a
-static group whose slave acts for its absent master; what they print
-is held against what was sent, and against what triomq's own client and the brokers
-see.
+``DefaultLitePullConsumer`` of RocketMQ 5.3.3 and 4.9.8 run as JVMs against a name
+server, three controllers and a group of three replicas in controller mode over TCP
+(``conftest.py``, ``scenario_clients.py``), and against a static group whose slave
+acts for its absent master; what they print is held against what was sent, and
+against what triomq's own client and the brokers see. Its mqadmin is ``test_rocketmq_mqadmin.py``'s.
 
 Skipped, with the reason, without ``java`` or ``mvn`` on PATH or where Maven
 could not fetch the jars; with both but the module not built (``make
@@ -15,7 +14,6 @@ rocketmq-java``, which ``make test`` runs), every test fails saying so.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections import Counter, defaultdict
@@ -25,7 +23,6 @@ from typing import Any
 
 import pytest
 
-from triomq.controller.client import ControllerClient
 from triomq.testing.cluster import BROKER_NAME
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,17 +31,14 @@ from compat_cluster import (
     failover,
     open_acting_group,
     open_compat_cluster,
-    read_until,
 )
 from scenario_clients import (
     QUEUES,
     TOPIC,
     assert_stored_as_answered,
-    consumer_offsets,
     java_client,
     offsets_become,
     unavailable_java,
-    wait_routed,
 )
 
 pytestmark = pytest.mark.skipif(unavailable_java() is not None, reason=str(unavailable_java()))
@@ -234,308 +228,6 @@ async def test_the_producer_follows_the_new_master_after_a_sigkill_losing_nothin
     # The client polls the name server for routes every 500 ms (30 s by default).
     await failover(tmp_path, partial(java_client, profile=profile), poll_ms=500,
                    send_timeout_ms=3000)
-
-
-def rows(out: str) -> list[list[str]]:
-    """The first table mqadmin printed: the cells of each line after its ``#`` heading,
-    to the first empty line."""
-    lines = out.strip().splitlines()
-    table = lines[1:lines.index("")] if "" in lines else lines[1:]
-    return [line.split() for line in table]
-
-
-def settings(out: str) -> dict[str, str]:
-    """``name = value`` lines mqadmin printed (a config dump)."""
-    lines = [line for line in out.splitlines() if "=" in line and "====" not in line]
-    return {key.strip(): value.strip()
-            for key, _, value in (line.partition("=") for line in lines)}
-
-
-def fields(out: str) -> dict[str, str]:
-    """``key: value`` or ``#key<tab>value`` lines mqadmin printed (the first of each key)."""
-    found: dict[str, str] = {}
-    for line in out.splitlines():
-        match = re.fullmatch(r"#?([\w ]+?)\s*[:\t]\s*(.*)", line.strip())
-        if match:
-            found.setdefault(match[1], match[2].strip())
-    return found
-
-
-async def test_mqadmin_commands_print_what_the_cluster_holds(cluster: CompatCluster) -> None:
-    sent = await cluster.send(8)
-    await read_until(cluster.app, cluster.namesrv, lambda got: len(got) >= 8, group="admin-group")
-    namesrv = cluster.namesrv[0].removeprefix("tcp://")
-    nodes = cluster.cluster
-    master = cluster.master_address.removeprefix("tcp://")
-    slaves = {nodes.node(n).address.removeprefix("tcp://") for n in nodes.broker_names
-              if n != cluster.master}
-    controllers = [a.removeprefix("tcp://") for a in nodes.controller_addresses.values()]
-    n = ["-n", namesrv]
-    commands = {
-        "clusterList": ["clusterList", *n],
-        "topicRoute": ["topicRoute", *n, "-t", TOPIC],
-        "topicStatus": ["topicStatus", *n, "-t", TOPIC],
-        "consumerProgress": ["consumerProgress", *n, "-g", "admin-group"],
-        "consumerProgressAll": ["consumerProgress", *n],
-        "getSyncStateSet": ["getSyncStateSet", "-a", controllers[0], "-b", BROKER_NAME],
-        "getControllerMetaData": ["getControllerMetaData", "-a", controllers[1]],
-        "getBrokerEpoch": ["getBrokerEpoch", *n, "-b", BROKER_NAME],
-        "brokerStatus": ["brokerStatus", *n, "-b", master],
-        "queryMsgById": ["queryMsgById", *n, "-t", TOPIC, "-i", sent[1].offset_msg_id],
-        "queryMsgByKey": ["queryMsgByKey", *n, "-t", TOPIC, "-k", "m-2"],
-        "updateTopic": ["updateTopic", *n, "-c", "DefaultCluster", "-t", "AdminTopic",
-                        "-r", "2", "-w", "2"],
-        "topicList": ["topicList", *n],
-        "topicClusterList": ["topicClusterList", *n, "-t", TOPIC],
-        "updateSubGroup": ["updateSubGroup", *n, "-c", "DefaultCluster", "-g", "admin-sub"],
-        "getConsumerConfig": ["getConsumerConfig", *n, "-g", "admin-sub"],
-        "sendMessage": ["sendMessage", *n, "-t", TOPIC, "-p", "from mqadmin"],
-    }
-    ran = await java_client(cluster.cluster).mqadmin(*commands.values())
-    assert [r["command"] for r in ran] == list(commands.values())
-    out = {name: r["out"] for name, r in zip(commands, ran, strict=True)}
-    assert all(r["exit"] is None for r in ran), [r for r in ran if r["exit"] is not None]
-    per_queue = Counter(r.message_queue.queue_id for r in sent)
-
-    # The master as broker id 0, the slaves by their own ids, each with its address.
-    replicas = {(row[0], row[1], row[3], row[4], row[-1]) for row in rows(out["clusterList"])}
-    assert replicas == {("DefaultCluster", BROKER_NAME, master, "V5_3_3", "true")} | {
-        ("DefaultCluster", BROKER_NAME, s, "V5_3_3", "false") for s in slaves}
-    assert {row[2] for row in rows(out["clusterList"]) if row[3] == master} == {"0"}
-
-    route = out["topicRoute"]  # fastjson, its map keys unquoted
-    assert f'0:"{master}"' in route and f'"brokerName":"{BROKER_NAME}"' in route
-    assert all(f'"{key}":{value}' in route
-               for key, value in (("readQueueNums", 4), ("writeQueueNums", 4), ("perm", 6)))
-
-    assert [row[:4] for row in rows(out["topicStatus"])] == [
-        [BROKER_NAME, str(q), "0", str(per_queue[q])] for q in range(QUEUES)]
-
-    # The group read everything: consumer offsets at the ends, no diff.
-    assert [row[:6] for row in rows(out["consumerProgress"])] == [
-        [TOPIC, BROKER_NAME, str(q), str(per_queue[q]), str(per_queue[q]), "0"]
-        for q in range(QUEUES)]
-    assert "Consume Diff Total: 0" in out["consumerProgress"]
-    assert [row[0] for row in rows(out["consumerProgressAll"])] == ["admin-group"]
-
-    sync = fields(out["getSyncStateSet"])
-    assert (sync["brokerName"], sync["MasterAddr"], sync["SyncStateSetNums"]) \
-        == (BROKER_NAME, master, "3")
-    assert set(re.findall(r"brokerAddress='([^']+)'", out["getSyncStateSet"])) \
-        == {master} | slaves
-
-    meta = out["getControllerMetaData"]
-    assert set(re.findall(r"#Peer:\s+\d+:(\S+)", meta)) == set(controllers)
-    assert fields(meta)["ControllerLeaderAddress"] in controllers
-
-    # Every replica at epoch 1 from offset 0, to the end of what the master stored.
-    status = fields(out["brokerStatus"])
-    assert (status["brokerName"], status["brokerRole"], status["msgPutTotalTodayNow"]) \
-        == (BROKER_NAME, "MASTER", "8")
-    assert set(re.findall(r"#brokerAddr\t(\S+)", out["getBrokerEpoch"])) == {master} | slaves
-    assert re.findall(r"EpochEntry\{epoch=(\d+), startOffset=(\d+), endOffset=(\d+)\}",
-                      out["getBrokerEpoch"]) == [("1", "0", status["commitLogMaxOffset"])] * 3
-
-    found = fields(out["queryMsgById"])
-    assert (found["Topic"], found["Tags"], found["Keys"], found["Queue ID"],
-            found["Queue Offset"], found["Store Host"]) == (
-        TOPIC, "[TagB]", "[m-1]", str(sent[1].message_queue.queue_id),
-        str(sent[1].queue_offset), master)
-    assert f"UNIQ_KEY={sent[1].msg_id}" in found["Properties"]
-    assert rows(out["queryMsgByKey"]) == [
-        [sent[2].msg_id, str(sent[2].message_queue.queue_id), str(sent[2].queue_offset)]]
-
-    assert f"create topic to {master} success." in out["updateTopic"]
-    (namesrv_address,) = nodes.namesrv_addresses.values()
-    await wait_routed(cluster.app, master, namesrv_address, "AdminTopic", 2)
-    assert {TOPIC, "TBW102", "SELF_TEST_TOPIC"} <= set(out["topicList"].split())
-    assert out["topicClusterList"].split() == ["DefaultCluster"]
-
-    assert f"create subscription group to {master} success." in out["updateSubGroup"]
-    config = {k.strip(): v.strip() for k, v in (line.split("=", 1) for line in
-              out["getConsumerConfig"].splitlines() if "=" in line and "====" not in line)}
-    assert (config["groupName"], config["consumeEnable"]) == ("admin-sub", "true")
-
-    ((broker, queue, status_, msg_id),) = rows(out["sendMessage"])
-    assert (broker, status_) == (BROKER_NAME, "SEND_OK") and int(queue) in range(QUEUES)
-    (stored_,) = [m for m in await cluster.read_all(9) if m.msg_id == msg_id]
-    assert stored_.body == b"from mqadmin"
-
-
-async def test_more_mqadmin_commands_print_and_change_what_the_cluster_holds(
-        cluster: CompatCluster) -> None:
-    sent = await cluster.send(6)
-    await read_until(cluster.app, cluster.namesrv, lambda got: len(got) >= 6, group="admin-group")
-    namesrv = cluster.namesrv[0].removeprefix("tcp://")
-    master = cluster.master_address.removeprefix("tcp://")
-    controllers = [a.removeprefix("tcp://")
-                   for a in cluster.cluster.controller_addresses.values()]
-    n = ["-n", namesrv]
-    third = sent[3]
-    queue, offset = third.message_queue.queue_id, third.queue_offset
-    commands = {
-        "clusterListMore": ["clusterList", *n, "-m"],
-        "getBrokerConfig": ["getBrokerConfig", *n, "-b", master],
-        "topicListClusters": ["topicList", *n, "-c"],
-        "allocateMQ": ["allocateMQ", *n, "-t", TOPIC, "-i", "a,b"],
-        "getNamesrvConfig": ["getNamesrvConfig", *n],
-        "updateKvConfig": ["updateKvConfig", *n, "-s", "admin-ns", "-k", "k1", "-v", "v1"],
-        "deleteKvConfig": ["deleteKvConfig", *n, "-s", "admin-ns", "-k", "k1"],
-        "queryMsgByUniqueKey": ["queryMsgByUniqueKey", *n, "-t", TOPIC, "-i", third.msg_id],
-        "queryMsgByOffset": ["queryMsgByOffset", *n, "-t", TOPIC, "-b", BROKER_NAME,
-                             "-i", str(queue), "-o", str(offset)],
-        "brokerConsumeStats": ["brokerConsumeStats", *n, "-b", master],
-        "cloneGroupOffset": ["cloneGroupOffset", *n, "-s", "admin-group", "-d", "clone-group",
-                             "-t", TOPIC],
-        "getControllerConfig": ["getControllerConfig", "-a", controllers[0]],
-        "wipeWritePerm": ["wipeWritePerm", *n, "-b", BROKER_NAME],
-        "addWritePerm": ["addWritePerm", *n, "-b", BROKER_NAME],
-    }
-    ran = await java_client(cluster.cluster).mqadmin(*commands.values())
-    assert [r["command"] for r in ran] == list(commands.values())
-    assert all(r["exit"] is None for r in ran), [r for r in ran if r["exit"] is not None]
-    out = {name: r["out"] for name, r in zip(commands, ran, strict=True)}
-    per_queue = Counter(r.message_queue.queue_id for r in sent)
-
-    # Today's totals: the master took the 6 sends and served them once; slaves nothing.
-    totals = sorted(tuple(row[2:]) for row in rows(out["clusterListMore"]))
-    assert totals == [("0", "0", "0", "0"), ("0", "0", "0", "0"), ("0", "0", "6", "6")]
-    config = settings(out["getBrokerConfig"])
-    assert (config["brokerName"], config["brokerClusterName"], config["enableControllerMode"],
-            config["allAckInSyncStateSet"]) == (BROKER_NAME, "DefaultCluster", "true", "true")
-    listed = {tuple(row) for row in rows(out["topicListClusters"]) if len(row) > 1}
-    assert ("DefaultCluster", TOPIC, "admin-group") in listed
-    allocated = json.loads(out["allocateMQ"])["result"]
-    assert sorted(q["queueId"] for part in allocated.values() for q in part) == list(
-        range(QUEUES)) and sorted(allocated) == ["a", "b"]
-    assert settings(out["getNamesrvConfig"])["listenPort"] == namesrv.rpartition(":")[2]
-    assert "create or update kv config to namespace success." in out["updateKvConfig"]
-    assert "delete kv config from namespace success." in out["deleteKvConfig"]
-
-    # The same message found by its unique key and by its queue and offset.
-    for name in ("queryMsgByUniqueKey", "queryMsgByOffset"):
-        found = fields(out[name])
-        assert (found["Topic"], found["Keys"], found["Queue ID"], found["Queue Offset"],
-                found["Store Host"]) == (TOPIC, "[m-3]", str(queue), str(offset), master)
-        assert f"UNIQ_KEY={third.msg_id}" in found["Properties"]
-
-    # The group read everything: each queue's broker and consumer offsets equal.
-    assert sorted((row[3], row[4], row[5], row[6]) for row in rows(out["brokerConsumeStats"])
-                  if row[1] == "admin-group") == [
-        (str(q), str(per_queue[q]), str(per_queue[q]), "0") for q in range(QUEUES)]
-    assert "clone group offset success." in out["cloneGroupOffset"]
-    assert await consumer_offsets(cluster.app, cluster.master_address, "clone-group") \
-        == {q: per_queue[q] for q in range(QUEUES)}
-    controller = settings(out["getControllerConfig"])
-    assert (controller["enableElectUncleanMaster"], controller["notifyBrokerRoleChanged"]) \
-        == ("false", "true")
-    assert f"wipe write perm of broker[{BROKER_NAME}] in name server[{namesrv}] OK" \
-        in out["wipeWritePerm"]
-    assert f"add write perm of broker[{BROKER_NAME}] in name server[{namesrv}] OK" \
-        in out["addWritePerm"]
-    await wait_routed(cluster.app, cluster.master_address, cluster.namesrv[0], TOPIC, QUEUES)
-
-
-async def test_mqadmin_commands_that_change_topics_groups_offsets_and_configs(
-        cluster: CompatCluster) -> None:
-    sent = await cluster.send(6)
-    await read_until(cluster.app, cluster.namesrv, lambda got: len(got) >= 6, group="admin-group")
-    namesrv = cluster.namesrv[0].removeprefix("tcp://")
-    master = cluster.master_address.removeprefix("tcp://")
-    controllers = [a.removeprefix("tcp://")
-                   for a in cluster.cluster.controller_addresses.values()]
-    n = ["-n", namesrv]
-    commands = {
-        "updateTopicOrder": ["updateTopic", *n, "-c", "DefaultCluster", "-t", "OrderTopic",
-                             "-r", "2", "-w", "2", "-o", "true"],
-        "updateOrderConf": ["updateOrderConf", *n, "-t", "OrderTopic", "-v",
-                            f"{BROKER_NAME}:2", "-m", "put"],
-        "deleteTopic": ["deleteTopic", *n, "-c", "DefaultCluster", "-t", "OrderTopic"],
-        "updateNamesrvConfig": ["updateNamesrvConfig", *n, "-k", "scanNotActiveBrokerInterval",
-                                "-v", "2000"],
-        "updateSubGroup": ["updateSubGroup", *n, "-c", "DefaultCluster", "-g", "doomed"],
-        "deleteSubGroup": ["deleteSubGroup", *n, "-c", "DefaultCluster", "-g", "doomed"],
-        "resetOffsetByTime": ["resetOffsetByTime", *n, "-g", "admin-group", "-t", TOPIC,
-                              "-s", "0"],
-        "skipAccumulatedMessage": ["skipAccumulatedMessage", *n, "-g", "admin-group",
-                                   "-t", TOPIC],
-        "consumeMessage": ["consumeMessage", *n, "-t", TOPIC, "-b", BROKER_NAME, "-i", "0",
-                           "-o", "0", "-c", "1"],
-        "printMsg": ["printMsg", *n, "-t", TOPIC],
-        "checkMsgSendRT": ["checkMsgSendRT", *n, "-t", TOPIC, "-a", "3", "-s", "64"],
-        "updateControllerConfig": ["updateControllerConfig", "-a", controllers[0],
-                                   "-k", "requestTimeout", "-v", "4000"],
-    }
-    ran = await java_client(cluster.cluster).mqadmin(*commands.values())
-    assert all(r["exit"] is None for r in ran), [r for r in ran if r["exit"] is not None]
-    out = {name: r["out"] for name, r in zip(commands, ran, strict=True)}
-    per_queue = Counter(r.message_queue.queue_id for r in sent)
-
-    assert f"create topic to {master} success." in out["updateTopicOrder"]
-    assert "order=true" in out["updateTopicOrder"]
-    assert (f"update orderConf success. topic=[OrderTopic], orderConf=[{BROKER_NAME}:2]"
-            in out["updateOrderConf"])
-    assert "delete topic [OrderTopic] from cluster [DefaultCluster] success." \
-        in out["deleteTopic"]
-    assert "delete topic [OrderTopic] from NameServer success." in out["deleteTopic"]
-    assert f"update name server config success![{namesrv}]" in out["updateNamesrvConfig"]
-    assert (f"delete subscription group [doomed] from broker [{master}] in cluster "
-            "[DefaultCluster] success." in out["deleteSubGroup"])
-
-    # Reset to the start, then skipped to the end: the group's offsets as it read them.
-    reset = rows(out["resetOffsetByTime"].split("\n", 1)[1])
-    assert sorted((row[0], row[1], row[2]) for row in reset) == [
-        (BROKER_NAME, str(q), "0") for q in range(QUEUES)]
-    assert sorted((row[1], row[2]) for row in rows(out["skipAccumulatedMessage"])) == [
-        (str(q), str(per_queue[q])) for q in range(QUEUES)]
-    assert await consumer_offsets(cluster.app, cluster.master_address, "admin-group") \
-        == {q: per_queue[q] for q in range(QUEUES)}
-
-    (first,) = [r for r in sent if (r.message_queue.queue_id, r.queue_offset) == (0, 0)]
-    assert "Consume ok" in out["consumeMessage"]
-    assert f"MSGID: {first.msg_id} " in out["consumeMessage"]
-    assert sorted(re.findall(r"MSGID: (\w+) ", out["printMsg"])) \
-        == sorted(r.msg_id for r in sent)
-    assert [row[2] for row in rows(out["checkMsgSendRT"]) if row[0] == BROKER_NAME] \
-        == ["true"] * 3
-    assert "Avg RT:" in out["checkMsgSendRT"]
-
-    assert f"update controller config success![{controllers[0]}]" \
-        in out["updateControllerConfig"]
-    first_controller = cluster.cluster.controller_addresses[cluster.cluster.controller_names[0]]
-    client = ControllerClient(cluster.app.rpc, [first_controller])
-    config = await client.get_controller_config(first_controller)
-    assert config["requestTimeout"] == "4000"
-
-
-async def test_mqadmin_elect_master_hands_the_group_to_the_replica_named(
-        cluster: CompatCluster) -> None:
-    sent = await cluster.send(4)
-    addresses = list(cluster.cluster.controller_addresses.values())
-    client = ControllerClient(cluster.app.rpc, addresses)
-    (group,) = await client.get_sync_state_data([BROKER_NAME])
-    chosen = min((r for r in group.in_sync_replicas if r.broker_id != group.master_broker_id),
-                 key=lambda r: r.broker_id)
-    (ran,) = await java_client(cluster.cluster).mqadmin(
-        ["electMaster", "-a", addresses[0].removeprefix("tcp://"), "-c", "DefaultCluster",
-         "-bn", BROKER_NAME, "-b", str(chosen.broker_id)])
-    assert ran["exit"] is None, ran
-    answer = fields(ran["out"])
-    assert (answer["ClusterName"], answer["BrokerName"], answer["BrokerMasterAddr"],
-            answer["MasterEpoch"]) == ("DefaultCluster", BROKER_NAME, chosen.address,
-                                       str(group.master_epoch + 1))
-    # Its replicas, each with its address (triomq's answer carries the member group).
-    assert set(re.findall(r"#Broker\t(\d+)\t(\S+)", ran["out"])) == {
-        (str(r.broker_id), r.address) for r in group.in_sync_replicas}
-    # The named replica takes the role and the sends; nothing acknowledged is lost.
-    new_master = "tcp://" + chosen.address
-    await wait_routed(cluster.app, new_master, cluster.namesrv[0], TOPIC, QUEUES)
-    sent += await cluster.send(4, prefix="after")
-    # An offset message id is the store host's IPv4 address, port and offset, in hex.
-    port = int(chosen.address.rpartition(":")[2])
-    assert [int(r.offset_msg_id[8:16], 16) for r in sent[4:]] == [port] * 4
-    got = await cluster.read_all(8, group="after-election")
-    assert sorted(m.msg_id for m in got) == sorted(r.msg_id for r in sent)
 
 
 @pytest.mark.parametrize("profile", ["rocketmq-5", "rocketmq-4"])

@@ -13,6 +13,11 @@
   subscribe to the topic and those that stored offsets for it, as a
   ``GroupList`` (RocketMQ 5.3.3 means the same, but its table of online
   subscribers records topic names where it means groups).
+- VIEW_BROKER_STATS_DATA (315, ``mqadmin statsAll``): one named statistic of
+  one key over the last minute, hour and day, by
+  ``triomq.broker.admin.core.stats_items``'s rules, sampled by ``sample``
+  on a monotonic clock. A statistic not kept, or a key that counted nothing
+  lately, is SYSTEM_ERROR, as RocketMQ answers a key it has no item for.
 
 This reads the broker's topics, offsets, online consumers and commit log
 when asked. A missing header field is INVALID_PARAMETER naming it (RocketMQ
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 from collections.abc import Collection
 
 import trio
@@ -36,6 +42,7 @@ from triomq.broker.admin.core.consume_stats import (
     topics_to_collect,
 )
 from triomq.broker.admin.core.minute_counts import MinuteCounts, stats_key
+from triomq.broker.admin.core.stats_items import KEPT
 from triomq.broker.admin.core.store_stats import StoreStats
 from triomq.broker.admin.core.topic_stats import topic_stats
 from triomq.broker.components import ComponentView
@@ -85,6 +92,16 @@ class ConsumeStatsService:
                         inline=True)
         server.register(RequestCode.GET_BROKER_CONSUME_STATS, self.get_broker_consume_stats,
                         inline=True)
+        server.register(RequestCode.VIEW_BROKER_STATS_DATA, self.view_broker_stats,
+                        inline=True)
+
+    async def sample(self) -> None:
+        """Sample the named statistics when due, until cancelled."""
+        items = self.store_stats.items
+        while True:
+            # Rounded up: woken at a deadline, the clock's milliseconds reach it.
+            due_ms = items.tick(math.ceil(trio.current_time() * 1000))
+            await trio.sleep_until(due_ms / 1000)
 
     def got(self, group: str, topic: str, count: int) -> None:
         """A pull returned ``count`` messages of ``topic`` to ``group``."""
@@ -168,6 +185,24 @@ class ConsumeStatsService:
             return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
         groups = self.clients.table.groups_subscribing(topic) | self.offsets.table.groups_of(topic)
         return RemotingCommand.response(body=group_list(groups))
+
+    async def view_broker_stats(self, request: RemotingCommand, peer: RpcConnection
+                                ) -> RemotingCommand:
+        fields = HeaderFields(request.ext_fields, "VIEW_BROKER_STATS_DATA")
+        try:
+            name, key = fields.string("statsName"), fields.string("statsKey")
+        except HeaderFieldError as exc:
+            return RemotingCommand.response(ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        if name not in KEPT:
+            return RemotingCommand.response(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"The stats <{name[:80]}> are not kept by this broker "
+                       f"(it keeps {', '.join(KEPT)})")
+        data = self.store_stats.items.view(name, key)
+        if data is None:
+            return RemotingCommand.response(
+                ResponseCode.SYSTEM_ERROR, remark=f"The stats <{name}> <{key[:200]}> not exist")
+        return RemotingCommand.response(body=data.encode())
 
 
 def _store_failure(exc: StoreError | OSError) -> RemotingCommand:

@@ -271,7 +271,8 @@ class PullService:
             return self._unreadable(effect, exc)
         if result.code == ResponseCode.SUCCESS:
             self.got(header.consumer_group, header.topic, len(result.ranges))
-            self.stats.delivered(header.topic, len(result.ranges))
+            self.stats.delivered(header.consumer_group, header.topic, len(result.ranges),
+                                 len(body))
         return RemotingCommand.response(result.code, remark=result.remark,
                                         ext_fields=result.fields, body=body)
 

@@ -28,7 +28,9 @@ totals); ``StoreStats.table`` writes the keys as RocketMQ does:
   ``runtime`` (``[ 0 days, 1 hours, 2 minutes, 3 seconds ]``).
 
 ``StoreStats`` also counts each topic's puts over the last minute
-(``topic_put_tps``: GET_TOPIC_STATS_INFO's ``topicPutTps``). Nothing here
+(``topic_put_tps``: GET_TOPIC_STATS_INFO's ``topicPutTps``), and keeps the
+named statistics of VIEW_BROKER_STATS_DATA (``items``: each topic's puts and
+each group's deliveries, in messages and bytes). Nothing here
 reads a clock: times are passed in, a monotonic clock's for the rates
 (``sample``'s milliseconds, ``put``'s seconds) and the broker's epoch clock's
 (``triomq.clock.EpochClock``, its store times') for ``boot_ms`` and ``table``'s
@@ -41,7 +43,14 @@ import math
 from collections import deque
 from decimal import Decimal
 
-from triomq.broker.admin.core.minute_counts import MinuteCounts
+from triomq.broker.admin.core.minute_counts import MinuteCounts, stats_key
+from triomq.broker.admin.core.stats_items import (
+    GROUP_GET_NUMS,
+    GROUP_GET_SIZE,
+    TOPIC_PUT_NUMS,
+    TOPIC_PUT_SIZE,
+    StatsItems,
+)
 from triomq.protocol.topic_rules import is_system_topic
 
 __all__ = ["MAX_SAMPLES", "RATE_WINDOWS", "RateSamples", "StoreStats", "java_double",
@@ -124,6 +133,7 @@ class StoreStats:
         self._miss_samples = RateSamples()
         self._transferred_samples = RateSamples()
         self._topic_puts = MinuteCounts()
+        self.items = StatsItems()
         self._day: int | None = None
         #: (put, get) totals at the last local midnight and the one before.
         self.today_morning = (0, 0)
@@ -136,6 +146,8 @@ class StoreStats:
         self.put_messages += messages
         self.put_bytes += size
         self._topic_puts.add(topic, messages, now)
+        self.items.add(TOPIC_PUT_NUMS, topic, messages)
+        self.items.add(TOPIC_PUT_SIZE, topic, size)
         if not is_system_topic(topic):
             self.user_put += messages
 
@@ -152,8 +164,12 @@ class StoreStats:
         else:
             self.get_miss += 1
 
-    def delivered(self, topic: str, messages: int) -> None:
-        """A pull answered FOUND with ``messages`` messages of ``topic``."""
+    def delivered(self, group: str, topic: str, messages: int, size: int) -> None:
+        """A pull of ``group`` answered FOUND with ``messages`` messages of ``topic``,
+        ``size`` bytes in all."""
+        key = stats_key(topic, group)
+        self.items.add(GROUP_GET_NUMS, key, messages)
+        self.items.add(GROUP_GET_SIZE, key, size)
         if not is_system_topic(topic):
             self.user_get += messages
 

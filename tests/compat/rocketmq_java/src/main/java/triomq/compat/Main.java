@@ -44,7 +44,7 @@ import org.apache.rocketmq.tools.command.MQAdminStartup;
  *
  * <pre>
  * send           --namesrv A --topic T --group G --count N --modes sync,async,oneway,batch,ordered
- *                [--body-bytes B]
+ *                [--body-bytes B] [--stay true: the producer stays started until stdin closes]
  * push           --namesrv A --topic T --group G --mode concurrent|orderly [--expression E]
  *                [--fail-once true: RECONSUME_LATER for a message seen the first time]
  * lite-subscribe --namesrv A --topic T --group G --count N [--expression E]
@@ -52,9 +52,11 @@ import org.apache.rocketmq.tools.command.MQAdminStartup;
  * failover       --namesrv A --topic T --group G
  * transaction    --namesrv A --topic T --group G --count N
  * mqadmin        (a command a line on stdin, its arguments separated by tabs)
+ * mqadmin-stream (one such command, for those that run until stopped, as clusterRT does:
+ *                each line it prints as it prints it)
  * </pre>
- * The consumers and failover run until their stdin closes; then they shut down (storing
- * their offsets) and exit 0.
+ * The consumers, failover, a staying send and mqadmin-stream run until their stdin
+ * closes; then they shut down (storing their offsets) and exit 0.
  */
 public final class Main {
     /** Standard output as the JVM started: mqadmin's own printing is captured apart. */
@@ -77,9 +79,10 @@ public final class Main {
             case "failover": failover(args); break;
             case "transaction": transaction(args); break;
             case "mqadmin": mqadmin(); break;
+            case "mqadmin-stream": mqadminStream(); break;
             default:
-                System.err.println(
-                        "usage: send|push|lite-subscribe|lite-assign|failover|transaction|mqadmin");
+                System.err.println("usage: send|push|lite-subscribe|lite-assign|failover|"
+                        + "transaction|mqadmin|mqadmin-stream");
                 System.exit(2);
         }
         exiting = true;
@@ -263,7 +266,15 @@ public final class Main {
                     throw new IllegalArgumentException("no send mode " + mode);
             }
         }
+        boolean stay = "true".equals(args.get("stay"));
+        if (stay) {
+            Json.print(Json.of("sent", true));
+            untilStdinCloses();
+        }
         producer.shutdown();
+        if (stay) {
+            Json.print(Json.of("stopped", true));
+        }
     }
 
     static Map<String, Object> consumed(MessageExt m) {
@@ -500,5 +511,38 @@ public final class Main {
             Json.print(Json.of("command", Arrays.asList(command), "exit", exit,
                     "out", out.toString(StandardCharsets.UTF_8), "err", err.toString(StandardCharsets.UTF_8)));
         }
+    }
+
+    /** mqadmin's command on stdin's first line, run in a thread of its own, each line it
+     *  prints written as it comes as {"printed": line}; until stdin closes. */
+    private static void mqadminStream() throws Exception {
+        BufferedReader lines = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String[] command = lines.readLine().split("\t");
+        System.setOut(new PrintStream(new java.io.OutputStream() {
+            private final ByteArrayOutputStream line = new ByteArrayOutputStream();
+
+            @Override
+            public synchronized void write(int b) {
+                if (b != '\n') {
+                    line.write(b);
+                    return;
+                }
+                Json.print(Json.of("printed", line.toString(StandardCharsets.UTF_8)));
+                line.reset();
+            }
+        }, true, StandardCharsets.UTF_8));
+        Thread run = new Thread(() -> {
+            try {
+                MQAdminStartup.main0(command, null);
+            } finally {
+                Json.print(Json.of("ended", true));
+            }
+        }, "mqadmin");
+        run.setDaemon(true);
+        run.start();
+        while (lines.readLine() != null) {
+            // what the test writes is only there to be closed
+        }
+        Json.print(Json.of("stopped", true));
     }
 }
