@@ -119,7 +119,8 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     revive = broker.revive = ReviveService(
         config=config, log=log, offsets=offsets, broker=view,
         bridge=LocalEscapeBridge(processor.put_own), clock=broker.clock,
-        ensure_retry_topic=pops.ensure_retry_topic, ensure_revive_topic=pops.ensure_revive_topic)
+        ensure_retry_topic=pops.ensure_retry_topic, ensure_revive_topic=pops.ensure_revive_topic,
+        rpc=node.rpc)
 
     def appended() -> None:
         pulls.appended()
@@ -166,6 +167,9 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         Component("pop", scope=Scope.MASTER_TERM, register=pops.register,
                   soon=[revive.revive]),
         *acting([("acting-revive", functools.partial(revive.revive, acting_bridge))]),
+        *([] if acting_bridge is None else [Component(
+            "acting-pop", scope=Scope.ACTING_TERM,
+            start=[functools.partial(pops.acting_term, acting_bridge)])]),
     ]
     if config.timer_wheel_enable:
         timer = broker.timer = TimerMessageService(

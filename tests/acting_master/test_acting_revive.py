@@ -5,8 +5,8 @@ it; a0 stops, a1 acts. a1 revives it from its own revive topic once its
 invisible time is over: the copy goes through the acting escape bridge
 (``container`` in the same process, ``remote`` over TCP) into the group's
 pop retry topic on b0, which the group pops there (b0 holds that retry topic,
-as a master where the group pops does). a1's commit log never moves, and POP
-itself stays refused on it, as on any slave. The waits are liveness bounds.
+as a master where the group pops does). a1's commit log never moves. (Pops
+served by a1 itself are ``test_acting_pop.py``'s.) The waits are liveness bounds.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from triomq.client.core.message import decode_messages
 from triomq.testing.cluster import open_cluster
 
 SEND_MESSAGE_V2, POP_MESSAGE = 310, 200050
-SUCCESS, POLLING_TIMEOUT = 0, 209
+SUCCESS = 0
 RETRY_TOPIC = "%RETRY%cg_orders"
 
 
@@ -65,7 +65,7 @@ async def test_an_unacked_pop_is_revived_onto_another_master(tmp_path, transport
         for name in ("a0", "a1", "b0"):
             await groups.start(name)
         client = await cluster.start("client")
-        a0, a1, b0 = (cluster.node(name).address for name in ("a0", "a1", "b0"))
+        a0, b0 = (cluster.node(name).address for name in ("a0", "b0"))
         await create_topic(client, a0, "orders")
         await create_topic(client, b0, "orders")
         await create_topic(client, b0, RETRY_TOPIC, queues=1)
@@ -95,7 +95,5 @@ async def test_an_unacked_pop_is_revived_onto_another_master(tmp_path, transport
         again = await client.rpc.invoke(b0, POP_MESSAGE, pop_fields(invisible=60_000))
         assert again.code == SUCCESS, again.remark
         assert [m.body for m in decode_messages(again.body)] == [b"unacked"]
-        # POP stays a master's: the acting slave refuses it and wrote nothing.
-        refused = await client.rpc.invoke(a1, POP_MESSAGE, pop_fields(invisible=3000))
-        assert refused.code != SUCCESS
+        # The acting slave wrote nothing.
         assert slave.log.max_offset == held

@@ -225,7 +225,7 @@ def test_the_revive_puts_back_only_what_was_not_acked_once_due() -> None:
     later = NOW + 5000 + 2000
     assert flow.woke(later) == [ReadRevive(0, 2, 32)]
     actions = flow.records_read([ack_record(2, CK, 0)], later)
-    assert actions == [ReadMessage("orders", 0, 2)]
+    assert actions == [ReadMessage("orders", 0, 2, "broker-a")]
     (put,) = flow.message_read(record(2, b"m2"), later)
     assert isinstance(put, Revive)
     message = put.message
@@ -247,20 +247,21 @@ def test_a_failed_put_is_tried_again_and_another_brokers_ack_cancels_its_checkpo
     actions = flow.records_read([ck_record(5, CK), ck_record(6, other),
                                  ack_record(7, other, 0, "broker-b"),
                                  ack_record(8, CK, 0), ack_record(9, CK, 1)], due)
-    assert actions == [ReadMessage("orders", 0, 2)]
+    assert actions == [ReadMessage("orders", 0, 2, "broker-a")]
     assert list(flow.pending) == [CK.merge_key]
     (put,) = flow.message_read(record(2), due)
     assert isinstance(put, Revive)
     # The put failed: the checkpoint stays pending, its offset does not move past it.
     assert flow.put_done(False, due) == [WakeAt(due + 1000)]
     assert flow.woke(due + 1000) == [ReadRevive(0, 10, 32)]
-    assert flow.records_read([], due + 1000) == [ReadMessage("orders", 0, 2)]
+    assert flow.records_read([], due + 1000) == [ReadMessage("orders", 0, 2, "broker-a")]
     (put,) = flow.message_read(record(2), due + 1000)
     assert flow.put_done(True, due + 1000) == [StoreReviveOffset(0, 9), WakeAt(due + 2000)]
 
 
-def test_a_message_gone_is_skipped_and_another_brokers_checkpoint_is_dropped() -> None:
+def test_a_message_gone_is_skipped_and_another_groups_is_read_from_that_group() -> None:
     flow = ReviveQueue(0, -1, broker_name="broker-a", interval_ms=1000)
+    # An acting slave's pop of broker-b, its checkpoint escaped to this master.
     other = CheckPoint(topic="orders", group="cg", queue_id=1, start_offset=0, pop_time=NOW,
                        invisible_time=5000, broker_name="broker-b", offset_diffs=[0])
     one = CheckPoint(topic="orders", group="cg", queue_id=0, start_offset=3, pop_time=NOW,
@@ -269,11 +270,18 @@ def test_a_message_gone_is_skipped_and_another_brokers_checkpoint_is_dropped() -
                                  ReviveRecord(2, "zz", b"{}"), ReviveRecord(3, "ck", b"{")],
                                 NOW + 9000)
     skipped = [a for a in actions if isinstance(a, NotRevived)]
-    assert len(skipped) == 3 and "broker-b" in skipped[2].reason
-    assert actions[-1] == ReadMessage("orders", 0, 3)
-    done = flow.message_read(None, NOW + 9000)
+    assert len(skipped) == 2
+    assert actions[-1] == ReadMessage("orders", 1, 0, "broker-b")
+    # None of broker-b's replicas answered: tried again after the interval, still pending.
+    assert flow.read_failed(NOW + 9000) == [WakeAt(NOW + 10_000)]
+    assert flow.woke(NOW + 10_000) == [ReadRevive(0, 4, 32)]
+    assert flow.records_read([], NOW + 10_000)[-1] == ReadMessage("orders", 1, 0, "broker-b")
+    (put,) = flow.message_read(record(0), NOW + 10_000)
+    assert isinstance(put, Revive) and put.checkpoint == other
+    assert flow.put_done(True, NOW + 10_000) == [ReadMessage("orders", 0, 3, "broker-a")]
+    done = flow.message_read(None, NOW + 10_000)
     assert isinstance(done[0], NotRevived) and "no longer stored" in done[0].reason
-    assert done[1:] == [StoreReviveOffset(0, 3), WakeAt(NOW + 10_000)]
+    assert done[1:] == [StoreReviveOffset(0, 3), WakeAt(NOW + 11_000)]
 
 
 def test_a_batch_ack_body_reads_as_fastjson_writes_it() -> None:
@@ -336,6 +344,8 @@ def test_the_revive_reads_its_queue_from_its_first_entry_up_to_the_confirmed_end
 
 def test_the_revive_finds_a_popped_message_only_at_its_offset() -> None:
     record = MessageRecord(topic="orders", body=b"m")
-    assert popped_record(Store(), ReadMessage("orders", 0, 2), {200: record}.get) is record
-    assert popped_record(CutStore(), ReadMessage("orders", 0, 0), {0: record}.get) is None
-    assert popped_record(Store(), ReadMessage("orders", 0, 9), {0: record}.get) is None
+    def read(offset: int) -> ReadMessage:
+        return ReadMessage("orders", 0, offset, "broker-a")
+    assert popped_record(Store(), read(2), {200: record}.get) is record
+    assert popped_record(CutStore(), read(0), {0: record}.get) is None
+    assert popped_record(Store(), read(9), {0: record}.get) is None

@@ -22,7 +22,12 @@ plus 500 ms): clients' clocks are their own.
 BATCH_ACK_MESSAGE 200151 (``core.batch_ack``) writes one batch ack per
 checkpoint it names, once every offset of every ack passes the checks a
 single ack's handle does (one refusal refuses the request: nothing is
-stored). Only a master pops: a slave refuses all four requests with
+stored). A master pops with its own bridge. A slave acting for its absent
+master (seed 003; ``acting``, set for its acting term) serves the four
+requests too, reading its own replica of the queues and moving its own
+offsets, its checkpoints and acks escaped through the acting bridge to one
+master of another group, which revives them (``revive_service``); it writes
+nothing to its own log. Any other slave refuses them with
 SERVICE_NOT_AVAILABLE.
 
 Pop times are the broker's clock (``triomq.clock.EpochClock``), so a test's
@@ -108,6 +113,8 @@ class PopService:
         self.broker = broker
         self.clock = clock
         self.revive_topic = revive_topic(config.cluster_name)
+        #: The acting term's escape bridge (None: no acting term runs).
+        self.acting: EscapeBridge | None = None
         self._revive_counter = 0
         self._appended = trio.Event()
 
@@ -123,20 +130,35 @@ class PopService:
         self._appended.set()
         self._appended = trio.Event()
 
-    def _not_master(self, what: str) -> RemotingCommand | None:
+    def _bridge(self, what: str) -> EscapeBridge | RemotingCommand:
+        """Where this request's checkpoints and acks go; a refusal when this broker
+        neither is master nor acts for one."""
         if self.broker.is_master:
-            return None
+            return self.bridge
+        if self.acting is not None:
+            return self.acting
         return _refused(ResponseCode.SERVICE_NOT_AVAILABLE,
                         f"{what}: broker {self.config.broker_name} is not master; "
                         f"pop from its master")
+
+    async def acting_term(self, bridge: EscapeBridge, *,
+                          task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                          ) -> None:
+        """An acting term's task: pops are served through ``bridge`` until it ends."""
+        self.acting = bridge
+        try:
+            task_status.started()
+            await trio.sleep_forever()
+        finally:
+            self.acting = None
 
     # -- POP_MESSAGE ---------------------------------------------------------------
 
     async def pop_message(self, request: RemotingCommand, peer: RpcConnection
                           ) -> RemotingCommand:
-        refused = self._not_master("POP_MESSAGE")
-        if refused is not None:
-            return refused
+        bridge = self._bridge("POP_MESSAGE")
+        if isinstance(bridge, RemotingCommand):
+            return bridge
         try:
             header = parse_pop_header(request.ext_fields)
             topic = self.topics.table.get(header.topic)
@@ -171,7 +193,7 @@ class PopService:
         for pick in plan.picks:
             if self.offsets.table.query(group, pick.topic, pick.queue_id) != pick.next_offset:
                 self.offsets.commit(group, pick.topic, pick.queue_id, pick.next_offset)
-        taken = await self._check_in(header, plan.picks, pop_time, revive_qid)
+        taken = await self._check_in(header, plan.picks, pop_time, revive_qid, bridge)
         fields = {"popTime": str(pop_time), "invisibleTime": str(header.invisible_time),
                   "reviveQid": str(revive_qid), "restNum": str(plan.rest())}
         if not any(pick.entries for pick in taken):
@@ -188,7 +210,7 @@ class PopService:
                                         ext_fields=fields, body=body)
 
     async def _check_in(self, header: PopHeader, picks: tuple[QueuePick, ...], pop_time: int,
-                        revive_qid: int) -> list[QueuePick]:
+                        revive_qid: int, bridge: EscapeBridge) -> list[QueuePick]:
         """Store each pick's checkpoint; the picks whose checkpoint is stored. One that is
         not moves the group's pop offset back to where the pick started: its messages are
         popped again, and so are those later pops took meanwhile (at least once)."""
@@ -198,7 +220,7 @@ class PopService:
             if not pick.entries:
                 continue
             if await self._put_revive(pick.checkpoint(header, pop_time, self.config.broker_name),
-                                      revive_qid):
+                                      revive_qid, bridge):
                 kept.append(pick)
                 continue
             now = self.offsets.table.query(group, pick.topic, pick.queue_id)
@@ -206,9 +228,10 @@ class PopService:
                 self.offsets.commit(group, pick.topic, pick.queue_id, pick.start_offset)
         return kept
 
-    async def _put_revive(self, record: CheckPoint | AckMsg, revive_qid: int) -> bool:
+    async def _put_revive(self, record: CheckPoint | AckMsg, revive_qid: int,
+                          bridge: EscapeBridge) -> bool:
         tag = CK_TAG if isinstance(record, CheckPoint) else record.tag
-        result = await self.bridge.put_message(EscapedMessage(
+        result = await bridge.put_message(EscapedMessage(
             topic=self.revive_topic, queue_id=revive_qid, body=record.encode(),
             properties={PROPERTY_TAGS: tag, PROPERTY_UNIQ_KEY: record.unique_id()}))
         if not result.stored:
@@ -281,23 +304,24 @@ class PopService:
 
     async def ack_message(self, request: RemotingCommand, peer: RpcConnection
                           ) -> RemotingCommand:
-        refused = self._not_master("ACK_MESSAGE")
-        if refused is not None:
-            return refused
+        bridge = self._bridge("ACK_MESSAGE")
+        if isinstance(bridge, RemotingCommand):
+            return bridge
         checked = self._receipt(request, "ACK_MESSAGE")
         if isinstance(checked, RemotingCommand):
             return checked
         read, receipt = checked
-        if not await self._put_revive(self._ack_of(read, receipt), receipt.revive_queue_id):
+        if not await self._put_revive(self._ack_of(read, receipt), receipt.revive_queue_id,
+                                      bridge):
             return _refused(ResponseCode.SYSTEM_ERROR,
                             f"ACK_MESSAGE: the ack could not be stored in {self.revive_topic}")
         return RemotingCommand.response()
 
     async def change_invisible_time(self, request: RemotingCommand, peer: RpcConnection
                                     ) -> RemotingCommand:
-        refused = self._not_master("CHANGE_MESSAGE_INVISIBLETIME")
-        if refused is not None:
-            return refused
+        bridge = self._bridge("CHANGE_MESSAGE_INVISIBLETIME")
+        if isinstance(bridge, RemotingCommand):
+            return bridge
         checked = self._receipt(request, "CHANGE_MESSAGE_INVISIBLETIME")
         if isinstance(checked, RemotingCommand):
             return checked
@@ -316,19 +340,19 @@ class PopService:
         ck = CheckPoint(topic=ack.topic, group=ack.group, queue_id=ack.queue_id,
                         start_offset=ack.offsets[0], pop_time=now, invisible_time=invisible_time,
                         broker_name=self.config.broker_name, offset_diffs=(0,))
-        if not await self._put_revive(ck, receipt.revive_queue_id):
+        if not await self._put_revive(ck, receipt.revive_queue_id, bridge):
             return _refused(ResponseCode.SYSTEM_ERROR, "CHANGE_MESSAGE_INVISIBLETIME: the new "
                             f"checkpoint could not be stored in {self.revive_topic}")
-        await self._put_revive(ack, receipt.revive_queue_id)
+        await self._put_revive(ack, receipt.revive_queue_id, bridge)
         return RemotingCommand.response(ext_fields={
             "popTime": str(now), "invisibleTime": str(invisible_time),
             "reviveQid": str(receipt.revive_queue_id)})
 
     async def batch_ack_message(self, request: RemotingCommand, peer: RpcConnection
                                 ) -> RemotingCommand:
-        refused = self._not_master("BATCH_ACK_MESSAGE")
-        if refused is not None:
-            return refused
+        bridge = self._bridge("BATCH_ACK_MESSAGE")
+        if isinstance(bridge, RemotingCommand):
+            return bridge
         try:
             broker_name, acks = parse_batch_ack(request.body)
         except PopRefused as exc:
@@ -349,7 +373,7 @@ class PopService:
                                        ack.pop_time, broker_name, offsets, batch=True),
                                 ack.revive_queue_id))
         for record, revive_qid in records:
-            if not await self._put_revive(record, revive_qid):
+            if not await self._put_revive(record, revive_qid, bridge):
                 return _refused(ResponseCode.SYSTEM_ERROR, "BATCH_ACK_MESSAGE: an ack could "
                                 f"not be stored in {self.revive_topic}")
         return RemotingCommand.response()

@@ -12,6 +12,11 @@ where the old one was. A slave acting for its absent master runs the same
 flows over its own revive topic (``acting-revive``), its revived copies
 escaped to another master's pop retry topic, its offsets its own consumer
 offsets (which the returning master's pre-online takes back).
+
+The pops an acting slave serves have their checkpoints escaped to a master
+of another group: there, a checkpoint names the acting slave's group, and
+its message is read from that group's replicas over PULL_MESSAGE
+(``core.remote_read``), found through the name servers' route of its topic.
 """
 
 from __future__ import annotations
@@ -25,8 +30,16 @@ import trio
 from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
 from triomq.broker.consume.offset_service import ConsumerOffsetService
+from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.broker.core.escape_bridge import EscapeBridge
 from triomq.broker.pop.core.receipt import REVIVE_GROUP, revive_topic
+from triomq.broker.pop.core.remote_read import (
+    Unread,
+    answer,
+    inner_consumer_group,
+    pull_fields,
+    replica_addresses,
+)
 from triomq.broker.pop.core.revive import (
     NotRevived,
     ReadMessage,
@@ -40,13 +53,20 @@ from triomq.broker.pop.core.revive import (
     popped_record,
     revive_records,
 )
+from triomq.broker.registration.namesrv_client import rpc_address
 from triomq.clock import EpochClock
+from triomq.errors import TriomqError
 from triomq.protocol.message import MessageRecord, RecordError
+from triomq.protocol.route import TopicRouteData
+from triomq.rpc import RpcClient, RpcError
 from triomq.store import CommitLog, StoreError
 
 __all__ = ["ReviveService"]
 
 log = logging.getLogger("triomq.broker")
+
+#: Seconds a route query or a read of another group waits for its answer.
+REMOTE_TIMEOUT = 3.0
 
 
 class ReviveService:
@@ -55,8 +75,10 @@ class ReviveService:
     def __init__(self, *, config: BrokerConfig, log: CommitLog,
                  offsets: ConsumerOffsetService, broker: ComponentView, bridge: EscapeBridge,
                  clock: EpochClock, ensure_retry_topic: Callable[[str], bool],
-                 ensure_revive_topic: Callable[[], None]) -> None:
+                 ensure_revive_topic: Callable[[], None], rpc: RpcClient | None = None) -> None:
         self.config = config
+        #: How another group's messages are read (None: they are not).
+        self.rpc = rpc
         self.log = log
         self.offsets = offsets
         self.broker = broker
@@ -91,7 +113,14 @@ class ReviveService:
             if isinstance(action, ReadRevive):
                 actions.extend(flow.records_read(self._read_revive(action), self.clock()))
             elif isinstance(action, ReadMessage):
-                record = popped_record(self.log, action, self._record)
+                if action.broker_name == self.config.broker_name:
+                    record = popped_record(self.log, action, self._record)
+                else:
+                    found = await self._read_remote(action)
+                    if found is None:
+                        actions.extend(flow.read_failed(self.clock()))
+                        continue
+                    record = None if found is Unread.GONE else found
                 actions.extend(flow.message_read(record, self.clock()))
             elif isinstance(action, Revive):
                 ok = self.ensure_retry_topic(action.message.topic) if own else True
@@ -114,6 +143,43 @@ class ReviveService:
         return revive_records(self.log, self.topic, read, self.broker.confirm_offset,
                               self._record)
 
+
+    async def _read_remote(self, read: ReadMessage) -> MessageRecord | Unread | None:
+        """The message from its group's replicas: the record, ``GONE``, or None when
+        none of them could tell."""
+        route = await self._route(read.topic)
+        addresses = [] if route is None else replica_addresses(route, read.broker_name)
+        group = inner_consumer_group(self.config.broker_name, self.config.broker_id)
+        for address in addresses:
+            if self.rpc is None:
+                break
+            try:
+                reply = await self.rpc.invoke(rpc_address(address), RequestCode.PULL_MESSAGE,
+                                              pull_fields(read, group), timeout=REMOTE_TIMEOUT)
+            except RpcError as exc:
+                log.info("reading %s queue %d offset %d from %s failed: %s", read.topic,
+                         read.queue_id, read.offset, address, exc)
+                continue
+            found = answer(read, reply.code, reply.ext_fields, reply.body or b"")
+            if found is not Unread.NOT_HERE:
+                return found
+        log.info("no replica of %s answered for %s queue %d offset %d; the revive waits",
+                 read.broker_name, read.topic, read.queue_id, read.offset)
+        return None
+
+    async def _route(self, topic: str) -> TopicRouteData | None:
+        if self.rpc is None:
+            return None
+        for namesrv in self.config.namesrv_addr:
+            try:
+                reply = await self.rpc.invoke(rpc_address(namesrv),
+                                              RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                              {"topic": topic}, timeout=REMOTE_TIMEOUT)
+                if reply.code == ResponseCode.SUCCESS:
+                    return TopicRouteData.decode(reply.body or b"")
+            except (RpcError, TriomqError):
+                continue
+        return None
 
     def _record(self, physical: int) -> MessageRecord | None:
         try:

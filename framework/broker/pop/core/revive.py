@@ -22,9 +22,11 @@ confirmed by the replicas, which the scan cannot read: ACK_MESSAGE refuses a
 handle whose time has run out (``receipt.receipt_refusal``), so no ack
 can come later.
 
-A checkpoint of another broker (an acting master's escape, seed 003) would
-need that broker's message: reading it is not built, so it is dropped with
-a ``NotRevived``.
+A checkpoint of another broker group (a pop a slave acting for its absent
+master took, its checkpoint escaped here, seed 003) is revived here too: its
+``ReadMessage`` names that group, whose replicas the driver asks for the
+message. A read that reaches none of them (``read_failed``) is tried again
+after ``interval_ms``, as a failed put is; the checkpoint stays pending.
 """
 
 from __future__ import annotations
@@ -102,11 +104,14 @@ class ReadRevive:
 
 @attrs.frozen
 class ReadMessage:
-    """Read the record at ``offset`` of ``topic``'s ``queue_id``; answer ``message_read``."""
+    """Read the record at ``offset`` of ``topic``'s ``queue_id`` in broker group
+    ``broker_name`` (this broker's own log, or that group's replicas); answer
+    ``message_read``, or ``read_failed`` when no replica of another group answered."""
 
     topic: str
     queue_id: int
     offset: int
+    broker_name: str
 
 
 @attrs.frozen
@@ -252,6 +257,11 @@ class ReviveQueue:
                     *self._next(now_ms)]
         return [Revive(retry_message(pending.ck, record), pending.ck, offset)]
 
+    def read_failed(self, now_ms: int) -> list[ReviveAction]:
+        """The last ``ReadMessage`` of another group reached none of its replicas: the
+        revive is tried again after ``interval_ms``, and the checkpoint stays pending."""
+        return self.put_done(False, now_ms)
+
     def put_done(self, ok: bool, now_ms: int) -> list[ReviveAction]:
         """How the last ``Revive`` ended (``ok``: stored): a failed one is tried again after
         ``interval_ms``, and the checkpoint stays pending."""
@@ -302,20 +312,11 @@ class ReviveQueue:
             del self.pending[pending.ck.merge_key]
 
     def _revive_due(self, now_ms: int) -> list[ReviveAction]:
-        actions: list[ReviveAction] = []
         self._put_failed = False
         for key, pending in list(self.pending.items()):
-            if pending.ck.revive_time + self.margin_ms > now_ms:
-                continue
-            if pending.ck.broker_name != self.broker_name:
-                del self.pending[key]
-                actions.append(NotRevived(
-                    f"checkpoint {pending.revive_offset} is broker "
-                    f"{pending.ck.broker_name!r}'s: reviving another broker's messages is "
-                    f"not built"))
-                continue
-            self._work.extend((key, offset) for offset in pending.left)
-        return actions + self._next(now_ms)
+            if pending.ck.revive_time + self.margin_ms <= now_ms:
+                self._work.extend((key, offset) for offset in pending.left)
+        return self._next(now_ms)
 
     def _next(self, now_ms: int) -> list[ReviveAction]:
         if self._work:
@@ -324,7 +325,7 @@ class ReviveQueue:
             ck = self.pending[key].ck if key in self.pending else None
             if ck is None or offset not in self.pending[key].left:
                 return self._next(now_ms)
-            return [ReadMessage(ck.topic, ck.queue_id, offset)]
+            return [ReadMessage(ck.topic, ck.queue_id, offset, ck.broker_name)]
         self._current = None
         actions: list[ReviveAction] = []
         done = min((p.revive_offset for p in self.pending.values()),
