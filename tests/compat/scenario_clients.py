@@ -94,9 +94,11 @@ def java_argv(profile: str, home: Path, *args: str) -> list[str]:
     classpath = (target / "classpath.txt").read_text().strip() + os.pathsep \
         + str(target / "classes")
     assert JAVA is not None
-    # A quick start over peak speed; user.home is where RocketMQ's client writes its logs.
+    # A quick start over peak speed; user.home is where RocketMQ's client writes its logs,
+    # rocketmq.home.dir where 4.9's mqadmin reads its logging set-up (java_client writes it).
     return [JAVA, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto",
-            f"-Duser.home={home}", "-cp", classpath, "triomq.compat.Main", *args]
+            f"-Duser.home={home}", f"-Drocketmq.home.dir={home}", "-cp", classpath,
+            "triomq.compat.Main", *args]
 
 
 def parse(line: bytes) -> dict[str, Any]:
@@ -231,6 +233,11 @@ def java_client(cluster: Cluster, profile: str = "rocketmq-5") -> ScenarioClient
     """RocketMQ's Java client with Maven ``profile``'s jars."""
     require_java_build(profile)
     home = cluster.root / f"java-{profile}"
+    # RocketMQ 4.9's mqadmin runs no command without a logback file of its own under
+    # its home (its distribution's conf/logback_tools.xml): one logging nothing.
+    (home / "conf").mkdir(parents=True, exist_ok=True)
+    (home / "conf" / "logback_tools.xml").write_text(
+        '<configuration><root level="OFF"/></configuration>\n')
     return ScenarioClient(cluster, partial(java_argv, profile, home), home)
 
 

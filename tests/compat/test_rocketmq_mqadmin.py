@@ -483,3 +483,84 @@ async def test_mqadmin_clean_broker_metadata_forgets_a_dead_replica_only(
     sent = await cluster.send(3)
     got = await cluster.read_all(3)
     assert sorted(m.msg_id for m in got) == sorted(r.msg_id for r in sent)
+
+
+async def test_rocketmq_4_mqadmin_broker_and_name_server_commands(
+        cluster: CompatCluster) -> None:
+    """RocketMQ 4.9.8's mqadmin: its broker, topic, group, message and name-server
+    commands print what the cluster holds, as 5.3.3's do (4.9 has no controller)."""
+    sent = await cluster.send(8)
+    await read_until(cluster.app, cluster.namesrv, lambda got: len(got) >= 8, group="admin-group")
+    namesrv = cluster.namesrv[0].removeprefix("tcp://")
+    n = ["-n", namesrv]
+    nodes = cluster.cluster
+    master = cluster.master_address.removeprefix("tcp://")
+    replicas = {nodes.node(name).address.removeprefix("tcp://") for name in nodes.broker_names}
+    commands = {
+        "clusterList": ["clusterList", *n],
+        "clusterListMore": ["clusterList", *n, "-m"],
+        "topicRoute": ["topicRoute", *n, "-t", TOPIC],
+        "topicStatus": ["topicStatus", *n, "-t", TOPIC],
+        "topicList": ["topicList", *n],
+        "topicClusterList": ["topicClusterList", *n, "-t", TOPIC],
+        "brokerStatus": ["brokerStatus", *n, "-b", master],
+        "getBrokerConfig": ["getBrokerConfig", *n, "-b", master],
+        "consumerProgress": ["consumerProgress", *n, "-g", "admin-group"],
+        "brokerConsumeStats": ["brokerConsumeStats", *n, "-b", master],
+        "queryMsgById": ["queryMsgById", *n, "-i", sent[1].offset_msg_id],
+        "queryMsgByKey": ["queryMsgByKey", *n, "-t", TOPIC, "-k", "m-2"],
+        "sendMessage": ["sendMessage", *n, "-t", TOPIC, "-p", "from mqadmin 4"],
+        "updateTopic": ["updateTopic", *n, "-c", "DefaultCluster", "-t", "Topic4", "-r", "2",
+                        "-w", "2"],
+        "updateSubGroup": ["updateSubGroup", *n, "-c", "DefaultCluster", "-g", "group-4"],
+        "getNamesrvConfig": ["getNamesrvConfig", *n],
+        "updateKvConfig": ["updateKvConfig", *n, "-s", "ns-4", "-k", "k", "-v", "v"],
+        "wipeWritePerm": ["wipeWritePerm", *n, "-b", BROKER_NAME],
+        "addWritePerm": ["addWritePerm", *n, "-b", BROKER_NAME],
+    }
+    ran = await java_client(cluster.cluster, "rocketmq-4").mqadmin(*commands.values())
+    assert all(r["exit"] is None and not r["err"] for r in ran), ran
+    out = {name: r["out"] for name, r in zip(commands, ran, strict=True)}
+    per_queue = Counter(r.message_queue.queue_id for r in sent)
+
+    # Every replica by its address, the master as id 0; the master took today's 8.
+    listed = rows(out["clusterList"])
+    assert {(row[0], row[1], row[3], row[4]) for row in listed} \
+        == {("DefaultCluster", BROKER_NAME, address, "V5_3_3") for address in replicas}
+    assert [row[2] for row in listed if row[3] == master] == ["0"]
+    assert sorted(tuple(row[2:]) for row in rows(out["clusterListMore"])) \
+        == [("0", "0", "0", "0"), ("0", "0", "0", "0"), ("0", "0", "8", "8")]
+    assert f'0:"{master}"' in out["topicRoute"]
+    assert [row[:4] for row in rows(out["topicStatus"])] == [
+        [BROKER_NAME, str(q), "0", str(per_queue[q])] for q in range(QUEUES)]
+    assert {TOPIC, "TBW102"} <= set(out["topicList"].split())
+    assert out["topicClusterList"].split() == ["DefaultCluster"]
+    status = fields(out["brokerStatus"])
+    assert (status["brokerName"], status["brokerRole"], status["msgPutTotalTodayNow"]) \
+        == (BROKER_NAME, "MASTER", "8")
+    assert settings(out["getBrokerConfig"])["brokerName"] == BROKER_NAME
+    assert [row[:6] for row in rows(out["consumerProgress"])] == [
+        [TOPIC, BROKER_NAME, str(q), str(per_queue[q]), str(per_queue[q]), "0"]
+        for q in range(QUEUES)]
+    assert sorted((row[3], row[4], row[5]) for row in rows(out["brokerConsumeStats"])
+                  if row[1] == "admin-group") == [
+        (str(q), str(per_queue[q]), str(per_queue[q])) for q in range(QUEUES)]
+
+    found = fields(out["queryMsgById"])
+    assert (found["Topic"], found["Keys"], found["Queue ID"], found["Queue Offset"]) == (
+        TOPIC, "[m-1]", str(sent[1].message_queue.queue_id), str(sent[1].queue_offset))
+    assert rows(out["queryMsgByKey"]) == [
+        [sent[2].msg_id, str(sent[2].message_queue.queue_id), str(sent[2].queue_offset)]]
+    ((broker, _, status_, msg_id),) = rows(out["sendMessage"])
+    assert (broker, status_) == (BROKER_NAME, "SEND_OK")
+    (stored,) = [m for m in await cluster.read_all(9) if m.msg_id == msg_id]
+    assert stored.body == b"from mqadmin 4"
+
+    assert f"create topic to {master} success." in out["updateTopic"]
+    assert f"create subscription group to {master} success." in out["updateSubGroup"]
+    assert settings(out["getNamesrvConfig"])["listenPort"] == namesrv.rpartition(":")[2]
+    assert "create or update kv config to namespace success." in out["updateKvConfig"]
+    assert f"wipe write perm of broker[{BROKER_NAME}] in name server[{namesrv}] OK" \
+        in out["wipeWritePerm"]
+    assert f"add write perm of broker[{BROKER_NAME}] in name server[{namesrv}] OK" \
+        in out["addWritePerm"]
