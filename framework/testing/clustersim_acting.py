@@ -37,6 +37,11 @@ Invariants (a ``Violation`` names the seed and its replay command):
 - with strict locks (``lock_in_strict_mode``, half the runs:
   ``clustersim_acting_locks``), at most one orderly client holds a queue's
   lock at any time, across the acting slave and the returning master;
+- with pops (half the runs: ``clustersim_acting_pops``), served by the master
+  or the acting slave and revived wherever their checkpoints went (``b0``
+  reading an acting slave's popped messages from its group): no broker
+  revives a message whose ack it read, none is lost from its log, and once
+  healed every acknowledged pop is acked or revived;
 - route safety: a name server routes the group's id 0 either to the
   registered master or, without one, to a slave with the group's queues
   read-only;
@@ -68,6 +73,7 @@ from triomq.testing.clustersim_acting_locks import (
     LockResponse,
     OrderlyClients,
 )
+from triomq.testing.clustersim_acting_pops import POP_HEAL_LIMIT_MS, ActingPops
 from triomq.testing.clustersim_namesrv import (
     NamesrvRequest,
     NamesrvResponse,
@@ -163,11 +169,11 @@ class ActingSimulation:
 
     def __init__(self, seed: int, *, chaos: bool = True, namesrvs: int | None = None,
                  escape_while_acting: bool = True, offsets_by_queue: bool = False,
-                 locks: bool | None = None) -> None:
+                 locks: bool | None = None, pops: bool | None = None) -> None:
         self.seed = seed
         #: The options given beyond the seed (a replay names them).
         self._options = {"chaos": chaos, **{k: v for k, v in (
-            ("namesrvs", namesrvs), ("locks", locks)) if v is not None}}
+            ("namesrvs", namesrvs), ("locks", locks), ("pops", pops)) if v is not None}}
         if not escape_while_acting:
             self._options["escape_while_acting"] = False
         if offsets_by_queue:
@@ -191,6 +197,10 @@ class ActingSimulation:
         locks_rng = random.Random(f"locks-{seed}")
         self.locks = locks if locks is not None else locks_rng.random() < 0.5
         self.orderly = OrderlyClients(self, locks_rng) if self.locks else None
+        # Pops in half the runs, from a stream of their own.
+        pops_rng = random.Random(f"pops-{seed}")
+        popping = pops if pops is not None else pops_rng.random() < 0.5
+        self.pops = ActingPops(self, pops_rng) if popping else None
         self._request_id = 0
         self.down_until: dict[str, int] = {}
         self.crashed_at: dict[str, int] = {}
@@ -405,6 +415,8 @@ class ActingSimulation:
         self._consume()
         if self.orderly is not None:
             self.orderly.step()
+        if self.pops is not None:
+            self.pops.step(popping=self.now < CHAOS_MS)
 
     def run_for(self, ms: int) -> None:
         end = self.now + ms
@@ -447,6 +459,10 @@ class ActingSimulation:
                            "the master online and routed as id 0")
             self.run_until(lambda: not self.undelivered(), DELIVER_HEAL_LIMIT_MS,
                            "every acknowledged delayed message delivered")
+            if self.pops is not None:
+                pops = self.pops
+                self.run_until(lambda: not pops.unresolved(), POP_HEAL_LIMIT_MS,
+                               "every acknowledged pop acked or revived")
         except Violation as violation:
             return self._result(ok=False, violation=str(violation))
         return self._result(ok=True)

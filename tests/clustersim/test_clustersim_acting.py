@@ -2,8 +2,9 @@
 
 A master that crashes leaves its smallest alive slave acting (the name
 servers route it as id 0, read-only), whose delayed messages escape to the
-other group's master; the master that returns takes the slave's newer
-tables back before it registers. Each invariant is shown to catch a broken
+other group's master, as do the checkpoints and acks of the pops it serves;
+the master that returns takes the slave's newer tables back before it
+registers. Each invariant is shown to catch a broken
 rule.
 """
 
@@ -14,11 +15,13 @@ from collections.abc import Callable
 import pytest
 
 from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
+from triomq.broker.pop.core.revive import ReviveQueue
 from triomq.broker.registration.core.member_group import GroupWatch
 from triomq.broker.registration.core.pre_online import PreOnline
 from triomq.broker.send.core.put_checks import BrokerState
 from triomq.testing.clustersim_acting import ActingSimulation, run_seed, run_seeds
 from triomq.testing.clustersim_acting_broker import StaticBroker
+from triomq.testing.clustersim_acting_pops import ActingPops
 from triomq.testing.clustersim_net import TaskGen
 from triomq.testing.seeds import Violation
 
@@ -139,3 +142,43 @@ def test_only_the_smallest_alive_slave_acts() -> None:
     watch = sim.brokers["a2"].watch
     assert isinstance(watch, GroupWatch) and watch.min_broker_id == 0  # the master is back
     assert not sim.brokers["a2"].acting
+
+
+def _pops_resolved(sim: ActingSimulation) -> None:
+    pops = sim.pops
+    assert pops is not None
+    sim.run_until(lambda: not pops.unresolved(), 20_000,
+                  "every acknowledged pop acked or revived")
+
+
+def test_an_acting_slaves_pops_are_revived_by_the_master_its_checkpoints_went_to() -> None:
+    sim = ActingSimulation(5, chaos=False, namesrvs=1, pops=True)
+    _master_away(sim)
+    _pops_resolved(sim)
+    pops = sim.pops
+    assert pops is not None and pops.acting_pops  # a1 served pops while it acted
+    # b0 revived them, reading the messages from broker-a; a1 wrote no log of its own.
+    assert pops.remote_revives
+    slave, master_log = sim.brokers["a1"].log, sim.brokers["a0"].log
+    assert slave.data == master_log.data[:slave.max_offset]
+
+
+def test_a_revive_that_cannot_read_another_groups_message_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The broken rule: b0 never finds the acting slave's popped messages.
+    monkeypatch.setattr(ActingPops, "_read_remote", lambda self, broker, read: None)
+    sim = ActingSimulation(5, chaos=False, namesrvs=1, pops=True)
+    _master_away(sim)
+    with pytest.raises(Violation, match="every acknowledged pop acked or revived"):
+        _pops_resolved(sim)
+
+
+def test_a_revive_of_a_message_whose_ack_was_read_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The broken rule: the revive flow drops acks, so b0 revives what the consumer acked
+    # through the acting slave.
+    monkeypatch.setattr(ReviveQueue, "_ack", lambda self, ack: None)
+    sim = ActingSimulation(7, chaos=False, namesrvs=1, pops=True)
+    with pytest.raises(Violation, match=r"b0 revives .* whose ack it read"):
+        _master_away(sim)
+        _pops_resolved(sim)
