@@ -3,6 +3,7 @@
 Run from the repository root::
 
     .venv/bin/python benchmarks/acting_master.py [--trials 5] [--seconds 3]
+                                                 [--vanish-trials 3]
 
 One process, real TCP: a name server (``support_acting_master``, scan every
 100 ms), broker group ``broker-a`` (master ``a0``, slave ``a1`` with
@@ -23,6 +24,14 @@ the defaults otherwise (mmap store, ``flush_policy = "none"``); topic
   when ``a1`` starts acting and so handed on to ``b0`` as a timer message,
   reaches ``orders`` on ``b0`` (its lateness too). ``a0`` then returns,
   ``a1`` stops acting, and the next trial starts.
+- **From a vanished host**: the same three first times, from the moment
+  ``a0`` goes silent with its connections left open (the in-process
+  transport holding back every byte to and from it, as a host that
+  vanishes or a cable cut does), over a cluster of its own each trial
+  (``--vanish-trials``), on the in-process transport, every broker and
+  name-server setting the default but the scan: the name server drops
+  ``a0`` ``broker_not_active_timeout`` (10 s) after its last heartbeat, at
+  its next scan, and tells ``a1``.
 - **The escape bridges' rate**: 64 tasks putting 1 KiB messages for
   ``--seconds`` through ``a1``'s ``container`` bridge (a put on ``b0``'s
   put flow in this process) and then its ``remote`` bridge
@@ -46,6 +55,7 @@ import trio
 
 from triomq.broker.core.escape_bridge import EscapedMessage
 from triomq.config import NodeConfig
+from triomq.plugins.transport_inproc import get_network
 from triomq.settings import from_mapping
 from triomq.testing.cluster import Cluster, free_tcp_port, open_cluster
 from triomq.testing.direct_send import DirectProducer
@@ -58,8 +68,13 @@ BODY = b"x" * 1024
 class Nodes:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.listen = {n: f"tcp://127.0.0.1:{free_tcp_port()}" for n in ("a0", "a1", "b0")}
-        self.ha = {n: free_tcp_port() for n in self.listen}
+        tcp = cluster.transport == "tcp"
+        names = ("a0", "a1", "b0")
+        self.listen = {n: f"tcp://127.0.0.1:{free_tcp_port()}" if tcp else f"inproc://{n}"
+                       for n in names}
+        self.ha = {n: free_tcp_port() if tcp else 0 for n in names}
+        self.ha_master = (f"tcp://127.0.0.1:{self.ha['a0']}" if tcp
+                          else f"{self.listen['a0']}-ha")
 
     def config(self, name: str) -> NodeConfig:
         data = self.cluster._base(name, "broker", self.listen[name])
@@ -67,7 +82,7 @@ class Nodes:
         data["broker"] = {
             "broker_name": f"broker-{name[0]}", "broker_id": broker_id, "master_epoch": 1,
             "ha_listen_port": self.ha[name], "flush_policy": "none",
-            "ha_master_address": f"tcp://127.0.0.1:{self.ha['a0']}" if broker_id else "",
+            "ha_master_address": self.ha_master if broker_id else "",
             "namesrv_addr": list(self.cluster.namesrv_addresses.values()),
             "enable_slave_acting_master": True, "enable_remote_escape": True,
             "message_delay_level": "1s 5s",
@@ -110,6 +125,21 @@ async def trial(cluster: Cluster, nodes: Nodes, client, namesrv: str) -> tuple[f
     await until(lambda: _true(a1.replicas.confirm_offset >= a0.log.max_offset))
     start = time.perf_counter()
     await cluster.kill("a0")
+    acting, route, pull = await first_serves(client, nodes, namesrv, a1)
+
+    def arrived(level: int):
+        return lambda: _true(on_b0(level) > before[level])
+    delivered = await until(arrived(1))
+    handed_on = await until(arrived(2), timeout=60)
+    await nodes.start("a0")
+    await until(lambda: _true(not a1.acting))
+    return (acting - start, route - start, pull - start, delivered - due[1],
+            handed_on - due[2])
+
+
+async def first_serves(client, nodes: Nodes, namesrv: str, a1) -> tuple[float, float, float]:
+    """When ``a1`` acts, a route first names it id 0, and a pull to it is answered
+    FOUND."""
     acting = await until(lambda: _true(a1.acting))
 
     async def routed() -> bool:
@@ -125,16 +155,7 @@ async def trial(cluster: Cluster, nodes: Nodes, client, namesrv: str) -> tuple[f
                   "subVersion": "0"}
         answer = await client.rpc.invoke(nodes.listen["a1"], PULL_MESSAGE, header)
         return answer.code == 0
-    pull = await until(pulled)
-
-    def arrived(level: int):
-        return lambda: _true(on_b0(level) > before[level])
-    delivered = await until(arrived(1))
-    handed_on = await until(arrived(2), timeout=60)
-    await nodes.start("a0")
-    await until(lambda: _true(not a1.acting))
-    return (acting - start, route - start, pull - start, delivered - due[1],
-            handed_on - due[2])
+    return acting, route, await until(pulled)
 
 
 async def _true(value: bool) -> bool:
@@ -158,41 +179,65 @@ async def rate(put, seconds: float) -> float:
     return count / (time.perf_counter() - start)
 
 
+async def start_groups(cluster: Cluster) -> tuple[Nodes, object, str]:
+    """The name server and the three brokers started, ``orders`` on both groups and one
+    message in queue 1 for the pulls to find; the nodes, a client node, the name server."""
+    cluster.namesrv_config = lambda name: from_mapping(NodeConfig, {
+        **cluster._base(name, "nameserver", cluster.namesrv_addresses[name]),
+        "namesrv": {"support_acting_master": True, "scan_not_active_broker_interval": 100}})
+    (namesrv,) = cluster.namesrv_addresses.values()
+    await cluster.start_namesrvs()
+    nodes = Nodes(cluster)
+    for name in ("a0", "a1", "b0"):
+        await nodes.start(name)
+    client = await cluster.start("client")
+    for name in ("a0", "b0"):
+        fields = {"topic": "orders", "readQueueNums": "4", "writeQueueNums": "4",
+                  "perm": "6"}
+        answer = await client.rpc.invoke(cluster.node(name).address, CREATE_TOPIC, fields)
+        assert answer.code == 0, answer.remark
+    await DirectProducer(client.rpc, cluster.node("a0").address).send(
+        "orders", BODY, queue_id=1)
+    a1 = cluster.broker("a1")
+    await until(lambda: _true("orders" in a1.topics.table))  # the slave's copy
+    return nodes, client, namesrv
+
+
+async def vanish_trial(root: Path) -> tuple[float, ...]:
+    """A cluster of its own on the in-process transport, ``a0`` silenced."""
+    async with open_cluster(root, transport="inproc", controllers=0, brokers=0,
+                            namesrvs=1) as cluster:
+        nodes, client, namesrv = await start_groups(cluster)
+        a0, a1 = cluster.broker("a0"), cluster.broker("a1")
+        await until(lambda: _true(a1.replicas.confirm_offset >= a0.log.max_offset))
+        network = get_network(cluster.network)
+        start = time.perf_counter()
+        network.isolate(nodes.listen["a0"])
+        network.isolate(nodes.ha_master)
+        times = await first_serves(client, nodes, namesrv, a1)
+        network.heal()
+        return tuple(t - start for t in times)
+
+
+def print_times(title: str, names: list[str], rows: list[tuple[float, ...]]) -> None:
+    print(f"| {title} ({len(rows)} trials) | p50 | max |")
+    print("| --- | ---: | ---: |")
+    for i, name in enumerate(names):
+        values = [row[i] * 1000 for row in rows]
+        print(f"| {name} | {round(statistics.median(values)):,} | {round(max(values)):,} |")
+
+
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="triomq-acting-bench-") as tmp:
         async with open_cluster(Path(tmp), transport="tcp", controllers=0, brokers=0,
                                 namesrvs=1) as cluster:
-            cluster.namesrv_config = lambda name: from_mapping(NodeConfig, {
-                **cluster._base(name, "nameserver", cluster.namesrv_addresses[name]),
-                "namesrv": {"support_acting_master": True,
-                            "scan_not_active_broker_interval": 100}})
-            (namesrv,) = cluster.namesrv_addresses.values()
-            await cluster.start_namesrvs()
-            nodes = Nodes(cluster)
-            for name in ("a0", "a1", "b0"):
-                await nodes.start(name)
-            client = await cluster.start("client")
-            for name in ("a0", "b0"):
-                fields = {"topic": "orders", "readQueueNums": "4", "writeQueueNums": "4",
-                          "perm": "6"}
-                answer = await client.rpc.invoke(cluster.node(name).address, CREATE_TOPIC,
-                                                 fields)
-                assert answer.code == 0, answer.remark
-            # One message in queue 1 for the pulls to find.
-            await DirectProducer(client.rpc, cluster.node("a0").address).send(
-                "orders", BODY, queue_id=1)
+            nodes, client, namesrv = await start_groups(cluster)
             a1 = cluster.broker("a1")
-            await until(lambda: _true("orders" in a1.topics.table))  # the slave's copy
             rows = [await trial(cluster, nodes, client, namesrv) for _ in range(args.trials)]
-            print(f"| from the kill, ms ({args.trials} trials) | p50 | max |")
-            print("| --- | ---: | ---: |")
-            names = ["the slave acts", "the route names it id 0", "a pull answered FOUND",
-                     "the delayed message delivered, after it came due",
-                     "the one handed on not yet due, delivered by b0 after it came due"]
-            for i, name in enumerate(names):
-                values = [row[i] * 1000 for row in rows]
-                p50, top = round(statistics.median(values)), round(max(values))
-                print(f"| {name} | {p50:,} | {top:,} |")
+            served = ["the slave acts", "the route names it id 0", "a pull answered FOUND"]
+            print_times("from the kill, ms", [
+                *served, "the delayed message delivered, after it came due",
+                "the one handed on not yet due, delivered by b0 after it came due"], rows)
 
             plugins = cluster.node("a1").plugins
             container = plugins.escape_bridge("container")(cluster.node("a1"))
@@ -218,10 +263,16 @@ async def main(args: argparse.Namespace) -> None:
             for name, bridge in (("container", container), ("remote", remote)):
                 value = await rate(escaped(bridge), args.seconds)
                 print(f"| a1's {name} bridge onto b0 | {value:,.0f} | {value / base:.0%} |")
+        if args.vanish_trials:
+            rows = [await vanish_trial(Path(tmp) / f"vanish-{n}")
+                    for n in range(args.vanish_trials)]
+            print()
+            print_times("from the host's silence, ms", served, rows)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--vanish-trials", type=int, default=3)
     trio.run(main, parser.parse_args())

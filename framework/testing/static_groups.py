@@ -5,12 +5,9 @@ For tests and the acting-master demo: node ``<letter><id>`` is broker id
 id 0; every one with ``enable_slave_acting_master``, and timings short
 enough that a slave acts within a second or two of its master's end::
 
-    async with open_cluster(tmp_path, controllers=0, brokers=0, namesrvs=1,
-                            namesrv=ACTING_NAMESRV) as cluster:
-        await cluster.start_namesrvs()
-        groups = Groups(cluster, message_delay_level="100ms 2s")
-        for name in ("a0", "a1", "b0"):
-            await groups.start(name)
+    async with open_static_groups(tmp_path, ("a0", "a1", "b0"),
+                                  message_delay_level="100ms 2s") as (cluster, groups):
+        ...
 
 A node started again (``start`` after ``Cluster.kill``) keeps its addresses
 and its store.
@@ -18,14 +15,17 @@ and its store.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from triomq.config import NodeConfig
 from triomq.runtime import Node
 from triomq.settings import from_mapping
-from triomq.testing.cluster import Cluster, free_tcp_port
+from triomq.testing.cluster import Cluster, free_tcp_port, open_cluster
 
-__all__ = ["ACTING_NAMESRV", "Groups", "acting_namesrv"]
+__all__ = ["ACTING_NAMESRV", "Groups", "acting_namesrv", "open_static_groups"]
 
 #: ``[namesrv]`` keys of name servers that route acting masters, scanning every 100 ms.
 ACTING_NAMESRV = {"support_acting_master": True, "scan_not_active_broker_interval": 100}
@@ -91,3 +91,19 @@ class Groups:
         """The address as routes carry it."""
         self._addresses(name)
         return self.listen[name].removeprefix("tcp://")
+
+
+@asynccontextmanager
+async def open_static_groups(root: Path, names: Sequence[str], *, transport: str = "inproc",
+                             **broker: Any) -> AsyncIterator[tuple[Cluster, Groups]]:
+    """A cluster of one name server that routes acting masters (and no controllers),
+    started, with the static groups' nodes ``names`` started in order; ``broker``: more
+    ``[broker]`` keys of each."""
+    async with open_cluster(root, transport=transport, controllers=0, brokers=0,
+                            namesrvs=1) as cluster:
+        acting_namesrv(cluster)
+        await cluster.start_namesrvs()
+        groups = Groups(cluster, **broker)
+        for name in names:
+            await groups.start(name)
+        yield cluster, groups

@@ -20,13 +20,10 @@ from typing import TYPE_CHECKING
 
 from triomq.broker.core.codes import ResponseCode
 from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
-from triomq.broker.registration.namesrv_client import rpc_address
+from triomq.broker.registration.namesrv_client import query_route, rpc_address
 from triomq.clock import epoch_ms
-from triomq.errors import TriomqError
 from triomq.plugins.acting_master.core.remote_escape import escape_targets, send_fields
-from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.request_codes import RequestCode
-from triomq.protocol.route import TopicRouteData
 from triomq.protocol.unique_id import UniqueIdGenerator
 from triomq.rpc import RpcError
 
@@ -54,7 +51,8 @@ class RemoteEscapeBridge:
     async def put_message(self, message: EscapedMessage) -> EscapeResult:
         if not self.config.enable_remote_escape:
             return _refused("enable_remote_escape is off: no escape to another group's master")
-        route = await self._route(message.topic)
+        route = await query_route(self.node.rpc, self.config.namesrv_addr, message.topic,
+                                  timeout=TIMEOUT)
         if route is None:
             return _refused(f"no name server routes topic {message.topic}")
         targets = escape_targets(route, own_group=self.config.broker_name,
@@ -78,19 +76,6 @@ class RemoteEscapeBridge:
             if result.stored:
                 return result
         return result
-
-    async def _route(self, topic: str) -> TopicRouteData | None:
-        for namesrv in self.config.namesrv_addr:
-            try:
-                answer: RemotingCommand = await self.node.rpc.invoke(
-                    rpc_address(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                    {"topic": topic}, timeout=TIMEOUT)
-                if answer.code == ResponseCode.SUCCESS:
-                    return TopicRouteData.decode(answer.body or b"")
-            except (RpcError, TriomqError):
-                continue
-        return None
-
 
 def _refused(remark: str) -> EscapeResult:
     return EscapeResult(ResponseCode.SERVICE_NOT_AVAILABLE, remark)

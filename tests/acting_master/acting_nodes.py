@@ -11,9 +11,10 @@ from triomq.broker.core.escape_bridge import EscapeResult
 from triomq.broker.core.headers import parse_offset_msg_id
 from triomq.broker.service import Broker
 from triomq.protocol.message import MessageRecord
-from triomq.testing.static_groups import Groups, acting_namesrv
+from triomq.testing.static_groups import Groups, acting_namesrv, open_static_groups
 
-__all__ = ["Groups", "SlaveBridgeTarget", "acting_namesrv", "create_topic", "route", "wait_for"]
+__all__ = ["Groups", "SlaveBridgeTarget", "acting_namesrv", "create_topic",
+           "open_static_groups", "route", "wait_for"]
 
 GET_ROUTEINFO_BY_TOPIC = 105
 CREATE_TOPIC = 17

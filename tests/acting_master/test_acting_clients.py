@@ -10,14 +10,13 @@ from collections import Counter
 
 import pytest
 import trio
-from acting_nodes import Groups, acting_namesrv, create_topic, route, wait_for
+from acting_nodes import create_topic, open_static_groups, route, wait_for
 
 from triomq.client.core.consume_from import ConsumeFromWhere
 from triomq.client.core.listener import ConsumeConcurrentlyStatus, MessageListenerConcurrently
 from triomq.client.core.message import Message, MessageExt
 from triomq.client.producer import Producer
 from triomq.client.push_consumer import PushConsumer
-from triomq.testing.cluster import open_cluster
 
 FAST = {"rebalance_interval": 0.2, "persist_consumer_offset_interval": 0.1,
         "pull_delay_on_exception": 0.1,
@@ -26,14 +25,9 @@ FAST = {"rebalance_interval": 0.2, "persist_consumer_offset_interval": 0.1,
 
 @pytest.mark.parametrize("transport", ["inproc", "tcp"])
 async def test_producer_and_push_consumer_follow_the_acting_route(tmp_path, transport):
-    async with open_cluster(tmp_path, transport=transport, controllers=0, brokers=0,
-                            namesrvs=1) as cluster:
-        acting_namesrv(cluster)
+    async with open_static_groups(tmp_path, ("a0", "a1", "b0"), transport=transport,
+                                  consumer_offset_update_version_step=1) as (cluster, groups):
         (namesrv,) = cluster.namesrv_addresses.values()
-        await cluster.start_namesrvs()
-        groups = Groups(cluster, consumer_offset_update_version_step=1)
-        for name in ("a0", "a1", "b0"):
-            await groups.start(name)
         client = await cluster.start("client")
         for name in ("a0", "b0"):
             await create_topic(client, cluster.node(name).address, "orders")

@@ -13,13 +13,12 @@ comes back. The waits are liveness bounds.
 from __future__ import annotations
 
 import pytest
-from acting_nodes import Groups, acting_namesrv, create_topic, route, wait_for
+from acting_nodes import create_topic, open_static_groups, route, wait_for
 from test_acting_revive import pop_fields, send_fields
 from trio.testing import MockClock
 
 from triomq.broker.pop.core.receipt import REVIVE_GROUP
 from triomq.client.core.message import decode_messages
-from triomq.testing.cluster import open_cluster
 
 ACK_MESSAGE, SEND_MESSAGE_V2, POP_MESSAGE = 200051, 310, 200050
 CHANGE_MESSAGE_INVISIBLETIME = 200053
@@ -51,15 +50,11 @@ def ack_fields(queue_offset: int, extra: str, **more: str) -> dict[str, str]:
     ("inproc", ["container"]), ("tcp", ["container"]), ("tcp", ["remote"])])
 async def test_an_acting_slave_pops_and_another_master_revives_what_was_not_acked(
         tmp_path, transport, bridges, autojump):
-    async with open_cluster(tmp_path, transport=transport, controllers=0, brokers=0,
-                            namesrvs=1) as cluster:
-        acting_namesrv(cluster)
+    async with open_static_groups(tmp_path, ("a0", "a1", "b0"), transport=transport,
+                                  acting_escape_bridges=bridges,
+                                  enable_remote_escape="remote" in bridges,
+                                  revive_interval=500) as (cluster, _):
         (namesrv,) = cluster.namesrv_addresses.values()
-        await cluster.start_namesrvs()
-        groups = Groups(cluster, acting_escape_bridges=bridges,
-                        enable_remote_escape="remote" in bridges, revive_interval=500)
-        for name in ("a0", "a1", "b0"):
-            await groups.start(name)
         client = await cluster.start("client")
         a0, a1, b0 = (cluster.node(name).address for name in ("a0", "a1", "b0"))
         await create_topic(client, a0, "orders")
@@ -119,13 +114,8 @@ async def test_an_acting_slave_pops_and_another_master_revives_what_was_not_acke
 
 
 async def test_a_slave_not_acting_refuses_pops(tmp_path, autojump):
-    async with open_cluster(tmp_path, transport="inproc", controllers=0, brokers=0,
-                            namesrvs=1) as cluster:
-        acting_namesrv(cluster)
-        await cluster.start_namesrvs()
-        groups = Groups(cluster, acting_escape_bridges=["container"])
-        for name in ("a0", "a1"):
-            await groups.start(name)
+    async with open_static_groups(tmp_path, ("a0", "a1"), transport="inproc",
+                                  acting_escape_bridges=["container"]) as (cluster, _):
         client = await cluster.start("client")
         await create_topic(client, cluster.node("a0").address, "orders")
         slave = cluster.broker("a1")

@@ -14,11 +14,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from acting_nodes import GET_ROUTEINFO_BY_TOPIC, Groups, acting_namesrv, create_topic, wait_for
+from acting_nodes import (
+    GET_ROUTEINFO_BY_TOPIC,
+    create_topic,
+    open_static_groups,
+    wait_for,
+)
 from trio.testing import MockClock
 
 from triomq.client.core.message import decode_messages
-from triomq.testing.cluster import open_cluster
 
 SEND_MESSAGE_V2, POP_MESSAGE = 310, 200050
 SUCCESS = 0
@@ -55,15 +59,11 @@ async def routed(client, namesrv: str, topic: str, groups: int) -> None:
     ("inproc", ["container"]), ("tcp", ["container"]), ("tcp", ["remote"])])
 async def test_an_unacked_pop_is_revived_onto_another_master(tmp_path, transport, bridges,
                                                              autojump):
-    async with open_cluster(tmp_path, transport=transport, controllers=0, brokers=0,
-                            namesrvs=1) as cluster:
-        acting_namesrv(cluster)
+    async with open_static_groups(tmp_path, ("a0", "a1", "b0"), transport=transport,
+                                  acting_escape_bridges=bridges,
+                                  enable_remote_escape="remote" in bridges,
+                                  revive_interval=500) as (cluster, _):
         (namesrv,) = cluster.namesrv_addresses.values()
-        await cluster.start_namesrvs()
-        groups = Groups(cluster, acting_escape_bridges=bridges,
-                        enable_remote_escape="remote" in bridges, revive_interval=500)
-        for name in ("a0", "a1", "b0"):
-            await groups.start(name)
         client = await cluster.start("client")
         a0, b0 = (cluster.node(name).address for name in ("a0", "b0"))
         await create_topic(client, a0, "orders")

@@ -6,9 +6,7 @@ log: through the ``container`` bridge (a master in the same process) and through
 from __future__ import annotations
 
 import pytest
-from acting_nodes import Groups, acting_namesrv, create_topic, route, wait_for
-
-from triomq.testing.cluster import open_cluster
+from acting_nodes import create_topic, open_static_groups, route, wait_for
 
 SEND_MESSAGE_V2 = 310
 #: A delayed message of level 2 waits 2 s: the master is gone before it is due.
@@ -30,15 +28,10 @@ def records(broker, topic: str) -> list:
 @pytest.mark.parametrize(("transport", "bridges"), [
     ("inproc", ["container"]), ("tcp", ["container"]), ("tcp", ["remote"])])
 async def test_due_messages_are_escaped_while_the_master_is_gone(tmp_path, transport, bridges):
-    async with open_cluster(tmp_path, transport=transport, controllers=0, brokers=0,
-                            namesrvs=1) as cluster:
-        acting_namesrv(cluster)
+    async with open_static_groups(tmp_path, ("a0", "a1", "b0"), transport=transport,
+                                  message_delay_level=LEVELS, acting_escape_bridges=bridges,
+                                  enable_remote_escape="remote" in bridges) as (cluster, _):
         (namesrv,) = cluster.namesrv_addresses.values()
-        await cluster.start_namesrvs()
-        groups = Groups(cluster, message_delay_level=LEVELS, acting_escape_bridges=bridges,
-                        enable_remote_escape="remote" in bridges)
-        for name in ("a0", "a1", "b0"):
-            await groups.start(name)
         client = await cluster.start("client")
         for name in ("a0", "b0"):
             await create_topic(client, cluster.node(name).address, "orders")
@@ -75,15 +68,10 @@ async def test_messages_not_due_are_handed_on_for_their_time(tmp_path, transport
     timer messages for when they are due; the acting slave's delay offset and timer
     checkpoint move past them (a returning master takes those back: it does not deliver
     them again)."""
-    async with open_cluster(tmp_path, transport=transport, controllers=0, brokers=0,
-                            namesrvs=1) as cluster:
-        acting_namesrv(cluster)
+    async with open_static_groups(tmp_path, ("a0", "a1", "b0"), transport=transport,
+                                  message_delay_level="100ms 2s 1m", acting_escape_bridges=bridges,
+                                  enable_remote_escape="remote" in bridges) as (cluster, _):
         (namesrv,) = cluster.namesrv_addresses.values()
-        await cluster.start_namesrvs()
-        groups = Groups(cluster, message_delay_level="100ms 2s 1m",
-                        acting_escape_bridges=bridges, enable_remote_escape="remote" in bridges)
-        for name in ("a0", "a1", "b0"):
-            await groups.start(name)
         client = await cluster.start("client")
         for name in ("a0", "b0"):
             await create_topic(client, cluster.node(name).address, "orders")

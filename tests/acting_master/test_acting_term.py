@@ -14,7 +14,7 @@ import json
 
 import pytest
 import trio
-from acting_nodes import Groups, acting_namesrv, create_topic, route, wait_for
+from acting_nodes import Groups, acting_namesrv, create_topic, open_static_groups, route, wait_for
 
 from triomq.broker.components import Component, Scope
 from triomq.config import NodeConfig
@@ -118,13 +118,7 @@ def lock_body(client_id: str) -> bytes:
 
 @pytest.mark.parametrize("transport", ["inproc", "tcp"])
 async def test_the_acting_slave_answers_what_only_a_master_answers(tmp_path, transport):
-    async with open_cluster(tmp_path, transport=transport, controllers=0, brokers=0,
-                            namesrvs=1) as cluster:
-        acting_namesrv(cluster)
-        await cluster.start_namesrvs()
-        group = Groups(cluster)
-        for name in ("a0", "a1"):
-            await group.start(name)
+    async with open_static_groups(tmp_path, ("a0", "a1"), transport=transport) as (cluster, _):
         client = await cluster.start("client")
         await create_topic(client, cluster.node("a0").address, "orders")
         for n in range(3):
@@ -168,12 +162,7 @@ async def test_the_acting_slave_answers_what_only_a_master_answers(tmp_path, tra
 
 
 async def test_a_send_to_the_acting_slave_is_refused_no_permission(tmp_path):
-    async with open_cluster(tmp_path, controllers=0, brokers=0, namesrvs=1) as cluster:
-        acting_namesrv(cluster)
-        await cluster.start_namesrvs()
-        group = Groups(cluster)
-        for name in ("a0", "a1"):
-            await group.start(name)
+    async with open_static_groups(tmp_path, ("a0", "a1")) as (cluster, _):
         client = await cluster.start("client")
         await create_topic(client, cluster.node("a0").address, "orders")
         await cluster.wait_for(lambda: "orders" in cluster.broker("a1").topics.table)
@@ -193,13 +182,8 @@ async def test_a_send_to_the_acting_slave_is_refused_no_permission(tmp_path):
 async def test_a_master_cut_off_from_the_name_server_is_acted_for_after_its_timeout(tmp_path):
     """Its connection stays open: the name server drops it only when its heartbeats have
     been missing for broker_not_active_timeout (1 s here), at the next scan."""
-    async with open_cluster(tmp_path, controllers=0, brokers=0, namesrvs=1) as cluster:
-        acting_namesrv(cluster)
+    async with open_static_groups(tmp_path, ("a0", "a1")) as (cluster, _):
         (namesrv,) = cluster.namesrv_addresses.values()
-        await cluster.start_namesrvs()
-        group = Groups(cluster)
-        for name in ("a0", "a1"):
-            await group.start(name)
         client = await cluster.start("client")
         await create_topic(client, cluster.node("a0").address, "orders")
         slave = cluster.broker("a1")
@@ -240,12 +224,7 @@ async def test_with_an_old_name_servers_requests_only_the_slave_still_acts(tmp_p
 
 
 async def test_a_bad_min_broker_id_notice_is_refused_and_changes_nothing(tmp_path):
-    async with open_cluster(tmp_path, controllers=0, brokers=0, namesrvs=1) as cluster:
-        acting_namesrv(cluster)
-        await cluster.start_namesrvs()
-        group = Groups(cluster)
-        for name in ("a0", "a1"):
-            await group.start(name)
+    async with open_static_groups(tmp_path, ("a0", "a1")) as (cluster, _):
         client = await cluster.start("client")
         slave = cluster.broker("a1")
         for fields, remark in (

@@ -6,7 +6,7 @@ any other HA address, or to a master, is refused and changes nothing."""
 from __future__ import annotations
 
 import pytest
-from acting_nodes import Groups, acting_namesrv, create_topic
+from acting_nodes import Groups, acting_namesrv, create_topic, open_static_groups
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -49,13 +49,7 @@ def test_any_header_is_read_or_refused_naming_the_field(fields) -> None:
 
 @pytest.mark.parametrize("transport", ["inproc", "tcp"])
 async def test_a_master_answers_and_a_stranger_is_refused(tmp_path, transport):
-    async with open_cluster(tmp_path, transport=transport, controllers=0, brokers=0,
-                            namesrvs=1) as cluster:
-        acting_namesrv(cluster)
-        await cluster.start_namesrvs()
-        group = Groups(cluster)
-        for name in ("a0", "a1"):
-            await group.start(name)
+    async with open_static_groups(tmp_path, ("a0", "a1"), transport=transport) as (cluster, group):
         client = await cluster.start("client")
         await create_topic(client, cluster.node("a0").address, "orders")
         master, slave = cluster.broker("a0"), cluster.broker("a1")

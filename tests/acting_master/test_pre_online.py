@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from acting_nodes import Groups, acting_namesrv, create_topic
-
-from triomq.testing.cluster import open_cluster
+from acting_nodes import create_topic, open_static_groups
 
 QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET, HEART_BEAT = 14, 15, 34
 #: The default version steps (500 commits): an acting term's few commits are newer
@@ -31,13 +29,9 @@ def heartbeat(group: str) -> bytes:
 
 @pytest.mark.parametrize("skip", [False, True])
 async def test_a_returning_master_takes_back_the_newer_offsets_first(tmp_path, skip):
-    async with open_cluster(tmp_path, controllers=0, brokers=0, namesrvs=1) as cluster:
-        acting_namesrv(cluster)
+    async with open_static_groups(tmp_path, ("a0", "a1"), skip_pre_online=skip,
+                                  **BROKER) as (cluster, group):
         (namesrv,) = cluster.namesrv_addresses.values()
-        await cluster.start_namesrvs()
-        group = Groups(cluster, skip_pre_online=skip, **BROKER)
-        for name in ("a0", "a1"):
-            await group.start(name)
         client = await cluster.start("client")
         await create_topic(client, cluster.node("a0").address, "orders")
 

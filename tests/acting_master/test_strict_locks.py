@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from acting_nodes import Groups, acting_namesrv, create_topic
-
-from triomq.testing.cluster import open_cluster
+from acting_nodes import create_topic, open_static_groups
 
 LOCK_BATCH_MQ, UNLOCK_BATCH_MQ = 41, 42
 
@@ -23,12 +21,8 @@ def lock_body(client_id: str) -> bytes:
 
 @pytest.mark.parametrize("strict", [True, False])
 async def test_two_consumers_never_hold_a_queue_across_the_masters_return(tmp_path, strict):
-    async with open_cluster(tmp_path, controllers=0, brokers=0, namesrvs=1) as cluster:
-        acting_namesrv(cluster)
-        await cluster.start_namesrvs()
-        group = Groups(cluster, lock_in_strict_mode=strict, total_replicas=3)
-        for name in ("a0", "a1", "a2"):
-            await group.start(name)
+    async with open_static_groups(tmp_path, ("a0", "a1", "a2"), lock_in_strict_mode=strict,
+                                  total_replicas=3) as (cluster, group):
         client = await cluster.start("client")
         await create_topic(client, cluster.node("a0").address, "orders")
 

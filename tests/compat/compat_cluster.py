@@ -32,7 +32,7 @@ from triomq.testing.cluster import Cluster, open_cluster
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chaos"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "acting_master"))
-from acting_nodes import Groups, acting_namesrv, route, wait_for
+from acting_nodes import Groups, open_static_groups, route, wait_for
 from broker_processes import Replica, wait_group
 from scenario_clients import TOPIC, WAIT, ScenarioClient, create_topic
 
@@ -128,14 +128,8 @@ class ActingGroup:
 async def open_acting_group(root: Path, client: Callable[[Cluster], ScenarioClient]
                             ) -> AsyncIterator[ActingGroup]:
     """The group, started over TCP, with ``client`` made for its cluster."""
-    async with open_cluster(root, transport="tcp", controllers=0, brokers=0,
-                            namesrvs=1) as cluster:
-        acting_namesrv(cluster)
+    async with open_static_groups(root, ("a0", "a1"), transport="tcp") as (cluster, groups):
         (namesrv,) = cluster.namesrv_addresses.values()
-        await cluster.start_namesrvs()
-        groups = Groups(cluster)
-        for name in ("a0", "a1"):
-            await groups.start(name)
         admin = await cluster.start("app")
         await create_topic(admin, cluster.node("a0").address, namesrv)
         yield ActingGroup(cluster, groups, admin, client(cluster))

@@ -30,7 +30,7 @@ import trio
 from triomq.broker.components import ComponentView
 from triomq.broker.config import BrokerConfig
 from triomq.broker.consume.offset_service import ConsumerOffsetService
-from triomq.broker.core.codes import RequestCode, ResponseCode
+from triomq.broker.core.codes import RequestCode
 from triomq.broker.core.escape_bridge import EscapeBridge
 from triomq.broker.pop.core.receipt import REVIVE_GROUP, revive_topic
 from triomq.broker.pop.core.remote_read import (
@@ -53,11 +53,9 @@ from triomq.broker.pop.core.revive import (
     popped_record,
     revive_records,
 )
-from triomq.broker.registration.namesrv_client import rpc_address
+from triomq.broker.registration.namesrv_client import query_route, rpc_address
 from triomq.clock import EpochClock
-from triomq.errors import TriomqError
 from triomq.protocol.message import MessageRecord, RecordError
-from triomq.protocol.route import TopicRouteData
 from triomq.rpc import RpcClient, RpcError
 from triomq.store import CommitLog, StoreError
 
@@ -147,7 +145,8 @@ class ReviveService:
     async def _read_remote(self, read: ReadMessage) -> MessageRecord | Unread | None:
         """The message from its group's replicas: the record, ``GONE``, or None when
         none of them could tell."""
-        route = await self._route(read.topic)
+        route = (None if self.rpc is None else await query_route(
+            self.rpc, self.config.namesrv_addr, read.topic, timeout=REMOTE_TIMEOUT))
         addresses = [] if route is None else replica_addresses(route, read.broker_name)
         group = inner_consumer_group(self.config.broker_name, self.config.broker_id)
         for address in addresses:
@@ -165,20 +164,6 @@ class ReviveService:
                 return found
         log.info("no replica of %s answered for %s queue %d offset %d; the revive waits",
                  read.broker_name, read.topic, read.queue_id, read.offset)
-        return None
-
-    async def _route(self, topic: str) -> TopicRouteData | None:
-        if self.rpc is None:
-            return None
-        for namesrv in self.config.namesrv_addr:
-            try:
-                reply = await self.rpc.invoke(rpc_address(namesrv),
-                                              RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                              {"topic": topic}, timeout=REMOTE_TIMEOUT)
-                if reply.code == ResponseCode.SUCCESS:
-                    return TopicRouteData.decode(reply.body or b"")
-            except (RpcError, TriomqError):
-                continue
         return None
 
     def _record(self, physical: int) -> MessageRecord | None:

@@ -1,5 +1,8 @@
 """A thin trio pump of ``triomq.broker.registration.core.namesrv_registration.RegistrationFlow``.
 
+``query_route`` asks the name servers for a topic's route, as a broker's own
+services do (the remote escape bridge, the revive of another group's pops).
+
 It sleeps until the flow's next wake-up or an input (a role or topic
 change), sends what ``poll`` returns over the node's RPC client, each in a
 task of its own, and reports every outcome back. A registration's answer
@@ -13,10 +16,11 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import trio
 
+from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.broker.metadata.core.topic_table import TopicTable
 from triomq.broker.registration.core.namesrv_registration import (
     BrokerRegistrationInfo,
@@ -26,10 +30,12 @@ from triomq.broker.registration.core.namesrv_registration import (
     request_for,
 )
 from triomq.clock import now_ms
+from triomq.errors import TriomqError
+from triomq.protocol.route import TopicRouteData
 from triomq.rpc import RpcClient, RpcError
 from triomq.transport import split_address
 
-__all__ = ["NamesrvClient", "route_address", "rpc_address"]
+__all__ = ["NamesrvClient", "query_route", "route_address", "rpc_address"]
 
 log = logging.getLogger("triomq.broker")
 
@@ -40,6 +46,20 @@ REQUEST_TIMEOUT = 3.0
 def rpc_address(address: str) -> str:
     """A name server's address as the RPC client dials it (RocketMQ's carry no scheme)."""
     return address if "://" in address else f"tcp://{address}"
+
+
+async def query_route(rpc: RpcClient, namesrvs: Sequence[str], topic: str, *,
+                      timeout: float = REQUEST_TIMEOUT) -> TopicRouteData | None:
+    """``topic``'s route from the first of ``namesrvs`` that gives one (None: none did)."""
+    for namesrv in namesrvs:
+        try:
+            answer = await rpc.invoke(rpc_address(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                      {"topic": topic}, timeout=timeout)
+            if answer.code == ResponseCode.SUCCESS:
+                return TopicRouteData.decode(answer.body or b"")
+        except (RpcError, TriomqError):
+            continue
+    return None
 
 
 def route_address(address: str) -> str:
