@@ -35,7 +35,7 @@ Invariants:
 from __future__ import annotations
 
 import random
-from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -54,22 +54,21 @@ from triomq.broker.pop.core.receipt import (
     revive_topic,
     topic_kind,
 )
+from triomq.broker.pop.core.remote_read import Unread
 from triomq.broker.pop.core.revive import (
-    NotRevived,
     ReadMessage,
     ReadRevive,
     Revive,
-    ReviveAction,
     ReviveQueue,
     ReviveRecord,
     StoreReviveOffset,
-    WakeAt,
     popped_record,
     revive_records,
 )
 from triomq.protocol.message import PROPERTY_TAGS, PROPERTY_UNIQ_KEY, MessageRecord
 from triomq.protocol.route import TopicConfig
 from triomq.testing.clustersim_parts import CLUSTER, GROUP, TOPIC, TOPIC_QUEUES
+from triomq.testing.clustersim_revive import SimRevive
 
 if TYPE_CHECKING:
     from triomq.testing.clustersim_acting import ActingSimulation
@@ -96,19 +95,45 @@ class _Popped:
     ack_at: dict[int, int]
 
 
-class _Flow:
-    """One serving term's revive flow on one broker, pumped a step at a time."""
+class _Flow(SimRevive):
+    """One serving term's revive flow on one broker: over its whole log, another group's
+    messages read from that group's replicas, its revived copies through its ``put_own``,
+    its offset among its consumer offsets."""
 
-    def __init__(self, broker: StaticBroker) -> None:
+    def __init__(self, pops: ActingPops, broker: StaticBroker) -> None:
+        done = broker.offsets.query(REVIVE_GROUP, REVIVE_TOPIC, 0)
+        super().__init__(ReviveQueue(0, -1 if done is None else done, broker_name=broker.group,
+                                     interval_ms=_REVIVE_INTERVAL_MS),
+                         broker.now_ms(), pops.sim.violation, broker.name)
+        self.pops = pops
         self.broker = broker
         self.term = _term(broker)
-        done = broker.offsets.query(REVIVE_GROUP, REVIVE_TOPIC, 0)
-        self.flow = ReviveQueue(0, -1 if done is None else done, broker_name=broker.group,
-                                interval_ms=_REVIVE_INTERVAL_MS)
-        self.actions: deque[ReviveAction] = deque(self.flow.start(broker.now_ms()))
-        self.wake_at: int | None = None
-        self.waiting: list[EscapeResult] | None = None
-        self.put: Revive | None = None
+
+    def read_revive(self, read: ReadRevive) -> list[ReviveRecord]:
+        log = self.broker.log
+        return revive_records(log, REVIVE_TOPIC, read, log.max_offset, log.read_record)
+
+    def read_message(self, read: ReadMessage) -> MessageRecord | Unread | None:
+        if read.broker_name == self.broker.group:
+            return popped_record(self.broker.log, read, self.broker.log.read_record)
+        return self.pops._read_remote(self.broker, read)
+
+    def put_message(self, message: EscapedMessage, done: Callable[[EscapeResult], None]
+                    ) -> None:
+        self.broker.put_own(message, done)
+
+    def put_answered(self, put: Revive, result: EscapeResult) -> None:
+        if result.ok:
+            self.pops.revived.add((put.checkpoint.merge_key, put.offset))
+            if put.checkpoint.broker_name != self.broker.group:
+                self.pops.remote_revives += 1
+
+    def reviving(self, put: Revive) -> None:
+        self.pops._check_not_acked(self, put)
+
+    def store_offset(self, store: StoreReviveOffset) -> None:
+        self.broker.offsets.commit(REVIVE_GROUP, REVIVE_TOPIC, store.queue_id, store.offset,
+                                   self.broker.now_ms())
 
 
 def _term(broker: StaticBroker) -> object | None:
@@ -152,8 +177,8 @@ class ActingPops:
             if term is None:
                 continue
             if running is None:
-                running = self._flows[name] = _Flow(broker)
-            self._pump(running)
+                running = self._flows[name] = _Flow(self, broker)
+            running.pump(broker.now_ms())
         serving = self._serving()
         if serving is None:
             return
@@ -171,57 +196,10 @@ class ActingPops:
 
     # -- the revive flows --------------------------------------------------------------
 
-    def _pump(self, running: _Flow) -> None:
-        broker, flow = running.broker, running.flow
-        now = broker.now_ms()
-        if running.waiting is not None:
-            if not running.waiting:
-                return
-            result = running.waiting[0]
-            running.waiting = None
-            assert running.put is not None
-            if result.ok:
-                self.revived.add((running.put.checkpoint.merge_key, running.put.offset))
-                if running.put.checkpoint.broker_name != broker.group:
-                    self.remote_revives += 1
-            running.actions.extend(flow.put_done(result.ok, now))
-        if running.wake_at is not None:
-            if now < running.wake_at:
-                return
-            running.wake_at = None
-            running.actions.extend(flow.woke(now))
-        while running.actions:
-            action = running.actions.popleft()
-            if isinstance(action, ReadRevive):
-                log = broker.log
-                running.actions.extend(flow.records_read(revive_records(
-                    log, REVIVE_TOPIC, action, log.max_offset, log.read_record), now))
-            elif isinstance(action, ReadMessage):
-                if action.broker_name == broker.group:
-                    running.actions.extend(flow.message_read(
-                        popped_record(broker.log, action, broker.log.read_record), now))
-                    continue
-                record = self._read_remote(broker, action)
-                running.actions.extend(flow.read_failed(now) if record is None
-                                       else flow.message_read(record, now))
-            elif isinstance(action, Revive):
-                self._check_not_acked(running, action)
-                running.put, running.waiting = action, []
-                broker.put_own(action.message, running.waiting.append)
-                return
-            elif isinstance(action, StoreReviveOffset):
-                broker.offsets.commit(REVIVE_GROUP, REVIVE_TOPIC, action.queue_id,
-                                      action.offset, now)
-            elif isinstance(action, NotRevived):
-                if "no longer stored" in action.reason:
-                    self.sim.violation(f"{broker.name}: {action.reason}")
-            elif isinstance(action, WakeAt):
-                running.wake_at = action.at_ms
-                return
-
-    def _read_remote(self, broker: StaticBroker, read: ReadMessage) -> MessageRecord | None:
+    def _read_remote(self, broker: StaticBroker, read: ReadMessage
+                     ) -> MessageRecord | Unread:
         """The message from the first replica of its group ``broker`` reaches that holds
-        it, by broker id; None when none does."""
+        it, by broker id; ``NOT_HERE`` when none does."""
         for replica in sorted(self.sim.group_members(read.broker_name),
                               key=lambda b: b.broker_id):
             if not broker.linked(replica):
@@ -229,7 +207,7 @@ class ActingPops:
             record = popped_record(replica.log, read, replica.log.read_record)
             if record is not None:
                 return record
-        return None
+        return Unread.NOT_HERE
 
     def _check_not_acked(self, running: _Flow, put: Revive) -> None:
         key = (put.checkpoint.merge_key, put.offset)

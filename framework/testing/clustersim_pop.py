@@ -33,7 +33,6 @@ twice (at least once), never lost.
 from __future__ import annotations
 
 import random
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -53,21 +52,19 @@ from triomq.broker.pop.core.receipt import (
     topic_kind,
 )
 from triomq.broker.pop.core.revive import (
-    NotRevived,
     ReadMessage,
     ReadRevive,
     Revive,
-    ReviveAction,
     ReviveQueue,
     ReviveRecord,
     StoreReviveOffset,
-    WakeAt,
     popped_record,
     revive_records,
 )
-from triomq.protocol.message import PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from triomq.protocol.message import PROPERTY_TAGS, PROPERTY_UNIQ_KEY, MessageRecord
 from triomq.protocol.route import TopicConfig
 from triomq.testing.clustersim_parts import CLUSTER, GROUP, TOPIC, TOPIC_QUEUES
+from triomq.testing.clustersim_revive import SimRevive
 
 if TYPE_CHECKING:
     from triomq.testing.clustersim import Simulation
@@ -101,17 +98,40 @@ class _Popped:
     ack_at: dict[int, int]
 
 
-class _Flow:
-    """One master term's revive flow, pumped a step at a time."""
+class _Flow(SimRevive):
+    """One master term's revive flow: over the master's log up to its confirm offset, its
+    revived copies through the master's own put, its offset kept per broker."""
 
-    def __init__(self, broker: SimBroker, done: int) -> None:
+    def __init__(self, pops: SimPops, broker: SimBroker, done: int) -> None:
+        super().__init__(ReviveQueue(0, done, broker_name=GROUP,
+                                     interval_ms=_REVIVE_INTERVAL_MS),
+                         broker.now_ms(), pops.sim.violation, broker.name)
+        self.pops = pops
         self.broker = broker
         self.epoch = broker.term.epoch
-        self.flow = ReviveQueue(0, done, broker_name=GROUP, interval_ms=_REVIVE_INTERVAL_MS)
-        self.actions: deque[ReviveAction] = deque(self.flow.start(broker.now_ms()))
-        self.wake_at: int | None = None
-        self.waiting: list[EscapeResult] | None = None
-        self.put: Revive | None = None
+
+    def read_revive(self, read: ReadRevive) -> list[ReviveRecord]:
+        log = self.broker.log
+        return revive_records(log, REVIVE_TOPIC, read,
+                              self.broker.term.confirmed(log.max_offset), log.read_record)
+
+    def read_message(self, read: ReadMessage) -> MessageRecord | None:
+        return popped_record(self.broker.log, read, self.broker.log.read_record)
+
+    def put_message(self, message: EscapedMessage, done: Callable[[EscapeResult], None]
+                    ) -> None:
+        self.pops._put(self.broker, message, done)
+
+    def put_answered(self, put: Revive, result: EscapeResult) -> None:
+        if result.ok:
+            self.pops.revived.add((put.checkpoint.merge_key, put.offset))
+            self.pops.revivals += 1
+
+    def reviving(self, put: Revive) -> None:
+        self.pops._check_not_acked(self.broker, put)
+
+    def store_offset(self, store: StoreReviveOffset) -> None:
+        self.pops.revive_done[self.broker.name] = store.offset
 
 
 class SimPops:
@@ -143,17 +163,17 @@ class SimPops:
 
     def step(self, popping: bool) -> None:
         master = self._master()
-        for name, running in list(self._flows.items()):
+        for name, flow in list(self._flows.items()):
             broker = self.sim.brokers[name]
-            if broker is not master or running.epoch != broker.term.epoch or not broker.up:
+            if broker is not master or flow.epoch != broker.term.epoch or not broker.up:
                 del self._flows[name]
         if master is None:
             return
         running = self._flows.get(master.name)
         if running is None:
             running = self._flows[master.name] = _Flow(
-                master, self.revive_done.get(master.name, -1))
-        self._pump(running)
+                self, master, self.revive_done.get(master.name, -1))
+        running.pump(master.now_ms())
         if popping and not self._busy and self.rng.random() < self.p_pop:
             self._pop(master)
         self._ack_due(master)
@@ -169,50 +189,6 @@ class SimPops:
         broker.puts.put_own(message, done)
 
     # -- the revive flow ---------------------------------------------------------------
-
-    def _pump(self, running: _Flow) -> None:
-        broker, flow = running.broker, running.flow
-        now = broker.now_ms()
-        if running.waiting is not None:
-            if not running.waiting:
-                return
-            result = running.waiting[0]
-            running.waiting = None
-            assert running.put is not None
-            if result.ok:
-                self.revived.add((running.put.checkpoint.merge_key, running.put.offset))
-                self.revivals += 1
-            running.actions.extend(flow.put_done(result.ok, now))
-        if running.wake_at is not None:
-            if now < running.wake_at:
-                return
-            running.wake_at = None
-            running.actions.extend(flow.woke(now))
-        while running.actions:
-            action = running.actions.popleft()
-            if isinstance(action, ReadRevive):
-                running.actions.extend(flow.records_read(self._read_revive(broker, action), now))
-            elif isinstance(action, ReadMessage):
-                record = popped_record(broker.log, action, broker.log.read_record)
-                running.actions.extend(flow.message_read(record, now))
-            elif isinstance(action, Revive):
-                self._check_not_acked(broker, action)
-                running.put, running.waiting = action, []
-                self._put(broker, action.message, running.waiting.append)
-                return
-            elif isinstance(action, StoreReviveOffset):
-                self.revive_done[broker.name] = action.offset
-            elif isinstance(action, NotRevived):
-                if "no longer stored" in action.reason:
-                    self.sim.violation(f"{broker.name}: {action.reason}")
-            elif isinstance(action, WakeAt):
-                running.wake_at = action.at_ms
-                return
-
-    def _read_revive(self, broker: SimBroker, read: ReadRevive) -> list[ReviveRecord]:
-        log = broker.log
-        return revive_records(log, REVIVE_TOPIC, read, broker.term.confirmed(log.max_offset),
-                              log.read_record)
 
     def _check_not_acked(self, broker: SimBroker, put: Revive) -> None:
         acked = self.acked.get((put.checkpoint.merge_key, put.offset))

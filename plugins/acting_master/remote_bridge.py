@@ -77,5 +77,6 @@ class RemoteEscapeBridge:
                 return result
         return result
 
+
 def _refused(remark: str) -> EscapeResult:
     return EscapeResult(ResponseCode.SERVICE_NOT_AVAILABLE, remark)

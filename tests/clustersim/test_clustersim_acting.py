@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
+from triomq.broker.pop.core.remote_read import Unread
 from triomq.broker.pop.core.revive import ReviveQueue
 from triomq.broker.registration.core.member_group import GroupWatch
 from triomq.broker.registration.core.pre_online import PreOnline
@@ -166,7 +167,7 @@ def test_an_acting_slaves_pops_are_revived_by_the_master_its_checkpoints_went_to
 def test_a_revive_that_cannot_read_another_groups_message_is_caught(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The broken rule: b0 never finds the acting slave's popped messages.
-    monkeypatch.setattr(ActingPops, "_read_remote", lambda self, broker, read: None)
+    monkeypatch.setattr(ActingPops, "_read_remote", lambda self, broker, read: Unread.NOT_HERE)
     sim = ActingSimulation(5, chaos=False, namesrvs=1, pops=True)
     _master_away(sim)
     with pytest.raises(Violation, match="every acknowledged pop acked or revived"):

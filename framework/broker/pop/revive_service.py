@@ -73,9 +73,9 @@ class ReviveService:
     def __init__(self, *, config: BrokerConfig, log: CommitLog,
                  offsets: ConsumerOffsetService, broker: ComponentView, bridge: EscapeBridge,
                  clock: EpochClock, ensure_retry_topic: Callable[[str], bool],
-                 ensure_revive_topic: Callable[[], None], rpc: RpcClient | None = None) -> None:
+                 ensure_revive_topic: Callable[[], None], rpc: RpcClient) -> None:
         self.config = config
-        #: How another group's messages are read (None: they are not).
+        #: How another group's messages are read.
         self.rpc = rpc
         self.log = log
         self.offsets = offsets
@@ -115,7 +115,7 @@ class ReviveService:
                     record = popped_record(self.log, action, self._record)
                 else:
                     found = await self._read_remote(action)
-                    if found is None:
+                    if found is Unread.NOT_HERE:
                         actions.extend(flow.read_failed(self.clock()))
                         continue
                     record = None if found is Unread.GONE else found
@@ -141,17 +141,14 @@ class ReviveService:
         return revive_records(self.log, self.topic, read, self.broker.confirm_offset,
                               self._record)
 
-
-    async def _read_remote(self, read: ReadMessage) -> MessageRecord | Unread | None:
-        """The message from its group's replicas: the record, ``GONE``, or None when
-        none of them could tell."""
-        route = (None if self.rpc is None else await query_route(
-            self.rpc, self.config.namesrv_addr, read.topic, timeout=REMOTE_TIMEOUT))
+    async def _read_remote(self, read: ReadMessage) -> MessageRecord | Unread:
+        """The message from its group's replicas: the record, ``GONE``, or ``NOT_HERE``
+        when none of them could tell."""
+        route = await query_route(self.rpc, self.config.namesrv_addr, read.topic,
+                                  timeout=REMOTE_TIMEOUT)
         addresses = [] if route is None else replica_addresses(route, read.broker_name)
         group = inner_consumer_group(self.config.broker_name, self.config.broker_id)
         for address in addresses:
-            if self.rpc is None:
-                break
             try:
                 reply = await self.rpc.invoke(rpc_address(address), RequestCode.PULL_MESSAGE,
                                               pull_fields(read, group), timeout=REMOTE_TIMEOUT)
@@ -164,7 +161,7 @@ class ReviveService:
                 return found
         log.info("no replica of %s answered for %s queue %d offset %d; the revive waits",
                  read.broker_name, read.topic, read.queue_id, read.offset)
-        return None
+        return Unread.NOT_HERE
 
     def _record(self, physical: int) -> MessageRecord | None:
         try:
