@@ -13,8 +13,9 @@ consumer that commits its offsets to whichever broker the name servers
 route as the group's id 0 (the acting slave while the master is gone).
 The brokers are ``clustersim_acting_broker.StaticBroker``: their
 registration, the acting decision (``GroupWatch``), the schedule and
-timer cores, the put core, the lock quorum and the returning master's
-``PreOnline`` are the brokers' own cores. The seed picks the faults:
+timer cores, the put core, the ``remote`` escape bridge's flow (its route
+queries to the name servers, its sends to ``b0``), the lock quorum and the
+returning master's ``PreOnline`` are the brokers' own cores. The seed picks the faults:
 datagram drops and delays, crashes and returns of the master and the
 slaves, partitions (the master cut from the name servers, from its slaves
 or from everyone, a slave cut from the name servers or from its master)
@@ -192,7 +193,6 @@ class ActingSimulation:
         self.escape_while_acting = escape_while_acting
         self.offsets_by_queue = offsets_by_queue
         self.static_group = GROUP
-        self.escape_to = "b0"
         # Strict locks in half the runs, from a stream of their own.
         locks_rng = random.Random(f"locks-{seed}")
         self.locks = locks if locks is not None else locks_rng.random() < 0.5
@@ -214,6 +214,9 @@ class ActingSimulation:
         for name, group, broker_id in (("a0", GROUP, 0), ("a1", GROUP, 1), ("a2", GROUP, 2),
                                        ("b0", ESCAPE_GROUP, 0)):
             self.brokers[name] = StaticBroker(name, group, broker_id, self, settings)
+        if self.pops is not None:
+            for broker in self.brokers.values():
+                self.pops.hold_topics(broker)
         # The ledger the invariants read.
         #: UNIQ_KEY of each delayed or timer message a0 acknowledged -> when.
         self.acked: dict[str, int] = {}

@@ -13,9 +13,10 @@ is where an acting slave escapes to). It pumps:
   when it acts for its absent master, and the acting term runs the delayed
   and timer messages' delivery (``clustersim_schedule.SimSchedule``, the
   schedule core; ``clustersim_timer.SimTimer``, the timer core) whose puts
-  escape to another group's master, as the ``container``
-  bridge does (a put through that master's own put flow, here a datagram
-  to it): an acting slave never writes its own commit log;
+  escape to another group's master as the ``remote`` bridge sends them
+  (``broker.core.remote_escape.RemoteEscape``: the topic's route from the
+  name servers, then SEND_MESSAGE_V2 to the masters it names, answered by
+  that master's put core): an acting slave never writes its own commit log;
 - on the master, the schedule and timer cores in its term, through its own
   put, and on every start ``PreOnline``
   (``broker.registration.core.pre_online``): isolated (no registration)
@@ -45,6 +46,7 @@ import attrs
 
 from triomq.broker.consume.core.consumer_offsets import ConsumerOffsetTable, parse_offset_header
 from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
+from triomq.broker.core.remote_escape import Escaped, QueryRoute, RemoteEscape
 from triomq.broker.metadata.core.topic_table import TopicTable
 from triomq.broker.registration.core.member_group import (
     GroupWatch,
@@ -77,7 +79,7 @@ from triomq.ha.core.sync_replication import ReplicationStatus
 from triomq.protocol.message import PROPERTY_UNIQ_KEY
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.request_codes import RequestCode
-from triomq.protocol.route import BrokerMemberGroup, DataVersion, TopicConfig
+from triomq.protocol.route import BrokerMemberGroup, DataVersion, TopicConfig, TopicRouteData
 from triomq.protocol.unique_id import UniqueIdGenerator
 from triomq.testing.clustersim_acting_locks import BrokerLocks, LockRequest, LockResponse
 from triomq.testing.clustersim_namesrv import (
@@ -117,20 +119,6 @@ PRE_ONLINE_WAIT_MS = 3000
 MEMBER_GROUP_SYNC_PERIOD = 300
 #: How long an escaped put waits for the other master's answer.
 ESCAPE_TIMEOUT_MS = 1000
-
-
-@attrs.frozen
-class EscapeRequest:
-    """An acting slave's put of a message on another group's master."""
-
-    id: int
-    message: EscapedMessage = attrs.field(eq=False)
-
-
-@attrs.frozen
-class EscapeResponse:
-    id: int
-    result: EscapeResult
 
 
 @attrs.frozen
@@ -216,9 +204,10 @@ class StaticBroker:
                                self.name if self.is_master else self.master_name, self.log,
                                self.broker_id)
         self.registration = SimRegistration(self, sim.namesrv_names)
-        self.escapes: dict[int, EscapeResult] = {}
-        #: GET_BROKER_MEMBER_GROUP in flight: request id -> its answer (None until it came).
-        self.member_answers: dict[int, RemotingCommand | None] = {}
+        #: Escaped puts in flight: request id -> the master's answer (None until it came).
+        self.escapes: dict[int, RemotingCommand | None] = {}
+        #: Name-server queries in flight: request id -> the answer (None until it came).
+        self.namesrv_answers: dict[int, RemotingCommand | None] = {}
         self.acting = False
         self.acting_tasks: list[int] = []
         self.online = False
@@ -280,8 +269,8 @@ class StaticBroker:
         if not self.up:
             return
         if isinstance(payload, NamesrvResponse):
-            if payload.id in self.member_answers:
-                self.member_answers[payload.id] = payload.command
+            if payload.id in self.namesrv_answers:
+                self.namesrv_answers[payload.id] = payload.command
             else:
                 self.registration.answers[payload.id] = payload.command
         elif isinstance(payload, NamesrvRequest):  # NOTIFY_MIN_BROKER_ID_CHANGE
@@ -290,11 +279,9 @@ class StaticBroker:
                 self._watch_actions(self.watch.min_broker_id_changed(min_id, self.now_ms()))
         elif isinstance(payload, PutRequest):
             self._client_put(src, payload)
-        elif isinstance(payload, EscapeRequest):
-            self.put_own(payload.message, lambda result, s=src, i=payload.id: self._send(
-                s, EscapeResponse(i, result)))
-        elif isinstance(payload, EscapeResponse):
-            self.escapes[payload.id] = payload.result
+        elif isinstance(payload, PutResponse):
+            if payload.id in self.escapes:
+                self.escapes[payload.id] = payload.command
         elif isinstance(payload, LockRequest):
             self.locks.receive(src, payload)
         elif isinstance(payload, LockResponse):
@@ -308,29 +295,43 @@ class StaticBroker:
 
     # -- the group's members (GET_BROKER_MEMBER_GROUP) ---------------------------------
 
-    def _ask_members(self, namesrv: str) -> TaskGen:
-        """One GET_BROKER_MEMBER_GROUP: the alive members by id, None without an answer."""
+    def _ask_namesrv(self, namesrv: str, command: RemotingCommand) -> TaskGen:
+        """One request to ``namesrv`` on a connection of its own: the answer, None
+        without one."""
         network = self.sim.network
         stream = network.connect(self.name, namesrv)
         if stream is None:
             return None
         rid = self.sim.next_request_id()
-        self.member_answers[rid] = None
-        command = RemotingCommand.request(RequestCode.GET_BROKER_MEMBER_GROUP,
-                                          {"clusterName": CLUSTER,
-                                           "brokerName": self.group})
+        self.namesrv_answers[rid] = None
         network.send(self.name, namesrv, NamesrvRequest(rid, stream.id, command), self.sim.now)
         until = self.now_ms() + self.settings.namesrv_request_timeout
-        yield from wait_for(lambda: self.member_answers.get(rid) is not None
+        yield from wait_for(lambda: self.namesrv_answers.get(rid) is not None
                             or self.now_ms() >= until)
         network.close(stream)
-        answer = self.member_answers.pop(rid, None)
+        return self.namesrv_answers.pop(rid, None)
+
+    def _ask_members(self, namesrv: str) -> TaskGen:
+        """One GET_BROKER_MEMBER_GROUP: the alive members by id, None without an answer."""
+        answer = yield from self._ask_namesrv(namesrv, RemotingCommand.request(
+            RequestCode.GET_BROKER_MEMBER_GROUP, {"clusterName": CLUSTER,
+                                                  "brokerName": self.group}))
         if answer is None:
             return None
         if answer.code != 0:
             return {}
         addrs = BrokerMemberGroup.decode(answer.body or b"").broker_addrs
         return {i: broker_of(a) for i, a in addrs.items()}
+
+    def _ask_route(self, topic: str) -> TaskGen:
+        """``topic``'s route from the first name server that gives one (None: none did),
+        as ``namesrv_client.query_route`` asks."""
+        for namesrv in self.sim.namesrv_names:
+            answer = yield from self._ask_namesrv(namesrv, RemotingCommand.request(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+            if answer is not None and answer.code == 0:
+                return TopicRouteData.decode(answer.body or b"")
+        return None
 
     def _watch_actions(self, actions: list[object]) -> None:
         for action in actions:
@@ -468,13 +469,27 @@ class StaticBroker:
         self._pump(flow, action, lambda response: done(EscapeResult.of_response(response)))
 
     def _escape(self, message: EscapedMessage, done: Callable[[EscapeResult], None]) -> TaskGen:
-        rid = self.sim.next_request_id()
-        self._send(self.sim.escape_to, EscapeRequest(rid, message))
-        until = self.now_ms() + ESCAPE_TIMEOUT_MS
-        yield from wait_for(lambda: rid in self.escapes or self.now_ms() >= until)
-        result = self.escapes.pop(rid, None)
-        done(result if result is not None
-             else EscapeResult(code=1, remark="no answer from the escape's master"))
+        """The ``remote`` bridge's flow, its route queries and sends over the network."""
+        flow = RemoteEscape(message, enabled=True, own_group=self.group, cluster=CLUSTER,
+                            producer_group=f"InnerProducerGroup_{self.group}_{self.broker_id}",
+                            unique_id=self.unique_ids.next_id(self.now_ms()))
+        step = flow.start()
+        while not isinstance(step, Escaped):
+            if isinstance(step, QueryRoute):
+                route = yield from self._ask_route(step.topic)
+                step = flow.routed(route, self.now_ms())
+                continue
+            rid = self.sim.next_request_id()
+            self.escapes[rid] = None
+            self._send(broker_of(step.target.address), PutRequest(rid, RemotingCommand.request(
+                RequestCode.SEND_MESSAGE_V2, dict(step.fields), message.body)))
+            until = self.now_ms() + ESCAPE_TIMEOUT_MS
+            yield from wait_for(lambda r=rid, u=until: self.escapes.get(r) is not None
+                                or self.now_ms() >= u)
+            answer = self.escapes.pop(rid, None)
+            step = (flow.failed("no answer", self.now_ms()) if answer is None
+                    else flow.answered(EscapeResult.of_response(answer), self.now_ms()))
+        done(step.result)
 
     def _pump(self, flow: PutFlow, action: object,
               reply: Callable[[RemotingCommand], None]) -> None:

@@ -165,6 +165,12 @@ class ActingPops:
         self._busy = False
         self._acking: set[Key] = set()
 
+    def hold_topics(self, broker: StaticBroker) -> None:
+        """The revive topic and the group's pop retry topic, as every master where the
+        group pops holds them (the ``remote`` bridge escapes to those that route them)."""
+        for topic in (REVIVE_TOPIC, RETRY_TOPIC):
+            broker.topics.update(TopicConfig(topic, 1, 1), broker.now_ms(), system=True)
+
     # -- driving ---------------------------------------------------------------------
 
     def step(self, popping: bool) -> None:

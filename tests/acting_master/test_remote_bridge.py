@@ -8,9 +8,17 @@ import pytest
 from acting_nodes import Groups, SlaveBridgeTarget, create_topic, route, wait_for
 
 from triomq.broker.core.codes import ResponseCode
-from triomq.broker.core.escape_bridge import EscapedMessage
+from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
+from triomq.broker.core.remote_escape import (
+    RETRIES,
+    Escaped,
+    QueryRoute,
+    RemoteEscape,
+    SendTo,
+    escape_targets,
+    send_fields,
+)
 from triomq.broker.service import Broker
-from triomq.plugins.acting_master.core.remote_escape import escape_targets, send_fields
 from triomq.protocol.route import BrokerData, QueueData, TopicRouteData
 from triomq.testing import EscapeBridgeConformance
 from triomq.testing.cluster import open_cluster
@@ -97,3 +105,58 @@ def test_a_message_keeps_its_fields_and_gets_a_unique_key_if_it_has_none() -> No
         "a": "InnerProducerGroup_broker-a_1", "b": "t", "e": "1", "g": "1234", "h": "3",
         "j": "2"}
     assert "UNIQ_KEY\x01U1" in fields["i"] and "K\x01v" in fields["i"]
+
+
+def _flow(enabled: bool = True) -> RemoteEscape:
+    return RemoteEscape(EscapedMessage(topic="t", queue_id=0, body=b"x"), enabled=enabled,
+                        own_group="broker-a", cluster="DefaultCluster",
+                        producer_group="InnerProducerGroup_broker-a_1", unique_id="U1")
+
+
+def _route(*groups: str) -> TopicRouteData:
+    return TopicRouteData(tuple(QueueData(g, 4, 4, 6) for g in groups),
+                          tuple(BrokerData("DefaultCluster", g, {0: f"{g}:10911"})
+                                for g in groups))
+
+
+def test_the_flow_refuses_without_sending_when_it_is_off_or_nothing_takes_the_topic() -> None:
+    assert _flow(enabled=False).start() == Escaped(EscapeResult(
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "enable_remote_escape is off: no escape to another group's master"))
+    flow = _flow()
+    assert flow.start() == QueryRoute("t")
+    assert flow.routed(None, 5).result.remark == "no name server routes topic t"
+    flow = _flow()
+    flow.start()
+    assert flow.routed(_route("broker-a"), 5).result.remark == (
+        "no master of another group of cluster DefaultCluster takes topic t")
+
+
+def test_the_flow_tries_the_next_master_until_one_stores_the_message() -> None:
+    flow = _flow()
+    flow.start()
+    first = flow.routed(_route("broker-a", "broker-c", "broker-b"), 5)
+    assert isinstance(first, SendTo) and first.target.broker_name == "broker-b"
+    assert first.fields["b"] == "t" and "UNIQ_KEY\x01U1" in first.fields["i"]
+    second = flow.failed("connection refused", 6)
+    assert isinstance(second, SendTo) and second.target.broker_name == "broker-c"
+    stored = EscapeResult(ResponseCode.FLUSH_DISK_TIMEOUT, msg_id="M", queue_id=0,
+                          queue_offset=3)
+    # Stored (even if its flush then timed out): never sent again.
+    assert flow.answered(stored, 7) == Escaped(stored)
+
+
+def test_the_flow_gives_up_after_its_retries_with_the_last_refusal() -> None:
+    flow = _flow()
+    flow.start()
+    step = flow.routed(_route(*(f"broker-{g}" for g in "abcdef")), 5)
+    tried = []
+    while isinstance(step, SendTo):
+        tried.append(step.target.broker_name)
+        step = flow.answered(EscapeResult(ResponseCode.SYSTEM_BUSY, "busy"), 6)
+    assert tried == ["broker-b", "broker-c", "broker-d"][:RETRIES]
+    assert step == Escaped(EscapeResult(ResponseCode.SYSTEM_BUSY, "busy"))
+    flow = _flow()
+    flow.start()
+    flow.routed(_route("broker-b"), 5)
+    assert flow.failed("timed out", 6).result.remark == "broker-b (broker-b:10911): timed out"

@@ -1,1 +1,0 @@
-"""The acting-master plugin's pure rules: no clock, no I/O."""
