@@ -53,21 +53,23 @@ from triomq.broker.secondary.core.transaction import (
     TransactionLedger,
     end_transaction,
     is_commit,
-    op_offsets,
     parse_end_transaction,
 )
 from triomq.broker.secondary.core.transaction_check import (
     MAX_SCAN,
-    CheckAction,
     CheckSettings,
-    Discard,
-    Renew,
-    Skip,
     check_request,
-    op_progress,
     plan_round,
 )
 from triomq.broker.secondary.core.transaction_reads import TransactionReads
+from triomq.broker.secondary.core.transaction_run import (
+    AskProducer,
+    EndRun,
+    EndStep,
+    Put,
+    RoundRun,
+    RoundStep,
+)
 from triomq.client.core.message import (
     Message,
     MessageDecodeError,
@@ -313,25 +315,14 @@ class SimBrokerTransactions:
         decision = end_transaction(
             header, self.reads.record_at(header.commit_log_offset), ended=ledger.ended,
             now_ms=broker.now_ms(), transaction_time_out=TX_SETTINGS.transaction_time_out)
-        if not isinstance(decision, (Commit, Rollback)):
-            return
-        ledger.begin(decision.key, "commit" if isinstance(decision, Commit) else "rollback")
-        op = decision.op
+        if isinstance(decision, (Commit, Rollback)):
+            run = EndRun(decision, ledger)
+            self._end_step(run, run.begin())
 
-        def op_done(result: EscapeResult) -> None:
-            if not result.stored and isinstance(decision, Rollback):
-                ledger.abandon(decision.key)
-
-        def real_done(result: EscapeResult) -> None:
-            if result.stored:
-                broker.puts.put_own(op, op_done)
-            else:
-                ledger.abandon(decision.key)
-
-        if isinstance(decision, Commit):
-            broker.puts.put_own(decision.real, real_done)
-        else:
-            broker.puts.put_own(op, op_done)
+    def _end_step(self, run: EndRun, step: EndStep) -> None:
+        if isinstance(step, Put):  # its answer goes nowhere: the request was oneway
+            self.broker.puts.put_own(step.message, lambda result: self._end_step(
+                run, run.stored(result)))
 
     # -- the check -----------------------------------------------------------------------
 
@@ -351,39 +342,32 @@ class SimBrokerTransactions:
         plan = plan_round(self.reads.queue_records(HALF_TOPIC, start, MAX_SCAN),
                           self.ledger.ended, TX_SETTINGS, start=start, now_ms=now)
         self.round = term
-        self._run(term, list(plan.actions), start, plan.stop)
+        run = RoundRun(plan, self.ledger, start=start)
+        self._round_steps(term, run, run.begin())
 
-    def _run(self, term: Term, actions: list[CheckAction], start: int, stop: int) -> None:
-        """Carry out the round's actions in order, each put's answer starting the next."""
-        while actions and isinstance(actions[0], Skip):
-            actions = actions[1:]
-        if not actions:
-            self._finish(term, start, stop)
-            return
-        action, rest = actions[0], actions[1:]
-        assert isinstance(action, (Renew, Discard))
-        self.broker.puts.put_own(action.message, functools.partial(
-            self._done, term, action, rest, start, stop))
+    def _round_steps(self, term: Term, run: RoundRun, steps: list[RoundStep]) -> None:
+        """Carry out the round's steps in order, each put's answer taking it on."""
+        for step in steps:
+            if isinstance(step, Put):
+                self.broker.puts.put_own(step.message, functools.partial(
+                    self._stored, term, run))
+                return
+            if isinstance(step, AskProducer):
+                self._send_check(step.renewed)
+            else:
+                self.round = None
+                self._commit_progress(step.start, step.progress)
 
-    def _done(self, term: Term, action: Renew | Discard, rest: list[CheckAction], start: int,
-              stop: int, result: EscapeResult) -> None:
+    def _stored(self, term: Term, run: RoundRun, result: EscapeResult) -> None:
         if self.broker.term is not term:
             return  # the term ended: the next one starts over from the stored progress
-        if not result.stored:
-            self._finish(term, start, action.queue_offset)
-            return
-        if isinstance(action, Renew) and action.check:
-            self._send_check(result)
-        self._run(term, rest, start, stop)
+        self._round_steps(term, run, run.stored(result))
 
-    def _finish(self, term: Term, start: int, progress: int) -> None:
-        self.round = None
+    def _commit_progress(self, start: int, progress: int) -> None:
         if progress != start:
             self._commit(HALF_TOPIC, progress)
         op_start = self._progress(OP_HALF_TOPIC)
-        ops = self.reads.queue_records(OP_HALF_TOPIC, op_start, MAX_SCAN)
-        op_done = op_progress(op_start, [op_offsets(op.record) if op.record else []
-                                         for op in ops], progress)
+        op_done = self.reads.op_done(op_start, progress)
         if op_done != op_start:
             self._commit(OP_HALF_TOPIC, op_done)
 

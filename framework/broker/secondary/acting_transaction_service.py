@@ -18,21 +18,16 @@ import trio
 
 from triomq.broker.core.codes import ResponseCode
 from triomq.broker.core.escape_bridge import EscapeBridge
-from triomq.broker.secondary.core.acting_transaction import (
-    Escape,
-    acting_commit,
-    plan_acting_round,
-)
+from triomq.broker.secondary.core.acting_transaction import plan_acting_round
 from triomq.broker.secondary.core.transaction import (
-    ESCAPED,
     HALF_TOPIC,
-    Commit,
     EndTransactionHeader,
     TransactionLedger,
     end_transaction,
 )
-from triomq.broker.secondary.core.transaction_check import MAX_SCAN, Discard
-from triomq.broker.secondary.transaction_service import TransactionService, answer
+from triomq.broker.secondary.core.transaction_check import MAX_SCAN
+from triomq.broker.secondary.core.transaction_run import EndRun, RoundRun
+from triomq.broker.secondary.transaction_service import TransactionService
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection
 
@@ -76,25 +71,8 @@ class ActingTransactionService:
         plan = plan_acting_round(
             transactions.reads.queue_records(HALF_TOPIC, start, MAX_SCAN), ledger.ended,
             transactions.settings, start=start, now_ms=transactions.clock())
-        progress = plan.stop
-        for action in plan.actions:
-            if isinstance(action, Escape):
-                if action.key in ledger.ended:
-                    continue  # ended here while the round's puts went on
-                ledger.begin(action.key, ESCAPED)
-                result = await self.bridge.put_message(action.message)
-                if not result.stored:
-                    ledger.abandon(action.key)
-            elif isinstance(action, Discard):
-                result = await self.bridge.put_message(action.message)
-            else:
-                continue
-            if not result.stored:
-                log.warning("acting transaction check stopped at half message %d, retried "
-                            "next round: %s", action.queue_offset, result.remark)
-                progress = action.queue_offset
-                break
-        transactions.commit_progress(start, progress)
+        await transactions.run_round(RoundRun(plan, ledger, start=start), self.bridge,
+                                     name="acting transaction check")
 
     async def end_transaction(self, header: EndTransactionHeader, peer: RpcConnection
                               ) -> RemotingCommand | None:
@@ -115,11 +93,4 @@ class ActingTransactionService:
                 log.info("END_TRANSACTION from %s refused by the acting slave: %s",
                          peer.peer, decision.remark)
             return decision
-        if not isinstance(decision, Commit):
-            ledger.begin(decision.key, "rollback")
-            return RemotingCommand.response()
-        ledger.begin(decision.key, "commit")
-        result = await self.bridge.put_message(acting_commit(decision))
-        if not result.stored:
-            ledger.abandon(decision.key)
-        return answer(result)
+        return await transactions.end_run(EndRun(decision, ledger, acting=True), self.bridge)

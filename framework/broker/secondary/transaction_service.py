@@ -48,19 +48,16 @@ from triomq.broker.secondary.core.transaction import (
     Rollback,
     TransactionLedger,
     end_transaction,
-    op_offsets,
     parse_end_transaction,
 )
 from triomq.broker.secondary.core.transaction_check import (
     MAX_SCAN,
     CheckSettings,
-    Discard,
-    Renew,
     check_request,
-    op_progress,
     plan_round,
 )
 from triomq.broker.secondary.core.transaction_reads import TransactionReads
+from triomq.broker.secondary.core.transaction_run import AskProducer, EndRun, Put, RoundRun
 from triomq.clock import EpochClock
 from triomq.protocol.header_fields import HeaderFieldError
 from triomq.protocol.remoting import RemotingCommand
@@ -69,7 +66,7 @@ from triomq.rpc import RpcConnection, RpcError, RpcServer
 if TYPE_CHECKING:
     from triomq.broker.secondary.acting_transaction_service import ActingTransactionService
 
-__all__ = ["TransactionService", "answer"]
+__all__ = ["TransactionService"]
 
 log = logging.getLogger("triomq.broker")
 
@@ -139,23 +136,17 @@ class TransactionService:
 
     async def _end(self, decision: Commit | Rollback, ledger: TransactionLedger
                    ) -> RemotingCommand:
-        commit = isinstance(decision, Commit)
-        ledger.begin(decision.key, "commit" if commit else "rollback")
-        if isinstance(decision, Commit):
-            result = await self.bridge.put_message(decision.real)
-            if not result.stored:
-                ledger.abandon(decision.key)
-                return answer(result)
-        op = await self.bridge.put_message(decision.op)
-        if not op.stored:
-            if not commit:
-                ledger.abandon(decision.key)
-                return answer(op)
-            # The real message is stored: this term will not end it again, and a later
-            # one finds the committed message (TransactionReads.catch_up).
+        return await self.end_run(EndRun(decision, ledger), self.bridge)
+
+    async def end_run(self, run: EndRun, bridge: EscapeBridge) -> RemotingCommand:
+        """Carry out ``run``'s puts through ``bridge``; END_TRANSACTION's answer."""
+        step = run.begin()
+        while isinstance(step, Put):
+            step = run.stored(await bridge.put_message(step.message))
+        if step.op_lost is not None:
             log.warning("the op record of committed transaction %d was not stored: %s",
-                        decision.key, op.remark)
-        return answer(result if commit else op)
+                        run.decision.key, step.op_lost.remark)
+        return RemotingCommand.response(step.code, remark=step.remark)
 
     # -- the check ---------------------------------------------------------------------
 
@@ -178,22 +169,28 @@ class TransactionService:
         self.reads.catch_up(self.ledger, start)
         plan = plan_round(self.reads.queue_records(HALF_TOPIC, start, MAX_SCAN), self.ledger.ended,
                           self.settings, start=start, now_ms=self.clock())
-        progress = plan.stop
-        for action in plan.actions:
-            if isinstance(action, (Renew, Discard)):
-                result = await self.bridge.put_message(action.message)
-                if not result.stored:
-                    log.warning("transaction check stopped at half message %d: %s",
-                                action.queue_offset, result.remark)
-                    progress = action.queue_offset
-                    break
-                if isinstance(action, Discard):
+        await self.run_round(RoundRun(plan, self.ledger, start=start), self.bridge)
+
+    async def run_round(self, run: RoundRun, bridge: EscapeBridge, *,
+                        name: str = "transaction check") -> None:
+        """Carry out ``run``'s puts (through ``bridge``) and checks, then store the progress
+        it reached; the logs call it ``name``."""
+        steps = run.begin()
+        while steps:
+            step = steps.pop(0)
+            if isinstance(step, Put):
+                steps.extend(run.stored(await bridge.put_message(step.message)))
+            elif isinstance(step, AskProducer):
+                await self._send_check(step.group, step.renewed)
+            else:
+                for queue_offset in step.discarded:
                     log.warning("half message %d was checked %d times: discarded into "
-                                "TRANS_CHECK_MAX_TIME_TOPIC", action.queue_offset,
+                                "TRANS_CHECK_MAX_TIME_TOPIC", queue_offset,
                                 self.settings.transaction_check_max)
-                elif action.check:
-                    await self._send_check(action.group, result)
-        self.commit_progress(start, progress)
+                if step.stopped is not None:
+                    log.warning("%s stopped at half message %d, retried next round: %s",
+                                name, step.progress, step.stopped.remark)
+                self.commit_progress(step.start, step.progress)
 
     def commit_progress(self, start: int, progress: int) -> None:
         """Store the half queue's progress (``start`` moved to ``progress``), and the op
@@ -201,9 +198,7 @@ class TransactionService:
         if progress != start:
             self.offsets.commit(TRANSACTION_GROUP, HALF_TOPIC, 0, progress)
         op_start = self.progress(OP_HALF_TOPIC)
-        ops = self.reads.queue_records(OP_HALF_TOPIC, op_start, MAX_SCAN)
-        op_done = op_progress(op_start, [op_offsets(op.record) if op.record else []
-                                         for op in ops], progress)
+        op_done = self.reads.op_done(op_start, progress)
         if op_done != op_start:
             self.offsets.commit(TRANSACTION_GROUP, OP_HALF_TOPIC, 0, op_done)
 
@@ -226,11 +221,3 @@ class TransactionService:
             log.info("checking a transaction with %s failed: %s", connection.peer, exc)
             return
         self.checks_sent += 1
-
-
-def answer(result: EscapeResult) -> RemotingCommand:
-    """END_TRANSACTION's answer: SUCCESS once stored (a flush or replication timeout
-    included, as RocketMQ's ``sendFinalMessage`` says), else the put's refusal."""
-    if result.stored:
-        return RemotingCommand.response()
-    return RemotingCommand.response(result.code, remark=result.remark)

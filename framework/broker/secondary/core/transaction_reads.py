@@ -22,7 +22,7 @@ from triomq.broker.secondary.core.transaction import (
     op_offsets,
     transaction_key,
 )
-from triomq.broker.secondary.core.transaction_check import MAX_SCAN, HalfEntry
+from triomq.broker.secondary.core.transaction_check import MAX_SCAN, HalfEntry, op_progress
 from triomq.errors import TriomqError
 from triomq.protocol.message import PROPERTY_UNIQ_KEY, MessageRecord, RecordError
 
@@ -81,6 +81,13 @@ class TransactionReads:
         """Up to ``count`` records of queue 0 of ``topic`` from queue offset ``start``."""
         entries = self.log.queue_entries(topic, 0, start, count)
         return [HalfEntry(e.queue_offset, self.record_at(e.physical_offset)) for e in entries]
+
+    def op_done(self, op_start: int, half_progress: int) -> int:
+        """The op queue's progress from ``op_start``: past the op records that name only
+        half messages behind ``half_progress`` (``op_progress``)."""
+        ops = self.queue_records(OP_HALF_TOPIC, op_start, MAX_SCAN)
+        return op_progress(op_start, [op_offsets(op.record) if op.record else [] for op in ops],
+                           half_progress)
 
     def key_of(self, half_queue_offset: int) -> int:
         """The transaction key of the half message at ``half_queue_offset``."""
