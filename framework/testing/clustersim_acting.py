@@ -43,6 +43,12 @@ Invariants (a ``Violation`` names the seed and its replay command):
   reading an acting slave's popped messages from its group): no broker
   revives a message whose ack it read, none is lost from its log, and once
   healed every acknowledged pop is acked or revived;
+- with transactions (half the runs: ``clustersim_acting_transactions``),
+  half messages on ``a0``, checked and ended by ``a0``, by the acting slave
+  (its rounds escaping them to ``b0``, its commits put there) and by
+  ``b0``: an acting term hands a transaction on at most once, no log
+  commits one more often than it took it nor one its producer rolled
+  back, and once healed every acknowledged transaction has ended;
 - route safety: a name server routes the group's id 0 either to the
   registered master or, without one, to a slave with the group's queues
   read-only;
@@ -60,6 +66,7 @@ import random
 import sys
 from collections.abc import Callable, Sequence
 
+from triomq.broker.core.escape_bridge import EscapedMessage
 from triomq.namesrv.config import NamesrvConfig
 from triomq.namesrv.core.processor import NameServerCore
 from triomq.protocol.remoting import RemotingCommand
@@ -75,6 +82,7 @@ from triomq.testing.clustersim_acting_locks import (
     OrderlyClients,
 )
 from triomq.testing.clustersim_acting_pops import POP_HEAL_LIMIT_MS, ActingPops
+from triomq.testing.clustersim_acting_transactions import ActingTxProducer
 from triomq.testing.clustersim_namesrv import (
     NamesrvRequest,
     NamesrvResponse,
@@ -93,6 +101,11 @@ from triomq.testing.clustersim_parts import (
     PutResponse,
 )
 from triomq.testing.clustersim_producer import send_header
+from triomq.testing.clustersim_transactions import (
+    SEED_TRANSACTIONS,
+    TX_HEAL_LIMIT_MS,
+    TX_PRODUCER,
+)
 from triomq.testing.seeds import SimSummary, Violation
 
 STEP_MS = 10
@@ -170,11 +183,13 @@ class ActingSimulation:
 
     def __init__(self, seed: int, *, chaos: bool = True, namesrvs: int | None = None,
                  escape_while_acting: bool = True, offsets_by_queue: bool = False,
-                 locks: bool | None = None, pops: bool | None = None) -> None:
+                 locks: bool | None = None, pops: bool | None = None,
+                 transactions: bool | None = None) -> None:
         self.seed = seed
         #: The options given beyond the seed (a replay names them).
         self._options = {"chaos": chaos, **{k: v for k, v in (
-            ("namesrvs", namesrvs), ("locks", locks), ("pops", pops)) if v is not None}}
+            ("namesrvs", namesrvs), ("locks", locks), ("pops", pops),
+            ("transactions", transactions)) if v is not None}}
         if not escape_while_acting:
             self._options["escape_while_acting"] = False
         if offsets_by_queue:
@@ -201,6 +216,10 @@ class ActingSimulation:
         pops_rng = random.Random(f"pops-{seed}")
         popping = pops if pops is not None else pops_rng.random() < 0.5
         self.pops = ActingPops(self, pops_rng) if popping else None
+        # Transactions in half the runs, from a stream of their own.
+        tx_rng = random.Random(f"tx-{seed}")
+        transacting = transactions if transactions is not None else tx_rng.random() < 0.5
+        self.tx = ActingTxProducer(self, tx_rng, SEED_TRANSACTIONS) if transacting else None
         self._request_id = 0
         self.down_until: dict[str, int] = {}
         self.crashed_at: dict[str, int] = {}
@@ -263,6 +282,11 @@ class ActingSimulation:
         """A slave wrote its own commit log (not a copy of its master's)."""
         self.violation(f"slave {broker.name} (acting: {broker.acting}) appended to its own "
                        f"commit log")
+
+    def on_escaped(self, broker: StaticBroker, term: object, message: EscapedMessage) -> None:
+        """An acting slave's put was stored on another master."""
+        if self.tx is not None:
+            self.tx.escaped(broker, term, message)
 
     def on_delivered(self, broker: StaticBroker, key: str) -> None:
         self.delivered.setdefault(key, broker.name)
@@ -406,6 +430,8 @@ class ActingSimulation:
             elif dst in CLIENTS and isinstance(payload, LockResponse):
                 if self.orderly is not None:
                     self.orderly.receive(dst, payload)
+            elif dst == TX_PRODUCER and self.tx is not None:
+                self.tx.receive(src, payload)
             elif dst in self.brokers:
                 self.brokers[dst].receive(src, payload)
             elif dst in self.namesrvs:
@@ -420,6 +446,10 @@ class ActingSimulation:
             self.orderly.step()
         if self.pops is not None:
             self.pops.step(popping=self.now < CHAOS_MS)
+        if self.tx is not None:
+            self.tx.step(self.now < CHAOS_MS)
+            if self.now % 1000 == 0:
+                self.tx.check_logs()
 
     def run_for(self, ms: int) -> None:
         end = self.now + ms
@@ -466,13 +496,19 @@ class ActingSimulation:
                 pops = self.pops
                 self.run_until(lambda: not pops.unresolved(), POP_HEAL_LIMIT_MS,
                                "every acknowledged pop acked or revived")
+            if self.tx is not None:
+                self.run_until(self.tx.all_ended, TX_HEAL_LIMIT_MS,
+                               "every acknowledged transaction ended")
+                self.tx.check_logs()
         except Violation as violation:
             return self._result(ok=False, violation=str(violation))
         return self._result(ok=True)
 
     def _result(self, ok: bool, violation: str = "") -> SeedResult:
         return SeedResult(seed=self.seed, ok=ok, violation=violation, now_ms=self.now,
-                          acked=len(self.acked), delayed=len(self.acked), module=MODULE)
+                          acked=len(self.acked), delayed=len(self.acked),
+                          transactions=len(self.tx.transactions) if self.tx else 0,
+                          checked=self.tx.checked if self.tx else 0, module=MODULE)
 
 
 def run_seed(seed: int) -> SeedResult:

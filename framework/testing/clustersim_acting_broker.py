@@ -104,6 +104,7 @@ from triomq.testing.clustersim_parts import (
 )
 from triomq.testing.clustersim_schedule import SimSchedule
 from triomq.testing.clustersim_timer import SimTimer
+from triomq.testing.clustersim_transactions import EndRequest, SimBrokerTransactions
 
 if TYPE_CHECKING:
     from triomq.testing.clustersim_acting import ActingSimulation
@@ -181,6 +182,12 @@ class StaticBroker:
         self.puts = OwnPuts(self)
         #: ``timerCheckpoint.json`` inside (kept across crashes).
         self.timer = SimTimer(self)
+        #: The term it serves as a master online or as an acting slave (None: neither).
+        self.serving_term: object | None = None
+        #: END_TRANSACTION and the check, when the simulation runs transactions.
+        self.transactions = (SimBrokerTransactions(
+            self, serving=lambda: self.serving_term, offsets=lambda: self.offsets,
+            acting=lambda: self.acting, broker_name=group) if sim.tx is not None else None)
         self.up = False
         self.start()
 
@@ -199,6 +206,7 @@ class StaticBroker:
         sim = self.sim
         self.up = True
         sim.network.down.discard(self.name)
+        self.serving_term = None
         self.tasks = Tasks()
         self.term = StaticTerm("master" if self.is_master else "slave",
                                self.name if self.is_master else self.master_name, self.log,
@@ -230,6 +238,7 @@ class StaticBroker:
         """Die: the log and the tables remain."""
         self.up = False
         self.acting = False
+        self.serving_term = None
         self.tasks.clear()
         self.sim.network.down.add(self.name)
         self.sim.network.break_streams()
@@ -249,6 +258,7 @@ class StaticBroker:
             f"{self.name}:{HA_PORT}", self.settings.broker_not_active_timeout,
             enable_acting_master=True), self.now_ms())
         if self.is_master:
+            self.serving_term = object()
             self.term.tasks = [*self.schedule.start(self.term), *self.timer.start(self.term)]
 
     # -- driving -------------------------------------------------------------------
@@ -263,6 +273,8 @@ class StaticBroker:
         self.tasks.run()
         self.schedule.step()
         self.timer.step()
+        if self.transactions is not None:
+            self.transactions.step()
         self.tasks.run()
 
     def receive(self, src: str, payload: object) -> None:
@@ -279,6 +291,9 @@ class StaticBroker:
                 self._watch_actions(self.watch.min_broker_id_changed(min_id, self.now_ms()))
         elif isinstance(payload, PutRequest):
             self._client_put(src, payload)
+        elif isinstance(payload, EndRequest):
+            if self.transactions is not None:
+                self.transactions.receive_end(payload)
         elif isinstance(payload, PutResponse):
             if payload.id in self.escapes:
                 self.escapes[payload.id] = payload.command
@@ -350,6 +365,7 @@ class StaticBroker:
     def _start_acting(self) -> None:
         """The acting term: the delayed and timer messages' delivery, its puts escaping."""
         self.acting = True
+        self.serving_term = object()
         self.acting_tasks = [*self.schedule.start(self.term), *self.timer.start(self.term)]
         self.sim.on_acting(self, True)
 
@@ -358,6 +374,7 @@ class StaticBroker:
             self.tasks.cancel(handle)
         self.acting_tasks = []
         self.acting = False
+        self.serving_term = None
         self.sim.on_acting(self, False)
 
     # -- replication (a slave's) --------------------------------------------------------
@@ -461,7 +478,13 @@ class StaticBroker:
         """A message the broker writes itself: on its own log as master, escaped to
         another group's master while acting."""
         if self.acting and self.sim.escape_while_acting:
-            self.tasks.spawn(self._escape(message, done))
+            term = self.serving_term
+
+            def escaped(result: EscapeResult) -> None:
+                if result.stored:
+                    self.sim.on_escaped(self, term, message)
+                done(result)
+            self.tasks.spawn(self._escape(message, escaped))
             return
         flow = PutFlow(self.put_settings, now=self.now_ms() / 1000)
         action = flow.start_own(message, self._state(), store_ms=self.now_ms(),

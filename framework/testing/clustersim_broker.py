@@ -94,7 +94,9 @@ class SimBroker:
         self.consume = SimConsumeSide(self)
         self.puts = SimPuts(self)
         #: END_TRANSACTION and the check, when the simulation runs transactions.
-        self.transactions = SimBrokerTransactions(self) if sim.tx is not None else None
+        self.transactions = (SimBrokerTransactions(
+            self, serving=lambda: self.term if self.term.master_term is not None else None,
+            offsets=lambda: self.consume.table) if sim.tx is not None else None)
         self.schedule = SimSchedule(self)
         self.timer = SimTimer(self)
         self.up = False
@@ -114,8 +116,6 @@ class SimBroker:
         self.max_epoch_seen = -1
         self.registration = SimRegistration(self, self.sim.namesrv_names)
         self.consume.start()
-        if self.transactions is not None:
-            self.transactions.reset()
         settings = self.settings
         controllers = tuple(controller_name(i) for i in sorted(self.sim.controller_ids))
         self.calls = LeaderCalls(controllers, timeout=settings.client_timeout,
@@ -303,8 +303,6 @@ class SimBroker:
         self.max_epoch_seen = term.epoch
         self.registration.role_taken(term, self.topics)
         self.consume.role_changed()
-        if self.transactions is not None:
-            self.transactions.reset()
         self.sim.on_role(self, term)
 
     def _end_term(self) -> None:

@@ -35,14 +35,16 @@ from __future__ import annotations
 import functools
 import random
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
 
+from triomq.broker.consume.core.consumer_offsets import ConsumerOffsetTable
 from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.broker.core.escape_bridge import EscapeResult
 from triomq.broker.core.headers import HeaderError, parse_offset_msg_id
+from triomq.broker.secondary.core.acting_transaction import plan_acting_round
 from triomq.broker.secondary.core.transaction import (
     CHECK_MAX_TIME_TOPIC,
     HALF_TOPIC,
@@ -97,8 +99,8 @@ from triomq.testing.seeds import SimSummary
 
 if TYPE_CHECKING:
     from triomq.testing.clustersim import SeedResult, Simulation
+    from triomq.testing.clustersim_acting_broker import StaticBroker
     from triomq.testing.clustersim_broker import SimBroker
-    from triomq.testing.clustersim_parts import Term
 
 TX_PRODUCER = "tx-producer"
 TX_GROUP = "sim-tx"
@@ -152,18 +154,28 @@ class SimTxProducer:
         self._half_ids: dict[bytes, str | None] = {}
         #: Checks answered.
         self.checked = 0
+        #: The ids of the half messages whose send was acknowledged.
+        self.acked_ids: set[str] = set()
 
     def step(self, producing: bool) -> None:
         if (producing and len(self.transactions) < self.count
                 and self.rng.random() < P_TRANSACTION):
             self._start()
 
+    def half_target(self) -> str | None:
+        """The broker a half message goes to (None: none now): the master committed."""
+        master = self.sim.master()
+        return None if master is None else master.name
+
+    def end_target(self, src: str) -> str:
+        """The broker an END_TRANSACTION after a half's send goes to: the one that took it."""
+        return src
+
     def _start(self) -> None:
         sim = self.sim
-        master = sim.master()
-        if master is None:
+        broker = self.half_target()
+        if broker is None:
             return  # a producer with no master routed waits
-        broker = master.name
         unique_id = self.ids.next_id(sim.now)
         body = b"tx-%d-%d" % (sim.seed, len(self.transactions))
         half = half_message(Message(TOPIC, body), TX_GROUP)
@@ -209,7 +221,8 @@ class SimTxProducer:
             state = tx.decided  # a check answered first (the answer waited for the replicas)
         elif state is not UNKNOW:
             self._decide(tx, state)
-        self._end(src, end_fields(result, state, TX_GROUP))
+        self.acked_ids.add(unique_id)
+        self._end(self.end_target(src), end_fields(result, state, TX_GROUP))
 
     def _checked(self, src: str, check: RemotingCommand) -> None:
         try:
@@ -234,7 +247,7 @@ class SimTxProducer:
         its producer rolled back."""
         for broker in self.sim.brokers.values():
             if broker.up and broker.term.master_term is not None:
-                for unique_id, count in _commits(broker).items():
+                for unique_id, count in commits_in(broker).items():
                     tx = self.transactions.get(unique_id)
                     if count > 1:
                         self.sim.violation(f"transaction {unique_id} committed {count} times "
@@ -262,14 +275,15 @@ class SimTxProducer:
         master = self.sim.master()
         if master is None:
             return False
-        committed = _commits(master)
+        committed = commits_in(master)
         discarded = {r.properties.get(PROPERTY_UNIQ_KEY) for r in master.log.iter_records()
                      if r.topic == CHECK_MAX_TIME_TOPIC}
         return all(self.transactions[unique_id].decided is ROLLBACK or unique_id in committed
                    or unique_id in discarded for unique_id in self._acked_halves())
 
 
-def _commits(broker: SimBroker) -> dict[str, int]:
+def commits_in(broker: SimBroker | StaticBroker) -> dict[str, int]:
+    """The number of commits of each transaction (by its id) in ``broker``'s log."""
     counts: dict[str, int] = {}
     for record in broker.log.iter_records():
         if record.topic == TOPIC and is_commit(record):
@@ -279,32 +293,54 @@ def _commits(broker: SimBroker) -> dict[str, int]:
 
 
 class SimBrokerTransactions:
-    """One broker's END_TRANSACTION and, while master, its check rounds."""
+    """One broker's END_TRANSACTION and its check rounds, in each term it serves them.
 
-    def __init__(self, broker: SimBroker) -> None:
+    ``serving`` says the term (None: the broker serves no transactions now:
+    a slave); a new one reads the ledger again and starts its rounds over.
+    ``acting`` says whether that term is a slave's acting for its absent
+    master (``acting_transaction``: rounds escape, END_TRANSACTION commits
+    without an op record); ``offsets`` is the broker's consumer offset table,
+    where the check's progress is.
+    """
+
+    def __init__(self, broker: SimBroker | StaticBroker, *,
+                 serving: Callable[[], object | None],
+                 offsets: Callable[[], ConsumerOffsetTable],
+                 acting: Callable[[], bool] = lambda: False, broker_name: str = GROUP) -> None:
         self.broker = broker
+        self.serving = serving
+        self.offsets = offsets
+        self.acting = acting
+        self.broker_name = broker_name
         self.reads = TransactionReads(broker.log)
-        self.reset()
+        self.term: object | None = None
+        self._new_term(None)
 
-    def reset(self) -> None:
+    def _new_term(self, term: object | None) -> None:
         """A start or a new term: the ledger is read again, the round starts over."""
+        self.term = term
         self.ledger = TransactionLedger()
         self.next_check: int | None = None
-        self.round: Term | None = None
+        self.round: object | None = None
+
+    def _serving(self) -> object | None:
+        term = self.serving()
+        if term is not None and term != self.term:
+            self._new_term(term)
+        return term
 
     def _progress(self, topic: str) -> int:
-        stored = self.broker.consume.table.query(TRANSACTION_GROUP, topic, 0)
+        stored = self.offsets().query(TRANSACTION_GROUP, topic, 0)
         return stored if stored is not None else 0
 
     def _commit(self, topic: str, offset: int) -> None:
-        self.broker.consume.table.commit(TRANSACTION_GROUP, topic, 0, offset,
-                                         self.broker.now_ms())
+        self.offsets().commit(TRANSACTION_GROUP, topic, 0, offset, self.broker.now_ms())
 
     # -- END_TRANSACTION -----------------------------------------------------------------
 
     def receive_end(self, request: EndRequest) -> None:
         broker = self.broker
-        if broker.term.master_term is None:
+        if self._serving() is None:
             return  # SLAVE_NOT_AVAILABLE, to a oneway request
         try:
             header = parse_end_transaction(request.command.ext_fields)
@@ -316,7 +352,7 @@ class SimBrokerTransactions:
             header, self.reads.record_at(header.commit_log_offset), ended=ledger.ended,
             now_ms=broker.now_ms(), transaction_time_out=TX_SETTINGS.transaction_time_out)
         if isinstance(decision, (Commit, Rollback)):
-            run = EndRun(decision, ledger)
+            run = EndRun(decision, ledger, acting=self.acting())
             self._end_step(run, run.begin())
 
     def _end_step(self, run: EndRun, step: EndStep) -> None:
@@ -328,8 +364,8 @@ class SimBrokerTransactions:
 
     def step(self) -> None:
         broker = self.broker
-        term = broker.term
-        if term.master_term is None:
+        term = self._serving()
+        if term is None:
             return
         now = broker.now_ms()
         if self.next_check is None:
@@ -339,13 +375,14 @@ class SimBrokerTransactions:
         self.next_check = now + TX_SETTINGS.transaction_check_interval
         start = self._progress(HALF_TOPIC)
         self.reads.catch_up(self.ledger, start)
-        plan = plan_round(self.reads.queue_records(HALF_TOPIC, start, MAX_SCAN),
-                          self.ledger.ended, TX_SETTINGS, start=start, now_ms=now)
+        plan_of = plan_acting_round if self.acting() else plan_round
+        plan = plan_of(self.reads.queue_records(HALF_TOPIC, start, MAX_SCAN),
+                       self.ledger.ended, TX_SETTINGS, start=start, now_ms=now)
         self.round = term
         run = RoundRun(plan, self.ledger, start=start)
         self._round_steps(term, run, run.begin())
 
-    def _round_steps(self, term: Term, run: RoundRun, steps: list[RoundStep]) -> None:
+    def _round_steps(self, term: object, run: RoundRun, steps: list[RoundStep]) -> None:
         """Carry out the round's steps in order, each put's answer taking it on."""
         for step in steps:
             if isinstance(step, Put):
@@ -358,8 +395,8 @@ class SimBrokerTransactions:
                 self.round = None
                 self._commit_progress(step.start, step.progress)
 
-    def _stored(self, term: Term, run: RoundRun, result: EscapeResult) -> None:
-        if self.broker.term is not term:
+    def _stored(self, term: object, run: RoundRun, result: EscapeResult) -> None:
+        if self.serving() != term:
             return  # the term ended: the next one starts over from the stored progress
         self._round_steps(term, run, run.stored(result))
 
@@ -379,7 +416,7 @@ class SimBrokerTransactions:
         copy = self.reads.record_at(physical)
         if copy is None:
             return
-        request = check_request(copy, GROUP)
+        request = check_request(copy, self.broker_name)
         command = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE,
                                           ext_fields=request.fields, body=request.body)
         broker = self.broker

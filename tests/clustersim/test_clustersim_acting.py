@@ -2,7 +2,8 @@
 
 A master that crashes leaves its smallest alive slave acting (the name
 servers route it as id 0, read-only), whose delayed messages escape to the
-other group's master, as do the checkpoints and acks of the pops it serves;
+other group's master, as do the checkpoints and acks of the pops it serves
+and its open transactions;
 the master that returns takes the slave's newer tables back before it
 registers. Each invariant is shown to catch a broken
 rule.
@@ -10,6 +11,7 @@ rule.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -19,10 +21,13 @@ from triomq.broker.pop.core.remote_read import Unread
 from triomq.broker.pop.core.revive import ReviveQueue
 from triomq.broker.registration.core.member_group import GroupWatch
 from triomq.broker.registration.core.pre_online import PreOnline
+from triomq.broker.secondary.core.transaction import TransactionLedger
+from triomq.broker.secondary.core.transaction_reads import TransactionReads
 from triomq.broker.send.core.put_checks import BrokerState
 from triomq.testing.clustersim_acting import ActingSimulation, run_seed, run_seeds
 from triomq.testing.clustersim_acting_broker import StaticBroker
 from triomq.testing.clustersim_acting_pops import ActingPops
+from triomq.testing.clustersim_acting_transactions import ActingTxProducer, taken_by
 from triomq.testing.clustersim_net import TaskGen
 from triomq.testing.seeds import Violation
 
@@ -67,9 +72,24 @@ def test_a_slave_acts_while_its_master_is_away_and_the_master_takes_its_tables_b
     assert sim.orderly is not None and sim.orderly.grants  # the orderly clients held the queue
 
 
-def test_seeds_pass() -> None:
-    summary = run_seeds(8, 0)
+# 200 seeds in chunks (``make soak`` runs 2,000): each test stays far inside the suite's
+# per-test timeout on a busy machine.
+@pytest.mark.parametrize("start", range(0, 200, 40))
+def test_seed_sweep_keeps_every_invariant(start: int) -> None:
+    summary = run_seeds(40, start)
     assert not summary.failures, [f.violation for f in summary.failures]
+    assert summary.passed == 40
+
+
+def test_the_sweep_exercises_acting_terms_pops_and_transactions() -> None:
+    sims = [ActingSimulation(seed) for seed in range(20)]
+    results = [sim.run() for sim in sims]
+    assert all(r.ok for r in results)
+    assert sum(1 for sim in sims if sim.acting_terms) >= 15
+    assert sum(1 for sim in sims if sim.pre_onlines > 1) >= 8
+    assert sum(1 for sim in sims if sim.pops is not None and sim.pops.acting_pops) >= 5
+    handed_on = [sum(taken_by(sim.brokers["b0"]).values()) for sim in sims if sim.tx]
+    assert sum(1 for n in handed_on if n) >= 3  # acting slaves' transactions went to b0
 
 
 def test_a_failing_seed_names_its_replay_command(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,3 +203,44 @@ def test_a_revive_of_a_message_whose_ack_was_read_is_caught(
     with pytest.raises(Violation, match=r"b0 revives .* whose ack it read"):
         _master_away(sim)
         _pops_resolved(sim)
+
+
+def _transactions_ended(sim: ActingSimulation) -> ActingTxProducer:
+    tx = sim.tx
+    assert tx is not None
+    sim.run_until(tx.all_ended, 20_000, "every acknowledged transaction ended")
+    tx.check_logs()
+    return tx
+
+
+def test_an_acting_slave_hands_its_open_transactions_on_to_the_other_master() -> None:
+    sim = ActingSimulation(5, chaos=False, namesrvs=1, transactions=True)
+    _master_away(sim)
+    tx = _transactions_ended(sim)
+    # a1's check escaped the half messages due to b0, whose own check asked the producer
+    # and committed there; a1 wrote no log of its own.
+    b0 = sim.brokers["b0"]
+    assert sum(taken_by(b0).values()) and sum(tx.commits()["b0"].values())
+    slave, master_log = sim.brokers["a1"].log, sim.brokers["a0"].log
+    assert slave.data == master_log.data[:slave.max_offset]
+
+
+def test_an_acting_term_that_forgets_what_it_handed_on_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The broken rule: the term's ledger keeps nothing, so an END_TRANSACTION's commit
+    # and the check round both hand the transaction on.
+    monkeypatch.setattr(TransactionLedger, "begin", lambda self, key, how: None)
+    result = ActingSimulation(11, transactions=True).run()
+    assert re.search(r"a1 handed transaction \w+ on twice in one acting term",
+                     result.violation), result.violation
+
+
+def test_a_transaction_committed_more_often_than_its_log_took_it_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The broken rule: the master reads no op record and keeps nothing, so each answer
+    # of its producer commits again.
+    monkeypatch.setattr(TransactionLedger, "begin", lambda self, key, how: None)
+    monkeypatch.setattr(TransactionReads, "catch_up", lambda self, ledger, progress: None)
+    result = ActingSimulation(33, transactions=True).run()
+    assert re.search(r"committed \d times in a0's log, which took it 1 times",
+                     result.violation), result.violation
