@@ -227,9 +227,9 @@ class BrokerConfig:
         ("container", "remote"), doc="Escape bridges (triomq_escape_bridge names) a slave "
                                      "acting for its absent master puts its secondary "
                                      "messages' output through, tried in order: "
-                                     "'container' is a master of the cluster running in "
-                                     "the same process, 'remote' one of another group "
-                                     "(with enable_remote_escape).")
+                                     "'container' is a master of another group of the "
+                                     "cluster running in the same process, 'remote' one "
+                                     "over the network (with enable_remote_escape).")
     sync_broker_member_group_period: int = setting(
         1000, doc="ms between GET_BROKER_MEMBER_GROUP polls of the name servers for the "
                   "group's alive members, with enable_slave_acting_master (RocketMQ's "

@@ -13,9 +13,11 @@ consumer that commits its offsets to whichever broker the name servers
 route as the group's id 0 (the acting slave while the master is gone).
 The brokers are ``clustersim_acting_broker.StaticBroker``: their
 registration, the acting decision (``GroupWatch``), the schedule and
-timer cores, the put core, the ``remote`` escape bridge's flow (its route
-queries to the name servers, its sends to ``b0``), the lock quorum and the
-returning master's ``PreOnline`` are the brokers' own cores. The seed picks the faults:
+timer cores, the put core, the escape bridges' flows (the seed picks
+``acting_escape_bridges``: ``remote``, its route queries to the name
+servers and its sends; ``container``, its choice of master, every broker
+in one process; or both in turn), the lock quorum and the returning
+master's ``PreOnline`` are the brokers' own cores. The seed picks the faults:
 datagram drops and delays, crashes and returns of the master and the
 slaves, partitions (the master cut from the name servers, from its slaves
 or from everyone, a slave cut from the name servers or from its master)
@@ -216,6 +218,10 @@ class ActingSimulation:
         pops_rng = random.Random(f"pops-{seed}")
         popping = pops if pops is not None else pops_rng.random() < 0.5
         self.pops = ActingPops(self, pops_rng) if popping else None
+        # The acting escape bridges, from a stream of their own.
+        bridges_rng = random.Random(f"bridges-{seed}")
+        self.escape_bridges: tuple[str, ...] = bridges_rng.choice(
+            [("remote",), ("container", "remote"), ("container",)])
         # Transactions in half the runs, from a stream of their own.
         tx_rng = random.Random(f"tx-{seed}")
         transacting = transactions if transactions is not None else tx_rng.random() < 0.5

@@ -13,7 +13,10 @@ is where an acting slave escapes to). It pumps:
   when it acts for its absent master, and the acting term runs the delayed
   and timer messages' delivery (``clustersim_schedule.SimSchedule``, the
   schedule core; ``clustersim_timer.SimTimer``, the timer core) whose puts
-  escape to another group's master as the ``remote`` bridge sends them
+  escape to another master through the seed's ``acting_escape_bridges``,
+  tried in order (``escape_bridge.Fallback``): ``container``, every
+  simulated broker in one process (``container_escape``'s choice of
+  master, then that master's put), and ``remote``
   (``broker.core.remote_escape.RemoteEscape``: the topic's route from the
   name servers, then SEND_MESSAGE_V2 to the masters it names, answered by
   that master's put core): an acting slave never writes its own commit log;
@@ -45,7 +48,8 @@ from typing import TYPE_CHECKING
 import attrs
 
 from triomq.broker.consume.core.consumer_offsets import ConsumerOffsetTable, parse_offset_header
-from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
+from triomq.broker.core.container_escape import Candidate, container_master, no_master
+from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult, Fallback
 from triomq.broker.core.remote_escape import Escaped, QueryRoute, RemoteEscape
 from triomq.broker.metadata.core.topic_table import TopicTable
 from triomq.broker.registration.core.member_group import (
@@ -484,12 +488,41 @@ class StaticBroker:
                 if result.stored:
                     self.sim.on_escaped(self, term, message)
                 done(result)
-            self.tasks.spawn(self._escape(message, escaped))
+            order = Fallback(self.sim.escape_bridges)
+            self._escape_through(order, order.first(), message, escaped)
             return
         flow = PutFlow(self.put_settings, now=self.now_ms() / 1000)
         action = flow.start_own(message, self._state(), store_ms=self.now_ms(),
                                 new_id=self.unique_ids.next_id)
         self._pump(flow, action, lambda response: done(EscapeResult.of_response(response)))
+
+    def _escape_through(self, order: Fallback, step: int | EscapeResult, message: EscapedMessage,
+                        done: Callable[[EscapeResult], None]) -> None:
+        """The acting escape bridges, tried in ``order`` (``FallbackEscapeBridge``'s)."""
+        if isinstance(step, EscapeResult):
+            done(step)
+            return
+
+        def tried(result: EscapeResult) -> None:
+            self._escape_through(order, order.tried(result), message, done)
+        if order.names[step] == "container":
+            self._container_put(message, tried)
+        else:
+            self.tasks.spawn(self._escape(message, tried))
+
+    def _container_put(self, message: EscapedMessage,
+                       done: Callable[[EscapeResult], None]) -> None:
+        """The ``container`` bridge: every simulated broker runs in one process, so the put
+        is a call of the chosen master's own put."""
+        others = {b.name: b for b in self.sim.brokers.values() if b is not self and b.up}
+        chosen = container_master(
+            [Candidate(name, CLUSTER, b.group, b.is_master,
+                       b.topics.get(message.topic) is not None) for name, b in others.items()],
+            cluster=CLUSTER, own_group=self.group)
+        if chosen is None:
+            done(no_master(CLUSTER))
+        else:
+            others[chosen].put_own(message, done)
 
     def _escape(self, message: EscapedMessage, done: Callable[[EscapeResult], None]) -> TaskGen:
         """The ``remote`` bridge's flow, its route queries and sends over the network."""

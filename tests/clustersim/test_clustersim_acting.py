@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
-from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
+from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult, Fallback
 from triomq.broker.pop.core.remote_read import Unread
 from triomq.broker.pop.core.revive import ReviveQueue
 from triomq.broker.registration.core.member_group import GroupWatch
@@ -28,15 +28,13 @@ from triomq.testing.clustersim_acting import ActingSimulation, run_seed, run_see
 from triomq.testing.clustersim_acting_broker import StaticBroker
 from triomq.testing.clustersim_acting_pops import ActingPops
 from triomq.testing.clustersim_acting_transactions import ActingTxProducer, taken_by
-from triomq.testing.clustersim_net import TaskGen
 from triomq.testing.seeds import Violation
 
 
-def _lose(self: StaticBroker, message: EscapedMessage,
-          done: Callable[[EscapeResult], None]) -> TaskGen:
+def _lose(self: StaticBroker, order: Fallback, step: int | EscapeResult,
+          message: EscapedMessage, done: Callable[[EscapeResult], None]) -> None:
     """The broken rule: the escape answers PUT_OK without the other master storing it."""
     done(EscapeResult(code=0))
-    yield from ()
 
 
 def _master_away(sim: ActingSimulation, away_ms: int = 6000) -> None:
@@ -88,12 +86,14 @@ def test_the_sweep_exercises_acting_terms_pops_and_transactions() -> None:
     assert sum(1 for sim in sims if sim.acting_terms) >= 15
     assert sum(1 for sim in sims if sim.pre_onlines > 1) >= 8
     assert sum(1 for sim in sims if sim.pops is not None and sim.pops.acting_pops) >= 5
+    assert {sim.escape_bridges for sim in sims} == {
+        ("remote",), ("container", "remote"), ("container",)}
     handed_on = [sum(taken_by(sim.brokers["b0"]).values()) for sim in sims if sim.tx]
     assert sum(1 for n in handed_on if n) >= 3  # acting slaves' transactions went to b0
 
 
 def test_a_failing_seed_names_its_replay_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(StaticBroker, "_escape", _lose)
+    monkeypatch.setattr(StaticBroker, "_escape_through", _lose)
     result = run_seed(0)
     assert not result.ok
     assert result.replay == "python -m triomq.testing.clustersim_acting --seeds 1 --start 0"
@@ -115,7 +115,7 @@ def test_an_acting_slave_storing_on_its_own_log_is_caught(monkeypatch: pytest.Mo
 
 
 def test_a_delayed_message_lost_by_the_escape_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(StaticBroker, "_escape", _lose)
+    monkeypatch.setattr(StaticBroker, "_escape_through", _lose)
     sim = ActingSimulation(5, chaos=False, namesrvs=1)
     _master_away(sim)
     with pytest.raises(Violation, match="every acknowledged delayed message delivered") as caught:

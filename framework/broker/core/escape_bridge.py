@@ -10,9 +10,9 @@ and go to a master elsewhere. Those services write only through an
   store's checks, the append, then the wait for the flush and the
   replicas every send waits for), for a master. A broker that is not
   master refuses with SERVICE_NOT_AVAILABLE, as a send to it is refused.
-- ``FallbackEscapeBridge``: several bridges tried in order, as a slave
-  acting for its absent master escapes (seed 003: a master in the same
-  process first, another one of the cluster next).
+- ``FallbackEscapeBridge``: several bridges tried in order (``Fallback``),
+  as a slave acting for its absent master escapes (seed 003: a master in
+  the same process first, another one of the cluster next).
 
 Bridges come from plugins (hook ``triomq_escape_bridge``, by name; the
 broker plugin provides ``"local"``); ``triomq.testing.escape_bridge_suite``
@@ -33,6 +33,7 @@ __all__ = [
     "EscapeBridge",
     "EscapeResult",
     "EscapedMessage",
+    "Fallback",
     "FallbackEscapeBridge",
     "LocalEscapeBridge",
 ]
@@ -111,13 +112,35 @@ class LocalEscapeBridge:
         return EscapeResult.of_response(await self._put_own(message))
 
 
-class FallbackEscapeBridge:
-    """Puts through the first of ``bridges`` that stores the message.
+class Fallback:
+    """The order a fallback tries its bridges in (pure): the next one while none stored
+    the message.
 
     A bridge that stored it (even if a flush or replication wait then timed
     out) ends the search: trying the next one would store it twice. Refused
     everywhere, the answer is the last refusal, its remark naming each.
     """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)  # at least one
+        self._refusals: list[str] = []
+
+    def first(self) -> int:
+        """The index of the bridge to try first."""
+        return 0
+
+    def tried(self, result: EscapeResult) -> int | EscapeResult:
+        """The result of the bridge tried last: the index of the next one, or the answer."""
+        if result.stored:
+            return result
+        self._refusals.append(f"{self.names[len(self._refusals)]}: {result.remark or result.code}")
+        if len(self._refusals) < len(self.names):
+            return len(self._refusals)
+        return attrs.evolve(result, remark="; ".join(self._refusals))
+
+
+class FallbackEscapeBridge:
+    """Puts through the first of ``bridges`` that stores the message (``Fallback``)."""
 
     def __init__(self, bridges: Sequence[tuple[str, EscapeBridge]]) -> None:
         if not bridges:
@@ -125,12 +148,8 @@ class FallbackEscapeBridge:
         self.bridges = tuple(bridges)
 
     async def put_message(self, message: EscapedMessage) -> EscapeResult:
-        refusals: list[str] = []
-        result: EscapeResult | None = None
-        for name, bridge in self.bridges:
-            result = await bridge.put_message(message)
-            if result.stored:
-                return result
-            refusals.append(f"{name}: {result.remark or result.code}")
-        assert result is not None
-        return attrs.evolve(result, remark="; ".join(refusals))
+        order = Fallback([name for name, _ in self.bridges])
+        step: int | EscapeResult = order.first()
+        while isinstance(step, int):
+            step = order.tried(await self.bridges[step][1].put_message(message))
+        return step
