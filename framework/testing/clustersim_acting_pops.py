@@ -42,11 +42,16 @@ import attrs
 
 from triomq.broker.consume.core.subscription import Subscription
 from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
-from triomq.broker.pop.core.checkpoint import AckMsg, CheckPoint, RecordRefused, decode_ack
+from triomq.broker.pop.core.checkpoint import (
+    AckMsg,
+    CheckPoint,
+    RecordRefused,
+    decode_ack,
+    revive_message,
+)
 from triomq.broker.pop.core.pop import PopHeader, plan_pop
 from triomq.broker.pop.core.receipt import (
     ACK_TAG,
-    CK_TAG,
     REVIVE_GROUP,
     Receipt,
     pop_retry_topic,
@@ -65,7 +70,7 @@ from triomq.broker.pop.core.revive import (
     popped_record,
     revive_records,
 )
-from triomq.protocol.message import PROPERTY_TAGS, PROPERTY_UNIQ_KEY, MessageRecord
+from triomq.protocol.message import MessageRecord
 from triomq.protocol.route import TopicConfig
 from triomq.testing.clustersim_parts import CLUSTER, GROUP, TOPIC, TOPIC_QUEUES
 from triomq.testing.clustersim_revive import SimRevive
@@ -257,9 +262,7 @@ class ActingPops:
                     for o in ck.offsets if self.rng.random() < self.p_ack}
             self.popped[ck.merge_key] = _Popped(ck, self.sim.now, acks)
 
-        broker.put_own(EscapedMessage(
-            topic=REVIVE_TOPIC, queue_id=0, body=ck.encode(),
-            properties={PROPERTY_TAGS: CK_TAG, PROPERTY_UNIQ_KEY: ck.unique_id()}), done)
+        broker.put_own(revive_message(ck, REVIVE_TOPIC, 0), done)
 
     def _ack_due(self, broker: StaticBroker) -> None:
         for key, popped in self.popped.items():
@@ -284,9 +287,7 @@ class ActingPops:
             self._acking.discard(key)
             (self.acked if result.ok else self.maybe_acked).add(key)
 
-        broker.put_own(EscapedMessage(
-            topic=REVIVE_TOPIC, queue_id=0, body=ack.encode(),
-            properties={PROPERTY_TAGS: ACK_TAG, PROPERTY_UNIQ_KEY: ack.unique_id()}), done)
+        broker.put_own(revive_message(ack, REVIVE_TOPIC, 0), done)
 
     # -- liveness ----------------------------------------------------------------------
 

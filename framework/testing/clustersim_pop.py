@@ -40,11 +40,9 @@ import attrs
 
 from triomq.broker.consume.core.subscription import Subscription
 from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
-from triomq.broker.pop.core.checkpoint import AckMsg, CheckPoint
+from triomq.broker.pop.core.checkpoint import AckMsg, CheckPoint, revive_message
 from triomq.broker.pop.core.pop import PopHeader, plan_pop
 from triomq.broker.pop.core.receipt import (
-    ACK_TAG,
-    CK_TAG,
     Receipt,
     pop_retry_topic,
     receipt_refusal,
@@ -61,7 +59,7 @@ from triomq.broker.pop.core.revive import (
     popped_record,
     revive_records,
 )
-from triomq.protocol.message import PROPERTY_TAGS, PROPERTY_UNIQ_KEY, MessageRecord
+from triomq.protocol.message import MessageRecord
 from triomq.protocol.route import TopicConfig
 from triomq.testing.clustersim_parts import CLUSTER, GROUP, TOPIC, TOPIC_QUEUES
 from triomq.testing.clustersim_revive import SimRevive
@@ -234,9 +232,7 @@ class SimPops:
             self.popped[ck.merge_key] = _Popped(ck, epoch, self.sim.now,
                                                 sent + invisible * 9 // 10, acks)
 
-        self._put(master, EscapedMessage(
-            topic=REVIVE_TOPIC, queue_id=0, body=ck.encode(),
-            properties={PROPERTY_TAGS: CK_TAG, PROPERTY_UNIQ_KEY: ck.unique_id()}), done)
+        self._put(master, revive_message(ck, REVIVE_TOPIC, 0), done)
 
     def _ack_due(self, master: SimBroker) -> None:
         for key, popped in self.popped.items():
@@ -265,9 +261,7 @@ class SimPops:
             elif result.stored:  # timed out after the append: it may yet count
                 self.maybe_acked.add(key)
 
-        self._put(master, EscapedMessage(
-            topic=REVIVE_TOPIC, queue_id=0, body=ack.encode(),
-            properties={PROPERTY_TAGS: ACK_TAG, PROPERTY_UNIQ_KEY: ack.unique_id()}), done)
+        self._put(master, revive_message(ack, REVIVE_TOPIC, 0), done)
 
     # -- liveness ----------------------------------------------------------------------
 

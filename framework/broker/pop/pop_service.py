@@ -49,11 +49,11 @@ from triomq.broker.consume.core.pull_lookup import confirmed_queue_max
 from triomq.broker.consume.core.subscription_groups import SubscriptionGroupConfig
 from triomq.broker.consume.offset_service import ConsumerOffsetService
 from triomq.broker.core.codes import RequestCode, ResponseCode
-from triomq.broker.core.escape_bridge import EscapeBridge, EscapedMessage
+from triomq.broker.core.escape_bridge import EscapeBridge
 from triomq.broker.metadata.core.topic_table import TopicRefused
 from triomq.broker.metadata.topics import TopicService
 from triomq.broker.pop.core.batch_ack import BatchAck, parse_batch_ack
-from triomq.broker.pop.core.checkpoint import AckMsg, CheckPoint
+from triomq.broker.pop.core.checkpoint import AckMsg, CheckPoint, revive_message
 from triomq.broker.pop.core.pop import (
     PopHeader,
     PopPlan,
@@ -64,7 +64,6 @@ from triomq.broker.pop.core.pop import (
     plan_pop,
 )
 from triomq.broker.pop.core.receipt import (
-    CK_TAG,
     PROPERTY_POP_CK,
     Receipt,
     ReceiptRefused,
@@ -76,7 +75,7 @@ from triomq.broker.pop.core.receipt import (
 )
 from triomq.clock import EpochClock
 from triomq.protocol.header_fields import INT32, INT64, HeaderFields
-from triomq.protocol.message import PROPERTY_TAGS, PROPERTY_UNIQ_KEY, encode
+from triomq.protocol.message import PROPERTY_TAGS, encode
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import PERM_READ, PERM_WRITE, TopicConfig
 from triomq.rpc import RpcConnection, RpcServer
@@ -230,13 +229,11 @@ class PopService:
 
     async def _put_revive(self, record: CheckPoint | AckMsg, revive_qid: int,
                           bridge: EscapeBridge) -> bool:
-        tag = CK_TAG if isinstance(record, CheckPoint) else record.tag
-        result = await bridge.put_message(EscapedMessage(
-            topic=self.revive_topic, queue_id=revive_qid, body=record.encode(),
-            properties={PROPERTY_TAGS: tag, PROPERTY_UNIQ_KEY: record.unique_id()}))
+        message = revive_message(record, self.revive_topic, revive_qid)
+        result = await bridge.put_message(message)
         if not result.stored:
-            log.warning("a pop's %s not stored in %s: %d %s", tag, self.revive_topic,
-                        result.code, result.remark)
+            log.warning("a pop's %s not stored in %s: %d %s", message.properties[PROPERTY_TAGS],
+                        self.revive_topic, result.code, result.remark)
         return result.stored
 
     def _bodies(self, header: PopHeader, picks: list[QueuePick], pop_time: int,

@@ -23,9 +23,12 @@ from typing import Any
 
 import attrs
 
+from triomq.broker.core.escape_bridge import EscapedMessage
 from triomq.broker.pop.core.receipt import ACK_TAG, BATCH_ACK_TAG, CK_TAG
+from triomq.protocol.message import PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 
-__all__ = ["AckMsg", "CheckPoint", "RecordRefused", "decode_ack", "decode_checkpoint"]
+__all__ = ["AckMsg", "CheckPoint", "RecordRefused", "decode_ack", "decode_checkpoint",
+           "revive_message"]
 
 _SPLIT = "@"
 
@@ -121,6 +124,15 @@ class AckMsg:
         if self.batch:
             fields["aol"] = list(self.offsets)
         return json.dumps(fields, separators=(",", ":")).encode()
+
+
+def revive_message(record: CheckPoint | AckMsg, revive_topic: str,
+                   revive_qid: int) -> EscapedMessage:
+    """``record`` as the message put into queue ``revive_qid`` of the revive topic: its
+    JSON, its tag, its ``UNIQ_KEY``."""
+    tag = CK_TAG if isinstance(record, CheckPoint) else record.tag
+    return EscapedMessage(topic=revive_topic, queue_id=revive_qid, body=record.encode(),
+                          properties={PROPERTY_TAGS: tag, PROPERTY_UNIQ_KEY: record.unique_id()})
 
 
 def _object(body: bytes) -> Mapping[str, Any]:
