@@ -160,8 +160,9 @@ def triomq_broker_components(node: Node, broker: ComponentView
     the broker (role, epoch, confirm offset, commit log, master address).
     A component (``triomq.broker.components.BrokerComponent``) registers its
     request handlers, runs in its scope (always; each master term, started
-    in the term's nursery and cancelled with it; or each acting term of a
-    slave acting for its absent master) and hears of role changes. A
+    in the term's nursery and cancelled with it; each slave term, but not
+    while the slave acts; or each acting term of a slave acting for its
+    absent master) and hears of role changes. A
     component scoped to the acting term is refused by a broker without
     ``enable_slave_acting_master``, as is one named like another. Return
     ``None`` to add nothing.

@@ -134,9 +134,9 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         Component("role", role_changed=broker.role_changed),
         Component("flush", start=[broker.flush.run]),
         Component("replicas", start=[replicas.run]),
-        Component("confirm-offset", soon=[broker.flush_slave_log, broker.record_confirm_offset]),
-        Component("topics", register=topics.register, soon=[
-            topics.persist_loop, functools.partial(topics.copy_from_master, node.rpc)]),
+        Component("confirm-offset", soon=[broker.record_confirm_offset]),
+        Component("slave-flush", scope=Scope.SLAVE_TERM, soon=[broker.flush_slave_log]),
+        Component("topics", register=topics.register, soon=[topics.persist_loop]),
         Component("sends", register=[register_group_checks, processor.register]),
     ]
     if broker.index is not None:
@@ -145,20 +145,18 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
         Component("queries", register=queries.register),
         Component("runtime-info", register=runtime_info.register, soon=[runtime_info.run]),
         Component("clients", register=clients.register,
-                  start=[functools.partial(clients.run, node.rpc)]),
+                  start=[clients.run]),
         Component("locks", register=broker.locks.register, start=[broker.locks.run]),
         Component("pulls", register=pulls.register, start=[pulls.run],
                   role_changed=lambda role, epoch: pulls.role_changed()),
-        Component("offsets", register=offsets.register, soon=[
-            offsets.persist_loop, functools.partial(offsets.copy_from_master, node.rpc)]),
+        Component("offsets", register=offsets.register, soon=[offsets.persist_loop]),
         Component("consume-stats", register=stats.register, soon=[stats.sample]),
         Component("send-back", scope=Scope.MASTER_TERM, register=send_backs.register),
         Component("transactions", scope=Scope.MASTER_TERM, register=transactions.register,
                   soon=[transactions.check_loop], role_changed=transactions.role_changed),
         *([] if acting_bridge is None else [
             acting_transactions_component(transactions, acting_bridge)]),
-        Component("delay-offsets", register=schedule.register, soon=[
-            schedule.persist_loop, functools.partial(schedule.copy_from_master, node.rpc)]),
+        Component("delay-offsets", register=schedule.register, soon=[schedule.persist_loop]),
         Component("schedule", scope=Scope.MASTER_TERM, soon=[schedule.deliver]),
         *([] if acting_bridge is None else [acting_tables_component(lambda: [
             offsets.table, schedule.table, *([] if broker.timer is None else [broker.timer.table])
@@ -177,11 +175,14 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
             log=log, broker=view, bridge=LocalEscapeBridge(processor.put_own),
             clock=broker.clock)
         parts += [
-            Component("timer-checkpoint", register=timer.register, soon=[
-                timer.persist_loop, functools.partial(timer.copy_from_master, node.rpc)]),
+            Component("timer-checkpoint", register=timer.register, soon=[timer.persist_loop]),
             Component("timer", scope=Scope.MASTER_TERM, soon=[timer.deliver]),
             *acting([("acting-timer", functools.partial(timer.deliver, acting_bridge))]),
         ]
+    # RocketMQ's SlaveSynchronize: a following slave copies its master's tables.
+    parts.append(Component("slave-synchronize", scope=Scope.SLAVE_TERM, soon=[
+        functools.partial(table.copy_from_master, node.rpc)
+        for table in (topics, clients, offsets, schedule, broker.timer) if table is not None]))
     pending = PendingMessagesService(
         config=config, log=log, broker=view, delay_offsets=schedule.table,
         timer_checkpoint=broker.timer.table if broker.timer is not None else None,

@@ -9,6 +9,11 @@ role changes (``BrokerComponent``). Its ``scope`` says when it runs:
   HA service runs and the role shows, and cancelled with the term when the replica steps down
   (the ``ReplicasManager`` ends a term by cancelling its nursery, so a
   master-only task never checks whether it is still master);
+- ``SLAVE_TERM``: a slave following its master (RocketMQ's
+  ``SlaveSynchronize``: the copies of the master's tables): started in each
+  slave term's nursery once the role shows, cancelled when the term ends,
+  and paused while the slave acts for its absent master (its own tables
+  are the newer then), started again when that acting term ends;
 - ``ACTING_TERM``: a slave acting for its absent master (RIP-32,
   RocketMQ's ``changeSpecialServiceStatus``): started in the acting term's
   nursery when the broker's acting-master policy (a plugin's component)
@@ -56,6 +61,7 @@ class Scope(enum.Enum):
 
     ALWAYS = "always"
     MASTER_TERM = "master term"
+    SLAVE_TERM = "slave term"
     ACTING_TERM = "acting term"
 
 
@@ -221,6 +227,9 @@ class ComponentHost:
         #: Set once the broker may serve as master (a returning master's pre-online
         #: done): its master-term components wait for it.
         self.online = online
+        #: The running acting term, and the scope of the slave-term components it pauses.
+        self._acting: ActingTerm | None = None
+        self._following: trio.CancelScope | None = None
         for component in self.components:
             if not isinstance(component, BrokerComponent):
                 raise PluginError(f"broker component {component!r} is not a BrokerComponent "
@@ -252,7 +261,9 @@ class ComponentHost:
     async def run_term(self, role: BrokerRole, *,
                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the components of ``role``'s term until the term's scope is cancelled."""
-        if role is not BrokerRole.MASTER:
+        if role is BrokerRole.SLAVE:
+            await self._follow(task_status)
+        elif role is not BrokerRole.MASTER:
             task_status.started()
         elif self.online is None or self.online.is_set():
             await self.run_scope(Scope.MASTER_TERM, task_status=task_status)
@@ -262,6 +273,22 @@ class ComponentHost:
             task_status.started()
             await self.online.wait()
             await self.run_scope(Scope.MASTER_TERM)
+
+    async def _follow(self, task_status: trio.TaskStatus[None]) -> None:
+        """The slave term: its components run, but not while an acting term runs (its
+        start cancels them; they start again once it ended)."""
+        status = task_status
+        while True:
+            acting = self._acting
+            if acting is not None:
+                await acting.wait_ended()
+            # No checkpoint between the scope's creation and the check: an acting term
+            # that begins after it cancels this scope.
+            with trio.CancelScope() as self._following:
+                if self._acting is None:
+                    first, status = status, trio.TASK_STATUS_IGNORED
+                    await self.run_scope(Scope.SLAVE_TERM, task_status=first)
+                    await trio.sleep_forever()
 
     async def run_scope(self, scope: Scope, *,
                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -276,7 +303,9 @@ class ComponentHost:
                               = trio.TASK_STATUS_IGNORED) -> None:
         """Run an acting term's components until its handle ends it (or this is
         cancelled); reports the handle once they started."""
-        term = ActingTerm()
+        term = self._acting = ActingTerm()
+        if self._following is not None:
+            self._following.cancel()
         try:
             with term._scope:
                 async with trio.open_nursery() as nursery:
@@ -284,6 +313,7 @@ class ComponentHost:
                     task_status.started(term)
                     await trio.sleep_forever()
         finally:
+            self._acting = None
             term._ended.set()
 
     def role_changed(self, role: BrokerRole, master_epoch: int) -> None:

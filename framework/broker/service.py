@@ -383,11 +383,13 @@ class Broker:
                 recorded = confirm
 
     async def flush_slave_log(self) -> None:
-        """Flush the log every ``flush_interval`` while slave (nothing waits on a slave's puts)."""
+        """A slave-term task: flush the log every ``flush_interval`` (nothing waits on a
+        slave's puts)."""
+        if self.config.flush_policy == "none":
+            return
         while True:
             await trio.sleep(self.config.flush_interval / 1000)
-            if (self.config.flush_policy != "none" and self.replicas.role is BrokerRole.SLAVE
-                    and self.log.flushed_offset < self.log.max_offset):
+            if self.log.flushed_offset < self.log.max_offset:
                 await trio.to_thread.run_sync(self.log.flush)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 from broker_nodes import Cluster
 
 from triomq.broker.components import BrokerComponent, Component, ComponentView, Scope
@@ -236,3 +237,51 @@ async def test_an_acting_term_runs_in_the_slave_term_and_ends_with_it(tmp_path, 
                               ("started", "master", 2)]
         with pytest.raises(RuntimeError, match="does not act"):
             await view.start_acting()
+
+
+class SlaveTask(MasterTask):
+    """A slave-term component: records its starts and cancellations."""
+
+    name = "slave-task"
+    scope = Scope.SLAVE_TERM
+
+
+class FollowingPlugin:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, int]] = []
+        self.views: list[ComponentView] = []
+
+    @hookimpl
+    def triomq_broker_components(self, node, broker):
+        self.views.append(broker)
+        return [SlaveTask(broker, self.events)]
+
+
+async def test_a_slave_term_component_pauses_while_the_slave_acts(tmp_path, mock_clock):
+    cluster = Cluster("inproc", tmp_path)
+    plugin = FollowingPlugin()
+    cluster.pm.register(plugin, name="following")
+
+    def runs() -> list[tuple[str, str, int]]:
+        return [event for event in plugin.events if event[0] != "role"]
+
+    extra = 'enable_slave_acting_master = true\nnamesrv_addr = ["inproc://nobody-ns"]'
+    async with cluster.broker("a", broker_id=1, master="inproc://nobody-ha",
+                              extra=extra) as a:
+        (view,) = plugin.views
+        assert runs() == [("started", "slave", 1)]
+        # Acting, the slave copies nothing from its master: its own tables are the newer.
+        term = await view.start_acting()
+        assert runs()[1:] == [("cancelled", "slave", 1)]
+        term.end()
+        await term.wait_ended()
+        await trio.testing.wait_all_tasks_blocked()
+        # Back to following once the acting term ended (and in each new slave term).
+        assert runs()[2:] == [("started", "slave", 1)]
+        await a.replicas.change_to_slave("inproc://nobody-ha", 2, a.broker_id)
+        assert runs()[3:] == [("cancelled", "none", -1), ("started", "slave", 2)]
+        # A master term runs none of it.
+        await a.replicas.change_to_master(3, a.broker_id)
+        assert runs()[5:] == [("cancelled", "none", -1)]
+    assert [c.name for c in a.components.scoped(Scope.SLAVE_TERM)] == [
+        "slave-flush", "slave-synchronize", "slave-task"]

@@ -176,14 +176,13 @@ class ClientService:
                         inline=True)
         server.on_connection_closed.append(self.connection_closed)
 
-    async def run(self, rpc: RpcClient, *,
-                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Scan for silent clients, send notifications, save and copy the groups."""
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Scan for silent clients, send notifications, save the groups."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._scan_loop)
             nursery.start_soon(self._persist_loop)
-            nursery.start_soon(self._copy_from_master, rpc)
             task_status.started()
 
     # -- handlers ----------------------------------------------------------------
@@ -425,8 +424,8 @@ class ClientService:
     async def _persist_loop(self) -> None:
         await self._dirty.write_each(self.save)
 
-    async def _copy_from_master(self, rpc: RpcClient) -> None:
-        """A slave's loop: take the master's groups every ``slave_synchronize_period``."""
+    async def copy_from_master(self, rpc: RpcClient) -> None:
+        """A slave-term task: take the master's groups every ``slave_synchronize_period``."""
 
         def adopt(master: SubscriptionGroupTable) -> None:
             if self.groups.adopt(master):

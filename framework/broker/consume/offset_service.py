@@ -179,7 +179,7 @@ class ConsumerOffsetService:
                                        OFFSETS_FILE, self.table, self._revision_on_disk)
 
     async def copy_from_master(self, rpc: RpcClient) -> None:
-        """A slave's loop: take the master's offsets every ``slave_synchronize_period``."""
+        """A slave-term task: take the master's offsets every ``slave_synchronize_period``."""
         await config_files.copy_from_master(
             what="consumer offsets", code=RequestCode.GET_ALL_CONSUMER_OFFSET,
             decode=ConsumerOffsetTable.decode, adopt=self.table.adopt_master, rpc=rpc,

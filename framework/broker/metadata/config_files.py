@@ -14,7 +14,7 @@ before; so does the broker here, one rule for all three:
 - ``write_every``: a table that counts its changes (``Revised``: offsets
   moving all the time), written by one loop every period when it moved, and
   once more on the way out;
-- ``copy_from_master``: a slave's loop asking its master for a table every
+- ``copy_from_master``: a slave-term task asking its master for a table every
   ``slave_synchronize_period`` (RocketMQ's ``SlaveSynchronize``), handing
   what it gets to the table's own rule for adopting it.
 """
@@ -123,15 +123,14 @@ async def write_every(period_ms: int, root: str, name: str, table: Revised,
 async def copy_from_master(*, what: str, code: int, decode: Callable[[bytes], T],
                            adopt: Callable[[T], object], rpc: RpcClient,
                            broker: ComponentView, period_ms: int) -> None:
-    """Until cancelled, every ``period_ms`` while a slave with a master: ask it ``code``
-    and ``adopt`` the decoded answer (``what`` names it in the log). Not while the slave
-    acts for its absent master: its tables are the newer then, and a master back from
-    its absence takes them over (pre-online) before any copy goes its way."""
+    """A slave-term task (``Scope.SLAVE_TERM``: not while the slave acts for its absent
+    master, whose tables are the newer then): every ``period_ms`` ask the master
+    ``code`` and ``adopt`` the decoded answer (``what`` names it in the log)."""
     while True:
         await trio.sleep(period_ms / 1000)
         # Looked up at each copy, so a host (or a test) may redirect it.
         address = broker.master_address()
-        if broker.is_master or broker.acting or address is None:
+        if address is None:
             continue
         try:
             answer = await rpc.invoke(address, code, timeout=3.0)
@@ -141,5 +140,6 @@ async def copy_from_master(*, what: str, code: int, decode: Callable[[bytes], T]
         except (RpcError, RouteDataError) as exc:
             log.info("copying %s from master %s failed: %s", what, address, exc)
             continue
-        if not (broker.is_master or broker.acting):  # either may have changed meanwhile
-            adopt(master)
+        # An answer that came as the term ended (or an acting term began) is not taken.
+        await trio.lowlevel.checkpoint()
+        adopt(master)

@@ -164,7 +164,7 @@ class TopicService:
         return RemotingCommand.response(body=dumps(config.to_json()))
 
     async def copy_from_master(self, rpc: RpcClient) -> None:
-        """A slave's loop: take the master's table every ``slave_synchronize_period``."""
+        """A slave-term task: take the master's table every ``slave_synchronize_period``."""
 
         def adopt(master: TopicTable) -> None:
             if self.table.adopt(master.configs(), master.data_version):

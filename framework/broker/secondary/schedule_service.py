@@ -161,7 +161,7 @@ class ScheduleMessageService:
                                        DELAY_OFFSETS_FILE, self.table, self._revision_on_disk)
 
     async def copy_from_master(self, rpc: RpcClient) -> None:
-        """A slave's loop: take the master's offsets every ``slave_synchronize_period``."""
+        """A slave-term task: take the master's offsets every ``slave_synchronize_period``."""
         await config_files.copy_from_master(
             what="delay offsets", code=RequestCode.GET_ALL_DELAY_OFFSET,
             decode=functools.partial(DelayOffsetTable.decode,

@@ -204,7 +204,7 @@ class TimerMessageService:
                                        self._revision_on_disk)
 
     async def copy_from_master(self, rpc: RpcClient) -> None:
-        """A slave's loop: take the master's checkpoint every ``slave_synchronize_period``."""
+        """A slave-term task: take the master's checkpoint every ``slave_synchronize_period``."""
         await config_files.copy_from_master(
             what="timer checkpoint", code=RequestCode.GET_TIMER_CHECK_POINT,
             decode=TimerCheckpointTable.decode, adopt=self.table.adopt_master, rpc=rpc,
