@@ -144,6 +144,8 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     parts += [
         Component("queries", register=queries.register),
         Component("runtime-info", register=runtime_info.register, soon=[runtime_info.run]),
+        Component("replicated-stats", scope=Scope.SLAVE_TERM,
+                  soon=[runtime_info.count_replicated]),
         Component("clients", register=clients.register,
                   start=[clients.run]),
         Component("locks", register=broker.locks.register, start=[broker.locks.run]),

@@ -284,4 +284,4 @@ async def test_a_slave_term_component_pauses_while_the_slave_acts(tmp_path, mock
         await a.replicas.change_to_master(3, a.broker_id)
         assert runs()[5:] == [("cancelled", "none", -1)]
     assert [c.name for c in a.components.scoped(Scope.SLAVE_TERM)] == [
-        "slave-flush", "slave-synchronize", "slave-task"]
+        "slave-flush", "replicated-stats", "slave-synchronize", "slave-task"]

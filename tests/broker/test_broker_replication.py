@@ -173,3 +173,19 @@ async def test_a_restarted_master_confirms_nothing_a_member_may_lack(tmp_path):
                 nursery.cancel_scope.cancel()
         finally:
             log.close()
+
+
+async def test_a_slave_counts_what_it_replicates_as_a_master_counts_its_puts(cluster):
+    async with (
+        cluster.client() as client,
+        cluster.broker("a", extra=SYNC_ALL) as a,
+        cluster.broker("b", broker_id=1, master=a.ha_address, extra=SYNC_ALL) as b,
+    ):
+        await wait_until(lambda: len(a.replicas.sync_state_set) == 2)
+        stats = b.processor.stats
+        before = (stats.put_messages, stats.put_bytes, b.log.max_offset)
+        producer = DirectProducer(client.rpc, a.node.address)
+        await put_synchronously(producer, random.Random(3), 5, a, [b])
+        # Counted in its slave term, once a second.
+        await wait_until(lambda: (stats.put_messages - before[0], stats.put_bytes - before[1])
+                         == (5, b.log.max_offset - before[2]))

@@ -103,20 +103,20 @@ class RuntimeInfoService:
 
     async def run(self) -> None:
         """Sample the counters every ``SAMPLE_INTERVAL`` until cancelled."""
-        replicas, log = self.broker.replicas, self.broker.log
-        # The log's (messages, bytes) at boot or at the last sample as slave; none on a
-        # master, which counts its own puts (a demoted one counts from its next sample).
-        held: tuple[int, int] | None = (_queue_total(log), log.max_offset)
         while True:
-            if replicas.role is BrokerRole.SLAVE:
-                now_held = (_queue_total(log), log.max_offset)
-                if held is not None:
-                    self.stats.replicated(now_held[0] - held[0], now_held[1] - held[1])
-                held = now_held
-            elif replicas.role is BrokerRole.MASTER:
-                held = None
             self.stats.sample(now_ms(), datetime.date.today().toordinal())
             await trio.sleep(SAMPLE_INTERVAL)
+
+    async def count_replicated(self) -> None:
+        """A slave-term task: count what the log took from the master, as a master counts
+        its puts, every ``SAMPLE_INTERVAL``."""
+        log = self.broker.log
+        held = (_queue_total(log), log.max_offset)
+        while True:
+            await trio.sleep(SAMPLE_INTERVAL)
+            now_held = (_queue_total(log), log.max_offset)
+            self.stats.replicated(now_held[0] - held[0], now_held[1] - held[1])
+            held = now_held
 
     def table(self, disk: DiskSpace | None) -> dict[str, str]:
         broker = self.broker
