@@ -185,6 +185,14 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     parts.append(Component("slave-synchronize", scope=Scope.SLAVE_TERM, soon=[
         functools.partial(table.copy_from_master, node.rpc)
         for table in (topics, clients, offsets, schedule, broker.timer) if table is not None]))
+    def truncated() -> None:
+        # Offsets past the cut would take the other messages written there since for
+        # consumed or delivered.
+        for table in (offsets.table, schedule.table,
+                      *([] if broker.timer is None else [broker.timer.table])):
+            table.truncated(log.queue_max_offset)
+
+    replicas.on_truncated = truncated
     pending = PendingMessagesService(
         config=config, log=log, broker=view, delay_offsets=schedule.table,
         timer_checkpoint=broker.timer.table if broker.timer is not None else None,

@@ -98,6 +98,7 @@ class HASlave:
         config: HASlaveConfig | None = None,
         offload: Offload = trio.to_thread.run_sync,
         on_appended: Callable[[], None] = lambda: None,
+        on_truncated: Callable[[], None] = lambda: None,
         credential: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.log = log
@@ -106,6 +107,8 @@ class HASlave:
         #: Called after replicated bytes are appended or the confirm offset rose
         #: (the broker's held pulls look).
         self.on_appended = on_appended
+        #: Called after the log was cut back to the master's (its queues with it).
+        self.on_truncated = on_truncated
         self.offload = offload
         self.epoch_store = epoch_store
         #: What this slave's handshakes name it: its broker id in the group.
@@ -378,6 +381,7 @@ class HASlave:
                     if isinstance(action, Truncate):
                         logger.info("truncating the commit log at %d", action.offset)
                         await self.offload(self.log.truncate, action.offset)
+                        self.on_truncated()
                     await self._save_epochs(action.epochs)
             self._append(writes, in_place)
         finally:

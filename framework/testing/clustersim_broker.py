@@ -431,6 +431,9 @@ class SimBroker:
         for action in actions:
             if isinstance(action, Truncate):
                 self.log.truncate(action.offset)
+                # As the broker's: what went past the cut is not taken for delivered.
+                for table in (self.consume.table, self.schedule.offsets, self.timer.table):
+                    table.truncated(self.log.queue_max_offset)
                 self.sim.on_truncated(self)
                 self.epoch_file.save(action.epochs)
                 term.epochs = action.epochs

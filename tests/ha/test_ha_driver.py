@@ -528,3 +528,23 @@ async def test_a_slave_over_tcp_asks_for_its_receive_buffer():
     wanted = 1 << 20
     assert await slave_receive_buffer(wanted) == 2 * min(wanted, rmem_max)
     assert await slave_receive_buffer(0) != 2 * min(wanted, rmem_max)
+
+
+async def test_a_slave_says_when_it_cut_its_log_back_to_its_masters(autojump_clock):
+    rng = random.Random(9)
+    a, b = Replica("a", 1), Replica("b", 2)
+    await run_term(a, 1, [b], rng, writes=2)
+    write(a, rng, 4)  # a's tail, never replicated
+    await run_term(b, 2, [], rng, writes=2)
+    cuts: list[int] = []
+    ha = make_master(b, 3)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(ha.run)
+        slave = make_slave(a, connector(nursery, ha))
+        # Told once the log (and its queues) is cut: the broker's tables follow it.
+        slave.on_truncated = lambda: cuts.append(a.log.max_offset)
+        await nursery.start(slave.run)
+        await caught_up(b, a)
+        nursery.cancel_scope.cancel()
+    assert cuts == [b.epochs.cache.find(2).start_offset]
+    assert (a.log.base, a.log.data) == (b.log.base, b.log.data)

@@ -158,6 +158,9 @@ class ReplicasManager:
         #: a slave's ack to it, a slave's replicated append (held pulls are
         #: answered then).
         self.on_appended: Callable[[], None] = lambda: None
+        #: Called after a slave's log was cut back to its master's (the HA handshake's
+        #: truncation): the broker's tables must not point past the cut.
+        self.on_truncated: Callable[[], None] = lambda: None
         self._nursery: trio.Nursery | None = None
         #: The HA port's slots (``ha_max_connections``), and the cancel scope
         #: of each connection holding one.
@@ -375,6 +378,7 @@ class ReplicasManager:
             config=self.slave_config,
             offload=self.offload,
             on_appended=lambda: self.on_appended(),
+            on_truncated=lambda: self.on_truncated(),
             credential=None if self.auth is None else partial(
                 self._handshake_credential, target.broker_id),
         )

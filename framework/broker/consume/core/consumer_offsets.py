@@ -31,7 +31,7 @@ refused.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -107,6 +107,22 @@ class ConsumerOffsetTable:
         if not pending:
             del self._resets[key]
         return offset
+
+    def truncated(self, queue_max: Callable[[str, int], int]) -> bool:
+        """The log lost its tail (a slave cut it to its new master's): an offset past its
+        queue's end now (``queue_max(topic, queue_id)``) goes back to it, for the entries
+        there are others, which no group consumed. Whether any moved."""
+        moved = False
+        for key, queues in self._offsets.items():
+            topic = key.partition(TOPIC_GROUP_SEPARATOR)[0]
+            for queue_id, offset in queues.items():
+                end = queue_max(topic, queue_id)
+                if offset > end:
+                    queues[queue_id] = end
+                    moved = True
+        if moved:
+            self.revision += 1
+        return moved
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         """The group's stored offset in the queue, None if it stored none."""

@@ -17,8 +17,9 @@ own), so a slave elected master continues where its master was.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+from triomq.protocol.delay_levels import SCHEDULE_TOPIC
 from triomq.protocol.route import DataVersion, RouteDataError, dumps, loads
 
 __all__ = ["DELAY_OFFSETS_NAME", "DelayOffsetTable"]
@@ -51,6 +52,19 @@ class DelayOffsetTable:
         self._moves += 1
         if self._moves % self.version_step == 0:
             self.data_version = self.data_version.next(now_ms)
+
+    def truncated(self, queue_max: Callable[[str, int], int]) -> bool:
+        """The log lost its tail: a level's offset past its queue's end now goes back to
+        it (the delayed messages there are others, none delivered). Whether any moved."""
+        moved = False
+        for level, offset in self._offsets.items():
+            end = queue_max(SCHEDULE_TOPIC, level - 1)
+            if offset > end:
+                self._offsets[level] = end
+                moved = True
+        if moved:
+            self.revision += 1
+        return moved
 
     def offsets(self) -> dict[int, int]:
         """A copy of the table: level -> offset."""

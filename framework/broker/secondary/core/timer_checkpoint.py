@@ -27,8 +27,11 @@ one copy period behind: those messages are delivered again (at least once).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
+from triomq.broker.secondary.core.schedule_put import TIMER_TOPIC
 from triomq.protocol.route import DataVersion, RouteDataError, dumps, loads
 
 __all__ = ["TIMER_CHECKPOINT_NAME", "TimerCheckpoint", "TimerCheckpointTable"]
@@ -69,6 +72,19 @@ class TimerCheckpointTable:
         self.checkpoint = checkpoint
         self.data_version = self.data_version.next(now_ms)
         self.revision += 1
+
+    def truncated(self, queue_max: Callable[[str, int], int]) -> bool:
+        """The log lost its tail: a scan past the timer queue's end now goes back to it,
+        so that the entries there, others now, are pending again (``delivered`` would
+        skip those due before the read time). Whether it moved."""
+        end = queue_max(TIMER_TOPIC, 0)
+        old = self.checkpoint
+        if old.scan_offset <= end and old.queue_offset <= end:
+            return False
+        self.checkpoint = attrs.evolve(old, queue_offset=min(old.queue_offset, end),
+                                       scan_offset=min(old.scan_offset, end))
+        self.revision += 1
+        return True
 
     def adopt_master(self, master: TimerCheckpointTable) -> bool:
         """Take the master's checkpoint (a slave's copy); whether anything changed."""
