@@ -44,7 +44,6 @@ from triomq.broker.consume.core.consumer_offsets import ConsumerOffsetTable
 from triomq.broker.core.codes import RequestCode, ResponseCode
 from triomq.broker.core.escape_bridge import EscapeResult
 from triomq.broker.core.headers import HeaderError, parse_offset_msg_id
-from triomq.broker.secondary.core.acting_transaction import plan_acting_round
 from triomq.broker.secondary.core.transaction import (
     CHECK_MAX_TIME_TOPIC,
     HALF_TOPIC,
@@ -58,10 +57,8 @@ from triomq.broker.secondary.core.transaction import (
     parse_end_transaction,
 )
 from triomq.broker.secondary.core.transaction_check import (
-    MAX_SCAN,
     CheckSettings,
     check_request,
-    plan_round,
 )
 from triomq.broker.secondary.core.transaction_reads import TransactionReads
 from triomq.broker.secondary.core.transaction_run import (
@@ -71,6 +68,8 @@ from triomq.broker.secondary.core.transaction_run import (
     Put,
     RoundRun,
     RoundStep,
+    progress_moves,
+    start_round,
 )
 from triomq.client.core.message import (
     Message,
@@ -373,13 +372,9 @@ class SimBrokerTransactions:
         if now < self.next_check or self.round is term:
             return
         self.next_check = now + TX_SETTINGS.transaction_check_interval
-        start = self._progress(HALF_TOPIC)
-        self.reads.catch_up(self.ledger, start)
-        plan_of = plan_acting_round if self.acting() else plan_round
-        plan = plan_of(self.reads.queue_records(HALF_TOPIC, start, MAX_SCAN),
-                       self.ledger.ended, TX_SETTINGS, start=start, now_ms=now)
         self.round = term
-        run = RoundRun(plan, self.ledger, start=start)
+        run = start_round(self.reads, self.ledger, TX_SETTINGS, start=self._progress(HALF_TOPIC),
+                          now_ms=now, acting=self.acting())
         self._round_steps(term, run, run.begin())
 
     def _round_steps(self, term: object, run: RoundRun, steps: list[RoundStep]) -> None:
@@ -393,20 +388,14 @@ class SimBrokerTransactions:
                 self._send_check(step.renewed)
             else:
                 self.round = None
-                self._commit_progress(step.start, step.progress)
+                for topic, offset in progress_moves(
+                        self.reads, step, op_start=self._progress(OP_HALF_TOPIC)).items():
+                    self._commit(topic, offset)
 
     def _stored(self, term: object, run: RoundRun, result: EscapeResult) -> None:
         if self.serving() != term:
             return  # the term ended: the next one starts over from the stored progress
         self._round_steps(term, run, run.stored(result))
-
-    def _commit_progress(self, start: int, progress: int) -> None:
-        if progress != start:
-            self._commit(HALF_TOPIC, progress)
-        op_start = self._progress(OP_HALF_TOPIC)
-        op_done = self.reads.op_done(op_start, progress)
-        if op_done != op_start:
-            self._commit(OP_HALF_TOPIC, op_done)
 
     def _send_check(self, renewed: EscapeResult) -> None:
         try:

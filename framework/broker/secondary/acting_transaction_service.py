@@ -18,15 +18,13 @@ import trio
 
 from triomq.broker.core.codes import ResponseCode
 from triomq.broker.core.escape_bridge import EscapeBridge
-from triomq.broker.secondary.core.acting_transaction import plan_acting_round
 from triomq.broker.secondary.core.transaction import (
     HALF_TOPIC,
     EndTransactionHeader,
     TransactionLedger,
     end_transaction,
 )
-from triomq.broker.secondary.core.transaction_check import MAX_SCAN
-from triomq.broker.secondary.core.transaction_run import EndRun, RoundRun
+from triomq.broker.secondary.core.transaction_run import EndRun, start_round
 from triomq.broker.secondary.transaction_service import TransactionService
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection
@@ -66,12 +64,10 @@ class ActingTransactionService:
         often), then move the progress past what was done."""
         transactions, ledger = self.transactions, self.ledger
         assert ledger is not None, "a round runs in an acting term"
-        start = transactions.progress(HALF_TOPIC)
-        transactions.reads.catch_up(ledger, start)
-        plan = plan_acting_round(
-            transactions.reads.queue_records(HALF_TOPIC, start, MAX_SCAN), ledger.ended,
-            transactions.settings, start=start, now_ms=transactions.clock())
-        await transactions.run_round(RoundRun(plan, ledger, start=start), self.bridge,
+        run = start_round(transactions.reads, ledger, transactions.settings,
+                          start=transactions.progress(HALF_TOPIC), now_ms=transactions.clock(),
+                          acting=True)
+        await transactions.run_round(run, self.bridge,
                                      name="acting transaction check")
 
     async def end_transaction(self, header: EndTransactionHeader, peer: RpcConnection

@@ -51,13 +51,18 @@ from triomq.broker.secondary.core.transaction import (
     parse_end_transaction,
 )
 from triomq.broker.secondary.core.transaction_check import (
-    MAX_SCAN,
     CheckSettings,
     check_request,
-    plan_round,
 )
 from triomq.broker.secondary.core.transaction_reads import TransactionReads
-from triomq.broker.secondary.core.transaction_run import AskProducer, EndRun, Put, RoundRun
+from triomq.broker.secondary.core.transaction_run import (
+    AskProducer,
+    EndRun,
+    Put,
+    RoundRun,
+    progress_moves,
+    start_round,
+)
 from triomq.clock import EpochClock
 from triomq.protocol.header_fields import HeaderFieldError
 from triomq.protocol.remoting import RemotingCommand
@@ -165,11 +170,9 @@ class TransactionService:
 
     async def check_once(self) -> None:
         """One round: check, renew or discard the open half messages due."""
-        start = self.progress(HALF_TOPIC)
-        self.reads.catch_up(self.ledger, start)
-        plan = plan_round(self.reads.queue_records(HALF_TOPIC, start, MAX_SCAN), self.ledger.ended,
-                          self.settings, start=start, now_ms=self.clock())
-        await self.run_round(RoundRun(plan, self.ledger, start=start), self.bridge)
+        await self.run_round(start_round(self.reads, self.ledger, self.settings,
+                                         start=self.progress(HALF_TOPIC),
+                                         now_ms=self.clock()), self.bridge)
 
     async def run_round(self, run: RoundRun, bridge: EscapeBridge, *,
                         name: str = "transaction check") -> None:
@@ -190,17 +193,9 @@ class TransactionService:
                 if step.stopped is not None:
                     log.warning("%s stopped at half message %d, retried next round: %s",
                                 name, step.progress, step.stopped.remark)
-                self.commit_progress(step.start, step.progress)
-
-    def commit_progress(self, start: int, progress: int) -> None:
-        """Store the half queue's progress (``start`` moved to ``progress``), and the op
-        queue's past the op records naming only half messages behind it."""
-        if progress != start:
-            self.offsets.commit(TRANSACTION_GROUP, HALF_TOPIC, 0, progress)
-        op_start = self.progress(OP_HALF_TOPIC)
-        op_done = self.reads.op_done(op_start, progress)
-        if op_done != op_start:
-            self.offsets.commit(TRANSACTION_GROUP, OP_HALF_TOPIC, 0, op_done)
+                for topic, offset in progress_moves(
+                        self.reads, step, op_start=self.progress(OP_HALF_TOPIC)).items():
+                    self.offsets.commit(TRANSACTION_GROUP, topic, 0, offset)
 
     async def _send_check(self, group: str, renewed: EscapeResult) -> None:
         try:

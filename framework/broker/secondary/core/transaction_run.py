@@ -30,16 +30,32 @@ import attrs
 
 from triomq.broker.core.codes import ResponseCode
 from triomq.broker.core.escape_bridge import EscapedMessage, EscapeResult
-from triomq.broker.secondary.core.acting_transaction import ActingRound, Escape, acting_commit
+from triomq.broker.secondary.core.acting_transaction import (
+    ActingRound,
+    Escape,
+    acting_commit,
+    plan_acting_round,
+)
 from triomq.broker.secondary.core.transaction import (
     ESCAPED,
+    HALF_TOPIC,
+    OP_HALF_TOPIC,
     Commit,
     Rollback,
     TransactionLedger,
 )
-from triomq.broker.secondary.core.transaction_check import CheckRound, Discard, Renew
+from triomq.broker.secondary.core.transaction_check import (
+    MAX_SCAN,
+    CheckRound,
+    CheckSettings,
+    Discard,
+    Renew,
+    plan_round,
+)
+from triomq.broker.secondary.core.transaction_reads import TransactionReads
 
-__all__ = ["Answered", "AskProducer", "EndRun", "Put", "RoundDone", "RoundRun"]
+__all__ = ["Answered", "AskProducer", "EndRun", "Put", "RoundDone", "RoundRun",
+           "progress_moves", "start_round"]
 
 
 @attrs.frozen
@@ -116,6 +132,29 @@ class RoundRun:
             self._putting = action
             return [Put(action.message)]
         return [RoundDone(self.start, self._stop, None, tuple(self._discarded))]
+
+
+def start_round(reads: TransactionReads, ledger: TransactionLedger, settings: CheckSettings, *,
+                start: int, now_ms: int, acting: bool = False) -> RoundRun:
+    """A round over the half queue from ``start``: ``ledger`` caught up with the op
+    records, the round planned as a master's or (``acting``) an acting slave's."""
+    reads.catch_up(ledger, start)
+    plan_of = plan_acting_round if acting else plan_round
+    plan = plan_of(reads.queue_records(HALF_TOPIC, start, MAX_SCAN), ledger.ended, settings,
+                   start=start, now_ms=now_ms)
+    return RoundRun(plan, ledger, start=start)
+
+
+def progress_moves(reads: TransactionReads, done: RoundDone, *, op_start: int
+                   ) -> dict[str, int]:
+    """What the end of a round stores, by topic: the half queue's progress, and the op
+    queue's (from ``op_start``) past the op records naming only half messages behind
+    it, each where it moved."""
+    moves = {HALF_TOPIC: done.progress} if done.progress != done.start else {}
+    op_done = reads.op_done(op_start, done.progress)
+    if op_done != op_start:
+        moves[OP_HALF_TOPIC] = op_done
+    return moves
 
 
 @attrs.frozen
