@@ -195,29 +195,35 @@ class ActingTask(MasterTask):
     scope = Scope.ACTING_TERM
 
 
-class ActingPlugin:
-    def __init__(self) -> None:
+class TasksPlugin:
+    """Adds a component of each of ``kinds``, all recording into one list."""
+
+    def __init__(self, *kinds: type[MasterTask]) -> None:
+        self.kinds = kinds
         self.events: list[tuple[str, str, int]] = []
         self.views: list[ComponentView] = []
 
     @hookimpl
     def triomq_broker_components(self, node, broker):
         self.views.append(broker)
-        return [ActingTask(broker, self.events), MasterTask(broker, self.events)]
+        return [kind(broker, self.events) for kind in self.kinds]
+
+    def runs(self) -> list[tuple[str, str, int]]:
+        """The starts and cancellations, in order."""
+        return [event for event in self.events if event[0] != "role"]
+
+
+#: A slave that may act, with no name server answering: nothing but the test begins a term.
+MAY_ACT = 'enable_slave_acting_master = true\nnamesrv_addr = ["inproc://nobody-ns"]'
 
 
 async def test_an_acting_term_runs_in_the_slave_term_and_ends_with_it(tmp_path, mock_clock):
     cluster = Cluster("inproc", tmp_path)
-    plugin = ActingPlugin()
+    plugin = TasksPlugin(ActingTask, MasterTask)
     cluster.pm.register(plugin, name="acting")
-
-    def runs() -> list[tuple[str, str, int]]:
-        return [event for event in plugin.events if event[0] != "role"]
-
-    # No name server answers here: nothing but this test begins a term.
-    extra = 'enable_slave_acting_master = true\nnamesrv_addr = ["inproc://nobody-ns"]'
+    runs = plugin.runs
     async with cluster.broker("a", broker_id=1, master="inproc://nobody-ha",
-                              extra=extra) as a:
+                              extra=MAY_ACT) as a:
         (view,) = plugin.views
         assert view.role is BrokerRole.SLAVE and not view.acting and view.broker_id == 1
         assert runs() == []
@@ -246,28 +252,13 @@ class SlaveTask(MasterTask):
     scope = Scope.SLAVE_TERM
 
 
-class FollowingPlugin:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, int]] = []
-        self.views: list[ComponentView] = []
-
-    @hookimpl
-    def triomq_broker_components(self, node, broker):
-        self.views.append(broker)
-        return [SlaveTask(broker, self.events)]
-
-
 async def test_a_slave_term_component_pauses_while_the_slave_acts(tmp_path, mock_clock):
     cluster = Cluster("inproc", tmp_path)
-    plugin = FollowingPlugin()
+    plugin = TasksPlugin(SlaveTask)
     cluster.pm.register(plugin, name="following")
-
-    def runs() -> list[tuple[str, str, int]]:
-        return [event for event in plugin.events if event[0] != "role"]
-
-    extra = 'enable_slave_acting_master = true\nnamesrv_addr = ["inproc://nobody-ns"]'
+    runs = plugin.runs
     async with cluster.broker("a", broker_id=1, master="inproc://nobody-ha",
-                              extra=extra) as a:
+                              extra=MAY_ACT) as a:
         (view,) = plugin.views
         assert runs() == [("started", "slave", 1)]
         # Acting, the slave copies nothing from its master: its own tables are the newer.
