@@ -26,6 +26,7 @@ from triomq.broker.admin.pending_service import PendingMessagesService
 from triomq.broker.admin.runtime_info import RuntimeInfoService
 from triomq.broker.components import BrokerComponent, Component, Scope, Task
 from triomq.broker.consume.clients import ClientService, load_subscription_groups
+from triomq.broker.consume.core.consumer_offsets import ConsumerOffsetTable
 from triomq.broker.consume.group_names import register_group_checks
 from triomq.broker.consume.offset_service import ConsumerOffsetService, load_offsets
 from triomq.broker.consume.pull_service import (
@@ -43,6 +44,8 @@ from triomq.broker.registration.core.ha_info import HaInfo
 from triomq.broker.registration.ha_info_service import HaInfoService
 from triomq.broker.registration.namesrv_client import route_address
 from triomq.broker.replication.controller_mode import ControllerMode
+from triomq.broker.secondary.core.delay_offsets import DelayOffsetTable
+from triomq.broker.secondary.core.timer_checkpoint import TimerCheckpointTable
 from triomq.broker.secondary.core.transaction import HALF_TOPIC
 from triomq.broker.secondary.schedule_service import ScheduleMessageService, load_delay_offsets
 from triomq.broker.secondary.send_back_service import SendBackService
@@ -130,6 +133,11 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     schedule = broker.schedule = ScheduleMessageService(
         root, config, delay_offsets, log=log, broker=view,
         bridge=LocalEscapeBridge(processor.put_own), clock=broker.clock)
+    def tables() -> list[ConsumerOffsetTable | DelayOffsetTable | TimerCheckpointTable]:
+        """The tables of where the broker got to in its queues (the timer's, once made)."""
+        return [offsets.table, schedule.table,
+                *([] if broker.timer is None else [broker.timer.table])]
+
     parts = [
         Component("role", role_changed=broker.role_changed),
         Component("flush", start=[broker.flush.run]),
@@ -160,9 +168,7 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
             acting_transactions_component(transactions, acting_bridge)]),
         Component("delay-offsets", register=schedule.register, soon=[schedule.persist_loop]),
         Component("schedule", scope=Scope.MASTER_TERM, soon=[schedule.deliver]),
-        *([] if acting_bridge is None else [acting_tables_component(lambda: [
-            offsets.table, schedule.table, *([] if broker.timer is None else [broker.timer.table])
-        ], broker.clock)]),
+        *([] if acting_bridge is None else [acting_tables_component(tables, broker.clock)]),
         *acting([("acting-schedule", functools.partial(schedule.deliver, acting_bridge))]),
         Component("pop", scope=Scope.MASTER_TERM, register=pops.register,
                   soon=[revive.revive]),
@@ -188,8 +194,7 @@ async def built_in_components(broker: Broker, root: str) -> list[BrokerComponent
     def truncated() -> None:
         # Offsets past the cut would take the other messages written there since for
         # consumed or delivered.
-        for table in (offsets.table, schedule.table,
-                      *([] if broker.timer is None else [broker.timer.table])):
+        for table in tables():
             table.truncated(log.queue_max_offset)
 
     replicas.on_truncated = truncated
