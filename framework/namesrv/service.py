@@ -5,7 +5,9 @@ in ms (so tests run under a mock clock); a closed RPC connection removes
 the brokers that registered on it; a loop scans for silent brokers every
 ``scan_not_active_broker_interval``; NOTIFY_MIN_BROKER_ID_CHANGE goes out
 oneway, each in its own task, and a broker that cannot be reached is
-skipped (it polls GET_BROKER_MEMBER_GROUP too).
+skipped (it polls GET_BROKER_MEMBER_GROUP too). A master's vouch for its
+state version (GET_BROKER_EPOCH_CACHE) is asked in a task of its own too,
+and the answer, or None after ``VOUCH_TIMEOUT``, fed back to the core.
 
 The KV config is read from ``<[store] path>/kvConfig.json`` at start and
 written back whole (atomically, in a thread) after each PUT_KV_CONFIG or
@@ -32,6 +34,7 @@ from triomq.errors import PluginError
 from triomq.namesrv.core.config_properties import NamesrvFacts
 from triomq.namesrv.core.kv_config import KVConfig, KVConfigError
 from triomq.namesrv.core.processor import NameServerCore, RequestCode
+from triomq.namesrv.core.route_info import MasterVouch
 from triomq.protocol.remoting import RemotingCommand
 from triomq.rpc import RpcConnection, RpcError
 
@@ -61,6 +64,9 @@ def broker_rpc_address(address: str) -> str:
 
 #: RocketMQ's file name for the KV config (``NamesrvConfig.kvConfigPath``).
 KV_CONFIG_FILE = "kvConfig.json"
+
+#: How long a master has to answer a vouch's GET_BROKER_EPOCH_CACHE (s).
+VOUCH_TIMEOUT = 3.0
 
 #: The requests that change the KV config, answered once it is saved.
 _KV_WRITES = frozenset({RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG})
@@ -100,18 +106,24 @@ async def namesrv_service(node: Node, task_status: trio.TaskStatus[NameServerCor
     save_lock = trio.Lock()
     async with trio.open_nursery() as nursery:
 
-        def send_notices() -> None:
+        def send_requests() -> None:
             for address, command in core.take_notices():
                 nursery.start_soon(_notify, node, address, command)
+            for vouch, command in core.take_vouches():
+                nursery.start_soon(ask_vouch, vouch, command)
+
+        async def ask_vouch(vouch: MasterVouch, command: RemotingCommand) -> None:
+            core.vouched(vouch, await _vouch_answer(node, vouch, command), now_ms())
+            send_requests()  # the group's next question, if its master changed meanwhile
 
         async def handle(request: RemotingCommand, peer: RpcConnection) -> RemotingCommand:
             response = core.handle(request, peer, now_ms())
-            send_notices()
+            send_requests()
             return response
 
         def closed(connection: RpcConnection) -> None:
             core.connection_closed(connection)
-            send_notices()
+            send_requests()
 
         async def handle_kv_write(request: RemotingCommand,
                                   peer: RpcConnection) -> RemotingCommand:
@@ -148,9 +160,20 @@ async def namesrv_service(node: Node, task_status: trio.TaskStatus[NameServerCor
                 # Read each time: UPDATE_NAMESRV_CONFIG may change it.
                 await trio.sleep(core.config.scan_not_active_broker_interval / 1000)
                 core.scan(now_ms())
-                send_notices()
+                send_requests()
         finally:
             node.rpc_server.on_connection_closed.remove(closed)
+
+
+async def _vouch_answer(node: Node, vouch: MasterVouch,
+                        command: RemotingCommand) -> RemotingCommand | None:
+    try:
+        return await node.rpc.invoke(broker_rpc_address(vouch.address), command.code,
+                                     command.ext_fields, timeout=VOUCH_TIMEOUT)
+    except RpcError as exc:
+        logger.info("master %s of %s did not vouch for state version %d: %s",
+                    vouch.address, vouch.broker_name, vouch.state_version, exc)
+        return None
 
 
 async def _notify(node: Node, address: str, command: RemotingCommand) -> None:

@@ -33,6 +33,7 @@ from triomq.controller import ResponseCode
 from triomq.controller.core.leader_calls import GiveUp, LeaderCalls, Pause
 from triomq.controller.core.requests import BrokerHeartbeat
 from triomq.controller.core.service_core import Notify
+from triomq.controller.core.wire import encode_epoch_cache, replica_epoch_cache
 from triomq.ha.core.errors import EpochError, HAProtocolError
 from triomq.ha.core.master import MasterConnection, MasterLog, SendToSlave, SlaveAcked, SlaveJoined
 from triomq.ha.core.master_term import MasterTerm
@@ -47,9 +48,15 @@ from triomq.ha.core.slave import (
     WriteAt,
 )
 from triomq.protocol.ha import HAFrameError
+from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import TopicConfig
 from triomq.testing.clustersim_controller import Request, Response, controller_name
-from triomq.testing.clustersim_namesrv import NamesrvResponse, SimRegistration
+from triomq.testing.clustersim_namesrv import (
+    EpochCacheRequest,
+    EpochCacheResponse,
+    NamesrvResponse,
+    SimRegistration,
+)
 from triomq.testing.clustersim_net import TaskGen, Tasks, wait_for
 from triomq.testing.clustersim_parts import (
     CLUSTER,
@@ -188,6 +195,8 @@ class SimBroker:
             self.puts.receive(src, payload)
         elif isinstance(payload, NamesrvResponse):
             self.registration.answers[payload.id] = payload.command
+        elif isinstance(payload, EpochCacheRequest):
+            self._answer_epoch_cache(src, payload)
         elif isinstance(payload, ConsumerRequest):
             self.consume.receive(src, payload)
         elif isinstance(payload, ConsumerResponse):
@@ -195,6 +204,15 @@ class SimBroker:
         elif isinstance(payload, EndRequest) and self.transactions is not None:
             self.transactions.receive_end(payload)
         self.tasks.run()
+
+    def _answer_epoch_cache(self, src: str, request: EpochCacheRequest) -> None:
+        """GET_BROKER_EPOCH_CACHE, as ``ControllerMode`` answers it."""
+        cache = replica_epoch_cache(CLUSTER, GROUP, self.broker_id,
+                                    is_master=self.term.master_term is not None,
+                                    epochs=self.epoch_file.load(),
+                                    max_offset=self.log.max_offset)
+        self.sim.network.send(self.name, src, EpochCacheResponse(
+            request.id, RemotingCommand.response(body=encode_epoch_cache(cache))), self.sim.now)
 
     # -- the controller-mode flow's pump -------------------------------------------------
 

@@ -43,8 +43,9 @@ from triomq.broker.registration.core.namesrv_registration import (
     RegistrationFlow,
     request_for,
 )
+from triomq.controller.core.wire import decode_epoch_cache
 from triomq.namesrv.core.processor import NameServerCore
-from triomq.namesrv.core.route_info import RouteInfo
+from triomq.namesrv.core.route_info import MasterVouch, RouteInfo
 from triomq.protocol.remoting import RemotingCommand
 from triomq.protocol.route import MASTER_ID
 from triomq.testing.clustersim_net import Stream, TaskGen, wait_for
@@ -64,6 +65,10 @@ class NamesrvSettings:
     scan_not_active_broker_interval: int = 100
     #: For a broker that sends no timeout of its own (the simulated ones all do).
     broker_not_active_timeout: int = 1000
+    #: How long a master has to answer a vouch's question (``VOUCH_TIMEOUT``).
+    vouch_timeout: int = 100
+    #: When a question that went unanswered may be asked again (``VOUCH_RETRY_MS``).
+    vouch_retry: int = 500
 
 
 @attrs.frozen
@@ -78,6 +83,22 @@ class NamesrvRequest:
 @attrs.frozen
 class NamesrvResponse:
     """A name server's answer to request ``id``."""
+
+    id: int
+    command: RemotingCommand = attrs.field(eq=False)
+
+
+@attrs.frozen
+class EpochCacheRequest:
+    """A name server's GET_BROKER_EPOCH_CACHE to a broker (a vouch's question)."""
+
+    id: int
+    command: RemotingCommand = attrs.field(eq=False)
+
+
+@attrs.frozen
+class EpochCacheResponse:
+    """A broker's answer to ``EpochCacheRequest`` ``id``."""
 
     id: int
     command: RemotingCommand = attrs.field(eq=False)
@@ -118,12 +139,15 @@ class SimNamesrv:
         self.lives += 1
         self.sim.network.down.discard(self.name)
         self.core = NameServerCore(RouteInfo(
-            default_broker_timeout_ms=self.settings.broker_not_active_timeout))
+            default_broker_timeout_ms=self.settings.broker_not_active_timeout,
+            vouch_retry_ms=self.settings.vouch_retry))
         #: The connections brokers opened to this life of the name server.
         self.connections: dict[int, Stream] = {}
         self.next_scan = self.now_ms() + self.settings.scan_not_active_broker_interval
-        #: The newest master epoch (state version) this life routed as id 0.
-        self.top_master_version = -1
+        #: The vouches' questions out: request id -> the vouch and when it times out.
+        self.vouches: dict[int, tuple[MasterVouch, int]] = {}
+        #: The newest master epoch (state version) a broker vouched for to this life.
+        self.top_vouched_version = -1
 
     def crash(self) -> None:
         """Die: every connection to it closes; nothing is kept."""
@@ -136,8 +160,14 @@ class SimNamesrv:
         return int(self.sim.now * self.rate) + self.offset
 
     def receive(self, src: str, payload: object) -> None:
-        """A request arrived: the core answers it, on the connection it came on."""
-        if not self.up or not isinstance(payload, NamesrvRequest):
+        """A request arrived: the core answers it, on the connection it came on. Or a
+        broker answered a vouch's question."""
+        if not self.up:
+            return
+        if isinstance(payload, EpochCacheResponse):
+            self._vouched(payload.id, payload.command)
+            return
+        if not isinstance(payload, NamesrvRequest):
             return
         stream = self.sim.network.streams.get(payload.connection)
         if stream is None or stream.server != self.name:
@@ -145,7 +175,29 @@ class SimNamesrv:
         self.connections[stream.id] = stream
         answer = self.core.handle(payload.command, stream.id, self.now_ms())
         self.sim.network.send(self.name, src, NamesrvResponse(payload.id, answer), self.sim.now)
+        self._ask_vouches()
         self.check_routes()
+
+    def _ask_vouches(self) -> None:
+        for vouch, command in self.core.take_vouches():
+            rid = self.sim.next_request_id()
+            self.vouches[rid] = (vouch, self.now_ms() + self.settings.vouch_timeout)
+            self.sim.network.send(self.name, broker_of(vouch.address),
+                                  EpochCacheRequest(rid, command), self.sim.now)
+
+    def _vouched(self, rid: int, response: RemotingCommand | None) -> None:
+        asked = self.vouches.pop(rid, None)
+        if asked is None:
+            return  # timed out already
+        vouch = asked[0]
+        if response is not None and response.code == 0:
+            # The route invariant's own reading of the answer, not the core's.
+            cache = decode_epoch_cache(response.body)
+            if (cache.broker_id == MASTER_ID and cache.broker_name == vouch.broker_name
+                    and cache.epochs and cache.epochs[-1].epoch >= vouch.state_version):
+                self.top_vouched_version = max(self.top_vouched_version, vouch.state_version)
+        self.core.vouched(vouch, response, self.now_ms())
+        self._ask_vouches()
 
     def step(self) -> None:
         """Closes that reached it, then the scan for silent brokers when due."""
@@ -158,6 +210,8 @@ class SimNamesrv:
                 self.core.connection_closed(stream_id)
                 changed = True
         now = self.now_ms()
+        for rid in [r for r, (_, until) in self.vouches.items() if now >= until]:
+            self._vouched(rid, None)
         if now >= self.next_scan:
             self.core.scan(now)
             self.next_scan = now + self.settings.scan_not_active_broker_interval
@@ -182,7 +236,8 @@ class SimNamesrv:
 
     def check_routes(self) -> None:
         """Route safety (the simulation's doc): id 0 only for a master of the epoch it
-        registered with, that epoch never older than one this life routed before."""
+        registered with, that epoch never older than one a broker vouched for to this
+        life (a master answering GET_BROKER_EPOCH_CACHE at that epoch or a later one)."""
         routed = self.routed()
         if len(set(routed.values())) != len(routed):
             self.sim.violation(f"name server {self.name} routes an address under two ids: "
@@ -200,11 +255,10 @@ class SimNamesrv:
         if master != broker_of(address):
             self.sim.violation(f"name server {self.name} routes {address} as id 0 with master "
                                f"epoch {epoch}, whose master is {master}")
-        if epoch < self.top_master_version:
+        if epoch < self.top_vouched_version:
             self.sim.violation(f"name server {self.name} routes {address} as id 0 with master "
-                               f"epoch {epoch}, older than epoch {self.top_master_version} "
-                               f"it routed before")
-        self.top_master_version = epoch
+                               f"epoch {epoch}, older than epoch {self.top_vouched_version} "
+                               f"a master vouched for")
 
 
 class SimRegistration:

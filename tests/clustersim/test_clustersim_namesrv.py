@@ -43,8 +43,11 @@ def test_the_route_follows_a_failover(seed: int, replicas: int) -> None:
     assert new.name != old.name
     took = sim.run_until(sim.namesrvs_route_master, 2_000, "the new master routed")
     assert took <= new.settings.register_name_server_period
+    # Each name server asks the new master to vouch for its epoch, and it does.
+    sim.run_until(lambda: all(n.top_vouched_version == sim.group_state.master_epoch
+                              for n in sim.namesrvs.values()), 1_000, "the epoch vouched for")
+    assert sim.group_state.master_epoch > epoch
     for namesrv in sim.namesrvs.values():
-        assert namesrv.top_master_version == sim.group_state.master_epoch > epoch
         # The crashed master's connection closed: it is not routed under any id.
         assert route_address(old.name) not in namesrv.routed().values()
 
@@ -91,6 +94,8 @@ def test_a_deposed_master_is_not_routed_when_the_new_one_goes() -> None:
     sim.run_until(lambda: sim.master() not in (None, old), 5_000, "a new master")
     new = sim.master()
     sim.run_until(sim.namesrvs_route_master, 2_000, "the new master routed")
+    sim.run_until(lambda: all(n.top_vouched_version == new.term.epoch
+                              for n in sim.namesrvs.values()), 1_000, "its epoch vouched for")
     sim.crash_broker(new.name, 60_000)
     for _ in range(30):  # it still believes it is master and registers as id 0
         sim.run_for(100)
@@ -105,7 +110,7 @@ def test_seeds_exercise_name_server_crashes_and_failovers() -> None:
     assert {len(sim.namesrvs) for sim in sims} == {1, 2}
     namesrvs = [n for sim in sims for n in sim.namesrvs.values()]
     assert any(n.lives > 1 for n in namesrvs)
-    assert any(n.top_master_version > 1 for n in namesrvs)
+    assert any(n.top_vouched_version > 1 for n in namesrvs)
 
 
 class _Forgetful(dict):

@@ -39,7 +39,8 @@ import pytest
 import trio
 
 from triomq.controller.client import ControllerClient
-from triomq.testing.cluster import open_cluster
+from triomq.namesrv.service import namesrv_of
+from triomq.testing.cluster import BROKER_NAME, Cluster, open_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chaos"))
@@ -67,6 +68,15 @@ async def copied_topic(rocketmq: JavaServer, topic: str) -> None:
     with trio.fail_after(WAIT):
         while not (topics.exists() and f'"{topic}"' in topics.read_text(errors="replace")):
             await trio.sleep(0.5)
+
+
+async def vouched(cluster: Cluster, epoch: int) -> None:
+    """Until the name server holds ``epoch`` as vouched for by the group's master (its
+    GET_BROKER_EPOCH_CACHE answer, RocketMQ's or triomq's, read as the group's master's)."""
+    route = namesrv_of(cluster.node(cluster.namesrv_names[0])).route
+    with trio.fail_after(WAIT):
+        while route.vouched_version("DefaultCluster", BROKER_NAME) != epoch:
+            await trio.sleep(0.1)
 
 
 async def test_a_group_of_a_rocketmq_and_a_triomq_broker_replicates_both_ways(
@@ -100,6 +110,7 @@ async def test_a_group_of_a_rocketmq_and_a_triomq_broker_replicates_both_ways(
             for broker in (rocketmq_at, triomq_at):
                 await create_topic_on(app, broker, TOPIC, QUEUES)
             await wait_routed(app, rocketmq_at, namesrv, TOPIC, QUEUES)
+            await vouched(cluster, term.master_epoch)
             sent = await send(app, namesrv, "rocketmq master")
             await triomq.kill()
             term = await group_state(client, in_sync=1)
@@ -117,6 +128,7 @@ async def test_a_group_of_a_rocketmq_and_a_triomq_broker_replicates_both_ways(
                     address, {"enable_elect_unclean_master": False})
             assert term.master_address == triomq_at.removeprefix("tcp://")
             await wait_routed(app, triomq_at, namesrv, TOPIC, QUEUES)
+            await vouched(cluster, term.master_epoch)
             sent |= await send(app, namesrv, "triomq master")
             await rocketmq.start()
             term = await group_state(client, in_sync=2)

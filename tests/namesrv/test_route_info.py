@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from triomq.controller.core.wire import BrokerEpochCache, EpochRange
 from triomq.namesrv.core.route_info import (
+    MAX_VOUCHES_IN_FLIGHT,
     STATE_VERSION_LEAD_LIMIT,
+    VOUCH_RETRY_MS,
     BrokerKey,
     BrokerRegistration,
     MinBrokerIdChanged,
@@ -59,10 +62,25 @@ def test_a_promoted_slave_moves_to_id_0_and_the_deposed_master_cannot_take_it_ba
     assert addrs(route) == {0: "h:2", 1: "h:1"}
 
 
+def answer_vouches(route: RouteInfo, masters: dict[str, int], now: int = 0) -> list[str]:
+    """Answer every question out as the brokers would: ``masters`` maps an address to
+    the epoch it is master at (any other address gives no answer). The addresses asked."""
+    asked = []
+    while vouches := route.take_vouches():
+        for vouch in vouches:
+            asked.append(vouch.address)
+            epoch = masters.get(vouch.address)
+            answer = None if epoch is None else BrokerEpochCache(
+                vouch.cluster, vouch.broker_name, 0, [EpochRange(epoch, 0)], 0)
+            route.vouched(vouch, answer, now)
+    return asked
+
+
 def test_a_deposed_master_cannot_take_id_0_back_after_the_new_one_left() -> None:
     route = RouteInfo()
     route.register(reg(0, "h:1", version=DataVersion(1, 1, 1)), now=0, connection="old")
     route.register(reg(0, "h:2", version=DataVersion(2, 5, 2)), now=10, connection="new")
+    assert answer_vouches(route, {"h:1": 1, "h:2": 2}) == ["h:1", "h:2"]
     route.connection_closed("new")
     route.expire(now=200_000)  # the group left the table altogether
     assert route.cluster_info().broker_addr_table == {}
@@ -73,29 +91,94 @@ def test_a_deposed_master_cannot_take_id_0_back_after_the_new_one_left() -> None
     route.register(reg(1, "h:1", version=DataVersion(1, 9, 9)), now=200_002)
     route.register(reg(0, "h:3", version=DataVersion(2, 7, 1)), now=200_003)
     assert addrs(route) == {0: "h:3", 1: "h:1"}
+    assert answer_vouches(route, {}) == []  # no newer than the one vouched for
     assert RouteInfo().register(reg(0, "h:1", version=DataVersion(1, 9, 9)), now=0) == (
         RegisterResult())  # a restarted name server knows no epoch
 
 
-def test_a_version_forged_in_the_masters_name_goes_with_its_connection() -> None:
+def test_a_version_nobody_vouched_for_goes_with_its_registration() -> None:
     route = RouteInfo()
     route.register(reg(0, "h:1", version=DataVersion(3, 1, 1)), now=0, connection="real")
+    assert answer_vouches(route, {"h:1": 3}) == ["h:1"]
     # Slightly ahead, in the master's name, from another connection: the name server
-    # cannot tell it from the master's own while it lasts...
+    # cannot tell it from the master's own while it lasts, and the master, asked,
+    # does not vouch for it...
     route.register(reg(0, "h:1", version=DataVersion(4, 1, 1)), now=1, connection="forger")
-    with pytest.raises(RouteRefused, match="state version 3 is older than 4"):
+    assert answer_vouches(route, {"h:1": 3}) == ["h:1"]
+    with pytest.raises(RouteRefused, match=r"DataVersion \(3, 2, 2\) is older"):
         route.register(reg(0, "h:1", version=DataVersion(3, 2, 2)), now=2, connection="real")
-    # ...but once that connection is gone, the master, which never goes back in epoch,
-    # registers at its own version again.
+    # ...so once its connection is gone, the master registers at its own version again.
     route.connection_closed("forger")
     assert route.register(reg(0, "h:1", version=DataVersion(3, 3, 3)), now=3,
                           connection="real") == RegisterResult()
     assert addrs(route) == {0: "h:1"}
-    # A newer version of another address is still the newer master's, gone or not.
-    route.register(reg(0, "h:2", version=DataVersion(5, 1, 1)), now=4, connection="new")
+    # The same in a made-up address's name, where nothing answers.
+    route.register(reg(0, "h:6", version=DataVersion(4, 1, 1)), now=4, connection="forger")
+    assert addrs(route) == {0: "h:6"}
+    assert answer_vouches(route, {"h:1": 3}) == ["h:6"]
+    route.connection_closed("forger")
+    assert route.register(reg(0, "h:1", version=DataVersion(3, 4, 4)), now=5,
+                          connection="real") == RegisterResult()
+    assert addrs(route) == {0: "h:1"}
+    # A newer version another address vouched for is the newer master's, gone or not.
+    route.register(reg(0, "h:2", version=DataVersion(5, 1, 1)), now=6, connection="new")
+    assert answer_vouches(route, {"h:2": 5}) == ["h:2"]
     route.connection_closed("new")
     with pytest.raises(RouteRefused, match="state version 3 is older than 5"):
-        route.register(reg(0, "h:1", version=DataVersion(3, 4, 4)), now=5, connection="real")
+        route.register(reg(0, "h:1", version=DataVersion(3, 5, 5)), now=7, connection="real")
+
+
+@pytest.mark.parametrize("answer, why", [
+    (BrokerEpochCache("c1", "broker-a", 1, [EpochRange(5, 0)], 0), "a slave"),
+    (BrokerEpochCache("c1", "broker-b", 0, [EpochRange(5, 0)], 0), "another group's master"),
+    (BrokerEpochCache("c2", "broker-a", 0, [EpochRange(5, 0)], 0), "another cluster's"),
+    (BrokerEpochCache("c1", "broker-a", 0, [EpochRange(3, 0), EpochRange(4, 9)], 0),
+     "the group's master at an older epoch"),
+    (BrokerEpochCache("c1", "broker-a", 0, [], 0), "a master of no epoch"),
+])
+def test_only_the_groups_master_at_that_epoch_vouches(answer: BrokerEpochCache,
+                                                       why: str) -> None:
+    route = RouteInfo()
+    route.register(reg(0, "h:1", version=DataVersion(3, 1, 1)), now=0, connection="real")
+    answer_vouches(route, {"h:1": 3})
+    route.register(reg(0, "h:2", version=DataVersion(5, 1, 1)), now=1, connection="other")
+    (vouch,) = route.take_vouches()
+    route.vouched(vouch, answer, now=2)
+    route.connection_closed("other")
+    assert route.register(reg(0, "h:1", version=DataVersion(3, 2, 2)), now=3,
+                          connection="real") == RegisterResult(), why
+
+
+def test_one_question_per_group_at_a_time_and_no_repeat_soon_after_a_no() -> None:
+    route = RouteInfo()
+    route.register(reg(0, "h:1", version=DataVersion(3, 1, 1)), now=0, connection="a")
+    (first,) = route.take_vouches()
+    # Another master meanwhile: asked about once the first question is answered.
+    route.register(reg(0, "h:2", version=DataVersion(4, 1, 1)), now=1, connection="b")
+    assert route.take_vouches() == []
+    route.vouched(first, None, now=2)
+    (second,) = route.take_vouches()
+    assert (second.address, second.state_version) == ("h:2", 4)
+    route.vouched(second, None, now=3)
+    # Registering again soon after a no asks nothing; later it asks again.
+    route.register(reg(0, "h:2", version=DataVersion(4, 2, 2)), now=4, connection="b")
+    assert route.take_vouches() == []
+    route.register(reg(0, "h:2", version=DataVersion(4, 3, 3)), now=3 + VOUCH_RETRY_MS,
+                   connection="b")
+    assert [v.address for v in route.take_vouches()] == ["h:2"]
+    # An answer to a question not out changes nothing.
+    route.vouched(first, BrokerEpochCache("c1", "broker-a", 0, [EpochRange(9, 0)], 0), 5)
+    route.connection_closed("b")
+    route.register(reg(0, "h:1", version=DataVersion(3, 2, 2)), now=6, connection="a")
+    assert addrs(route) == {0: "h:1"}
+
+
+def test_questions_out_at_once_are_bounded() -> None:
+    route = RouteInfo()
+    for index in range(MAX_VOUCHES_IN_FLIGHT + 5):
+        route.register(reg(0, f"h:{index + 1}", name=f"g{index}",
+                           version=DataVersion(2, 1, 1)), now=0, connection=index)
+    assert len(route.take_vouches()) == MAX_VOUCHES_IN_FLIGHT
 
 
 def test_a_state_version_far_ahead_outranks_no_live_master() -> None:

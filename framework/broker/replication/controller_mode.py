@@ -63,13 +63,11 @@ from triomq.controller.client import ControllerClient, ControllerUnavailable
 from triomq.controller.core.codes import RequestCode, ResponseCode
 from triomq.controller.core.requests import BrokerHeartbeat
 from triomq.controller.core.wire import (
-    OPEN_END,
-    BrokerEpochCache,
-    EpochRange,
     ReplicaInfo,
     WireError,
     encode_epoch_cache,
     read_replica_info,
+    replica_epoch_cache,
     rocketmq_address,
     rpc_address,
 )
@@ -358,10 +356,6 @@ class ControllerMode:
                               ) -> RemotingCommand:
         epochs = await trio.to_thread.run_sync(self.replicas.epoch_store.load)
         config, replicas = self.config, self.replicas
-        return RemotingCommand.response(body=encode_epoch_cache(BrokerEpochCache(
-            config.cluster_name, config.broker_name,
-            0 if replicas.is_master else max(self.broker_id, 0),
-            [EpochRange(e.epoch, e.start_offset,
-                        OPEN_END if e.end_offset is None else e.end_offset)
-             for e in epochs.entries()],
-            replicas.log.max_offset)))
+        return RemotingCommand.response(body=encode_epoch_cache(replica_epoch_cache(
+            config.cluster_name, config.broker_name, self.broker_id,
+            is_master=replicas.is_master, epochs=epochs, max_offset=replicas.log.max_offset)))

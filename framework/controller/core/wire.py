@@ -68,6 +68,7 @@ from triomq.controller.core import _json
 from triomq.controller.core.group import BrokerGroup
 from triomq.controller.core.results import Replica, SyncStateData
 from triomq.errors import TriomqError
+from triomq.ha.core.epoch import EpochCache
 from triomq.protocol.header_fields import HeaderFields, java_integer
 from triomq.protocol.route import RouteDataError, loads
 
@@ -93,6 +94,7 @@ __all__ = [
     "read_metadata",
     "read_replica_info",
     "read_sync_state_set",
+    "replica_epoch_cache",
     "replica_info_fields",
     "rocketmq_address",
     "rpc_address",
@@ -427,6 +429,17 @@ class BrokerEpochCache:
     broker_id: int
     epochs: tuple[EpochRange, ...] = attrs.field(converter=tuple)
     max_offset: int
+
+
+def replica_epoch_cache(cluster_name: str, broker_name: str, broker_id: int, *,
+                        is_master: bool, epochs: EpochCache, max_offset: int
+                        ) -> BrokerEpochCache:
+    """What a replica answers GET_BROKER_EPOCH_CACHE with, from its epoch cache."""
+    return BrokerEpochCache(
+        cluster_name, broker_name, 0 if is_master else max(broker_id, 0),
+        [EpochRange(e.epoch, e.start_offset, OPEN_END if e.end_offset is None else e.end_offset)
+         for e in epochs.entries()],
+        max_offset)
 
 
 def encode_epoch_cache(cache: BrokerEpochCache) -> bytes:

@@ -5,7 +5,8 @@ against the route table (``RouteInfo``); the driver passes the connection
 it came on (a broker's registration is tied to it, so a closed connection
 removes the broker at once) and the time. ``scan(now)`` drops silent
 brokers, ``take_notices()`` gives the NOTIFY_MIN_BROKER_ID_CHANGE messages
-to send. Nothing here reads a clock or a socket.
+to send, ``take_vouches()`` the GET_BROKER_EPOCH_CACHE questions to masters
+(their answers come back through ``vouched``). Nothing here reads a clock or a socket.
 
 Requests served, with RocketMQ's codes and header keys:
 
@@ -52,12 +53,13 @@ and the connection stays open.
 
 from __future__ import annotations
 
+import contextlib
 import zlib
 from collections.abc import Callable, Hashable
 
 import attrs
 
-from triomq.controller.core.wire import WireError
+from triomq.controller.core.wire import WireError, decode_epoch_cache
 from triomq.namesrv.config import NamesrvConfig
 from triomq.namesrv.core.config_properties import (
     NamesrvFacts,
@@ -66,7 +68,12 @@ from triomq.namesrv.core.config_properties import (
     updated,
 )
 from triomq.namesrv.core.kv_config import ORDER_TOPIC_CONFIG, KVConfig, encode_kv_table
-from triomq.namesrv.core.route_info import BrokerRegistration, RouteInfo, RouteRefused
+from triomq.namesrv.core.route_info import (
+    BrokerRegistration,
+    MasterVouch,
+    RouteInfo,
+    RouteRefused,
+)
 from triomq.protocol.header_fields import HeaderFields
 from triomq.protocol.java_properties import PropertiesError, dump_properties, load_properties
 from triomq.protocol.remoting import RemotingCommand
@@ -150,6 +157,21 @@ class NameServerCore:
 
     def scan(self, now: int) -> None:
         self.route.expire(now)
+
+    def take_vouches(self) -> list[tuple[MasterVouch, RemotingCommand]]:
+        """GET_BROKER_EPOCH_CACHE requests to send (each to its vouch's address), which
+        ask masters to vouch for their state versions; answer with ``vouched``."""
+        return [(vouch, RemotingCommand.request(RequestCode.GET_BROKER_EPOCH_CACHE))
+                for vouch in self.route.take_vouches()]
+
+    def vouched(self, vouch: MasterVouch, response: RemotingCommand | None, now: int) -> None:
+        """The broker's answer to a vouch's request, or None if none came."""
+        answer = None
+        if response is not None and response.code == ResponseCode.SUCCESS:
+            # A body that is not a broker's epoch cache vouches for nothing.
+            with contextlib.suppress(WireError):
+                answer = decode_epoch_cache(response.body)
+        self.route.vouched(vouch, answer, now)
 
     def take_notices(self) -> list[tuple[str, RemotingCommand]]:
         """NOTIFY_MIN_BROKER_ID_CHANGE requests (oneway) and the broker address for each."""

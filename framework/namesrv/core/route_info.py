@@ -20,9 +20,15 @@ Rules kept from RocketMQ:
   brokers register with their master epoch as the state version).
 - Beyond RocketMQ, which checks only against a live holder: id 0 is not
   given to a registration older than the newest state version a master of
-  the group registered with since this name server started, even after that
+  the group vouched for since this name server started, even after that
   master left, so a deposed master cannot take the group back when the new
-  one disconnects or falls silent (the routed master's epoch never goes back).
+  one disconnects or falls silent (the routed master's epoch never goes back
+  past a vouched one). A master vouches for its version by answering
+  GET_BROKER_EPOCH_CACHE, at the address it registered, as the group's master
+  at that epoch or a later one: the name server asks it (``take_vouches``,
+  ``vouched``), one question per group at a time. A version nobody vouched
+  for goes with its registration, so a forged one in a made-up address's
+  name, or in the real master's, leaves nothing behind.
 - No single registration locks the real master out: a state version more
   than ``STATE_VERSION_LEAD_LIMIT`` ahead of another outranks nothing (a
   master epoch moves by one per election, and the name server hears of the
@@ -46,6 +52,7 @@ from typing import Any
 
 import attrs
 
+from triomq.controller.core.wire import BrokerEpochCache
 from triomq.errors import TriomqError
 from triomq.protocol.route import (
     MASTER_ID,
@@ -64,9 +71,12 @@ from triomq.protocol.topic_rules import SYNC_BROKER_MEMBER_GROUP_PREFIX, Illegal
 
 __all__ = [
     "DEFAULT_BROKER_TIMEOUT_MS",
+    "MAX_VOUCHES_IN_FLIGHT",
     "STATE_VERSION_LEAD_LIMIT",
+    "VOUCH_RETRY_MS",
     "BrokerKey",
     "BrokerRegistration",
+    "MasterVouch",
     "MinBrokerIdChanged",
     "RegisterResult",
     "RouteInfo",
@@ -75,6 +85,15 @@ __all__ = [
 
 #: How far a state version may be ahead of another and still outrank it.
 STATE_VERSION_LEAD_LIMIT = 64
+
+#: How long after a question went unanswered, or was answered no, the same master
+#: version may be asked about again (ms): a lost answer is not final, and a forger's
+#: address is not asked at every registration.
+VOUCH_RETRY_MS = 10_000
+
+#: Questions out at once, over all groups: registrations naming made-up groups cannot
+#: make the name server dial without bound.
+MAX_VOUCHES_IN_FLIGHT = 16
 
 #: RocketMQ's ``DEFAULT_BROKER_CHANNEL_EXPIRED_TIME``: a broker that sends no timeout of its own.
 DEFAULT_BROKER_TIMEOUT_MS = 120_000
@@ -115,6 +134,18 @@ class BrokerRegistration:
     #: None: a broker older than RocketMQ 5, which does not say.
     enable_acting_master: bool | None = None
     zone_name: str | None = None
+
+
+@attrs.frozen
+class MasterVouch:
+    """A question for the master ``address`` registered: is it ``broker_name``'s master
+    at ``state_version`` (its master epoch) or later? Asked with GET_BROKER_EPOCH_CACHE;
+    ``RouteInfo.vouched`` takes the answer."""
+
+    cluster: str
+    broker_name: str
+    address: str
+    state_version: int
 
 
 @attrs.frozen
@@ -164,8 +195,10 @@ class RouteInfo:
 
     def __init__(self, *, support_acting_master: bool = False,
                  delete_topic_with_broker_registration: bool = False,
-                 default_broker_timeout_ms: int = DEFAULT_BROKER_TIMEOUT_MS) -> None:
+                 default_broker_timeout_ms: int = DEFAULT_BROKER_TIMEOUT_MS,
+                 vouch_retry_ms: int = VOUCH_RETRY_MS) -> None:
         self.support_acting_master = support_acting_master
+        self.vouch_retry_ms = vouch_retry_ms
         self.delete_topic_with_broker_registration = delete_topic_with_broker_registration
         self.default_broker_timeout_ms = default_broker_timeout_ms
         self._topics: dict[str, dict[str, QueueData]] = {}
@@ -178,10 +211,14 @@ class RouteInfo:
         self.version = 0
         self._route_bodies: dict[str, bytes] = {}
         self._bodies_version = 0
-        #: (cluster, group) -> the newest state version a master registered with, and
-        #: the address that did; kept when the group leaves (one per group this name
-        #: server ever saw).
+        #: (cluster, group) -> the newest state version a master vouched for, and its
+        #: address; kept when the group leaves (one per group this name server ever saw).
         self._master_versions: dict[tuple[str, str], tuple[int, str]] = {}
+        #: The questions to send, those out (one per group), and when one last went
+        #: unanswered or was answered no.
+        self._vouches: list[MasterVouch] = []
+        self._vouching: dict[tuple[str, str], MasterVouch] = {}
+        self._unvouched: dict[MasterVouch, int] = {}
 
     # -- registration -----------------------------------------------------------
 
@@ -211,7 +248,7 @@ class RouteInfo:
                     f"live master {old_address}'s {held_version}"))
         newest = self._master_versions.get((reg.cluster, reg.broker_name))
         if (reg.broker_id == MASTER_ID and newest is not None
-                and _outranks(newest[0], state_version) and not self._disowned(newest, reg)):
+                and _outranks(newest[0], state_version)):
             raise RouteRefused(SYSTEM_ERROR, (
                 f"broker {reg.broker_name} id 0: {reg.address}'s state version "
                 f"{state_version} is older than {newest[0]}, a master's of the group"))
@@ -234,9 +271,6 @@ class RouteInfo:
         group.addrs[reg.broker_id] = reg.address
 
         is_master = reg.broker_id == MASTER_ID
-        if is_master:
-            # Past the checks, no remembered version outranks this one: it replaces it.
-            self._master_versions[(reg.cluster, reg.broker_name)] = (state_version, reg.address)
         is_prime_slave = (reg.enable_acting_master is not None and not is_master
                           and reg.broker_id == min(group.addrs))
         if is_master or is_prime_slave:
@@ -247,14 +281,62 @@ class RouteInfo:
             reg.body.data_version, reg.ha_address, connection)
         if reg.broker_id < previous_min:
             self._min_id_changed(group, None, reg.ha_address)
+        if is_master:
+            self._ask_vouch(reg.cluster, reg.broker_name, now)
         return self._result(reg, group)
 
-    def _disowned(self, newest: tuple[int, str], reg: BrokerRegistration) -> bool:
-        """Whether the newest master version was registered in the name of ``reg``'s
-        address, which now registers an older one, from a connection that is gone: a
-        broker never goes back in epoch, so the newer one was not that broker's (a
-        forgery, gone with its connection)."""
-        return newest[1] == reg.address and BrokerKey(reg.cluster, reg.address) not in self._live
+    # -- vouches ----------------------------------------------------------------
+
+    def _ask_vouch(self, cluster: str, broker_name: str, now: int) -> None:
+        """Ask the group's routed master to vouch for its version, if it is newer than
+        the one remembered and no question about the group is out."""
+        key = (cluster, broker_name)
+        if key in self._vouching or len(self._vouching) >= MAX_VOUCHES_IN_FLIGHT:
+            return
+        group = self._groups.get(broker_name)
+        address = None if group is None else group.addrs.get(MASTER_ID)
+        live = None if address is None else self._live.get(BrokerKey(cluster, address))
+        if address is None or live is None:
+            return
+        newest = self._master_versions.get(key)
+        version = live.data_version.state_version
+        if version <= (0 if newest is None else newest[0]):
+            return
+        vouch = MasterVouch(cluster, broker_name, address, version)
+        asked = self._unvouched.get(vouch)
+        if asked is not None and now - asked < self.vouch_retry_ms:
+            return
+        self._unvouched.pop(vouch, None)
+        self._vouching[key] = vouch
+        self._vouches.append(vouch)
+
+    def vouched_version(self, cluster: str, broker_name: str) -> int | None:
+        """The newest state version a master of the group vouched for, if any."""
+        newest = self._master_versions.get((cluster, broker_name))
+        return None if newest is None else newest[0]
+
+    def take_vouches(self) -> list[MasterVouch]:
+        """The questions to send now, oldest first."""
+        vouches, self._vouches = self._vouches, []
+        return vouches
+
+    def vouched(self, vouch: MasterVouch, answer: BrokerEpochCache | None, now: int) -> None:
+        """The answer to ``vouch``: the broker's epoch cache, or None if it gave none (no
+        broker there, no answer in time, an error). It vouches if it is the group's
+        master at the version asked about or later; the version is remembered then."""
+        key = (vouch.cluster, vouch.broker_name)
+        if self._vouching.get(key) != vouch:
+            return
+        del self._vouching[key]
+        if answer is not None and _vouches_for(answer, vouch):
+            newest = self._master_versions.get(key)
+            if newest is None or vouch.state_version > newest[0]:
+                self._master_versions[key] = (vouch.state_version, vouch.address)
+        else:
+            self._unvouched = {v: t for v, t in self._unvouched.items()
+                               if now - t < self.vouch_retry_ms}
+            self._unvouched[vouch] = now
+        self._ask_vouch(vouch.cluster, vouch.broker_name, now)
 
     @staticmethod
     def _check_same_address(reg: BrokerRegistration, held: _LiveBroker,
@@ -558,6 +640,13 @@ class RouteInfo:
             "live": {f"{k.cluster}/{k.address}": b.last_update_ms
                      for k, b in self._live.items()},
         }
+
+
+def _vouches_for(answer: BrokerEpochCache, vouch: MasterVouch) -> bool:
+    """Whether an epoch cache shows the group's master at the version asked about or later."""
+    return (answer.cluster_name == vouch.cluster and answer.broker_name == vouch.broker_name
+            and answer.broker_id == MASTER_ID
+            and max((e.epoch for e in answer.epochs), default=-1) >= vouch.state_version)
 
 
 def _outranks(version: int, other: int) -> bool:
