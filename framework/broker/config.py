@@ -128,7 +128,9 @@ class BrokerConfig:
                  "slave's periodic acks (RocketMQ: 5000).", check=positive)
     ha_max_time_slave_not_catchup: int = setting(
         2000, doc="ms a SyncStateSet member may go without catching up before the master "
-                  "shrinks it out (RocketMQ: 15000).", check=positive)
+                  "shrinks it out (RocketMQ: 15000). A member whose last HA connection "
+                  "closes is shrunk out at once, as RocketMQ's master does; it rejoins once "
+                  "it has caught up.", check=positive)
     check_sync_state_set_period: int = setting(
         500, doc="ms between the master's SyncStateSet shrink/expand checks (RocketMQ: 5000).",
         check=positive)
@@ -166,8 +168,8 @@ class BrokerConfig:
                   "before the master closes it.", check=positive)
     ha_write_timeout: int = setting(
         3000, doc="ms a master's send to a slave may make no progress before it drops the "
-                  "slave (one that stopped reading); the SyncStateSet then shrinks it out "
-                  "as any lost slave.", check=positive)
+                  "slave (one that stopped reading); the SyncStateSet then shrinks it out, "
+                  "as any slave whose connection closed.", check=positive)
     ha_max_connections: int = setting(
         64, doc="Connections the HA port serves at once while master (slaves and peers "
                 "yet to send their handshake). When full, a new connection takes the slot "

@@ -169,8 +169,13 @@ class JavaServer:
         await process.wait()
         raise RuntimeError(f"RocketMQ's {self.name} did not stop in {STOP_WAIT} s")
 
+    def pause(self) -> None:
+        """SIGSTOP it: its connections stay open and nothing on them is answered."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)
+
     async def kill(self) -> None:
-        """SIGKILL it (a crash: no shutdown hook runs)."""
+        """SIGKILL it (a crash: no shutdown hook runs; a paused one too)."""
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             await self.process.wait()

@@ -130,8 +130,8 @@ class MasterTerm:
         self._propose(self.tracker.maybe_expand(broker_id, max_offset))
 
     def slave_left(self, broker_id: int) -> None:
-        """One of a slave's connections closed."""
-        self.tracker.slave_disconnected(broker_id)
+        """One of a slave's connections closed: its last one takes it out of the set."""
+        self._propose(self.tracker.slave_disconnected(broker_id))
 
     def _propose(self, proposal: frozenset[int] | None) -> None:
         if proposal is not None and not self.fenced:

@@ -3,8 +3,9 @@
 Pure: time comes in as ``now_ms``. One tracker per master term.
 
 The SyncStateSet is owned by the controller. The master proposes changes
-(shrink a slave that stopped catching up, expand one that caught up) and a
-change takes effect when the controller confirms it (``apply``).
+(shrink a slave whose last connection closed or that stopped catching up,
+expand one that caught up) and a change takes effect when the controller
+confirms it (``apply``).
 
 The expand race (RocketMQ issue 5663): A is master with SyncStateSet {A};
 B catches up and A proposes {A, B}. Until the controller's answer arrives,
@@ -94,11 +95,24 @@ class SyncStateTracker:
             connections=(old.connections if old else 0) + 1,
         )
 
-    def slave_disconnected(self, broker_id: int) -> None:
-        """One of the slave's connections closed; its caught-up time keeps ageing."""
+    def slave_disconnected(self, broker_id: int) -> frozenset[int] | None:
+        """One of the slave's connections closed: a proposal without it once its last
+        one did, if it is a member and no other proposal is in flight (else the periodic
+        shrink takes it out once it has not caught up in time), or None.
+
+        RocketMQ's master drops a slave from the set as its connection closes
+        (``removeConnection``): puts that need every member's ack stop waiting on a
+        slave that is gone. It rejoins as any slave does, once it has caught up.
+        """
         old = self.slaves.get(broker_id)
-        if old is not None:
-            self.slaves[broker_id] = attrs.evolve(old, connections=max(0, old.connections - 1))
+        if old is None:
+            return None
+        progress = attrs.evolve(old, connections=max(0, old.connections - 1))
+        self.slaves[broker_id] = progress
+        if (progress.connected or self.pending is not None or broker_id == self.master
+                or broker_id not in self.sync_state_set):
+            return None
+        return self._propose(self.sync_state_set - {broker_id})
 
     def slave_acked(self, broker_id: int, ack_offset: int, last_caught_up_time_ms: int) -> None:
         """Record a slave's ack and caught-up time (from its ``MasterConnection``)."""
