@@ -26,6 +26,7 @@ from triomq.ha.core.sync_replication import PutResult, ReplicationStatus
 from triomq.ha.core.sync_state import SyncStateTracker
 from triomq.ha.driver import CONNECTION_ERRORS, ReplicaLog, describe, logger
 from triomq.ha.streams import send_frames
+from triomq.rpc.peer import describe_peer
 
 __all__ = [
     "Admit",
@@ -116,6 +117,8 @@ class HAMaster:
         self._changed = trio.Event()
         self._proposed = trio.Event()
         self._joined: set[MasterConnection] = set()
+        #: Each connection's far end (``describe_peer``), for ``mqadmin haStatus``.
+        self._peers: dict[MasterConnection, str] = {}
         #: Connections waiting for their slave handshake, and those past it.
         self.handshaking = 0
         self.transferring = 0
@@ -139,6 +142,10 @@ class HAMaster:
     def transferring_slaves(self) -> frozenset[int]:
         """The broker ids of the slaves whose connections passed their handshake."""
         return frozenset(conn.slave.broker_id for conn in self._joined if conn.slave is not None)
+
+    def slave_connections(self) -> list[tuple[str, MasterConnection]]:
+        """Each connection whose slave joined, with its far end's address."""
+        return [(self._peers.get(conn, "unknown peer"), conn) for conn in self._joined]
 
     @property
     def confirm_offset(self) -> int:
@@ -274,6 +281,7 @@ class HAMaster:
             heartbeat_interval_ms=self.config.ha_send_heartbeat_interval,
         )
         outbox: deque[bytes] = deque()
+        self._peers[conn] = describe_peer(stream)
         try:
             if not await self._handshake(stream, conn, outbox, admit):
                 return
@@ -296,6 +304,7 @@ class HAMaster:
         finally:
             # Only a connection its slave joined on leaves: one that named a slave and
             # broke the protocol before its admission is no connection of that slave's.
+            self._peers.pop(conn, None)
             if conn in self._joined:
                 self._joined.discard(conn)
                 self.term.slave_left(conn.slave.broker_id)

@@ -123,6 +123,8 @@ class HASlave:
         #: appended with later ones (``_hold``).
         self.reads = 0
         self.reads_held = 0
+        #: The connection replicating now, if one is (``mqadmin haStatus`` reads it).
+        self.connection: SlaveConnection | None = None
         #: The log's range received in place and not yet appended (``_hold``).
         self._held: tuple[int, int] | None = None
         self._reconnect = Reconnect(self.config.reconnect_min, self.config.reconnect_max)
@@ -187,13 +189,17 @@ class HASlave:
                               self.config.receive_buffer_size)
         await stream.send_all(conn.start(
             None if self.credential is None else self.credential()))
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._ack_loop, stream, conn, lock)
-            if isinstance(stream, trio.SocketStream):
-                await self._replicate_from_socket(stream, conn, lock)
-            else:
-                await self._replicate_from_stream(stream, conn, lock)
-            nursery.cancel_scope.cancel()
+        self.connection = conn
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._ack_loop, stream, conn, lock)
+                if isinstance(stream, trio.SocketStream):
+                    await self._replicate_from_socket(stream, conn, lock)
+                else:
+                    await self._replicate_from_stream(stream, conn, lock)
+                nursery.cancel_scope.cancel()
+        finally:
+            self.connection = None
         return conn.max_offset >= 0
 
     async def _replicate_from_stream(

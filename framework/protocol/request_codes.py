@@ -99,6 +99,8 @@ class RequestCode(enum.IntEnum):
     NOTIFY_MIN_BROKER_ID_CHANGE = 905
     #: A returning master tells its slaves where it is (or a broker is asked).
     EXCHANGE_BROKER_HA_INFO = 906
+    #: A broker's HARuntimeInfo (``mqadmin haStatus``).
+    GET_BROKER_HA_STATUS = 907
     # The controller's.
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
     CONTROLLER_ELECT_MASTER = 1002

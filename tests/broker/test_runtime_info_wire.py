@@ -13,6 +13,8 @@ are exact.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import trio
 import trio.testing
@@ -23,6 +25,7 @@ from test_pull_wire import decode_messages
 from triomq.testing.direct_send import DirectProducer
 
 GET_BROKER_CONFIG, GET_BROKER_RUNTIME_INFO, HEART_BEAT = 26, 28, 34
+GET_BROKER_HA_STATUS = 907
 PULL_MESSAGE, UPDATE_AND_CREATE_TOPIC = 11, 17
 
 
@@ -111,7 +114,9 @@ async def test_the_rates_and_totals_clusterlist_reads(tmp_path, mock_clock) -> N
             assert table["msgPutTotalTodayNow"] == "7"
 
 
-async def test_a_slave_counts_what_it_replicated(tmp_path) -> None:
+@asynccontextmanager
+async def replicated(tmp_path) -> AsyncIterator[tuple]:
+    """A master and its slave, five messages put and replicated."""
     cluster = Cluster("tcp", tmp_path)
     async with cluster.broker("a") as master, cluster.client() as client, \
             cluster.broker("b", broker_id=1, master=master.ha_address) as slave:
@@ -119,6 +124,11 @@ async def test_a_slave_counts_what_it_replicated(tmp_path) -> None:
         for n in range(5):
             await producer.send("orders", b"m%d" % n)
         await caught_up(master, slave)
+        yield master, slave
+
+
+async def test_a_slave_counts_what_it_replicated(tmp_path) -> None:
+    async with replicated(tmp_path) as (master, slave):
         stream = await open_stream(slave.node.address)
         async with stream:
             table: dict[str, str] = {}
@@ -165,3 +175,26 @@ async def test_the_config_as_a_properties_text_under_rocketmqs_names(tmp_path) -
         "namesrvAddr": "10.0.0.1:9876;10.0.0.2:9876", "flushDiskType": "ASYNC_FLUSH",
         "autoCreateTopicEnable": "true", "defaultTopicQueueNums": "8",
         "storePathRootDir": str(tmp_path / "a")}
+
+
+async def test_the_ha_status_hastatus_prints(tmp_path) -> None:
+    """GET_BROKER_HA_STATUS (907) read as RocketMQ's ``HARuntimeInfo``: the master lists its
+    slave's connection by the slave's socket address, the slave names its master."""
+    async with replicated(tmp_path) as (master, slave):
+        end = master.log.max_offset
+        async with await open_stream(master.node.address) as stream:
+            header, body = await call(stream, GET_BROKER_HA_STATUS, 1, {})
+        assert header["code"] == 0
+        info = json.loads(body)
+        assert (info["master"], info["masterCommitLogMaxOffset"]) == (True, end)
+        (row,) = info["haConnectionInfo"]
+        assert (row["slaveAckOffset"], row["diff"], row["transferFromWhere"]) == (end, 0, end)
+        host, _, port = row["addr"].rpartition(":")
+        assert host == "/127.0.0.1" and port.isdigit()
+        assert row["inSync"] is True and row["transferredByteInSecond"] >= 0
+        async with await open_stream(slave.node.address) as stream:
+            header, body = await call(stream, GET_BROKER_HA_STATUS, 2, {})
+        client_info = json.loads(body)["haClientRuntimeInfo"]
+        assert json.loads(body)["master"] is False
+        assert (client_info["masterAddr"], client_info["maxOffset"]) == (master.ha_address, end)
+        assert client_info["lastReadTimestamp"] > 0 and client_info["lastWriteTimestamp"] > 0

@@ -87,6 +87,8 @@ async def test_mqadmin_commands_print_what_the_cluster_holds(cluster: CompatClus
         "getControllerMetaData": ["getControllerMetaData", "-a", controllers[1]],
         "getBrokerEpoch": ["getBrokerEpoch", *n, "-b", BROKER_NAME],
         "brokerStatus": ["brokerStatus", *n, "-b", master],
+        "haStatusMaster": ["haStatus", *n, "-b", master],
+        "haStatusSlave": ["haStatus", *n, "-b", min(slaves)],
         "queryMsgById": ["queryMsgById", *n, "-t", TOPIC, "-i", sent[1].offset_msg_id],
         "queryMsgByKey": ["queryMsgByKey", *n, "-t", TOPIC, "-k", "m-2"],
         "updateTopic": ["updateTopic", *n, "-c", "DefaultCluster", "-t", "AdminTopic",
@@ -141,6 +143,19 @@ async def test_mqadmin_commands_print_what_the_cluster_holds(cluster: CompatClus
     assert set(re.findall(r"#brokerAddr\t(\S+)", out["getBrokerEpoch"])) == {master} | slaves
     assert re.findall(r"EpochEntry\{epoch=(\d+), startOffset=(\d+), endOffset=(\d+)\}",
                       out["getBrokerEpoch"]) == [("1", "0", status["commitLogMaxOffset"])] * 3
+
+    # The master's two slaves, by their HA connections' socket addresses, both in sync;
+    # a slave's master by its HA address.
+    ha = fields(out["haStatusMaster"])
+    assert (ha["MasterAddr"], ha["MasterCommitLogMaxOffset"], ha["SlaveNum"],
+            ha["InSyncSlaveNum"]) == (master, status["commitLogMaxOffset"], "2", "2")
+    slave_rows = re.findall(
+        r"^(/127\.0\.0\.1:\d+)\s+(\d+)\s+(\d+)\s+\S+\s+(OK|Fall Behind)",
+        out["haStatusMaster"], re.MULTILINE)
+    assert [row[1:] for row in slave_rows] == [(status["commitLogMaxOffset"], "0", "OK")] * 2
+    ha_slave = fields(out["haStatusSlave"])
+    assert ha_slave["MasterAddr"] == cluster.cluster.broker(cluster.master).ha_address
+    assert ha_slave["CommitLogMaxOffset"] == status["commitLogMaxOffset"]
 
     found = fields(out["queryMsgById"])
     assert (found["Topic"], found["Tags"], found["Keys"], found["Queue ID"],

@@ -8,6 +8,8 @@
   midnight totals), and on a slave counts what replication added to its
   queues, as RocketMQ's slave counts the records it dispatches. The
   partition's space is measured in a worker thread at each request.
+- GET_BROKER_HA_STATUS (907): the replication, as ``mqadmin haStatus``
+  prints it (``triomq.broker.admin.core.ha_status``).
 - GET_BROKER_CONFIG (26): the settings under RocketMQ's names
   (``triomq.broker.core.config_properties``), with the header ``version``: the
   configuration's DataVersion, which never moves (triomq takes no
@@ -27,6 +29,12 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from triomq.broker.admin.core.ha_status import (
+    HAClientInfo,
+    HAConnectionInfo,
+    encode_ha_runtime_info,
+    java_socket_address,
+)
 from triomq.broker.admin.core.runtime_table import (
     DiskSpace,
     ReplicaAck,
@@ -86,8 +94,8 @@ def _host_port(address: str) -> tuple[str, int]:
 
 
 class RuntimeInfoService:
-    """Answers GET_BROKER_RUNTIME_INFO and GET_BROKER_CONFIG for ``broker``, as it is
-    when asked; ``run`` samples its message counters."""
+    """Answers GET_BROKER_RUNTIME_INFO, GET_BROKER_HA_STATUS and GET_BROKER_CONFIG for
+    ``broker``, as it is when asked; ``run`` samples its message counters."""
 
     def __init__(self, broker: Broker, root: str) -> None:
         self.broker = broker
@@ -100,6 +108,7 @@ class RuntimeInfoService:
         # Not inline: the disk is measured in a worker thread.
         server.register(RequestCode.GET_BROKER_RUNTIME_INFO, self.runtime_info)
         server.register(RequestCode.GET_BROKER_CONFIG, self.broker_config, inline=True)
+        server.register(RequestCode.GET_BROKER_HA_STATUS, self.ha_status, inline=True)
 
     async def run(self) -> None:
         """Sample the counters every ``SAMPLE_INTERVAL`` until cancelled."""
@@ -151,6 +160,36 @@ class RuntimeInfoService:
                            ) -> RemotingCommand:
         disk = await trio.to_thread.run_sync(_disk_space, self.root)
         return RemotingCommand.response(body=json.dumps({"table": self.table(disk)}).encode())
+
+    async def ha_status(self, request: RemotingCommand, peer: RpcConnection
+                        ) -> RemotingCommand:
+        """GET_BROKER_HA_STATUS (``triomq.broker.admin.core.ha_status``)."""
+        replicas = self.broker.replicas
+        now, wall = now_ms(), self.broker.clock()
+
+        def epoch_ms(at: int) -> int:
+            return 0 if at < 0 else wall - (now - at)
+
+        master = replicas.ha_master
+        if master is not None:
+            members = master.tracker.sync_state_set
+            connections = [HAConnectionInfo(
+                java_socket_address(address), conn.slave_ack_offset,
+                conn.slave is not None and conn.slave.broker_id in members,
+                conn.transferred.per_second(now), conn.next_transfer_from)
+                for address, conn in master.slave_connections()]
+            body = encode_ha_runtime_info(master_max_offset=self.broker.log.max_offset,
+                                          connections=connections)
+        else:
+            state = replicas.state()
+            slave = replicas.ha_slave
+            conn = None if slave is None else slave.connection
+            body = encode_ha_runtime_info(master_max_offset=None, client=HAClientInfo(
+                state.master_ha_address, self.broker.log.max_offset,
+                0 if conn is None else conn.received.per_second(now),
+                0 if conn is None else epoch_ms(conn.last_read_ms),
+                0 if conn is None else epoch_ms(conn.last_write_ms)))
+        return RemotingCommand.response(body=body)
 
     def properties(self) -> dict[str, str]:
         broker = self.broker

@@ -20,6 +20,7 @@ import attrs
 
 from triomq.ha.core.epoch import EpochCache, EpochEntry
 from triomq.ha.core.errors import HAProtocolError
+from triomq.ha.core.flow_monitor import FlowMonitor
 from triomq.protocol.ha import (
     Ack,
     Credential,
@@ -143,6 +144,8 @@ class MasterConnection:
         self._last_master_max_offset = -1
         self._last_transfer_time_ms = now_ms
         self._last_send_ms = now_ms
+        #: The log's bytes sent per second (``mqadmin haStatus``).
+        self.transferred = FlowMonitor()
         self._decoder = SlaveFrameDecoder()
         self._entry: EpochEntry | None = None
         self._entry_of: EpochCache | None = None
@@ -291,6 +294,7 @@ class MasterConnection:
                                           self.transfer_batch_size)
         self.next_transfer_from = plan.offset + body_size
         self._last_send_ms = now_ms
+        self.transferred.add(body_size, now_ms)
         self._recorded_transfer(plan.master_max_offset, now_ms)
         return headers
 

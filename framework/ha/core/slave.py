@@ -41,6 +41,7 @@ import attrs
 
 from triomq.ha.core.epoch import EpochCache, find_consistent_point
 from triomq.ha.core.errors import EpochError, HAProtocolError, NoConsistentPoint
+from triomq.ha.core.flow_monitor import FlowMonitor
 from triomq.protocol.ha import (
     DEFAULT_MAX_BODY_SIZE,
     NO_OFFSET,
@@ -141,6 +142,11 @@ class SlaveConnection:
         self.max_offset = -1
         self._log_empty = True
         self._last_ack_ms = now_ms
+        #: When bytes last came from the master and an ack last went to it (-1: none
+        #: yet), and the bytes received per second (``mqadmin haStatus``).
+        self.last_read_ms = -1
+        self.last_write_ms = -1
+        self.received = FlowMonitor()
         self._decoder = MasterFrameDecoder(max_body_size)
         #: Where the current batch's next bytes go, and its confirmOffset.
         self._write_at = -1
@@ -169,6 +175,7 @@ class SlaveConnection:
         failing call are not returned, and the next connection's handshake
         starts again from the log as it is.
         """
+        self._read(len(data), now_ms)
         actions: list[SlaveAction] = []
         events = self._decoder.feed(data)
         transferred = False
@@ -202,6 +209,7 @@ class SlaveConnection:
         decoder = self._decoder
         if decoder.buffered:
             raise ValueError("a laid-out read starts inside a frame's header")
+        self._read(len(bodies) + len(headers), now_ms)
         at = self._take_body(bodies, 0)
         run, run_offset = 0, self._write_at - at
         transferred = at > 0
@@ -250,11 +258,16 @@ class SlaveConnection:
             self._advance(size)
         return at + size
 
+    def _read(self, size: int, now_ms: int) -> None:
+        self.last_read_ms = now_ms
+        self.received.add(size, now_ms)
+
     def _acked_after(self, transferred: bool, actions: list[SlaveAction], now_ms: int) -> None:
         self._last_ack_ms = now_ms
         if transferred:
             # One ack after the last bytes: it carries the max offset, so it
             # acks every batch before it too (RocketMQ acks once per read).
+            self.last_write_ms = now_ms
             actions.append(SendToMaster(encode(Ack(self.max_offset))))
 
     @property
@@ -284,7 +297,7 @@ class SlaveConnection:
         """A periodic ack when one is due, else None."""
         if self.state != HAConnectionState.TRANSFER or now_ms < self.ack_due_ms():
             return None
-        self._last_ack_ms = now_ms
+        self._last_ack_ms = self.last_write_ms = now_ms
         return encode(Ack(self.max_offset))
 
     def ack_due_ms(self) -> int:
