@@ -115,6 +115,8 @@ class Stream:
         self.client = client
         self.server = server
         self.closed = False
+        #: Cut without either end noticing (``Network.stall``): bytes wait in flight.
+        self.stalled = False
         self._pipes: dict[str, deque[tuple[int, bytes]]] = {client: deque(), server: deque()}
         self._last_due: dict[str, int] = {client: 0, server: 0}
 
@@ -128,7 +130,9 @@ class Stream:
         self._pipes[receiver].append((due, bytes(data)))
 
     def receive(self, receiver: str, now: int) -> bytes:
-        """The bytes due at ``receiver`` by ``now`` (b"" if none)."""
+        """The bytes due at ``receiver`` by ``now`` (b"" if none, or while stalled)."""
+        if self.stalled:
+            return b""
         pipe = self._pipes[receiver]
         out = bytearray()
         while pipe and pipe[0][0] <= now:
@@ -193,14 +197,14 @@ class Network:
         self.streams.pop(stream.id, None)
 
     def break_streams(self) -> None:
-        """Close the streams whose link is cut or whose end is down (a reset)."""
+        """Close the streams whose end is down, or whose link is cut unless they are
+        stalled (a reset)."""
         for stream in list(self.streams.values()):
             ends = (stream.client, stream.server)
-            if (
-                any(end in self.down for end in ends)
-                or self.cut(stream.client, stream.server)
+            if any(end in self.down for end in ends) or (not stream.stalled and (
+                self.cut(stream.client, stream.server)
                 or self.cut(stream.server, stream.client)
-            ):
+            )):
                 self.close(stream)
 
     # -- partitions ------------------------------------------------------------
@@ -214,7 +218,16 @@ class Network:
                     self.blocked.add((b, a))
         self.break_streams()
 
+    def stall(self, name: str) -> None:
+        """Cut ``name``'s HA streams as a link cut that TCP has not noticed yet: both
+        ends keep them open, and what is sent waits until ``heal``."""
+        for stream in self.streams.values():
+            if name in (stream.client, stream.server):
+                stream.stalled = True
+
     def heal(self) -> None:
-        """Restore every link and stop the datagram faults."""
+        """Restore every link (and stalled stream) and stop the datagram faults."""
+        for stream in self.streams.values():
+            stream.stalled = False
         self.blocked.clear()
         self.faults = NetFaults()

@@ -95,7 +95,9 @@ class SimulationPump:
         elif isinstance(action, sc.CutFromControllers):
             sim.network.partition({action.name}, controllers)
         elif isinstance(action, sc.CutReplication):
-            # The simulated HA address is the broker's own: cut the brokers apart.
+            # The simulated HA address is the broker's own: cut the brokers apart, their
+            # HA connections staying open, as the real cluster's cut links leave them.
+            sim.network.stall(action.name)
             sim.network.partition({action.name}, set(sim.brokers))
         elif isinstance(action, sc.Heal):
             sim.network.heal()
