@@ -272,8 +272,8 @@ class HAMaster:
         A peer holds little until its slave handshake: no send buffer and no
         wake-up on puts; without a handshake within ``ha_handshake_timeout``
         it is closed. A slave that takes in no bytes for ``ha_write_timeout``
-        is dropped, as any lost slave (the SyncStateSet shrinks it out once
-        it has not caught up for ``ha_max_time_slave_not_catchup``).
+        is dropped, as any lost slave (its last connection closing proposes it
+        out of the SyncStateSet).
         """
         conn = MasterConnection(
             now_ms=now_ms(),

@@ -32,7 +32,8 @@ import trio
 from triomq.broker.admin.core.ha_status import (
     HAClientInfo,
     HAConnectionInfo,
-    encode_ha_runtime_info,
+    encode_master_ha_info,
+    encode_slave_ha_info,
     java_socket_address,
 )
 from triomq.broker.admin.core.runtime_table import (
@@ -164,31 +165,31 @@ class RuntimeInfoService:
     async def ha_status(self, request: RemotingCommand, peer: RpcConnection
                         ) -> RemotingCommand:
         """GET_BROKER_HA_STATUS (``triomq.broker.admin.core.ha_status``)."""
-        replicas = self.broker.replicas
+        replicas, log = self.broker.replicas, self.broker.log
         now, wall = now_ms(), self.broker.clock()
-
-        def epoch_ms(at: int) -> int:
-            return 0 if at < 0 else wall - (now - at)
-
         master = replicas.ha_master
         if master is not None:
             members = master.tracker.sync_state_set
-            connections = [HAConnectionInfo(
+            body = encode_master_ha_info(log.max_offset, [HAConnectionInfo(
                 java_socket_address(address), conn.slave_ack_offset,
                 conn.slave is not None and conn.slave.broker_id in members,
                 conn.transferred.per_second(now), conn.next_transfer_from)
-                for address, conn in master.slave_connections()]
-            body = encode_ha_runtime_info(master_max_offset=self.broker.log.max_offset,
-                                          connections=connections)
+                for address, conn in master.slave_connections()])
         else:
-            state = replicas.state()
+            master_address = replicas.state().master_ha_address
             slave = replicas.ha_slave
             conn = None if slave is None else slave.connection
-            body = encode_ha_runtime_info(master_max_offset=None, client=HAClientInfo(
-                state.master_ha_address, self.broker.log.max_offset,
-                0 if conn is None else conn.received.per_second(now),
-                0 if conn is None else epoch_ms(conn.last_read_ms),
-                0 if conn is None else epoch_ms(conn.last_write_ms)))
+            if conn is None:
+                client = HAClientInfo(master_address, log.max_offset, 0, 0, 0)
+            else:
+                # The connection's times are trio's clock: as epoch ms, 0 for never.
+                def epoch_ms(at: int) -> int:
+                    return 0 if at < 0 else wall - (now - at)
+
+                client = HAClientInfo(master_address, log.max_offset,
+                                      conn.received.per_second(now),
+                                      epoch_ms(conn.last_read_ms), epoch_ms(conn.last_write_ms))
+            body = encode_slave_ha_info(client)
         return RemotingCommand.response(body=body)
 
     def properties(self) -> dict[str, str]:

@@ -211,9 +211,9 @@ class RouteInfo:
         self.version = 0
         self._route_bodies: dict[str, bytes] = {}
         self._bodies_version = 0
-        #: (cluster, group) -> the newest state version a master vouched for, and its
-        #: address; kept when the group leaves (one per group this name server ever saw).
-        self._master_versions: dict[tuple[str, str], tuple[int, str]] = {}
+        #: (cluster, group) -> the newest state version a master vouched for; kept when
+        #: the group leaves (one per group this name server ever saw).
+        self._master_versions: dict[tuple[str, str], int] = {}
         #: The questions to send, those out (one per group), and when one last went
         #: unanswered or was answered no.
         self._vouches: list[MasterVouch] = []
@@ -248,10 +248,10 @@ class RouteInfo:
                     f"live master {old_address}'s {held_version}"))
         newest = self._master_versions.get((reg.cluster, reg.broker_name))
         if (reg.broker_id == MASTER_ID and newest is not None
-                and _outranks(newest[0], state_version)):
+                and _outranks(newest, state_version)):
             raise RouteRefused(SYSTEM_ERROR, (
                 f"broker {reg.broker_name} id 0: {reg.address}'s state version "
-                f"{state_version} is older than {newest[0]}, a master's of the group"))
+                f"{state_version} is older than {newest}, a master's of the group"))
         key = BrokerKey(reg.cluster, reg.address)
         held = self._live.get(key)
         if held is not None:
@@ -298,9 +298,8 @@ class RouteInfo:
         live = None if address is None else self._live.get(BrokerKey(cluster, address))
         if address is None or live is None:
             return
-        newest = self._master_versions.get(key)
         version = live.data_version.state_version
-        if version <= (0 if newest is None else newest[0]):
+        if version <= self._master_versions.get(key, 0):
             return
         vouch = MasterVouch(cluster, broker_name, address, version)
         asked = self._unvouched.get(vouch)
@@ -312,8 +311,7 @@ class RouteInfo:
 
     def vouched_version(self, cluster: str, broker_name: str) -> int | None:
         """The newest state version a master of the group vouched for, if any."""
-        newest = self._master_versions.get((cluster, broker_name))
-        return None if newest is None else newest[0]
+        return self._master_versions.get((cluster, broker_name))
 
     def take_vouches(self) -> list[MasterVouch]:
         """The questions to send now, oldest first."""
@@ -329,9 +327,8 @@ class RouteInfo:
             return
         del self._vouching[key]
         if answer is not None and _vouches_for(answer, vouch):
-            newest = self._master_versions.get(key)
-            if newest is None or vouch.state_version > newest[0]:
-                self._master_versions[key] = (vouch.state_version, vouch.address)
+            if vouch.state_version > self._master_versions.get(key, -1):
+                self._master_versions[key] = vouch.state_version
         else:
             self._unvouched = {v: t for v, t in self._unvouched.items()
                                if now - t < self.vouch_retry_ms}

@@ -21,7 +21,8 @@ from collections.abc import Iterable
 
 import attrs
 
-__all__ = ["HAClientInfo", "HAConnectionInfo", "encode_ha_runtime_info", "java_socket_address"]
+__all__ = ["HAClientInfo", "HAConnectionInfo", "encode_master_ha_info", "encode_slave_ha_info",
+           "java_socket_address"]
 
 
 @attrs.frozen
@@ -51,32 +52,31 @@ def java_socket_address(peer: str) -> str:
     return peer if peer.startswith("/") or ":" not in peer else f"/{peer}"
 
 
-def encode_ha_runtime_info(*, master_max_offset: int | None,
-                           connections: Iterable[HAConnectionInfo] = (),
-                           client: HAClientInfo | None = None) -> bytes:
-    """The body for a master (``master_max_offset`` given) or a slave (``client``)."""
-    if master_max_offset is not None:
-        rows = [{"addr": c.address, "slaveAckOffset": c.ack_offset,
-                 "diff": max(0, master_max_offset - c.ack_offset) if c.ack_offset >= 0 else -1,
-                 "inSync": c.in_sync, "transferredByteInSecond": c.bytes_per_second,
-                 "transferFromWhere": c.transfer_from}
-                for c in sorted(connections, key=lambda c: c.address)]
-        body: dict[str, object] = {
-            "master": True, "masterCommitLogMaxOffset": master_max_offset,
-            "inSyncSlaveNums": sum(1 for r in rows if r["inSync"]), "haConnectionInfo": rows,
-            # RocketMQ's master sends its unused client info, the address unset.
-            "haClientRuntimeInfo": {"transferredByteInSecond": 0, "maxOffset": 0,
-                                    "lastReadTimestamp": 0, "lastWriteTimestamp": 0,
-                                    "masterFlushOffset": 0}}
-    else:
-        info = client or HAClientInfo("", -1, 0, 0, 0)
-        body = {
-            "master": False, "masterCommitLogMaxOffset": 0, "inSyncSlaveNums": 0,
-            "haConnectionInfo": [],
-            "haClientRuntimeInfo": {"masterAddr": info.master_address,
-                                    "transferredByteInSecond": info.bytes_per_second,
-                                    "maxOffset": info.max_offset,
-                                    "lastReadTimestamp": info.last_read_ms,
-                                    "lastWriteTimestamp": info.last_write_ms,
-                                    "masterFlushOffset": 0}}
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+def encode_master_ha_info(max_offset: int, connections: Iterable[HAConnectionInfo]) -> bytes:
+    """The body of a master whose log ends at ``max_offset``."""
+    rows = [{"addr": c.address, "slaveAckOffset": c.ack_offset,
+             "diff": max(0, max_offset - c.ack_offset) if c.ack_offset >= 0 else -1,
+             "inSync": c.in_sync, "transferredByteInSecond": c.bytes_per_second,
+             "transferFromWhere": c.transfer_from}
+            for c in sorted(connections, key=lambda c: c.address)]
+    # RocketMQ's master sends its unused client info, the address unset.
+    return _encode(True, max_offset, rows, {"transferredByteInSecond": 0, "maxOffset": 0,
+                                            "lastReadTimestamp": 0, "lastWriteTimestamp": 0})
+
+
+def encode_slave_ha_info(client: HAClientInfo) -> bytes:
+    """The body of a slave."""
+    return _encode(False, 0, [], {"masterAddr": client.master_address,
+                                  "transferredByteInSecond": client.bytes_per_second,
+                                  "maxOffset": client.max_offset,
+                                  "lastReadTimestamp": client.last_read_ms,
+                                  "lastWriteTimestamp": client.last_write_ms})
+
+
+def _encode(master: bool, max_offset: int, rows: list[dict[str, object]],
+            client: dict[str, object]) -> bytes:
+    return json.dumps({
+        "master": master, "masterCommitLogMaxOffset": max_offset,
+        "inSyncSlaveNums": sum(1 for r in rows if r["inSync"]), "haConnectionInfo": rows,
+        "haClientRuntimeInfo": {**client, "masterFlushOffset": 0},
+    }, sort_keys=True, separators=(",", ":")).encode()
